@@ -1,0 +1,39 @@
+# Two entry points: `make serve` and `make test`. Both build .venv from scratch when needed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+CORPUS_DEFAULT := ../shared/corpus/dsh-sessions
+HISTORY_CORPUS_DIR ?= $(if $(wildcard $(CORPUS_DEFAULT)),$(abspath $(CORPUS_DEFAULT)),)
+export HISTORY_CORPUS_DIR
+
+PACKAGES := codec
+
+.PHONY: test lint typecheck unit bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy $(PACKAGES) tests bench
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/pytest bench --benchmark-only -s
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis .benchmarks
