@@ -1,0 +1,1 @@
+"""Benchmarks and their deterministic fixtures; run by hand with ``make bench``."""

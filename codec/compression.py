@@ -1,0 +1,151 @@
+"""Content codings for bodies on the wire: ``zstd``, ``br`` and ``gzip`` (DESIGN §4).
+
+Levels suit dynamic responses: zstd 3 with a window of at most 8 MiB, brotli 5, gzip 6.
+Decompression is always bounded by an output limit, so a decompression bomb costs at most
+``max_size + 1`` bytes of memory before it is refused.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Sequence
+from typing import Final
+
+import brotli
+import zstandard
+
+from codec.errors import ContentEncodingError
+
+__all__ = ["CODINGS", "DEFAULT_MAX_DECODED_SIZE", "choose_encoding", "compress", "decompress"]
+
+CODINGS: Final = ("zstd", "br", "gzip")
+DEFAULT_MAX_DECODED_SIZE: Final = 64 * 1024 * 1024
+_ZSTD_LEVEL: Final = 3
+_ZSTD_MAX_WINDOW: Final = 8 * 1024 * 1024
+_BROTLI_QUALITY: Final = 5
+_GZIP_LEVEL: Final = 6
+_READ_SIZE: Final = 256 * 1024
+
+
+def compress(body: bytes, coding: str) -> bytes:
+    """Compress ``body`` with one of `CODINGS`."""
+    if coding == "zstd":
+        params = zstandard.ZstdCompressionParameters.from_level(_ZSTD_LEVEL, source_size=len(body))
+        if params.window_log > 23:
+            params = zstandard.ZstdCompressionParameters.from_level(_ZSTD_LEVEL, window_log=23)
+        return zstandard.ZstdCompressor(compression_params=params).compress(body)
+    if coding == "br":
+        return brotli.compress(body, quality=_BROTLI_QUALITY)  # type: ignore[no-any-return]
+    if coding == "gzip":
+        return gzip.compress(body, compresslevel=_GZIP_LEVEL, mtime=0)
+    raise ContentEncodingError(f"unsupported content coding {coding!r}")
+
+
+def decompress(body: bytes, coding: str, *, max_size: int = DEFAULT_MAX_DECODED_SIZE) -> bytes:
+    """Decompress ``body``; raise `ContentEncodingError` if it is corrupt or decodes past ``max_size`` bytes."""
+    try:
+        if coding == "zstd":
+            out = _zstd_decompress(body, max_size)
+        elif coding == "br":
+            out = _brotli_decompress(body, max_size)
+        elif coding == "gzip":
+            out = _gzip_decompress(body, max_size)
+        else:
+            raise ContentEncodingError(f"unsupported content coding {coding!r}")
+    except (zstandard.ZstdError, brotli.error, zlib.error, EOFError) as exc:
+        raise ContentEncodingError(f"corrupt {coding} body: {exc}") from exc
+    if len(out) > max_size:
+        raise ContentEncodingError(f"{coding} body decodes to more than {max_size} bytes")
+    return out
+
+
+def _zstd_decompress(body: bytes, max_size: int) -> bytes:
+    dctx = zstandard.ZstdDecompressor(max_window_size=_ZSTD_MAX_WINDOW)
+    # First bound the output without keeping it: a bomb stops after max_size + 1 bytes.
+    size = 0
+    with dctx.stream_reader(body, read_across_frames=True) as reader:
+        while size <= max_size:
+            chunk = reader.read(_READ_SIZE)
+            if not chunk:
+                break
+            size += len(chunk)
+    if size > max_size:
+        raise ContentEncodingError(f"zstd body decodes to more than {max_size} bytes")
+    # The stream reader does not report a truncated frame; a frame-by-frame decode does.
+    out = bytearray()
+    remaining = body
+    if not remaining:
+        raise ContentEncodingError("corrupt zstd body: empty")
+    while remaining:
+        frame = dctx.decompressobj()
+        out += frame.decompress(remaining)
+        if not frame.eof:
+            raise ContentEncodingError("corrupt zstd body: truncated frame")
+        remaining = frame.unused_data
+    return bytes(out)
+
+
+def _brotli_decompress(body: bytes, max_size: int) -> bytes:
+    decoder = brotli.Decompressor()
+    out = bytearray(decoder.process(body, output_buffer_limit=max_size + 1))
+    while len(out) <= max_size and not decoder.is_finished() and not decoder.can_accept_more_data():
+        out += decoder.process(b"", output_buffer_limit=max_size + 1 - len(out))
+    if not decoder.is_finished() and len(out) <= max_size:
+        raise ContentEncodingError("corrupt br body: truncated stream")
+    return bytes(out)
+
+
+def _gzip_decompress(body: bytes, max_size: int) -> bytes:
+    decoder = zlib.decompressobj(wbits=31)
+    out = decoder.decompress(body, max_size + 1)
+    if len(out) <= max_size and not decoder.eof:
+        raise ContentEncodingError("corrupt gzip body: truncated stream")
+    return out
+
+
+def _parse_accept(header: str) -> dict[str, float]:
+    weights: dict[str, float] = {}
+    for item in header.split(","):
+        name, _, params = item.partition(";")
+        name = name.strip().lower()
+        if not name:
+            continue
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+                if not 0.0 <= q <= 1.0:
+                    q = 0.0
+        weights[name] = max(q, weights.get(name, q))
+    return weights
+
+
+def choose_encoding(accept_encoding: str | None, offered: Sequence[str]) -> str | None:
+    """Pick a content coding for a response (RFC 9110 §12.5.3).
+
+    Returns the acceptable offered coding with the highest q-value (ties go to the order of
+    ``offered``), ``"identity"`` when no offered coding is acceptable, or identity is listed
+    with a higher q, and identity is acceptable; or
+    ``None`` when nothing is acceptable (``identity;q=0`` or ``*;q=0`` with no match). A
+    missing header means identity.
+    """
+    if accept_encoding is None:
+        return "identity"
+    weights = _parse_accept(accept_encoding)
+    star = weights.get("*")
+    best: str | None = None
+    best_q = 0.0
+    for coding in offered:
+        q = weights.get(coding, star if star is not None else 0.0)
+        if q > best_q:
+            best, best_q = coding, q
+    # Identity is acceptable unless excluded, but it wins only when listed with a higher q.
+    identity_q = weights.get("identity", star if star is not None else 1.0)
+    if best is not None and not ("identity" in weights and identity_q > best_q):
+        return best
+    return "identity" if identity_q > 0 else None

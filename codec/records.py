@@ -1,0 +1,87 @@
+"""Page records and the page body of ``session.page`` (DESIGN §4).
+
+A page record is ``{"event": Event}`` or ``{"chunks": ChunkRow}``: exactly one key. The
+body is ``{"records", "hasMore", "fromSeq", "toSeq"}`` and covers the logical interval
+``[fromSeq, toSeq)``; ``hasMore`` is ``fromSeq > 0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from msgspec import UNSET, Struct, UnsetType
+
+from codec.chunk_rows import ChunkRow, StorageRecord, expand_row, member_count, pack
+from codec.errors import RecordFormatError
+from codec.events import Event, Seq
+
+__all__ = ["Page", "PageRecord", "check_page", "iter_page_events", "pack_page", "page_record", "record_seq_range"]
+
+
+class PageRecord(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+    """One page record: exactly one of ``event`` or ``chunks`` is set."""
+
+    event: Event | UnsetType = UNSET
+    chunks: ChunkRow | UnsetType = UNSET
+
+
+class Page(Struct, frozen=True, forbid_unknown_fields=True):
+    """A ``session.page`` body. Decoding validates every record; `check_page` checks coverage."""
+
+    records: list[PageRecord]
+    hasMore: bool
+    fromSeq: Seq
+    toSeq: Seq
+
+
+def page_record(record: StorageRecord) -> PageRecord:
+    """Wrap a storage record as a page record."""
+    if type(record) is Event:
+        return PageRecord(event=record)
+    return PageRecord(chunks=record)  # type: ignore[arg-type]
+
+
+def pack_page(events: Iterable[Event]) -> list[PageRecord]:
+    """The page records for a logical interval: the events packed with no row-length cap."""
+    return [page_record(record) for record in pack(events)]
+
+
+def record_seq_range(record: PageRecord) -> tuple[int, int]:
+    """The inclusive ``(first, last)`` seq range of a page record."""
+    event = record.event
+    if event is not UNSET:
+        return event.seq, event.seq
+    row: ChunkRow = record.chunks  # type: ignore[assignment]
+    return row.seq0, row.seq0 + member_count(row) - 1
+
+
+def check_page(page: Page) -> Page:
+    """Check that the records cover exactly ``[fromSeq, toSeq)``, contiguously, and ``hasMore``.
+
+    Raises `RecordFormatError` naming the first record that breaks the cover.
+    """
+    if page.toSeq < page.fromSeq:
+        raise RecordFormatError(f"page range is inverted: fromSeq {page.fromSeq} > toSeq {page.toSeq}")
+    if page.hasMore != (page.fromSeq > 0):
+        raise RecordFormatError(f"hasMore is {page.hasMore} but fromSeq is {page.fromSeq}")
+    expected = page.fromSeq
+    for i, record in enumerate(page.records):
+        first, last = record_seq_range(record)
+        if first != expected:
+            raise RecordFormatError(
+                f"records[{i}] starts at seq {first}, expected {expected}: records are not contiguous"
+            )
+        expected = last + 1
+    if expected != page.toSeq:
+        raise RecordFormatError(f"records end before seq {expected}, but the page ends at toSeq {page.toSeq}")
+    return page
+
+
+def iter_page_events(records: Iterable[PageRecord]) -> Iterator[Event]:
+    """Yield the exact logical events of page records, one row at a time."""
+    for record in records:
+        event = record.event
+        if event is not UNSET:
+            yield event
+        else:
+            yield from expand_row(record.chunks)  # type: ignore[arg-type]

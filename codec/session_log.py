@@ -1,0 +1,89 @@
+"""Reading deepseek-harness session logs: a header line, then one storage record per line.
+
+Recorded fixtures omit ``seq`` and ``time`` (``seq0`` and ``time0`` on rows). The reader
+rebuilds them as that harness does: ``seq`` is the next logical seq, counted over the
+expanded events from 0, and a missing ``time`` is 0; ``dt`` inside rows is kept as given.
+Present values must agree with the count: a log with a gap is refused, not renumbered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from codec._paths import describe
+from codec.chunk_rows import ROW_TAGS, expand_row, row_from_value
+from codec.errors import EventValidationError, RecordFormatError, RowFormatError
+from codec.events import Event, SessionHeader
+from codec.wire import decode_json, event_from_value
+
+__all__ = ["SessionLog", "read_session_log"]
+
+
+class SessionLog(msgspec.Struct, frozen=True):
+    """A session's header and its exact logical events, seq 0 first."""
+
+    header: SessionHeader
+    events: list[Event]
+
+
+def read_session_log(data: bytes) -> SessionLog:
+    """Read a whole log. Every line must be complete and valid; errors name the line (1-based)."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        raise RecordFormatError("line 1: empty log, expected a session header")
+    header = _header(lines[0])
+    events: list[Event] = []
+    for number, line in enumerate(lines[1:], start=2):
+        value = _object(line, number)
+        seq = len(events)
+        tag = value.get("type")
+        if type(tag) is str and tag in ROW_TAGS:
+            try:
+                row = row_from_value(_with_position(value, "seq0", "time0", seq))
+            except RowFormatError as exc:
+                raise RowFormatError(f"line {number}: {exc}") from exc
+            _check_seq(row.seq0, seq, number)
+            events.extend(expand_row(row))
+        else:
+            event = event_from_value(_with_position(value, "seq", "time", seq), where=f"line {number}")
+            _check_seq(event.seq, seq, number)
+            events.append(event)
+    return SessionLog(header, events)
+
+
+def _header(line: bytes) -> SessionHeader:
+    value = _object(line, 1)
+    try:
+        return msgspec.convert(value, SessionHeader)
+    except RecursionError as exc:
+        raise RecordFormatError("line 1: header nesting is too deep") from exc
+    except msgspec.ValidationError as exc:
+        where, why = describe(exc, "line 1 header")
+        raise EventValidationError(f"{where}: {why}") from exc
+
+
+def _object(line: bytes, number: int) -> dict[str, Any]:
+    try:
+        value = decode_json(line)
+    except RecordFormatError as exc:
+        raise RecordFormatError(f"line {number}: {exc}") from exc
+    if type(value) is not dict:
+        raise RecordFormatError(f"line {number}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _with_position(value: dict[str, Any], seq_key: str, time_key: str, seq: int) -> dict[str, Any]:
+    if seq_key in value and time_key in value:
+        return value
+    rebuilt = {"type": value.get("type"), seq_key: value.get(seq_key, seq), time_key: value.get(time_key, 0)}
+    rebuilt.update(value)
+    return rebuilt
+
+
+def _check_seq(actual: int, expected: int, number: int) -> None:
+    if actual != expected:
+        raise RecordFormatError(f"line {number}: seq {actual} does not continue the log, expected {expected}")

@@ -1,0 +1,305 @@
+"""JSON encoding and strict decoding of events, storage lines and pages.
+
+The encoder and typed decoders are built once and shared; they hold no state. Every
+decoder validates fully and raises a `CodecError` subclass whose message says where and
+why, e.g. ``events[3].surfaceOp: expected "append" or {op,start,end}``. Decoded events
+are in canonical form (see `codec.events`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated, Any, Final
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from codec._paths import describe
+from codec.chunk_rows import (
+    ROW_TAGS,
+    ChunkRow,
+    ReasoningChunks,
+    StorageRecord,
+    TextChunks,
+    TextRowData,
+    ToolCallChunks,
+    ToolCallRowData,
+    check_row,
+    row_from_value,
+)
+from codec.errors import CodecError, EventValidationError, RecordFormatError, RowFormatError
+from codec.events import CHUNK_EVENT_TYPE, RESERVED_TYPES, Event, Seq, SessionHeader, canonical_event
+from codec.records import Page, PageRecord
+
+__all__ = [
+    "decode_event",
+    "decode_events",
+    "decode_header",
+    "decode_json",
+    "decode_page",
+    "decode_storage_line",
+    "encode",
+    "encode_lines",
+    "event_from_value",
+    "events_from_values",
+]
+
+_ENCODER: Final = msgspec.json.Encoder()
+_ANY: Final = msgspec.json.Decoder()
+_EVENT: Final = msgspec.json.Decoder(Event)
+_EVENTS: Final = msgspec.json.Decoder(list[Event])
+_ROW: Final = msgspec.json.Decoder(ChunkRow)
+_HEADER: Final = msgspec.json.Decoder(SessionHeader)
+_PAGE: Final = msgspec.json.Decoder(Page)
+
+
+class _TypeProbe(msgspec.Struct):
+    type: Any = None
+
+
+_PROBE: Final = msgspec.json.Decoder(_TypeProbe)
+
+# The fast page decoder bounds every dt entry in C, which proves the running-time rule for
+# any row whose time0 and length are realistic; a page with a larger clock jump is decoded
+# again with the full safe-integer range and checked exactly.
+_SMALL_DT: Final = 2**31
+SmallDt = Annotated[int, Meta(ge=-_SMALL_DT, le=_SMALL_DT)]
+
+
+class _FastTextRowData(TextRowData, frozen=True, gc=False, forbid_unknown_fields=True):
+    dt: list[SmallDt]
+
+
+class _FastToolCallRowData(ToolCallRowData, frozen=True, gc=False, kw_only=True, forbid_unknown_fields=True):
+    dt: list[SmallDt]
+
+
+class _FastTextChunks(TextChunks, frozen=True, gc=False, forbid_unknown_fields=True):
+    data: _FastTextRowData
+
+
+class _FastReasoningChunks(ReasoningChunks, frozen=True, gc=False, forbid_unknown_fields=True):
+    data: _FastTextRowData
+
+
+class _FastToolCallChunks(ToolCallChunks, frozen=True, gc=False, forbid_unknown_fields=True):
+    data: _FastToolCallRowData
+
+
+class _FastRecord(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+    event: Event | UnsetType = UNSET
+    chunks: _FastTextChunks | _FastReasoningChunks | _FastToolCallChunks | UnsetType = UNSET
+
+
+class _FastPage(Struct, frozen=True, forbid_unknown_fields=True):
+    records: list[_FastRecord]
+    hasMore: bool
+    fromSeq: Seq
+    toSeq: Seq
+
+
+_FAST_PAGE: Final = msgspec.json.Decoder(_FastPage)
+_CANONICAL_ROW: Final[dict[type[Any], type[TextChunks] | type[ReasoningChunks] | type[ToolCallChunks]]] = {
+    _FastTextChunks: TextChunks,
+    _FastReasoningChunks: ReasoningChunks,
+    _FastToolCallChunks: ToolCallChunks,
+}
+
+
+def _canonical_row(row: _FastTextChunks | _FastReasoningChunks | _FastToolCallChunks) -> ChunkRow:
+    d = row.data
+    data: TextRowData | ToolCallRowData
+    if type(d) is _FastToolCallRowData:
+        data = ToolCallRowData(turn=d.turn, step=d.step, index=d.index, dt=d.dt, id=d.id, name=d.name, args=d.args)
+    else:
+        data = TextRowData(d.turn, d.step, d.index, d.dt, d.texts)  # type: ignore[union-attr]
+    return _CANONICAL_ROW[type(row)](row.seq0, row.time0, data)  # type: ignore[arg-type]
+
+
+_OP_REASONS: Final = {
+    "surfaceOp": 'expected "append" or {op,start,end}',
+    "conversationOp": 'expected {op:"replace",start,end}',
+}
+
+
+def encode(value: Any) -> bytes:
+    """Encode any codec value as compact JSON; Structs keep their declared key order."""
+    return _ENCODER.encode(value)
+
+
+def encode_lines(values: Iterable[Any]) -> bytes:
+    """Encode values as JSON lines, each ending in ``\\n``."""
+    buffer = bytearray()
+    for value in values:
+        _ENCODER.encode_into(value, buffer, -1)
+        buffer.extend(b"\n")
+    return bytes(buffer)
+
+
+def decode_json(data: bytes | str) -> Any:
+    """Decode any JSON text; malformed JSON raises `RecordFormatError`."""
+    try:
+        return _ANY.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise RecordFormatError(f"invalid JSON: {_reason(exc)}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    return "nesting is too deep" if isinstance(exc, RecursionError) else str(exc)
+
+
+def _event_error(exc: msgspec.DecodeError | RecursionError, root: str) -> CodecError:
+    if not isinstance(exc, msgspec.ValidationError):
+        return RecordFormatError(f"{root}: invalid JSON: {_reason(exc)}")
+    where, why = describe(exc, root)
+    for field, reason in _OP_REASONS.items():
+        if f".{field}" in where:
+            where = where[: where.index(f".{field}") + len(field) + 1]
+            why = f"{reason} ({why})"
+            break
+    return EventValidationError(f"{where}: {why}")
+
+
+def _finish_event(event: Event, where: str) -> Event:
+    if event.type in RESERVED_TYPES:
+        raise EventValidationError(f"{where}.type: {event.type!r} is reserved for storage lines")
+    if event.type == CHUNK_EVENT_TYPE:
+        return canonical_event(event)
+    return event
+
+
+def decode_event(data: bytes, *, where: str = "event") -> Event:
+    """Decode and validate one event."""
+    try:
+        event = _EVENT.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise _event_error(exc, where) from exc
+    return _finish_event(event, where)
+
+
+def decode_events(data: bytes, *, where: str = "events") -> list[Event]:
+    """Decode and validate a JSON array of events."""
+    try:
+        events = _EVENTS.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise _event_error(exc, where) from exc
+    return [_finish_event(event, f"{where}[{i}]") for i, event in enumerate(events)]
+
+
+def event_from_value(value: Any, *, where: str = "event") -> Event:
+    """Validate one already-decoded JSON object as an event."""
+    try:
+        event = msgspec.convert(value, Event)
+    except (msgspec.ValidationError, RecursionError) as exc:
+        raise _event_error(exc, where) from exc
+    return _finish_event(event, where)
+
+
+def events_from_values(values: Iterable[Any], *, where: str = "events") -> list[Event]:
+    """Validate already-decoded JSON objects as events."""
+    return [event_from_value(value, where=f"{where}[{i}]") for i, value in enumerate(values)]
+
+
+def decode_header(data: bytes) -> SessionHeader:
+    """Decode and validate a session header line."""
+    try:
+        return _HEADER.decode(data)
+    except RecursionError as exc:
+        raise RecordFormatError(f"header: {_reason(exc)}") from exc
+    except msgspec.DecodeError as exc:
+        where, why = describe(exc, "header")
+        raise EventValidationError(f"{where}: {why}") from exc
+
+
+def decode_storage_line(line: bytes, *, where: str = "record") -> StorageRecord:
+    """Decode one storage line: a chunk row (by its tag) or a logical event."""
+    try:
+        tag = _PROBE.decode(line).type
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise RecordFormatError(f"{where}: not a JSON object: {_reason(exc)}") from exc
+    if type(tag) is str and tag in ROW_TAGS:
+        try:
+            row = _ROW.decode(line)
+        except msgspec.ValidationError as exc:
+            row_where, why = describe(exc, "row")
+            raise RowFormatError(f"malformed {tag} row: {row_where}: {why}") from exc
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise RecordFormatError(f"{where}: invalid JSON: {_reason(exc)}") from exc
+        return check_row(row)
+    if tag == "session":
+        raise RecordFormatError(f"{where}: a session header where a storage record was expected")
+    return decode_event(line, where=where)
+
+
+def decode_page(data: bytes) -> Page:
+    """Decode and validate a ``session.page`` body: every record has exactly one key and valid content.
+
+    Coverage (contiguity, ``toSeq``, ``hasMore``) is checked separately by `check_page`.
+    """
+    try:
+        fast = _FAST_PAGE.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return _decode_page_full(data)
+    records: list[PageRecord] = []
+    for i, record in enumerate(fast.records):
+        event, chunks = record.event, record.chunks
+        if (event is UNSET) == (chunks is UNSET):
+            raise RecordFormatError(f"records[{i}]: expected exactly one of 'event' or 'chunks'")
+        if chunks is not UNSET:
+            row = _canonical_row(chunks)
+            try:
+                check_row(row, max_abs_dt=_SMALL_DT)
+            except RowFormatError as exc:
+                raise RowFormatError(f"records[{i}].chunks: {exc}") from exc
+            records.append(PageRecord(chunks=row))
+        else:
+            records.append(_checked_record(PageRecord(event=event), i))
+    return Page(records, fast.hasMore, fast.fromSeq, fast.toSeq)
+
+
+def _decode_page_full(data: bytes) -> Page:
+    try:
+        page = _PAGE.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise _page_error(data, exc) from exc
+    page.records[:] = [_checked_record(record, i) for i, record in enumerate(page.records)]
+    return page
+
+
+def _checked_record(record: PageRecord, i: int) -> PageRecord:
+    event, chunks = record.event, record.chunks
+    if (event is UNSET) == (chunks is UNSET):
+        raise RecordFormatError(f"records[{i}]: expected exactly one of 'event' or 'chunks'")
+    if chunks is not UNSET:
+        try:
+            check_row(chunks)
+        except RowFormatError as exc:
+            raise RowFormatError(f"records[{i}].chunks: {exc}") from exc
+        return record
+    canonical = _finish_event(event, f"records[{i}].event")  # type: ignore[arg-type]
+    return record if canonical is event else PageRecord(event=canonical)
+
+
+def _page_error(data: bytes, exc: msgspec.DecodeError | RecursionError) -> CodecError:
+    """Re-check a page that failed the typed decode, record by record, for a precise message."""
+    if not isinstance(exc, msgspec.ValidationError):
+        return RecordFormatError(f"page: invalid JSON: {_reason(exc)}")
+    try:
+        value = _ANY.decode(data)
+    except (msgspec.DecodeError, RecursionError) as json_exc:
+        return RecordFormatError(f"page: invalid JSON: {_reason(json_exc)}")
+    records = value.get("records") if type(value) is dict else None
+    if type(records) is list:
+        for i, record in enumerate(records):
+            if type(record) is dict and type(record.get("chunks")) is dict:
+                try:
+                    row_from_value(record["chunks"])
+                except RowFormatError as row_exc:
+                    return RowFormatError(f"records[{i}].chunks: {row_exc}")
+            elif type(record) is dict and "event" in record:
+                try:
+                    event_from_value(record["event"], where=f"records[{i}].event")
+                except CodecError as event_exc:
+                    return event_exc
+    where, why = describe(exc, "page")
+    return RecordFormatError(f"{where}: {why}")

@@ -1,0 +1,93 @@
+"""Content codings and Accept-Encoding negotiation."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import brotli
+import pytest
+import zstandard
+
+from codec import CODINGS, ContentEncodingError, choose_encoding, compress, decompress
+
+BODY = b'{"records":[' + b'{"event":{"type":"x","seq":1,"time":2,"data":"hello"}},' * 500 + b"]}"
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+def test_round_trip(coding):
+    packed = compress(BODY, coding)
+    assert len(packed) < len(BODY)
+    assert decompress(packed, coding) == BODY
+
+
+def test_bodies_interoperate_with_the_reference_libraries():
+    assert zstandard.ZstdDecompressor().decompress(compress(BODY, "zstd")) == BODY
+    assert brotli.decompress(compress(BODY, "br")) == BODY
+    assert gzip.decompress(compress(BODY, "gzip")) == BODY
+    assert decompress(zstandard.ZstdCompressor(level=19).compress(BODY), "zstd") == BODY
+
+
+def test_zstd_window_stays_within_eight_mib():
+    body = os.urandom(1024) * 20_000
+    frame = compress(body, "zstd")
+    assert zstandard.get_frame_parameters(frame).window_size <= 8 * 1024 * 1024
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+def test_decompression_bomb_is_refused_at_the_limit(coding):
+    bomb = compress(b"\0" * 10_000_000, coding)
+    with pytest.raises(ContentEncodingError, match="more than 1000000 bytes"):
+        decompress(bomb, coding, max_size=1_000_000)
+    assert len(decompress(bomb, coding, max_size=10_000_000)) == 10_000_000
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+def test_corrupt_and_truncated_bodies_are_codec_errors(coding):
+    packed = compress(BODY, coding)
+    for broken in (b"garbage!" * 4, packed[: len(packed) // 2]):
+        with pytest.raises(ContentEncodingError):
+            decompress(broken, coding)
+
+
+def test_unknown_coding_is_refused():
+    with pytest.raises(ContentEncodingError, match="unsupported content coding 'lz4'"):
+        compress(BODY, "lz4")
+    with pytest.raises(ContentEncodingError, match="unsupported content coding 'lz4'"):
+        decompress(BODY, "lz4")
+
+
+OFFERED = ("zstd", "br", "gzip")
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (None, "identity"),
+        ("", "identity"),
+        ("gzip", "gzip"),
+        ("gzip, br", "br"),
+        ("gzip, deflate, br, zstd", "zstd"),
+        ("br;q=0.5, gzip;q=0.9", "gzip"),
+        ("BR;Q=1, GZIP", "br"),
+        ("zstd;q=0, br;q=0", "identity"),
+        ("*", "zstd"),
+        ("*;q=0.1, br;q=0.5", "br"),
+        ("*;q=0.5, zstd;q=0", "br"),
+        ("identity;q=0, gzip;q=0.2", "gzip"),
+        ("identity;q=0", None),
+        ("*;q=0", None),
+        ("*;q=0, identity", "identity"),
+        ("deflate", "identity"),
+        ("gzip;q=0.5, identity;q=1", "identity"),
+        ("gzip;q=abc", "identity"),
+        ("gzip;q=2", "identity"),
+        (" , ;q=1, gzip ; q=0.3 ", "gzip"),
+    ],
+)
+def test_choose_encoding(header, expected):
+    assert choose_encoding(header, OFFERED) == expected
+
+
+def test_choose_encoding_breaks_ties_by_offer_order():
+    assert choose_encoding("gzip, br", ("gzip", "br")) == "gzip"

@@ -1,0 +1,204 @@
+"""The logical event model: envelope rules, canonical delta data, the header."""
+
+from __future__ import annotations
+
+import pytest
+from msgspec import UNSET
+
+from codec import (
+    MAX_SAFE_INTEGER,
+    DeltaData,
+    Event,
+    EventValidationError,
+    ReplaceOp,
+    TextDelta,
+    ToolCallDelta,
+    as_delta_data,
+    canonical_event,
+    decode_event,
+    decode_events,
+    decode_header,
+    encode,
+)
+
+
+def test_minimal_event_round_trips_byte_exact():
+    line = b'{"type":"turn/start","seq":0,"time":1700000000000,"data":{"turn":1}}'
+    event = decode_event(line)
+    assert event == Event("turn/start", 0, 1_700_000_000_000, {"turn": 1})
+    assert encode(event) == line
+
+
+def test_all_optional_keys_round_trip_in_canonical_order():
+    line = (
+        b'{"type":"user/message","seq":9,"time":-5,"data":null,"ignorable":true,"sourceEventSeqs":[3,1,2],'
+        b'"surfaceOp":{"op":"replace","start":1,"end":4},"conversationOp":{"op":"replace","start":2,"end":2}}'
+    )
+    event = decode_event(line)
+    assert event.sourceEventSeqs == (3, 1, 2)
+    assert event.surfaceOp == ReplaceOp(1, 4)
+    assert encode(event) == line
+
+
+def test_data_keeps_ints_floats_big_ints_and_key_order():
+    line = (
+        b'{"type":"x/y","seq":1,"time":2,'
+        b'"data":{"b":1,"a":1.0,"big":123456789012345678901234567890,"n":[1.5e300,-0.0]}}'
+    )
+    event = decode_event(line)
+    assert list(event.data) == ["b", "a", "big", "n"]
+    assert type(event.data["b"]) is int and type(event.data["a"]) is float
+    assert encode(event) == line
+
+
+def test_delta_chunk_data_decodes_to_canonical_struct():
+    line = (
+        b'{"type":"assistant/chunk","seq":1,"time":2,'
+        b'"data":{"turn":1,"step":2,"chunk":{"type":"text-delta","index":0,"text":"hi"}}}'
+    )
+    event = decode_event(line)
+    assert event.data == DeltaData(1, 2, TextDelta(0, "hi"))
+    assert encode(event) == line
+
+
+def test_delta_chunk_data_in_another_key_order_stays_a_dict():
+    line = (
+        b'{"type":"assistant/chunk","seq":1,"time":2,'
+        b'"data":{"step":2,"turn":1,"chunk":{"type":"text-delta","index":0,"text":"hi"}}}'
+    )
+    event = decode_event(line)
+    assert type(event.data) is dict
+    assert encode(event) == line
+
+
+def test_tool_call_name_presence_is_kept():
+    with_name = {
+        "turn": 1,
+        "step": 1,
+        "chunk": {"type": "tool-call-delta", "index": 0, "id": "c", "name": "n", "argumentsDelta": ""},
+    }
+    without = {"turn": 1, "step": 1, "chunk": {"type": "tool-call-delta", "index": 0, "id": "c", "argumentsDelta": ""}}
+    assert as_delta_data(with_name) == DeltaData(1, 1, ToolCallDelta(index=0, id="c", name="n", argumentsDelta=""))
+    assert as_delta_data(without).chunk.name is UNSET  # type: ignore[union-attr]
+
+
+def test_canonical_event_leaves_other_events_alone():
+    event = Event("tool/call", 1, 2, {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "x"}})
+    assert canonical_event(event) is event
+
+
+BAD_EVENTS = [
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0}', "events[0]: object missing required field `data`", id="missing-data"
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0,"data":1,"extra":1}',
+        "events[0]: object contains unknown field `extra`",
+        id="extra-key",
+    ),
+    pytest.param(b'{"type":"x","seq":-1,"time":0,"data":1}', "events[0].seq: expected `int` >= 0", id="negative-seq"),
+    pytest.param(
+        b'{"type":"x","seq":9007199254740992,"time":0,"data":1}',
+        "events[0].seq: expected `int` <= 9007199254740991",
+        id="unsafe-seq",
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":-9007199254740992,"data":1}',
+        "events[0].time: expected `int` >= -9007199254740991",
+        id="unsafe-time",
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":1.5,"data":1}', "events[0].time: expected `int`, got `float`", id="float-time"
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0,"data":1,"ignorable":false}',
+        "events[0].ignorable: invalid enum value False",
+        id="ignorable-false",
+    ),
+    pytest.param(
+        b'{"type":"","seq":0,"time":0,"data":1}', "events[0].type: expected `str` of length >= 1", id="empty-type"
+    ),
+    pytest.param(
+        b'{"type":"' + b"t" * 129 + b'","seq":0,"time":0,"data":1}',
+        "events[0].type: expected `str` of length <= 128",
+        id="long-type",
+    ),
+    pytest.param(
+        b'{"type":"text-chunks","seq":0,"time":0,"data":1}',
+        "events[0].type: 'text-chunks' is reserved",
+        id="reserved-row-tag",
+    ),
+    pytest.param(
+        b'{"type":"session","seq":0,"time":0,"data":1}', "events[0].type: 'session' is reserved", id="reserved-session"
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0,"data":1,"surfaceOp":"prepend"}',
+        'events[0].surfaceOp: expected "append" or {op,start,end}',
+        id="surface-op-string",
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0,"data":1,"surfaceOp":{"op":"replace","start":1}}',
+        'events[0].surfaceOp: expected "append" or {op,start,end}',
+        id="surface-op-missing-end",
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0,"data":1,"surfaceOp":{"op":"replace","start":3,"end":1}}',
+        "events[0].surfaceOp: expected",
+        id="surface-op-inverted",
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0,"data":1,"conversationOp":"append"}',
+        'events[0].conversationOp: expected {op:"replace",start,end}',
+        id="conversation-op-append",
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0,"data":1,"conversationOp":{"op":"replace","start":0,"end":1,"x":1}}',
+        "events[0].conversationOp: expected",
+        id="conversation-op-extra",
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0,"data":1,"sourceEventSeqs":[1,-2]}',
+        "events[0].sourceEventSeqs[1]: expected `int` >= 0",
+        id="negative-source",
+    ),
+    pytest.param(
+        b'{"type":"x","seq":0,"time":0,"data":1,"sourceEventSeqs":[0.5]}',
+        "events[0].sourceEventSeqs[0]: expected `int`, got `float`",
+        id="fractional-source",
+    ),
+    pytest.param(b'{"type":"x","seq":0,"time":0,"data":1e400}', "events[0].data: number out of range", id="huge-float"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), BAD_EVENTS)
+def test_bad_events_raise_with_where_and_why(body, message):
+    with pytest.raises(EventValidationError) as caught:
+        decode_events(b"[" + body + b"]")
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_error_names_the_failing_index():
+    good = b'{"type":"x","seq":0,"time":0,"data":1}'
+    bad = b'{"type":"x","seq":1,"time":0,"data":1,"surfaceOp":3}'
+    with pytest.raises(EventValidationError, match=r"^events\[3\]\.surfaceOp: "):
+        decode_events(b"[" + b",".join([good, good, good, bad]) + b"]")
+
+
+def test_header_round_trips_and_rejects_unknown_fields():
+    line = (
+        b'{"type":"session","version":0,"id":"s1","createdAt":1,"cwd":"/w","parentSession":"p",'
+        b'"origin":"subagent","delegationDepth":1,"meta":{"k":"v"}}'
+    )
+    assert encode(decode_header(line)) == line
+    with pytest.raises(EventValidationError, match="header: object contains unknown field `owner`"):
+        decode_header(b'{"type":"session","version":0,"id":"s1","createdAt":1,"owner":"x"}')
+    with pytest.raises(EventValidationError, match=r"header\.version"):
+        decode_header(b'{"type":"session","version":1,"id":"s1","createdAt":1}')
+    with pytest.raises(EventValidationError, match=r"header\.id"):
+        decode_header(b'{"type":"session","version":0,"id":"","createdAt":1}')
+
+
+def test_safe_integer_limits_are_inclusive():
+    line = b'{"type":"x","seq":9007199254740991,"time":-9007199254740991,"data":1}'
+    event = decode_event(line)
+    assert event.seq == MAX_SAFE_INTEGER and event.time == -MAX_SAFE_INTEGER
