@@ -33,7 +33,7 @@ unit: $(STAMP)
 	$(BIN)/pytest
 
 bench: $(STAMP)
-	$(BIN)/pytest bench --benchmark-only -s
+	$(BIN)/pytest bench -s
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis .benchmarks
