@@ -49,7 +49,9 @@ __all__ = [
     "ToolCallChunks",
     "ToolCallRowData",
     "check_row",
+    "continues_run",
     "decode_storage_record",
+    "delta_member",
     "expand_records",
     "expand_row",
     "member_count",
@@ -227,6 +229,47 @@ def decode_storage_record(value: object) -> list[Any]:
     return [value]
 
 
+def delta_member(event: Event) -> DeltaData | None:
+    """The delta payload of ``event`` if it may join a row (exact keys, valid seq and time), else ``None``.
+
+    This is the per-event half of `pack`'s rule; the other half compares neighbours.
+    """
+    raw = event.data
+    data: DeltaData | None = raw if type(raw) is DeltaData else as_delta_data(raw, any_order=True)
+    seq, time = event.seq, event.time
+    if (
+        data is None
+        or event.type != CHUNK_EVENT_TYPE
+        or event.ignorable is not UNSET
+        or event.sourceEventSeqs is not UNSET
+        or event.surfaceOp is not UNSET
+        or event.conversationOp is not UNSET
+        or type(seq) is not int
+        or type(time) is not int
+        or not 0 <= seq <= MAX_SAFE_INTEGER
+        or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
+    ):
+        return None
+    return data
+
+
+def continues_run(last: DeltaData, last_seq: int, last_time: int, next_: DeltaData, seq: int, time: int) -> bool:
+    """Whether a delta at ``seq``/``time`` may follow ``last`` in one row (the neighbour half of `pack`'s rule)."""
+    a, b = last.chunk, next_.chunk
+    return (
+        seq == last_seq + 1
+        and type(a) is type(b)
+        and a.index == b.index
+        and last.turn == next_.turn
+        and last.step == next_.step
+        and type(a.index) is type(b.index)
+        and type(last.turn) is type(next_.turn)
+        and type(last.step) is type(next_.step)
+        and -MAX_SAFE_INTEGER <= time - last_time <= MAX_SAFE_INTEGER
+        and (type(a) is not ToolCallDelta or (a.id == b.id and a.name == b.name))  # type: ignore[union-attr]
+    )
+
+
 def pack(events: Iterable[Event], *, max_members: int | None = None) -> list[StorageRecord]:
     """Pack logical events into storage records: verbatim events and chunk rows.
 
@@ -250,6 +293,7 @@ def pack(events: Iterable[Event], *, max_members: int | None = None) -> list[Sto
     name: Any = None
     last_seq = last_time = 0
     for event in events:
+        # The same test as delta_member, inlined: a call per event costs ~10% of pack's time.
         data = event.data
         if type(data) is not DeltaData:
             data = as_delta_data(data, any_order=True) if type(data) is dict else None

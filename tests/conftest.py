@@ -45,3 +45,8 @@ def corpus_logs() -> list[object]:
 
 def write_golden() -> bool:
     return os.environ.get(GOLDEN_ENV) == "1"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-PACKAGES = ["codec"]
+PACKAGES = ["codec", "persistence", "history_service"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -546,3 +546,28 @@ def test_json_round_trip_is_value_exact(events, max_members):
     decoded = expand_records([decode_storage_line(line) for line in lines])
     assert encode(decoded) == encode(events)
     assert decoded == events
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches())
+def test_delta_member_and_continues_run_agree_with_pack(events):
+    """A reference packer built from the two public halves of the rule gives pack's runs."""
+    from codec import continues_run, delta_member
+
+    runs: list[list[Event]] = []
+    previous = None
+    for event in events:
+        member = delta_member(event)
+        if member is None:
+            runs.append([event])
+            previous = None
+            continue
+        if previous is not None and continues_run(
+            previous[0], previous[1].seq, previous[1].time, member, event.seq, event.time
+        ):
+            runs[-1].append(event)
+        else:
+            runs.append([event])
+        previous = (member, event)
+    expected = [size for run in runs for size in ([1] * len(run) if len(run) < 3 else [len(run)])]
+    assert [1 if isinstance(r, Event) else member_count(r) for r in pack(events)] == expected

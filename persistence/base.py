@@ -1,0 +1,154 @@
+"""The store contract (DESIGN §6-§7), shared by every backend.
+
+A backend implements a few primitives over *stored records* (canonical JSON lines, see
+`persistence.stored`); the logical reads and the packed page records are built from them
+here, the same way for every backend, so that the same session gives byte-identical pages
+from any store.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Final
+
+from msgspec import Struct
+
+from codec import Event, SessionHeader, decode_storage_line, encode, expand_row
+from persistence.errors import SeqConflictError
+from persistence.page_builder import build_page_records
+from persistence.stored import StoredRecord
+
+__all__ = ["DEFAULT_OWNER", "AppendResult", "HistoryStore", "SessionInfo", "check_batch", "events_in"]
+
+DEFAULT_OWNER: Final = "local"
+
+
+class SessionInfo(Struct, frozen=True):
+    """A session's header, owner principal and head seq (-1 when empty)."""
+
+    header: SessionHeader
+    owner: str
+    head_seq: int
+
+
+class AppendResult(Struct, frozen=True):
+    """The outcome of an append: the head after it, and whether it was an exact re-send."""
+
+    first_seq: int
+    head_seq: int
+    idempotent: bool = False
+
+
+def check_batch(session_id: str, events: Sequence[Event], head_seq: int) -> bool:
+    """Check a batch against the head: ``True`` to append, ``False`` for a possible re-send.
+
+    Raises `SeqConflictError` when the seqs are not dense or the batch starts past the head.
+    A batch starting at or before the head is only a re-send if its events equal the stored
+    ones; callers check that with `is_resend`.
+    """
+    first = events[0].seq
+    for i, event in enumerate(events):
+        if event.seq != first + i:
+            raise SeqConflictError(
+                f"batch seqs are not dense: events[{i}].seq is {event.seq}, expected {first + i}",
+                session_id=session_id,
+                head_seq=head_seq,
+            )
+    if first == head_seq + 1:
+        return True
+    if first > head_seq + 1 or first + len(events) - 1 > head_seq:
+        raise SeqConflictError(
+            f"batch starts at seq {first} but the session head is {head_seq}; expected {head_seq + 1}",
+            session_id=session_id,
+            head_seq=head_seq,
+        )
+    return False
+
+
+def is_resend(session_id: str, events: Sequence[Event], stored: Sequence[Event], head_seq: int) -> bool:
+    """Whether ``events`` are exactly the stored events at their seqs; raise `SeqConflictError` if not."""
+    if len(stored) == len(events) and encode(list(stored)) == encode(list(events)):
+        return True
+    raise SeqConflictError(
+        f"batch at seqs {events[0].seq}..{events[-1].seq} differs from the stored events; head is {head_seq}",
+        session_id=session_id,
+        head_seq=head_seq,
+    )
+
+
+def events_in(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[Event]:
+    """The logical events in ``[from_seq, to_seq)`` from stored records that cover it."""
+    events: list[Event] = []
+    for seq, count, line in stored:
+        if seq + count <= from_seq or seq >= to_seq:
+            continue
+        record = decode_storage_line(line)
+        if count == 1 and type(record) is Event:
+            events.append(record)
+        else:
+            members = expand_row(record)  # type: ignore[arg-type]
+            events.extend(members[max(0, from_seq - seq) : to_seq - seq])
+    return events
+
+
+class HistoryStore(ABC):
+    """An async session store. Every method may raise `persistence.errors.StoreError` subclasses."""
+
+    @abstractmethod
+    async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
+        """Create an empty session; raise `SessionExistsError` if the id is taken."""
+
+    @abstractmethod
+    async def get_session(self, session_id: str) -> SessionInfo:
+        """The header, owner and head seq; raise `SessionNotFoundError` for an unknown id."""
+
+    @abstractmethod
+    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+        """Append a dense batch atomically: all of it is stored, or none.
+
+        The first seq must be ``head + 1``; a batch already stored byte for byte in its
+        logical events is an idempotent re-send; anything else raises `SeqConflictError`
+        carrying the head. The batch is packed into chunk rows before it is stored.
+        """
+
+    @abstractmethod
+    async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
+        """The stored records covering ``[from_seq, to_seq)`` in seq order, including a row that starts before it.
+
+        Reads touch only those records (and the bounded row lookback), never the whole session.
+        """
+
+    @abstractmethod
+    async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
+        """Candidate page starts for a page ending at ``to_seq``, newest first (see `select_cuts`)."""
+
+    @abstractmethod
+    async def children(self, parent_id: str) -> list[SessionHeader]:
+        """Headers of the direct subagent children of ``parent_id`` (``origin == "subagent"``), by id."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release the store's resources. The store is unusable afterwards."""
+
+    async def head_seq(self, session_id: str) -> int:
+        """The last stored seq, or -1 for an empty session."""
+        return (await self.get_session(session_id)).head_seq
+
+    async def read_events(self, session_id: str, from_seq: int, to_seq: int) -> list[Event]:
+        """The exact logical events ``from_seq .. to_seq - 1`` (clipped to the head)."""
+        if to_seq <= from_seq:
+            await self.get_session(session_id)
+            return []
+        return events_in(await self.read_stored(session_id, from_seq, to_seq), from_seq, to_seq)
+
+    async def page_records(self, session_id: str, from_seq: int, to_seq: int) -> list[bytes]:
+        """Packed page records for ``[from_seq, to_seq)``, each as JSON bytes.
+
+        Byte-identical to ``pack_page(events)`` over the same events, built from stored rows
+        without expanding them.
+        """
+        if to_seq <= from_seq:
+            await self.get_session(session_id)
+            return []
+        return build_page_records(await self.read_stored(session_id, from_seq, to_seq), from_seq, to_seq)

@@ -1,0 +1,69 @@
+"""Errors raised by the stores.
+
+Backends translate their own failures (sqlite3, psycopg, OS errors) into this tree, so
+callers never see a driver exception::
+
+    StoreError(Exception)
+    ├── SessionNotFoundError(StoreError, KeyError)   no session with that id
+    ├── SessionExistsError                           creating an id that is taken
+    ├── SeqConflictError                             a batch that does not continue the head
+    ├── InvalidSessionIdError(StoreError, ValueError) an id the store cannot hold safely
+    ├── SchemaVersionError                           a database or log written by another schema
+    └── CorruptLogError                              committed data that cannot be read
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptLogError",
+    "InvalidSessionIdError",
+    "SchemaVersionError",
+    "SeqConflictError",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "StoreError",
+]
+
+
+class StoreError(Exception):
+    """Base class for every store failure."""
+
+
+class SessionNotFoundError(StoreError, KeyError):
+    """Raised when a session id is unknown to the store."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"unknown session {session_id!r}")
+        self.session_id = session_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class SessionExistsError(StoreError):
+    """Raised when a session is created with an id that already exists."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists")
+        self.session_id = session_id
+
+
+class SeqConflictError(StoreError):
+    """Raised when a batch does not start at ``head_seq + 1`` and is not an exact re-send."""
+
+    def __init__(self, message: str, *, session_id: str, head_seq: int) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.head_seq = head_seq
+
+
+class InvalidSessionIdError(StoreError, ValueError):
+    """Raised when a session id cannot be stored safely (for example, too long once encoded)."""
+
+
+class SchemaVersionError(StoreError):
+    """Raised when a store was written by a schema version this build does not know."""
+
+
+class CorruptLogError(StoreError):
+    """Raised when committed data cannot be decoded; the message names the place."""

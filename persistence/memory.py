@@ -1,0 +1,115 @@
+"""The in-memory reference store: the contract with nothing in the way."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+
+from codec import Event, SessionHeader
+from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo, check_batch, events_in, is_resend
+from persistence.errors import SessionExistsError, SessionNotFoundError
+from persistence.message_index import HiddenRange, MessageEntry, select_cuts
+from persistence.stored import StoredRecord, prepare_batch
+
+__all__ = ["MemoryStore", "RecordIndex"]
+
+
+class RecordIndex:
+    """A session's stored records and message index, in seq order."""
+
+    def __init__(self) -> None:
+        self.records: list[StoredRecord] = []
+        self.starts: list[int] = []
+        self.messages: list[MessageEntry] = []
+        self.message_seqs: list[int] = []
+        self.hidden: list[HiddenRange] = []
+        self.head = -1
+
+    def add(
+        self, records: Sequence[StoredRecord], messages: Sequence[MessageEntry], hidden: Sequence[HiddenRange]
+    ) -> None:
+        for record in records:
+            self.records.append(record)
+            self.starts.append(record.seq)
+            self.head = record.seq + record.members - 1
+        self.messages.extend(messages)
+        self.message_seqs.extend(entry.seq for entry in messages)
+        self.hidden.extend(hidden)
+
+    def covering(self, from_seq: int, to_seq: int) -> tuple[int, int]:
+        """The index range of records that overlap ``[from_seq, to_seq)``."""
+        first = max(0, bisect.bisect_right(self.starts, from_seq) - 1)
+        last = bisect.bisect_left(self.starts, to_seq)
+        return first, last
+
+    def messages_desc(self, to_seq: int) -> Iterator[MessageEntry]:
+        for i in range(bisect.bisect_left(self.message_seqs, to_seq) - 1, -1, -1):
+            yield self.messages[i]
+
+    def cuts(self, to_seq: int, max_messages: int) -> list[int]:
+        return select_cuts(self.messages_desc(to_seq), self.hidden, to_seq=to_seq, max_messages=max_messages)
+
+
+class _Session:
+    def __init__(self, header: SessionHeader, owner: str) -> None:
+        self.header = header
+        self.owner = owner
+        self.index = RecordIndex()
+
+
+class MemoryStore(HistoryStore):
+    """Keeps every session in process memory; nothing survives a restart."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Session] = {}
+
+    def _session(self, session_id: str) -> _Session:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise SessionNotFoundError(session_id) from None
+
+    async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
+        if header.id in self._sessions:
+            raise SessionExistsError(header.id)
+        self._sessions[header.id] = _Session(header, owner)
+        return SessionInfo(header, owner, -1)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        session = self._session(session_id)
+        return SessionInfo(session.header, session.owner, session.index.head)
+
+    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+        index = self._session(session_id).index
+        if not events:
+            return AppendResult(index.head + 1, index.head)
+        if not check_batch(session_id, events, index.head):
+            to_seq = events[-1].seq + 1
+            first, last = index.covering(events[0].seq, to_seq)
+            stored = events_in(index.records[first:last], events[0].seq, to_seq)
+            is_resend(session_id, events, stored, index.head)
+            return AppendResult(events[0].seq, index.head, idempotent=True)
+        batch = prepare_batch(events)
+        index.add(batch.records, batch.messages, batch.hidden)
+        return AppendResult(events[0].seq, index.head)
+
+    async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
+        index = self._session(session_id).index
+        first, last = index.covering(from_seq, to_seq)
+        return index.records[first:last]
+
+    async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
+        return self._session(session_id).index.cuts(to_seq, max_messages)
+
+    async def children(self, parent_id: str) -> list[SessionHeader]:
+        return sorted(
+            (
+                s.header
+                for s in self._sessions.values()
+                if s.header.parentSession == parent_id and s.header.origin == "subagent"
+            ),
+            key=lambda header: header.id,
+        )
+
+    async def close(self) -> None:
+        self._sessions.clear()

@@ -1,0 +1,343 @@
+"""The SQL store (SQLAlchemy 2 Core): SQLite embedded, PostgreSQL for several nodes.
+
+Tables, keyed ``(session_id, seq)``:
+
+* ``history_sessions``: header (canonical JSON), owner, parent (for subagent children) and head seq;
+* ``history_records``: one row per stored record, a packed row at its ``seq0`` with its
+  member count; ``data`` is the canonical JSON line, zstd-compressed when it is at least
+  4 KiB and that is smaller;
+* ``history_messages`` and ``history_hidden``: the message index and ``conversationOp`` ranges;
+* ``history_meta``: the schema version. An unknown version refuses to open.
+
+Appends serialize on the session: SQLite takes the write lock up front (``BEGIN
+IMMEDIATE``) and PostgreSQL locks the session row (``SELECT ... FOR UPDATE``), so two
+processes never duplicate or skip a seq; the loser of a race gets `SeqConflictError`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final, TypeVar
+
+import anyio.to_thread
+import sqlalchemy as sa
+import zstandard
+from sqlalchemy import event as sa_event
+from sqlalchemy.engine import Connection, Engine
+
+from codec import CodecError, Event, SessionHeader, decode_header, encode
+from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo, check_batch, events_in, is_resend
+from persistence.errors import (
+    CorruptLogError,
+    SchemaVersionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreError,
+)
+from persistence.message_index import HiddenRange, MessageEntry, select_cuts
+from persistence.stored import MAX_ROW_MEMBERS, StoredRecord, prepare_batch
+
+__all__ = ["SCHEMA_VERSION", "SqlStore"]
+
+SCHEMA_VERSION: Final = 1
+COMPRESS_AT: Final = 4096
+_MAX_LINE: Final = 256 * 1024 * 1024
+_MESSAGE_PAGE: Final = 256
+T = TypeVar("T")
+
+metadata = sa.MetaData()
+meta_table = sa.Table(
+    "history_meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(255), nullable=False),
+)
+sessions_table = sa.Table(
+    "history_sessions",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("header", sa.LargeBinary, nullable=False),
+    sa.Column("owner", sa.String, nullable=False),
+    sa.Column("parent_id", sa.String, nullable=True, index=True),
+    sa.Column("head_seq", sa.BigInteger, nullable=False),
+)
+records_table = sa.Table(
+    "history_records",
+    metadata,
+    sa.Column("session_id", sa.String, sa.ForeignKey("history_sessions.id"), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("members", sa.Integer, nullable=False),
+    sa.Column("compressed", sa.Boolean, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+messages_table = sa.Table(
+    "history_messages",
+    metadata,
+    sa.Column("session_id", sa.String, sa.ForeignKey("history_sessions.id"), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("group_start", sa.BigInteger, nullable=False),
+)
+hidden_table = sa.Table(
+    "history_hidden",
+    metadata,
+    sa.Column("session_id", sa.String, sa.ForeignKey("history_sessions.id"), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("start", sa.BigInteger, nullable=False),
+    sa.Column("end", sa.BigInteger, nullable=False),
+)
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @sa_event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin event, not pysqlite, open transactions.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @sa_event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        write = connection.get_execution_options().get("history_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+class SqlStore(HistoryStore):
+    """A store on a SQLAlchemy engine. Open it with `SqlStore.open`; blocking work runs in worker threads."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._sqlite = engine.dialect.name == "sqlite"
+        self._compressor = zstandard.ZstdCompressor(level=3)
+        self._decompressor = zstandard.ZstdDecompressor()
+
+    @classmethod
+    async def open(cls, url: str) -> SqlStore:
+        """Connect, create the schema on an empty database, and refuse an unknown schema version."""
+        return await anyio.to_thread.run_sync(cls._open_sync, url)
+
+    @classmethod
+    def _open_sync(cls, url: str) -> SqlStore:
+        try:
+            engine = sa.create_engine(url)
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise StoreError(f"cannot open store {url!r}: {exc}") from exc
+        if engine.dialect.name == "sqlite":
+            _sqlite_setup(engine)
+        store = cls(engine)
+        try:
+            store._migrate()
+        except BaseException:
+            engine.dispose()
+            raise
+        return store
+
+    def _migrate(self) -> None:
+        with self._write() as conn:
+            if not sa.inspect(conn).has_table(meta_table.name):
+                metadata.create_all(conn)
+                conn.execute(sa.insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
+                return
+            version = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).scalar()
+        if version != str(SCHEMA_VERSION):
+            raise SchemaVersionError(
+                f"the database has history schema version {version!r}; this build reads version {SCHEMA_VERSION} only"
+            )
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        try:
+            with self._engine.connect() as conn:
+                conn = conn.execution_options(history_write=True)
+                with conn.begin():
+                    yield conn
+        except sa.exc.OperationalError as exc:
+            raise StoreError(f"store unavailable: {exc.orig}") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        try:
+            with self._engine.connect() as conn, conn.begin():
+                yield conn
+        except sa.exc.OperationalError as exc:
+            raise StoreError(f"store unavailable: {exc.orig}") from exc
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+
+    # Sessions.
+
+    async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
+        return await self._run(self._create_sync, header, owner)
+
+    def _create_sync(self, header: SessionHeader, owner: str) -> SessionInfo:
+        parent = header.parentSession if header.origin == "subagent" else None
+        row = {"id": header.id, "header": encode(header), "owner": owner, "parent_id": parent, "head_seq": -1}
+        try:
+            with self._write() as conn:
+                conn.execute(sa.insert(sessions_table).values(**row))
+        except sa.exc.IntegrityError as exc:
+            raise SessionExistsError(header.id) from exc
+        return SessionInfo(header, owner, -1)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        return await self._run(self._get_sync, session_id)
+
+    def _get_sync(self, session_id: str) -> SessionInfo:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(sessions_table.c.header, sessions_table.c.owner, sessions_table.c.head_seq).where(
+                    sessions_table.c.id == session_id
+                )
+            ).first()
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        return SessionInfo(self._header(row.header, session_id), row.owner, row.head_seq)
+
+    @staticmethod
+    def _header(data: bytes, session_id: str) -> SessionHeader:
+        try:
+            return decode_header(data)
+        except CodecError as exc:
+            raise CorruptLogError(f"session {session_id!r}: stored header is corrupt: {exc}") from exc
+
+    async def children(self, parent_id: str) -> list[SessionHeader]:
+        return await self._run(self._children_sync, parent_id)
+
+    def _children_sync(self, parent_id: str) -> list[SessionHeader]:
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(sessions_table.c.id, sessions_table.c.header)
+                .where(sessions_table.c.parent_id == parent_id)
+                .order_by(sessions_table.c.id)
+            ).all()
+        return [self._header(row.header, row.id) for row in rows]
+
+    # Appends.
+
+    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+        return await self._run(self._append_sync, session_id, events)
+
+    def _append_sync(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+        with self._write() as conn:
+            head = conn.execute(
+                sa.select(sessions_table.c.head_seq).where(sessions_table.c.id == session_id).with_for_update()
+            ).scalar()
+            if head is None:
+                raise SessionNotFoundError(session_id)
+            if not events:
+                return AppendResult(head + 1, head)
+            first, to_seq = events[0].seq, events[-1].seq + 1
+            if not check_batch(session_id, events, head):
+                stored = events_in(self._stored(conn, session_id, first, to_seq), first, to_seq)
+                is_resend(session_id, events, stored, head)
+                return AppendResult(first, head, idempotent=True)
+            batch = prepare_batch(events)
+            conn.execute(
+                sa.insert(records_table),
+                [
+                    {"session_id": session_id, "seq": r.seq, "members": r.members, **self._pack_line(r.line)}
+                    for r in batch.records
+                ],
+            )
+            if batch.messages:
+                conn.execute(
+                    sa.insert(messages_table),
+                    [{"session_id": session_id, "seq": m.seq, "group_start": m.group_start} for m in batch.messages],
+                )
+            if batch.hidden:
+                conn.execute(
+                    sa.insert(hidden_table),
+                    [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
+                )
+            new_head = to_seq - 1
+            conn.execute(sa.update(sessions_table).where(sessions_table.c.id == session_id).values(head_seq=new_head))
+        return AppendResult(first, new_head)
+
+    def _pack_line(self, line: bytes) -> dict[str, Any]:
+        if len(line) >= COMPRESS_AT:
+            packed = self._compressor.compress(line)
+            if len(packed) < len(line):
+                return {"compressed": True, "data": packed}
+        return {"compressed": False, "data": line}
+
+    def _unpack_line(self, row: Any) -> bytes:
+        if not row.compressed:
+            return bytes(row.data)
+        try:
+            return self._decompressor.decompress(row.data, max_output_size=_MAX_LINE)
+        except zstandard.ZstdError as exc:
+            raise CorruptLogError(f"stored record at seq {row.seq} does not decompress: {exc}") from exc
+
+    # Reads.
+
+    async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
+        return await self._run(self._read_stored_sync, session_id, from_seq, to_seq)
+
+    def _read_stored_sync(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
+        with self._read() as conn:
+            stored = self._stored(conn, session_id, from_seq, to_seq)
+            if not stored:
+                self._require(conn, session_id)
+        return stored
+
+    def _stored(self, conn: Connection, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
+        c = records_table.c
+        # The record covering from_seq starts at most MAX_ROW_MEMBERS - 1 seqs before it.
+        base = conn.execute(
+            sa.select(sa.func.max(c.seq)).where(
+                c.session_id == session_id, c.seq <= from_seq, c.seq > from_seq - MAX_ROW_MEMBERS
+            )
+        ).scalar()
+        rows = conn.execute(
+            sa.select(c.seq, c.members, c.compressed, c.data)
+            .where(c.session_id == session_id, c.seq >= (from_seq if base is None else base), c.seq < to_seq)
+            .order_by(c.seq)
+        ).all()
+        return [StoredRecord(row.seq, row.members, self._unpack_line(row)) for row in rows]
+
+    def _require(self, conn: Connection, session_id: str) -> None:
+        found = conn.execute(sa.select(sessions_table.c.id).where(sessions_table.c.id == session_id)).first()
+        if found is None:
+            raise SessionNotFoundError(session_id)
+
+    async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
+        return await self._run(self._cuts_sync, session_id, to_seq, max_messages)
+
+    def _cuts_sync(self, session_id: str, to_seq: int, max_messages: int) -> list[int]:
+        with self._read() as conn:
+            self._require(conn, session_id)
+            h = hidden_table.c
+            hidden = [
+                HiddenRange(row.seq, row.start, row.end)
+                for row in conn.execute(
+                    sa.select(h.seq, h.start, h.end).where(h.session_id == session_id, h.seq < to_seq)
+                ).all()
+            ]
+            return select_cuts(
+                self._messages_desc(conn, session_id, to_seq), hidden, to_seq=to_seq, max_messages=max_messages
+            )
+
+    def _messages_desc(self, conn: Connection, session_id: str, to_seq: int) -> Iterator[MessageEntry]:
+        m = messages_table.c
+        below = to_seq
+        while True:
+            rows = conn.execute(
+                sa.select(m.seq, m.group_start)
+                .where(m.session_id == session_id, m.seq < below)
+                .order_by(m.seq.desc())
+                .limit(_MESSAGE_PAGE)
+            ).all()
+            for row in rows:
+                yield MessageEntry(row.seq, row.group_start)
+            if len(rows) < _MESSAGE_PAGE:
+                return
+            below = rows[-1].seq
+
+    async def close(self) -> None:
+        await anyio.to_thread.run_sync(self._engine.dispose)

@@ -1,0 +1,310 @@
+"""The store contract, run against every backend (see conftest.BACKENDS)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from codec import Event, ReplaceOp, SessionHeader, encode, pack_page
+from history_service.scenarios import compaction, multi_turn
+from persistence.base import HistoryStore
+from persistence.errors import SeqConflictError, SessionExistsError, SessionNotFoundError
+from tests.codec.helpers import plain, text
+
+pytestmark = pytest.mark.anyio
+
+
+def header(session_id: str = "s1", **extra: object) -> SessionHeader:
+    return SessionHeader(id=session_id, createdAt=1_700_000_000_000, **extra)  # type: ignore[arg-type]
+
+
+async def write(store: HistoryStore, events: Sequence[Event], sizes: Sequence[int], session_id: str = "s1") -> None:
+    await store.create_session(header(session_id))
+    start = 0
+    for size in sizes:
+        if start >= len(events):
+            break
+        await store.append(session_id, events[start : start + size])
+        start += size
+    if start < len(events):
+        await store.append(session_id, events[start:])
+
+
+def random_sizes(rand: random.Random, total: int) -> list[int]:
+    sizes: list[int] = []
+    while sum(sizes) < total:
+        sizes.append(rand.choice([1, 2, 3, 5, 17, 64, 300]))
+    return sizes
+
+
+# Sessions and headers.
+
+
+async def test_create_and_get_session(store: HistoryStore) -> None:
+    info = await store.create_session(header(cwd="/w"), owner="alice")
+    assert (info.owner, info.head_seq) == ("alice", -1)
+    got = await store.get_session("s1")
+    assert got.header == header(cwd="/w") and got.owner == "alice" and got.head_seq == -1
+
+
+async def test_duplicate_session_is_refused(store: HistoryStore) -> None:
+    await store.create_session(header())
+    with pytest.raises(SessionExistsError):
+        await store.create_session(header())
+
+
+async def test_unknown_session_raises_not_found_everywhere(store: HistoryStore) -> None:
+    with pytest.raises(SessionNotFoundError):
+        await store.get_session("nope")
+    with pytest.raises(SessionNotFoundError):
+        await store.append("nope", [plain(0)])
+    with pytest.raises(SessionNotFoundError):
+        await store.read_events("nope", 0, 1)
+    with pytest.raises(SessionNotFoundError):
+        await store.page_records("nope", 0, 1)
+    with pytest.raises(SessionNotFoundError):
+        await store.page_cuts("nope", to_seq=0, max_messages=50)
+    with pytest.raises(SessionNotFoundError):
+        await store.head_seq("nope")
+
+
+async def test_empty_session(store: HistoryStore) -> None:
+    await store.create_session(header())
+    assert await store.head_seq("s1") == -1
+    assert await store.read_events("s1", 0, 0) == []
+    assert await store.page_records("s1", 0, 0) == []
+    assert await store.page_cuts("s1", to_seq=0, max_messages=50) == [0]
+    result = await store.append("s1", [])
+    assert result.head_seq == -1
+
+
+async def test_ids_with_unusual_characters_are_kept_apart(store: HistoryStore) -> None:
+    ids = ["a/b", "a~b", "..", ".", "A", "a", "ü", "x" * 200, "sp ace"]
+    for i, session_id in enumerate(ids):
+        await store.create_session(header(session_id))
+        await store.append(session_id, [plain(0, data={"n": i})])
+    for i, session_id in enumerate(ids):
+        assert (await store.read_events(session_id, 0, 1))[0].data == {"n": i}
+
+
+# Appends.
+
+
+async def test_append_returns_the_new_head(store: HistoryStore) -> None:
+    await store.create_session(header())
+    result = await store.append("s1", [plain(0), plain(1)])
+    assert (result.first_seq, result.head_seq, result.idempotent) == (0, 1, False)
+    assert (await store.append("s1", [plain(2)])).head_seq == 2
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ([plain(3)], "batch starts at seq 3 but the session head is 1; expected 2"),
+        ([plain(2), plain(4)], r"events\[1\]\.seq is 4, expected 3"),
+        ([plain(1), plain(2)], "batch starts at seq 1 but the session head is 1"),
+        ([plain(1, data={"other": True})], "differs from the stored events"),
+        ([plain(0), plain(1, data={"other": True})], "differs from the stored events"),
+    ],
+    ids=["gap", "not-dense", "partial-overlap", "changed-content", "changed-tail"],
+)
+async def test_append_conflicts_carry_the_head(store: HistoryStore, batch: list[Event], message: str) -> None:
+    await store.create_session(header())
+    await store.append("s1", [plain(0), plain(1)])
+    with pytest.raises(SeqConflictError, match=message) as caught:
+        await store.append("s1", batch)
+    assert caught.value.head_seq == 1
+    assert await store.head_seq("s1") == 1
+
+
+async def test_exact_resend_is_idempotent(store: HistoryStore) -> None:
+    events = multi_turn(seed=3, turns=2)
+    await store.create_session(header())
+    await store.append("s1", events[:40])
+    await store.append("s1", events[40:90])
+    again = await store.append("s1", events[40:90])
+    assert again.idempotent and again.head_seq == 89
+    older = await store.append("s1", events[10:20])
+    assert older.idempotent and older.head_seq == 89
+    assert await store.read_events("s1", 0, 90) == events[:90]
+
+
+# Interval reads and page records.
+
+
+def layered_session() -> list[Event]:
+    """Runs longer than one stored row, runs split across batches, and short runs."""
+    events = [plain(0, "turn/start")]
+    events += [text(len(events) + k, 1000 + k, f"t{k}", index=0) for k in range(1100)]
+    events.append(plain(len(events), "step/end"))
+    events += [text(len(events) + k, 5000 - k, f"u{k}", index=1) for k in range(7)]
+    events += [text(len(events) + k, 6000, "v", index=2) for k in range(2)]
+    events.append(plain(len(events), "turn/end"))
+    return events
+
+
+async def test_interval_reads_at_every_boundary(store: HistoryStore) -> None:
+    events = multi_turn(seed=5, turns=2, max_run=12)
+    await write(store, events, random_sizes(random.Random(5), len(events)))
+    n = len(events)
+    for from_seq in range(n + 1):
+        for to_seq in range(from_seq, min(n, from_seq + 25) + 1):
+            assert await store.read_events("s1", from_seq, to_seq) == events[from_seq:to_seq]
+            records = await store.page_records("s1", from_seq, to_seq)
+            assert records == [encode(r) for r in pack_page(events[from_seq:to_seq])], (from_seq, to_seq)
+
+
+async def test_reads_starting_inside_long_packed_rows(store: HistoryStore) -> None:
+    events = layered_session()
+    await write(store, events, [600, 400, 5, 200])
+    n = len(events)
+    for from_seq in [
+        0,
+        1,
+        2,
+        3,
+        500,
+        599,
+        600,
+        601,
+        1000,
+        1023,
+        1024,
+        1025,
+        1099,
+        1100,
+        1101,
+        1102,
+        1105,
+        n - 2,
+        n - 1,
+    ]:
+        for to_seq in sorted({from_seq, from_seq + 1, from_seq + 3, min(n, from_seq + 1500), n}):
+            if to_seq > n:
+                continue
+            assert await store.read_events("s1", from_seq, to_seq) == events[from_seq:to_seq]
+            expected = [encode(r) for r in pack_page(events[from_seq:to_seq])]
+            assert await store.page_records("s1", from_seq, to_seq) == expected, (from_seq, to_seq)
+
+
+async def test_reads_past_the_head_are_clipped(store: HistoryStore) -> None:
+    await write(store, [plain(0), plain(1)], [2])
+    assert await store.read_events("s1", 1, 10) == [plain(1)]
+
+
+@pytest.mark.parametrize("layout", ["one-batch", "single-events", "random"])
+async def test_layout_blind_reads(store: HistoryStore, layout: str) -> None:
+    events = layered_session() + [
+        Event(e.type, e.seq + 1112, e.time, e.data, e.ignorable, e.sourceEventSeqs, e.surfaceOp, e.conversationOp)
+        for e in multi_turn(seed=9, turns=2)
+    ]
+    sizes = {
+        "one-batch": [len(events)],
+        "single-events": [1] * len(events),
+        "random": random_sizes(random.Random(1), len(events)),
+    }
+    await write(store, events, sizes[layout])
+    rand = random.Random(2)
+    intervals = [(0, len(events)), (0, 0), (len(events), len(events))]
+    for _ in range(60):
+        low, high = sorted((rand.randint(0, len(events)), rand.randint(0, len(events))))
+        intervals.append((low, high))
+    for from_seq, to_seq in intervals:
+        assert await store.read_events("s1", from_seq, to_seq) == events[from_seq:to_seq]
+        expected = [encode(r) for r in pack_page(events[from_seq:to_seq])]
+        assert await store.page_records("s1", from_seq, to_seq) == expected
+
+
+# Cut selection.
+
+
+def reference_cuts(events: Sequence[Event], to_seq: int, max_messages: int) -> list[int]:
+    """DESIGN §4, written directly over the logical events."""
+    hidden: set[int] = set()
+    for event in events[:to_seq]:
+        if isinstance(event.conversationOp, ReplaceOp):
+            hidden.update(range(event.conversationOp.start, event.conversationOp.end + 1))
+    cuts: list[int] = []
+    running, count = to_seq, 0
+    for event in reversed(events[:to_seq]):
+        if event.seq in hidden or event.type not in ("user/message", "assistant/message"):
+            continue
+        if isinstance(event.conversationOp, ReplaceOp):
+            group = event.seq
+        elif event.surfaceOp == "append":
+            group = min([event.seq, *(event.sourceEventSeqs or ())])
+        else:
+            continue
+        count += 1
+        running = min(running, group)
+        if not cuts or cuts[-1] != running:
+            cuts.append(running)
+        if count >= max_messages:
+            return cuts
+    return cuts + [0] if not cuts or cuts[-1] != 0 else cuts
+
+
+@pytest.mark.parametrize("scenario", ["multi-turn", "compaction"])
+async def test_cut_selection_matches_the_reference(store: HistoryStore, scenario: str) -> None:
+    events = multi_turn(seed=11, turns=6) if scenario == "multi-turn" else compaction(seed=12)
+    await write(store, events, random_sizes(random.Random(3), len(events)))
+    for to_seq in range(0, len(events) + 1, 7):
+        for max_messages in (1, 2, 3, 5, 50):
+            cuts = await store.page_cuts("s1", to_seq=to_seq, max_messages=max_messages)
+            assert cuts == reference_cuts(events, to_seq, max_messages), (to_seq, max_messages)
+
+
+async def test_conversation_op_hides_earlier_messages(store: HistoryStore) -> None:
+    events = [
+        plain(0, "user/message", {"text": "a"}, surfaceOp="append"),
+        plain(1, "assistant/message", {"text": "b"}, surfaceOp="append"),
+        plain(2, "user/message", {"text": "c"}, surfaceOp="append"),
+        plain(3, "user/message", {"text": "edit"}, surfaceOp=ReplaceOp(1, 2), conversationOp=ReplaceOp(1, 2)),
+        plain(4, "assistant/message", {"text": "d"}, surfaceOp="append", sourceEventSeqs=(4,)),
+    ]
+    await write(store, events, [5])
+    assert await store.page_cuts("s1", to_seq=5, max_messages=2) == [4, 3]
+    assert await store.page_cuts("s1", to_seq=5, max_messages=3) == [4, 3, 0]
+    # Only events before to_seq count: before the edit, nothing is hidden.
+    assert await store.page_cuts("s1", to_seq=3, max_messages=2) == [2, 1]
+
+
+async def test_a_message_with_many_sources_pulls_its_chunks_into_one_page(store: HistoryStore) -> None:
+    events = [plain(0, "user/message", {"text": "q"}, surfaceOp="append")]
+    events += [text(1 + k, 10 + k, "x") for k in range(200)]
+    events.append(
+        plain(201, "assistant/message", {"text": "a"}, surfaceOp="append", sourceEventSeqs=tuple(range(1, 201)))
+    )
+    await write(store, events, [50, 151])
+    cuts = await store.page_cuts("s1", to_seq=202, max_messages=1)
+    assert cuts == [1]
+    records = await store.page_records("s1", cuts[-1], 202)
+    assert [r[:10] for r in records] == [b'{"chunks":', b'{"event":{']
+
+
+async def test_compaction_replacement_consumes_no_quota(store: HistoryStore) -> None:
+    events = [
+        plain(0, "user/message", {"text": "q"}, surfaceOp="append"),
+        plain(1, "compaction/summary", {"s": 1}),
+        plain(2, "user/message", {"text": "copy"}, surfaceOp=ReplaceOp(0, 0), sourceEventSeqs=(0,)),
+        plain(3, "assistant/message", {"text": "a"}, surfaceOp="append"),
+    ]
+    await write(store, events, [4])
+    assert await store.page_cuts("s1", to_seq=4, max_messages=2) == [3, 0]
+
+
+# Subagent children.
+
+
+async def test_children_are_direct_subagent_children_only(store: HistoryStore) -> None:
+    await store.create_session(header("parent"))
+    await store.create_session(header("child-b", parentSession="parent", origin="subagent"))
+    await store.create_session(header("child-a", parentSession="parent", origin="subagent"))
+    await store.create_session(header("grandchild", parentSession="child-a", origin="subagent"))
+    await store.create_session(header("fork", parentSession="parent"))
+    assert [h.id for h in await store.children("parent")] == ["child-a", "child-b"]
+    assert [h.id for h in await store.children("child-a")] == ["grandchild"]
+    assert await store.children("grandchild") == []
+    assert await store.children("unknown") == []
