@@ -43,7 +43,7 @@ from codec.events import (
     canonical_event,
 )
 from codec.records import Page, PageRecord, check_page, iter_page_events, pack_page, page_record, record_seq_range
-from codec.session_log import SessionLog, read_session_log
+from codec.session_log import SessionLog, read_header, read_session_log, record_from_value
 from codec.wire import (
     decode_event,
     decode_events,
@@ -97,9 +97,11 @@ __all__ = [
     "Page",
     "page_record",
     "PageRecord",
+    "read_header",
     "read_session_log",
     "ReasoningChunks",
     "ReasoningDelta",
+    "record_from_value",
     "record_range",
     "record_seq_range",
     "RecordFormatError",

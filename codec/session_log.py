@@ -13,12 +13,12 @@ from typing import Any
 import msgspec
 
 from codec._paths import describe
-from codec.chunk_rows import ROW_TAGS, expand_row, row_from_value
+from codec.chunk_rows import ROW_TAGS, StorageRecord, expand_records, row_from_value
 from codec.errors import EventValidationError, RecordFormatError, RowFormatError
 from codec.events import Event, SessionHeader
 from codec.wire import decode_json, event_from_value
 
-__all__ = ["SessionLog", "read_session_log"]
+__all__ = ["SessionLog", "read_header", "read_session_log", "record_from_value"]
 
 
 class SessionLog(msgspec.Struct, frozen=True):
@@ -38,21 +38,28 @@ def read_session_log(data: bytes) -> SessionLog:
     header = _header(lines[0])
     events: list[Event] = []
     for number, line in enumerate(lines[1:], start=2):
-        value = _object(line, number)
         seq = len(events)
-        tag = value.get("type")
-        if type(tag) is str and tag in ROW_TAGS:
-            try:
-                row = row_from_value(_with_position(value, "seq0", "time0", seq))
-            except RowFormatError as exc:
-                raise RowFormatError(f"line {number}: {exc}") from exc
-            _check_seq(row.seq0, seq, number)
-            events.extend(expand_row(row))
-        else:
-            event = event_from_value(_with_position(value, "seq", "time", seq), where=f"line {number}")
-            _check_seq(event.seq, seq, number)
-            events.append(event)
+        record = record_from_value(_object(line, number), seq, where=f"line {number}")
+        first = record.seq if type(record) is Event else record.seq0  # type: ignore[union-attr]
+        _check_seq(first, seq, number)
+        events.extend(expand_records([record]))
     return SessionLog(header, events)
+
+
+def record_from_value(value: dict[str, Any], seq: int, *, where: str = "record") -> StorageRecord:
+    """Validate one decoded storage line; a missing ``seq``/``seq0`` becomes ``seq`` and a missing time 0."""
+    tag = value.get("type")
+    if type(tag) is str and tag in ROW_TAGS:
+        try:
+            return row_from_value(_with_position(value, "seq0", "time0", seq))
+        except RowFormatError as exc:
+            raise RowFormatError(f"{where}: {exc}") from exc
+    return event_from_value(_with_position(value, "seq", "time", seq), where=where)
+
+
+def read_header(line: bytes) -> SessionHeader:
+    """Decode a header line, which may omit ``version`` (it is 0)."""
+    return _header(line)
 
 
 def _header(line: bytes) -> SessionHeader:

@@ -15,9 +15,11 @@ from persistence.errors import (
     SessionNotFoundError,
     StoreError,
 )
+from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.message_index import select_cuts
 from persistence.sql import SqlStore
+from persistence.url import open_store
 
 __all__ = [
     "AppendResult",
@@ -25,7 +27,9 @@ __all__ = [
     "DEFAULT_OWNER",
     "HistoryStore",
     "InvalidSessionIdError",
+    "JsonlStore",
     "MemoryStore",
+    "open_store",
     "SchemaVersionError",
     "select_cuts",
     "SeqConflictError",

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from codec import Event, SessionHeader
 from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo, check_batch, events_in, is_resend
 from persistence.errors import SessionExistsError, SessionNotFoundError
-from persistence.message_index import HiddenRange, MessageEntry, select_cuts
+from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 from persistence.stored import StoredRecord, prepare_batch
 
 __all__ = ["MemoryStore", "RecordIndex"]
@@ -20,9 +20,7 @@ class RecordIndex:
     def __init__(self) -> None:
         self.records: list[StoredRecord] = []
         self.starts: list[int] = []
-        self.messages: list[MessageEntry] = []
-        self.message_seqs: list[int] = []
-        self.hidden: list[HiddenRange] = []
+        self.messages = MessageIndex()
         self.head = -1
 
     def add(
@@ -32,22 +30,13 @@ class RecordIndex:
             self.records.append(record)
             self.starts.append(record.seq)
             self.head = record.seq + record.members - 1
-        self.messages.extend(messages)
-        self.message_seqs.extend(entry.seq for entry in messages)
-        self.hidden.extend(hidden)
+        self.messages.add(messages, hidden)
 
     def covering(self, from_seq: int, to_seq: int) -> tuple[int, int]:
         """The index range of records that overlap ``[from_seq, to_seq)``."""
         first = max(0, bisect.bisect_right(self.starts, from_seq) - 1)
         last = bisect.bisect_left(self.starts, to_seq)
         return first, last
-
-    def messages_desc(self, to_seq: int) -> Iterator[MessageEntry]:
-        for i in range(bisect.bisect_left(self.message_seqs, to_seq) - 1, -1, -1):
-            yield self.messages[i]
-
-    def cuts(self, to_seq: int, max_messages: int) -> list[int]:
-        return select_cuts(self.messages_desc(to_seq), self.hidden, to_seq=to_seq, max_messages=max_messages)
 
 
 class _Session:
@@ -99,7 +88,7 @@ class MemoryStore(HistoryStore):
         return index.records[first:last]
 
     async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
-        return self._session(session_id).index.cuts(to_seq, max_messages)
+        return self._session(session_id).index.messages.cuts(to_seq, max_messages)
 
     async def children(self, parent_id: str) -> list[SessionHeader]:
         return sorted(

@@ -16,14 +16,14 @@ explicit ``through`` never changes.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final, NamedTuple
 
 from msgspec import UNSET
 
 from codec import Event
 
-__all__ = ["HiddenRange", "MessageEntry", "index_entries", "merge_ranges", "select_cuts"]
+__all__ = ["HiddenRange", "MessageEntry", "MessageIndex", "index_entries", "merge_ranges", "select_cuts"]
 
 _MESSAGE_TYPES: Final = frozenset({"user/message", "assistant/message"})
 
@@ -113,3 +113,25 @@ def select_cuts(
     if not cuts or cuts[-1] != 0:
         cuts.append(0)
     return cuts
+
+
+class MessageIndex:
+    """A session's counted messages and hidden ranges, kept in memory in seq order."""
+
+    def __init__(self) -> None:
+        self.messages: list[MessageEntry] = []
+        self.seqs: list[int] = []
+        self.hidden: list[HiddenRange] = []
+
+    def add(self, messages: Iterable[MessageEntry], hidden: Iterable[HiddenRange]) -> None:
+        for entry in messages:
+            self.messages.append(entry)
+            self.seqs.append(entry.seq)
+        self.hidden.extend(hidden)
+
+    def messages_desc(self, to_seq: int) -> Iterator[MessageEntry]:
+        for i in range(bisect.bisect_left(self.seqs, to_seq) - 1, -1, -1):
+            yield self.messages[i]
+
+    def cuts(self, to_seq: int, max_messages: int) -> list[int]:
+        return select_cuts(self.messages_desc(to_seq), self.hidden, to_seq=to_seq, max_messages=max_messages)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from persistence.base import HistoryStore
+from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.sql import SqlStore, metadata
 
@@ -14,6 +15,8 @@ PG_URL = os.environ.get("HISTORY_TEST_PG_URL")
 BACKENDS = [
     "memory",
     "sqlite",
+    "jsonl",
+    "jsonl-zstd",
     pytest.param("postgresql", marks=pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set")),
 ]
 
@@ -25,6 +28,10 @@ async def open_backend(name: str, tmp_path: Path) -> HistoryStore:
         return MemoryStore()
     if name == "sqlite":
         return await SqlStore.open(f"sqlite:///{tmp_path / 'history.db'}")
+    if name == "jsonl":
+        return await JsonlStore.open(tmp_path / "jsonl")
+    if name == "jsonl-zstd":
+        return await JsonlStore.open(tmp_path / "jsonl", compression="zstd")
     if name == "postgresql":
         assert PG_URL
         return await fresh_postgres_store(PG_URL)
