@@ -9,7 +9,7 @@ from any store.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final
 
 from msgspec import Struct
@@ -92,6 +92,14 @@ def events_in(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> lis
     return events
 
 
+def _draining(items: list[StoredRecord]) -> Iterator[StoredRecord]:
+    # Hand records over one by one and drop each line once consumed: the page, not the
+    # stored lines plus the page, bounds the read's memory.
+    items.reverse()
+    while items:
+        yield items.pop()
+
+
 class HistoryStore(ABC):
     """An async session store. Every method may raise `persistence.errors.StoreError` subclasses."""
 
@@ -151,4 +159,5 @@ class HistoryStore(ABC):
         if to_seq <= from_seq:
             await self.get_session(session_id)
             return []
-        return build_page_records(await self.read_stored(session_id, from_seq, to_seq), from_seq, to_seq)
+        stored = await self.read_stored(session_id, from_seq, to_seq)
+        return build_page_records(_draining(stored), from_seq, to_seq)

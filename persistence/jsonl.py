@@ -25,8 +25,10 @@ import contextlib
 import fcntl
 import functools
 import os
+import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -67,6 +69,7 @@ INDEX_NAME: Final = "index.jsonl"
 OWNER_NAME: Final = "owner"
 LOCK_NAME: Final = "lock"
 _MAX_DIR_NAME: Final = 240
+_READ_WINDOW: Final = 1 << 20
 _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 T = TypeVar("T")
 
@@ -101,13 +104,59 @@ class _IndexHead(msgspec.Struct, frozen=True):
 
 
 class _Entry(msgspec.Struct, frozen=True, array_like=True):
-    """One batch: its byte span in the log, and its records as (seq, members, offset, length, canonical)."""
+    """One batch: its byte span in the log, and columns of little-endian int64s (base64 in JSON).
+
+    Per record: first seq, member count, offset and length of its line within the batch,
+    and a byte that is 1 when the line is canonical JSON. Columns load without a Python
+    loop, so opening a long session costs little more than opening a short one.
+    """
 
     start: int
     end: int
-    records: list[tuple[int, int, int, int, bool]]
-    messages: list[tuple[int, int]]
+    seqs: bytes
+    members: bytes
+    offsets: bytes
+    lengths: bytes
+    canonical: bytes
+    message_seqs: bytes
+    message_groups: bytes
     hidden: list[tuple[int, int, int]]
+
+
+def _column(values: Iterable[int]) -> bytes:
+    packed = array("q", values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _extend(target: array[int], data: bytes) -> None:
+    column = array("q")
+    column.frombytes(data)
+    if sys.byteorder == "big":
+        column.byteswap()
+    target.extend(column)
+
+
+def _entry(
+    start: int,
+    end: int,
+    records: Sequence[tuple[int, int, int, int, bool]],
+    messages: Sequence[MessageEntry],
+    hidden: Sequence[HiddenRange],
+) -> _Entry:
+    return _Entry(
+        start,
+        end,
+        _column(r[0] for r in records),
+        _column(r[1] for r in records),
+        _column(r[2] for r in records),
+        _column(r[3] for r in records),
+        bytes(1 if r[4] else 0 for r in records),
+        _column(m.seq for m in messages),
+        _column(m.group_start for m in messages),
+        [(h.at, h.start, h.end) for h in hidden],
+    )
 
 
 _HEAD: Final = msgspec.json.Decoder(_IndexHead)
@@ -126,19 +175,31 @@ class _State:
         self.index_size = 0
         self.log_end = head.headerEnd
         self.entries: list[_Entry] = []
-        self.starts: list[int] = []
-        self.positions: list[tuple[int, int, int, int, bool]] = []  # (members, block, offset, length, canonical)
+        self.starts = array("q")
+        self.members = array("q")
+        self.blocks = array("q")
+        self.offsets = array("q")
+        self.lengths = array("q")
+        self.canonical = bytearray()
         self.messages = MessageIndex()
         self.head = -1
 
     def add(self, entry: _Entry) -> None:
         block = len(self.entries)
         self.entries.append(entry)
-        for seq, members, offset, length, canonical in entry.records:
-            self.starts.append(seq)
-            self.positions.append((members, block, offset, length, canonical))
-            self.head = seq + members - 1
-        self.messages.add((MessageEntry(*m) for m in entry.messages), (HiddenRange(*h) for h in entry.hidden))
+        before = len(self.starts)
+        _extend(self.starts, entry.seqs)
+        _extend(self.members, entry.members)
+        _extend(self.offsets, entry.offsets)
+        _extend(self.lengths, entry.lengths)
+        self.canonical += entry.canonical
+        added = len(self.starts) - before
+        self.blocks.extend(array("q", [block]) * added)
+        if added:
+            self.head = self.starts[-1] + self.members[-1] - 1
+        _extend(self.messages.seqs, entry.message_seqs)
+        _extend(self.messages.groups, entry.message_groups)
+        self.messages.hidden.extend(HiddenRange(*h) for h in entry.hidden)
         self.log_end = entry.end
 
 
@@ -370,13 +431,7 @@ class JsonlStore(HistoryStore):
                 raise CorruptLogError(f"{log_path}: frame at byte {base + start} ends inside a line")
             if records:
                 messages, hidden = index_entries(events)
-                entry = _Entry(
-                    base + start,
-                    base + (end if self._zstd else used),
-                    records,
-                    [tuple(m) for m in messages],  # type: ignore[misc]
-                    [tuple(h) for h in hidden],  # type: ignore[misc]
-                )
+                entry = _entry(base + start, base + (end if self._zstd else used), records, messages, hidden)
                 line = encode(entry) + b"\n"
                 with open(state.directory / INDEX_NAME, "ab") as index:
                     index.write(line)
@@ -465,13 +520,7 @@ class JsonlStore(HistoryStore):
                 content += record.line
                 content += b"\n"
             block = self._frame(bytes(content))
-            entry = _Entry(
-                state.log_end,
-                state.log_end + len(block),
-                records,
-                [tuple(m) for m in batch.messages],  # type: ignore[misc]
-                [tuple(h) for h in batch.hidden],  # type: ignore[misc]
-            )
+            entry = _entry(state.log_end, state.log_end + len(block), records, batch.messages, batch.hidden)
             self._commit(state, entry, block)
         return AppendResult(first, state.head)
 
@@ -510,29 +559,28 @@ class JsonlStore(HistoryStore):
     def _stored(self, state: _State, from_seq: int, to_seq: int) -> list[StoredRecord]:
         first = max(0, bisect.bisect_right(state.starts, from_seq) - 1)
         last = bisect.bisect_left(state.starts, to_seq)
+        out: list[StoredRecord] = []
         if first >= last:
-            return []
-        out = []
+            return out
         with open(state.directory / self._log_name, "rb") as log:
-            for block, indexes in _by_block(state, first, last):
-                entry = state.entries[block]
+            ranges = _block_ranges(state, first, last) if self._zstd else _windows(state, first, last)
+            for start, lo, hi in ranges:
                 if self._zstd:
+                    entry = state.entries[start]
                     content = (
                         zstandard.ZstdDecompressor().decompressobj().decompress(_pread(log, entry.start, entry.end))
                     )
                     base = 0
                 else:
-                    lo = state.positions[indexes[0]][2]
-                    hi = state.positions[indexes[-1]][2] + state.positions[indexes[-1]][3]
-                    content = _pread(log, entry.start + lo, entry.start + hi)
-                    base = lo
-                for i in indexes:
-                    members, _, offset, length, canonical = state.positions[i]
-                    line = content[offset - base : offset - base + length]
+                    content = _pread(log, start, _position(state, hi - 1) + state.lengths[hi - 1])
+                    base = start
+                for i in range(lo, hi):
+                    offset = (state.offsets[i] if self._zstd else _position(state, i)) - base
+                    line = content[offset : offset + state.lengths[i]]
                     seq = state.starts[i]
-                    if not canonical:
+                    if not state.canonical[i]:
                         line = encode(record_from_value(decode_json(line), seq))
-                    out.append(StoredRecord(seq, members, line))
+                    out.append(StoredRecord(seq, state.members[i], line))
         return out
 
     async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
@@ -544,15 +592,29 @@ class JsonlStore(HistoryStore):
         self._headers.clear()
 
 
-def _by_block(state: _State, first: int, last: int) -> Iterator[tuple[int, list[int]]]:
-    current: list[int] = []
-    block = state.positions[first][1]
-    for i in range(first, last):
-        if state.positions[i][1] != block:
-            yield block, current
-            block, current = state.positions[i][1], []
-        current.append(i)
-    yield block, current
+def _block_ranges(state: _State, first: int, last: int) -> Iterator[tuple[int, int, int]]:
+    """``(block, lo, hi)`` for each run of records ``first..last-1`` that share a batch (a zstd frame)."""
+    blocks = state.blocks
+    lo = first
+    for i in range(first + 1, last + 1):
+        if i == last or blocks[i] != blocks[lo]:
+            yield blocks[lo], lo, i
+            lo = i
+
+
+def _position(state: _State, i: int) -> int:
+    return state.entries[state.blocks[i]].start + state.offsets[i]
+
+
+def _windows(state: _State, first: int, last: int) -> Iterator[tuple[int, int, int]]:
+    """``(log offset, lo, hi)`` for reads of at most `_READ_WINDOW` bytes (or one record) over a plain log."""
+    lo = first
+    start = _position(state, lo)
+    for i in range(first + 1, last + 1):
+        if i == last or _position(state, i) + state.lengths[i] - start > _READ_WINDOW:
+            yield start, lo, i
+            if i < last:
+                lo, start = i, _position(state, i)
 
 
 def _pread(log: Any, start: int, end: int) -> bytes:

@@ -16,6 +16,7 @@ explicit ``through`` never changes.
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Final, NamedTuple
 
@@ -116,22 +117,23 @@ def select_cuts(
 
 
 class MessageIndex:
-    """A session's counted messages and hidden ranges, kept in memory in seq order."""
+    """A session's counted messages (as two int64 arrays) and hidden ranges, in seq order."""
 
     def __init__(self) -> None:
-        self.messages: list[MessageEntry] = []
-        self.seqs: list[int] = []
+        self.seqs = array("q")
+        self.groups = array("q")
         self.hidden: list[HiddenRange] = []
 
     def add(self, messages: Iterable[MessageEntry], hidden: Iterable[HiddenRange]) -> None:
         for entry in messages:
-            self.messages.append(entry)
             self.seqs.append(entry.seq)
+            self.groups.append(entry.group_start)
         self.hidden.extend(hidden)
 
     def messages_desc(self, to_seq: int) -> Iterator[MessageEntry]:
-        for i in range(bisect.bisect_left(self.seqs, to_seq) - 1, -1, -1):
-            yield self.messages[i]
+        seqs, groups = self.seqs, self.groups
+        for i in range(bisect.bisect_left(seqs, to_seq) - 1, -1, -1):
+            yield MessageEntry(seqs[i], groups[i])
 
     def cuts(self, to_seq: int, max_messages: int) -> list[int]:
         return select_cuts(self.messages_desc(to_seq), self.hidden, to_seq=to_seq, max_messages=max_messages)

@@ -110,12 +110,17 @@ class _Run:
         self.last_time = time
         self.count = 0
         self.dt: list[int] = []
-        self.parts: list[bytes] = []
+        self.parts: list[bytes | memoryview] = []
         # (line, None) for a stored single event, (None, texts) for members cut from a row.
         self.units: list[tuple[bytes | None, list[str] | None]] = []
 
     def add(
-        self, first_time: int, dt: list[int], count: int, part: bytes, unit: tuple[bytes | None, list[str] | None]
+        self,
+        first_time: int,
+        dt: list[int],
+        count: int,
+        part: bytes | memoryview,
+        unit: tuple[bytes | None, list[str] | None],
     ) -> None:
         if self.count:
             self.dt.append(first_time - self.last_time)
@@ -196,13 +201,14 @@ def build_page_records(stored: Iterable[StoredRecord], from_seq: int, to_seq: in
             dt = row.data.dt
             payload = row.data.args if isinstance(row.data, _ToolData) else row.data.texts
             members: list[str] | None = None
+            part: bytes | memoryview
             if start or stop < count:
                 members = _STRINGS.decode(payload)[start:stop]
                 time += sum(dt[:start])
                 dt = dt[start : stop - 1]
                 part = encode(members)[1:-1]
             else:
-                part = bytes(payload)[1:-1]
+                part = memoryview(payload)[1:-1]
             first = seq + start
             if run is None or not continues_run(run.head, run.last_seq, run.last_time, head, first, time):
                 if run is not None:

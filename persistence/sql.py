@@ -298,7 +298,7 @@ class SqlStore(HistoryStore):
             sa.select(c.seq, c.members, c.compressed, c.data)
             .where(c.session_id == session_id, c.seq >= (from_seq if base is None else base), c.seq < to_seq)
             .order_by(c.seq)
-        ).all()
+        )
         return [StoredRecord(row.seq, row.members, self._unpack_line(row)) for row in rows]
 
     def _require(self, conn: Connection, session_id: str) -> None:
