@@ -10,7 +10,7 @@ export HISTORY_CORPUS_DIR
 
 PACKAGES := codec persistence history_service
 
-.PHONY: test lint typecheck unit bench venv clean
+.PHONY: serve test lint typecheck unit bench venv clean
 
 venv: $(STAMP)
 
@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/history-service serve --demo
 
 test: lint typecheck unit
 

@@ -6,11 +6,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
 import anyio
 
-from codec import CodecError, encode, read_session_log
+from codec import CodecError, SessionHeader, encode, read_session_log
+from history_service.scenarios import TIME_ZERO, multi_turn
 from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store
 
 __all__ = ["main"]
@@ -18,6 +19,7 @@ __all__ = ["main"]
 DEFAULT_STORE: Final = "sqlite:///history.db"
 IMPORT_BATCH: Final = 512
 EXPORT_WINDOW: Final = 10_000
+DEMO_SESSION: Final = "demo"
 
 STORE_HELP: Final = (
     "store URL: sqlite:///path.db (default: %(default)s), postgresql+psycopg://user@host/db, "
@@ -46,6 +48,28 @@ def _parser() -> argparse.ArgumentParser:
     importer.add_argument(
         "--owner", default=DEFAULT_OWNER, help="principal that owns the imported sessions (default: %(default)s)"
     )
+
+    server = commands.add_parser(
+        "serve",
+        help="run the HTTP service",
+        description=(
+            "Serve session.page, session.follow and appends over HTTP with uvicorn. Settings also come from "
+            "HISTORY_* variables (HISTORY_STORE, HISTORY_AUTH, HISTORY_SERVICE_TOKENS, ...); flags win."
+        ),
+    )
+    server.add_argument("--store", default=None, help=STORE_HELP.replace("%(default)s", DEFAULT_STORE))
+    server.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
+    server.add_argument("--port", type=int, default=8000, help="port to bind (default: %(default)s)")
+    server.add_argument(
+        "--auth",
+        choices=["none", "token"],
+        default=None,
+        help="none: one local principal (default); token: a service bearer token plus X-Principal",
+    )
+    server.add_argument(
+        "--token-file", type=Path, help="file of accepted service tokens, one per line (or HISTORY_SERVICE_TOKENS)"
+    )
+    server.add_argument("--demo", action="store_true", help="seed a demo session (if missing) and print its URLs")
 
     exporter = commands.add_parser(
         "export",
@@ -107,9 +131,64 @@ async def _run(args: argparse.Namespace, out: TextIO) -> None:
         await store.close()
 
 
+async def _seed_demo(url: str, out: TextIO) -> int:
+    store = await open_store(url)
+    try:
+        try:
+            return (await store.get_session(DEMO_SESSION)).head_seq + 1
+        except StoreError:
+            pass
+        events = multi_turn(seed=1, turns=8)
+        await store.create_session(SessionHeader(id=DEMO_SESSION, createdAt=TIME_ZERO))
+        await store.append(DEMO_SESSION, events)
+        return len(events)
+    finally:
+        await store.close()
+
+
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    import uvicorn
+
+    from history_service.app import create_app
+    from history_service.settings import Settings, read_token_file
+
+    tokens = read_token_file(args.token_file) if args.token_file else None
+    try:
+        settings = Settings.from_env(store_url=args.store, auth=args.auth, tokens=tokens)
+    except ValueError as exc:
+        print(f"history-service: error: {exc}", file=sys.stderr)
+        return 2
+    if args.demo:
+        count = anyio.run(_seed_demo, settings.store_url, out)
+        base = f"http://{args.host}:{args.port}/v1/sessions/{DEMO_SESSION}"
+        print(f"demo session {DEMO_SESSION!r} ({count} events) in {settings.store_url}", file=out)
+        print(f"  page:   curl -s {base}/page", file=out)
+        print(f"  follow: curl -N {base}/follow", file=out)
+        out.flush()
+    app = create_app(settings)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # End follow streams first, so the graceful shutdown does not wait on them.
+            service = getattr(app.state, "service", None)
+            if service is not None:
+                service.hub.close()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=5, lifespan="on")
+    Server(config).run()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
+    if args.command == "serve":
+        try:
+            return _serve(args, out or sys.stdout)
+        except (StoreError, OSError) as exc:
+            print(f"history-service: error: {exc}", file=sys.stderr)
+            return 1
     try:
         anyio.run(_run, args, out or sys.stdout)
     except (StoreError, OSError) as exc:

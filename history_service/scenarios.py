@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from codec import DeltaData, Event, ReasoningDelta, ReplaceOp, TextDelta, ToolCallDelta
 
-__all__ = ["TIME_ZERO", "compaction", "multi_turn"]
+__all__ = ["TIME_ZERO", "compaction", "dsh_synthetic", "dsh_token", "multi_turn"]
 
 TIME_ZERO: Final = 1_700_000_000_000
 _WORDS: Final = (
@@ -147,3 +147,58 @@ def compaction(*, seed: int = 0, turns: int = 4) -> list[Event]:
     )
     _turn(b, turns + 1, max_run=20)
     return b.events
+
+
+DSH_DELTA_EVENTS: Final = 416_176
+DSH_DELTA_RUNS: Final = 116
+_DIGITS: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _base36(value: int) -> str:
+    out = ""
+    while True:
+        value, digit = divmod(value, 36)
+        out = _DIGITS[digit] + out
+        if not value:
+            return out
+
+
+def dsh_token(run: int, member: int) -> str:
+    """The seed's 2-character member text for member ``member`` of run ``run``."""
+    value = (((run + 1) * 0x9E3779B1) % 2**32) ^ (((member + 1) * 0x85EBCA6B) % 2**32)
+    return _base36(value).rjust(7, "0")[-2:]
+
+
+def dsh_synthetic(*, scale: int = 1) -> list[Event]:
+    """The seed benchmark's fixture (DESIGN §12): 416,756 events, 116 reasoning runs, 580 ordinary events.
+
+    ``scale`` divides every run length (rounding up), for smoke runs.
+    """
+    events: list[Event] = []
+
+    def add(type_: str, data: Any, **extra: Any) -> None:
+        seq = len(events)
+        events.append(Event(type_, seq, TIME_ZERO + seq, data, **extra))
+
+    add("turn/start", {"turn": 1})
+    message = {
+        "id": "00000000-0000-4000-8000-000000000001",
+        "role": "user",
+        "content": [{"type": "text", "text": "synthetic history transport benchmark"}],
+        "source": {"kind": "user"},
+    }
+    add("user/message", message, surfaceOp="append")
+    add("step/start", {"turn": 1, "step": 1})
+    base, extra = divmod(DSH_DELTA_EVENTS, DSH_DELTA_RUNS)
+    for run in range(DSH_DELTA_RUNS):
+        members = -(-(base + (1 if run < extra else 0)) // scale)
+        seq = len(events)
+        events.extend(
+            Event(
+                "assistant/chunk", seq + i, TIME_ZERO + seq + i, DeltaData(1, 1, ReasoningDelta(run, dsh_token(run, i)))
+            )
+            for i in range(members)
+        )
+        for separator in range(4 if run < 3 else 5):
+            add("benchmark/separator", {"run": run, "separator": separator}, ignorable=True)
+    return events

@@ -1,0 +1,38 @@
+"""Who is calling (DESIGN §8): ``none`` is the one principal ``local``; ``token`` trusts the gateway.
+
+With ``token``, the gateway sends ``Authorization: Bearer <service token>``, compared in
+constant time against every configured token, and ``X-Principal: <user id>``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Final
+
+from starlette.requests import Request
+
+from history_service.errors import ApiError
+from history_service.settings import Settings
+from persistence import DEFAULT_OWNER
+
+__all__ = ["principal"]
+
+_MAX_PRINCIPAL: Final = 256
+
+
+def principal(request: Request, settings: Settings) -> str:
+    """The caller's principal, or `ApiError` 401."""
+    if settings.auth == "none":
+        return DEFAULT_OWNER
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    presented = token.strip().encode()
+    # Compare against every token so the time does not depend on which one matched.
+    matched = False
+    for candidate in settings.tokens:
+        matched |= hmac.compare_digest(presented, candidate.encode())
+    if scheme.lower() != "bearer" or not matched:
+        raise ApiError(401, "unauthorized", "missing or invalid service token")
+    who = request.headers.get("x-principal", "").strip()
+    if not who or len(who) > _MAX_PRINCIPAL:
+        raise ApiError(401, "unauthorized", "missing or invalid X-Principal")
+    return who

@@ -1,0 +1,90 @@
+"""Service configuration: one frozen `Settings`, parsed from the environment once, at the edge."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final, Literal
+
+import msgspec
+
+__all__ = ["DEFAULT_STORE", "Settings"]
+
+DEFAULT_STORE: Final = "sqlite:///history.db"
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """Every knob of the service. Unknown or invalid values raise ``ValueError`` at startup.
+
+    Parameters:
+        store_url: the store (see `persistence.url`).
+        auth: ``none`` (one principal, ``local``) or ``token`` (a service bearer token plus ``X-Principal``).
+        tokens: accepted service tokens when ``auth == "token"``.
+        max_batch_events: most logical events one append may carry (413 beyond).
+        max_body_bytes: most request-body bytes, before and after decompression (413 beyond).
+        default_max_bytes: the page byte target when a request gives no ``maxBytes``.
+        page_cache_bytes: memory for encoded immutable pages (explicit ``through``).
+        ping_interval: seconds between ``: ping`` comments on an idle follow stream.
+        retry_ms: the ``retry:`` a follow stream advertises.
+        follow_buffer: recent events kept per session for followers; a follower further
+            behind catches up from the store.
+        enable_test_seed: mount ``POST /v1/test-only/seed``.
+    """
+
+    store_url: str = DEFAULT_STORE
+    auth: Literal["none", "token"] = "none"
+    tokens: tuple[str, ...] = ()
+    max_batch_events: int = 100_000
+    max_body_bytes: int = 64 * 1024 * 1024
+    default_max_bytes: int = 16 * 1024 * 1024
+    page_cache_bytes: int = 64 * 1024 * 1024
+    ping_interval: float = 15.0
+    retry_ms: int = 1000
+    follow_buffer: int = 8192
+    enable_test_seed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.auth == "token" and not self.tokens:
+            raise ValueError("auth=token needs at least one service token (HISTORY_SERVICE_TOKENS or --token-file)")
+        for name in ("max_batch_events", "max_body_bytes", "default_max_bytes", "follow_buffer", "retry_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.ping_interval <= 0 or self.page_cache_bytes < 0:
+            raise ValueError("ping_interval must be positive and page_cache_bytes not negative")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: object) -> Settings:
+        """Read ``HISTORY_*`` variables; keyword overrides (from CLI flags) win."""
+        values: dict[str, object] = {}
+        table = {
+            "HISTORY_STORE": ("store_url", str),
+            "HISTORY_AUTH": ("auth", str),
+            "HISTORY_MAX_BATCH_EVENTS": ("max_batch_events", int),
+            "HISTORY_MAX_BODY_BYTES": ("max_body_bytes", int),
+            "HISTORY_DEFAULT_MAX_BYTES": ("default_max_bytes", int),
+            "HISTORY_PAGE_CACHE_BYTES": ("page_cache_bytes", int),
+            "HISTORY_PING_INTERVAL": ("ping_interval", float),
+            "HISTORY_RETRY_MS": ("retry_ms", int),
+            "HISTORY_FOLLOW_BUFFER": ("follow_buffer", int),
+        }
+        for variable, (name, kind) in table.items():
+            if variable in environ:
+                try:
+                    values[name] = kind(environ[variable])
+                except ValueError:
+                    raise ValueError(f"{variable}={environ[variable]!r} is not a valid {kind.__name__}") from None
+        if "HISTORY_SERVICE_TOKENS" in environ:
+            values["tokens"] = tuple(t.strip() for t in environ["HISTORY_SERVICE_TOKENS"].split(",") if t.strip())
+        values["enable_test_seed"] = environ.get("HISTORY_ENABLE_TEST_SEED") == "1"
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return msgspec.convert(values, cls)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"invalid setting: {exc}") from exc
+
+
+def read_token_file(path: Path) -> tuple[str, ...]:
+    """Tokens from a file, one per line; blank lines and ``#`` comments are ignored."""
+    lines = path.read_text().splitlines()
+    return tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
