@@ -1,0 +1,196 @@
+"""session.follow against a real uvicorn server on 127.0.0.1: exact, in order, once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import uvicorn
+
+from codec import DeltaData, Event, TextDelta, check_page, decode_page, encode, iter_page_events
+from history_service.app import create_app
+from history_service.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+TOTAL = 20_000
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    settings = Settings(store_url=f"sqlite:///{tmp_path / 'live.db'}", ping_interval=0.5, follow_buffer=512)
+    app = create_app(settings)
+    instance = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(instance.serve(sockets=[sock]),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not instance.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    # End open follow streams on the server's own loop, then stop it.
+    loop.call_soon_threadsafe(app.state.service.hub.close)
+    instance.should_exit = True
+    thread.join(30)
+    loop.close()
+    sock.close()
+
+
+def make_events(rand: random.Random, *, pad: int = 0) -> list[Event]:
+    """Mostly text deltas (so snapshots carry rows), with ordinary events between runs."""
+    events = []
+    for seq in range(TOTAL):
+        if rand.random() < 0.05:
+            events.append(Event("note", seq, seq, {"seq": seq, "pad": "x" * rand.randint(0, 400)}))
+        else:
+            text = f"t{seq}" + "y" * pad
+            events.append(Event("assistant/chunk", seq, seq, DeltaData(1, 1, TextDelta(seq // 1000, text))))
+    return events
+
+
+async def produce(base: str, events: list[Event], rand: random.Random, progress: dict[str, int]) -> None:
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        start = 0
+        while start < len(events):
+            size = rand.randint(1, 300)
+            response = await client.post(
+                "/v1/sessions/live/events", content=encode({"events": events[start : start + size]})
+            )
+            assert response.status_code == 201, response.text
+            start = min(start + size, len(events))
+            progress["appended"] = start
+
+
+async def frames(response: httpx.Response) -> AsyncIterator[tuple[str, int | None, Any]]:
+    event, event_id = "message", None
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("id: "):
+            event_id = int(line[4:])
+        elif line.startswith("data: "):
+            yield event, event_id, json.loads(line[6:])
+            event, event_id = "message", None
+
+
+def snapshot_events(data: dict[str, Any]) -> list[Event]:
+    page = {key: data[key] for key in ("records", "hasMore", "fromSeq", "toSeq")}
+    return list(iter_page_events(check_page(decode_page(encode(page))).records))
+
+
+async def create_session(base: str) -> None:
+    async with httpx.AsyncClient(base_url=base) as client:
+        response = await client.post("/v1/sessions", json={"id": "live", "createdAt": 0})
+        assert response.status_code == 201
+
+
+async def test_a_follower_joining_mid_stream_gets_every_later_seq_once(server: str) -> None:
+    rand = random.Random(11)
+    events = make_events(rand)
+    await create_session(server)
+    progress = {"appended": 0}
+    received: list[Event] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(produce, server, events, rand, progress)
+        while progress["appended"] < 3000:
+            await anyio.sleep(0.01)
+        async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+            async with client.stream("GET", "/v1/sessions/live/follow") as response:
+                assert response.headers["content-type"].startswith("text/event-stream")
+                assert response.headers["x-accel-buffering"] == "no"
+                stream = frames(response)
+                kind, cursor, snapshot = await anext(stream)
+                assert kind == "snapshot" and cursor == snapshot["cursor"] >= 2999
+                assert snapshot_events(snapshot)[-1].seq == cursor
+                async for kind, seq, data in stream:
+                    assert kind == "event" and seq == data["seq"]
+                    received.append(Event(data["type"], data["seq"], data["time"], data["data"]))
+                    if seq == TOTAL - 1:
+                        break
+    assert cursor is not None
+    assert [e.seq for e in received] == list(range(cursor + 1, TOTAL))
+    assert encode(received) == encode(events[cursor + 1 :])
+
+
+async def test_a_follower_that_keeps_dropping_resumes_to_the_exact_log(server: str) -> None:
+    rand = random.Random(12)
+    events = make_events(rand)
+    await create_session(server)
+    progress = {"appended": 0}
+    received: list[Event] = []
+    reconnects = 0
+    last: int | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(produce, server, events, rand, progress)
+        async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+            while last != TOTAL - 1:
+                headers = {} if last is None else {"Last-Event-ID": str(last)}
+                budget = rand.randint(1, 2500)
+                async with client.stream("GET", "/v1/sessions/live/follow", headers=headers) as response:
+                    async for kind, seq, data in frames(response):
+                        if kind == "snapshot":
+                            assert last is None and seq == data["cursor"]
+                            received.extend(snapshot_events(data))
+                        else:
+                            assert seq == data["seq"]
+                            received.append(Event(data["type"], data["seq"], data["time"], data["data"]))
+                        last = seq
+                        budget -= 1
+                        if budget <= 0 or last == TOTAL - 1:
+                            break
+                reconnects += 1
+    assert reconnects > 3
+    assert [e.seq for e in received] == list(range(TOTAL))
+    assert encode(received) == encode(events)
+
+
+async def test_a_stalled_follower_holds_up_no_one_and_still_ends_complete(server: str) -> None:
+    rand = random.Random(13)
+    # About 30 MB of frames: far more than loopback socket buffers hold, so the server must wait on this reader.
+    events = make_events(rand, pad=1500)
+    await create_session(server)
+    host, port = server.removeprefix("http://").split(":")
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect((host, int(port)))
+    stalled.sendall(b"GET /v1/sessions/live/follow?after=-1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    progress = {"appended": 0}
+    live: list[int] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(produce, server, events, rand, progress)
+        async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+            async with client.stream("GET", "/v1/sessions/live/follow?after=-1") as response:
+                async for _, seq, _ in frames(response):
+                    live.append(seq)  # type: ignore[arg-type]
+                    if seq == TOTAL - 1:
+                        break
+    # The producer and the other follower finished while this one has read nothing.
+    assert progress["appended"] == TOTAL and live == list(range(TOTAL))
+    buffer = b""
+    seqs: list[int] = []
+    stalled.settimeout(30)
+    while not seqs or seqs[-1] != TOTAL - 1:
+        chunk = stalled.recv(1 << 16)
+        assert chunk, "the stalled follower's stream ended early"
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n\n")
+        seqs.extend(
+            int(frame.split(b"id: ", 1)[1].split(b"\n", 1)[0])
+            for frame in complete
+            if b"\nid: " in frame or frame.startswith(b"id: ")
+        )
+    stalled.close()
+    assert seqs == list(range(TOTAL))
