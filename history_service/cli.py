@@ -176,7 +176,11 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=5, lifespan="on")
-    Server(config).run()
+    try:
+        Server(config).run()
+    except KeyboardInterrupt:
+        # Ctrl+C is how a user stops the server; uvicorn has already shut down cleanly.
+        pass
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Final
 
 from starlette.requests import Request
@@ -84,6 +85,7 @@ async def append_events(request: Request) -> Response:
 
 
 async def page(request: Request) -> Response:
+    started = time.perf_counter()
     service = _service(request)
     settings = service.settings
     who = principal(request, settings)
@@ -107,7 +109,7 @@ async def page(request: Request) -> Response:
     body = await encoded_body(encoded, coding)
     if body is encoded.identity:
         coding = "identity"
-    headers = {"Vary": "Accept-Encoding"}
+    headers = {"Vary": "Accept-Encoding", "Server-Timing": f"app;dur={(time.perf_counter() - started) * 1000:.2f}"}
     if coding != "identity":
         headers["Content-Encoding"] = coding
     if query.through is not None:
