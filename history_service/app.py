@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -45,9 +46,14 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None) -> Star
         service = HistoryService(settings, opened)
         app.state.service = service
         try:
-            yield {"service": service}
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(service.hub.ticker)
+                try:
+                    yield {"service": service}
+                finally:
+                    service.hub.close()
+                    tasks.cancel_scope.cancel()
         finally:
-            service.hub.close()
             if store is None:
                 await opened.close()
 

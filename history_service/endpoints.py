@@ -166,7 +166,6 @@ async def follow(request: Request) -> Response:
         opening=opening,
         next_seq=next_seq,
         head=info.head_seq,
-        ping_interval=settings.ping_interval,
     )
     return _sse_response(stream)
 

@@ -3,7 +3,9 @@
 The append path publishes each durable event to its session's `Channel` as a ready SSE
 frame. A channel keeps the most recent frames in a bounded buffer shared by all its
 followers, and wakes them with an event, not by polling. A follower sends everything it
-is due in one write; if it has fallen behind the buffer (a slow or stalled consumer), it
+is due in one write, and writes at most once per ``coalesce`` interval (a fixed cost per write
+dominates under fan-out, so at high rates several publishes share one write; at low rates
+nothing waits); if it has fallen behind the buffer (a slow or stalled consumer), it
 catches up from the store instead. So no follower blocks the appender or another
 follower, and none loses an event or is disconnected for being slow.
 
@@ -61,8 +63,7 @@ class Channel:
             drop = len(self._frames) - self._capacity
             del self._frames[:drop]
             self.first_seq += drop
-        wake, self._wake = self._wake, anyio.Event()
-        wake.set()
+        self.wake()
 
     def frames_from(self, seq: int) -> bytes | None:
         """Every buffered frame from ``seq`` on, joined; ``None`` if ``seq`` is older than the buffer."""
@@ -70,20 +71,31 @@ class Channel:
             return None
         return b"".join(self._frames[seq - self.first_seq :])
 
-    async def wait(self, timeout: float) -> bool:
-        """Wait for the next publish; ``False`` if ``timeout`` passed first."""
-        with anyio.move_on_after(timeout) as scope:
-            await self._wake.wait()
-        return not scope.cancelled_caught
+    async def wait(self) -> None:
+        """Wait for the next publish, ping tick or shutdown."""
+        await self._wake.wait()
+
+    def wake(self) -> None:
+        wake, self._wake = self._wake, anyio.Event()
+        wake.set()
 
 
 class Hub:
     """All channels of the process, created on first follower or publish, and the shutdown signal."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, ping_interval: float, coalesce: float = 0.0) -> None:
         self._capacity = capacity
         self._channels: dict[str, Channel] = {}
         self.closing = anyio.Event()
+        self.ping_interval = ping_interval
+        self.coalesce = coalesce
+
+    async def ticker(self) -> None:
+        """Wake every channel once per ping interval, so idle streams can ping without per-wait timers."""
+        while not self.closing.is_set():
+            await anyio.sleep(self.ping_interval)
+            for channel in list(self._channels.values()):
+                channel.wake()
 
     def channel(self, session_id: str) -> Channel:
         channel = self._channels.get(session_id)
@@ -105,7 +117,7 @@ class Hub:
         """Ask every stream to end; called on server shutdown."""
         self.closing.set()
         for channel in self._channels.values():
-            channel.publish(channel.next_seq, ())
+            channel.wake()
 
 
 async def follow_stream(
@@ -117,7 +129,6 @@ async def follow_stream(
     opening: bytes,
     next_seq: int,
     head: int,
-    ping_interval: float,
 ) -> AsyncIterator[bytes]:
     """Yield ``opening``, then every event from ``next_seq`` on, in order, once; ping when idle.
 
@@ -126,12 +137,19 @@ async def follow_stream(
     """
     try:
         yield opening
+        last_sent = anyio.current_time()
         while not hub.closing.is_set():
             head = max(head, channel.next_seq - 1)
             if channel.first_seq <= next_seq < channel.next_seq:
+                # Writes, not events, cost most under fan-out: at most one write per follower per
+                # `coalesce` seconds, carrying everything published meanwhile.
+                pause = hub.coalesce - (anyio.current_time() - last_sent)
+                if pause > 0:
+                    await anyio.sleep(pause)
                 frames = channel.frames_from(next_seq)
                 next_seq = channel.next_seq
                 yield frames or b""
+                last_sent = anyio.current_time()
             elif next_seq <= head:
                 # Behind the buffer, or before what it holds: catch up from the store.
                 upper = min(head + 1, next_seq + CATCH_UP_WINDOW)
@@ -142,8 +160,12 @@ async def follow_stream(
                     break
                 next_seq = events[-1].seq + 1
                 yield b"".join(event_frame(e) for e in events)
-            elif not await channel.wait(ping_interval) and not hub.closing.is_set():
-                yield b": ping\n\n"
+                last_sent = anyio.current_time()
+            else:
+                await channel.wait()
+                if anyio.current_time() - last_sent >= hub.ping_interval * 0.9 and not hub.closing.is_set():
+                    yield b": ping\n\n"
+                    last_sent = anyio.current_time()
     finally:
         channel.followers -= 1
         hub.release(session_id)

@@ -7,6 +7,7 @@ through its parent's address, by the parent's owner.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final
 
@@ -40,6 +41,7 @@ from persistence import (
 __all__ = ["HistoryService", "decode_body", "parse_events", "parse_header"]
 
 DECODINGS: Final = ("zstd", "br", "gzip")
+_OWNER_CACHE: Final = 100_000
 
 
 class _AppendBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -112,11 +114,21 @@ class HistoryService:
     def __init__(self, settings: Settings, store: HistoryStore) -> None:
         self.settings = settings
         self.store = store
-        self.hub = Hub(settings.follow_buffer)
+        self.hub = Hub(
+            settings.follow_buffer, ping_interval=settings.ping_interval, coalesce=settings.follow_coalesce_ms / 1000
+        )
         self.cache = PageCache(settings.page_cache_bytes)
         self._append_locks: dict[str, anyio.Lock] = {}
+        # Owner and header never change once a session exists, so appends need not ask the store.
+        self._owners: OrderedDict[str, tuple[str, SessionHeader]] = OrderedDict()
 
-    async def _owned(self, principal: str, session_id: str) -> SessionInfo:
+    async def _owned(self, principal: str, session_id: str, *, need_head: bool = True) -> SessionInfo:
+        known = self._owners.get(session_id)
+        if known is not None and not need_head:
+            owner, header = known
+            if owner != principal:
+                raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+            return SessionInfo(header, owner, -1)
         try:
             info = await self.store.get_session(session_id)
         except SessionNotFoundError:
@@ -125,6 +137,9 @@ class HistoryService:
             raise ApiError(503, "store_unavailable", str(exc)) from exc
         if info is None or info.owner != principal:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+        self._owners[session_id] = (info.owner, info.header)
+        if len(self._owners) > _OWNER_CACHE:
+            self._owners.popitem(last=False)
         return info
 
     async def readable(self, principal: str, session_id: str, child: str | None = None) -> SessionInfo:
@@ -165,7 +180,7 @@ class HistoryService:
             raise ApiError(400 if isinstance(exc, ValueError) else 503, "store_error", str(exc)) from exc
 
     async def append(self, principal: str, session_id: str, events: Sequence[Event]) -> AppendResult:
-        await self._owned(principal, session_id)
+        await self._owned(principal, session_id, need_head=False)
         lock = self._append_locks.setdefault(session_id, anyio.Lock())
         # Publishing under the lock keeps each session's frames in seq order.
         async with lock:

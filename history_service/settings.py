@@ -29,6 +29,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         retry_ms: the ``retry:`` a follow stream advertises.
         follow_buffer: recent events kept per session for followers; a follower further
             behind catches up from the store.
+        follow_coalesce_ms: the least time between two writes to one follower; events
+            published meanwhile share the next write.
         enable_test_seed: mount ``POST /v1/test-only/seed``.
     """
 
@@ -42,6 +44,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ping_interval: float = 15.0
     retry_ms: int = 1000
     follow_buffer: int = 8192
+    follow_coalesce_ms: float = 15.0
     enable_test_seed: bool = False
 
     def __post_init__(self) -> None:
@@ -50,7 +53,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("max_batch_events", "max_body_bytes", "default_max_bytes", "follow_buffer", "retry_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.ping_interval <= 0 or self.page_cache_bytes < 0:
+        if self.ping_interval <= 0 or self.page_cache_bytes < 0 or self.follow_coalesce_ms < 0:
             raise ValueError("ping_interval must be positive and page_cache_bytes not negative")
 
     @classmethod
@@ -67,6 +70,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "HISTORY_PING_INTERVAL": ("ping_interval", float),
             "HISTORY_RETRY_MS": ("retry_ms", int),
             "HISTORY_FOLLOW_BUFFER": ("follow_buffer", int),
+            "HISTORY_FOLLOW_COALESCE_MS": ("follow_coalesce_ms", float),
         }
         for variable, (name, kind) in table.items():
             if variable in environ:
