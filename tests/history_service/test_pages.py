@@ -1,0 +1,76 @@
+"""session.page responses: content coding, validators and the immutable-page cache."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from history_service.pages import PageCache, encode_page
+from tests.history_service.conftest import seed
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_codings_are_negotiated_and_decode_to_the_identity_body(client: httpx.AsyncClient) -> None:
+    await seed(client, scenario="multi-turn", seed=9, turns=3)
+    identity = await client.get("/v1/sessions/multi-turn-9/page", headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in identity.headers and identity.headers["vary"] == "Accept-Encoding"
+    for header, coding in (("zstd", "zstd"), ("br;q=1, gzip;q=0.5", "br"), ("gzip", "gzip"), ("*", "zstd")):
+        response = await client.get("/v1/sessions/multi-turn-9/page", headers={"Accept-Encoding": header})
+        assert response.headers["content-encoding"] == coding
+        assert response.headers["vary"] == "Accept-Encoding"
+        # httpx decodes the coding itself; the wire size is the Content-Length.
+        assert response.content == identity.content
+        assert int(response.headers["content-length"]) < len(identity.content)
+
+
+async def test_small_bodies_are_not_compressed(client: httpx.AsyncClient) -> None:
+    await seed(client, scenario="multi-turn", seed=9, turns=1)
+    response = await client.get("/v1/sessions/multi-turn-9/page?before=2", headers={"Accept-Encoding": "zstd"})
+    assert len(response.content) < 1024 and "content-encoding" not in response.headers
+
+
+async def test_explicit_through_is_immutable_with_a_strong_etag(client: httpx.AsyncClient) -> None:
+    await seed(client, scenario="multi-turn", seed=9, turns=3)
+    path = "/v1/sessions/multi-turn-9/page?through=40"
+    first = await client.get(path, headers={"Accept-Encoding": "identity"})
+    etag = first.headers["etag"]
+    assert etag.startswith('"') and not etag.startswith("W/")
+    assert first.headers["cache-control"] == "private, max-age=31536000, immutable"
+    again = await client.get(path, headers={"Accept-Encoding": "identity", "If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+    zstd = await client.get(path, headers={"Accept-Encoding": "zstd"})
+    assert zstd.headers["etag"] != etag and zstd.headers["etag"].endswith('-zstd"')
+    assert (
+        await client.get(path, headers={"Accept-Encoding": "zstd", "If-None-Match": zstd.headers["etag"]})
+    ).status_code == 304
+    assert (
+        await client.get(path, headers={"Accept-Encoding": "identity", "If-None-Match": '"other"'})
+    ).status_code == 200
+    # Appends after the cut change neither the body nor its validator.
+    await client.post("/v1/test-only/seed", json={"scenario": "multi-turn", "seed": 10, "turns": 1})
+    tail = await client.get("/v1/sessions/multi-turn-9/page")
+    assert tail.headers["cache-control"] == "no-cache" and "etag" not in tail.headers
+    assert (await client.get(path, headers={"Accept-Encoding": "identity"})).content == first.content
+
+
+async def test_raw_expansion_covers_the_same_interval(client: httpx.AsyncClient) -> None:
+    await seed(client, scenario="multi-turn", seed=9, turns=3)
+    packed = (await client.get("/v1/sessions/multi-turn-9/page?maxMessages=2")).json()
+    raw = (await client.get("/v1/sessions/multi-turn-9/page?maxMessages=2&expand=raw")).json()
+    assert (raw["fromSeq"], raw["toSeq"]) == (packed["fromSeq"], packed["toSeq"])
+    assert all(list(record) == ["event"] for record in raw["records"])
+    assert len(raw["records"]) == raw["toSeq"] - raw["fromSeq"]
+
+
+def test_the_page_cache_evicts_least_recently_used_pages() -> None:
+    cache = PageCache(250)
+    pages = {key: encode_page(bytes([key]) * 100) for key in range(3)}
+    cache.put((0,), pages[0])
+    cache.put((1,), pages[1])
+    assert cache.get((0,)) is pages[0]
+    cache.put((2,), pages[2])
+    assert cache.get((1,)) is None and cache.get((0,)) is pages[0] and cache.get((2,)) is pages[2]
+    pages[0].encoded["zstd"] = b"z" * 100
+    cache.trim()
+    assert cache.get((2,)) is pages[2] and cache.get((0,)) is None

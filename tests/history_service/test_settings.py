@@ -1,0 +1,51 @@
+"""Settings come from HISTORY_* once, with overrides, and refuse bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from history_service.settings import Settings, read_token_file
+
+
+def test_defaults_and_environment() -> None:
+    assert Settings.from_env({}) == Settings()
+    settings = Settings.from_env(
+        {
+            "HISTORY_STORE": "jsonl:///x",
+            "HISTORY_AUTH": "token",
+            "HISTORY_SERVICE_TOKENS": "a, b,,",
+            "HISTORY_PING_INTERVAL": "2.5",
+        }
+    )
+    assert (settings.store_url, settings.auth, settings.tokens, settings.ping_interval) == (
+        "jsonl:///x",
+        "token",
+        ("a", "b"),
+        2.5,
+    )
+    assert Settings.from_env({"HISTORY_ENABLE_TEST_SEED": "1"}).enable_test_seed
+    assert not Settings.from_env({"HISTORY_ENABLE_TEST_SEED": "true"}).enable_test_seed
+    assert Settings.from_env({"HISTORY_STORE": "a"}, store_url="b", auth=None).store_url == "b"
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"HISTORY_AUTH": "token"}, "needs at least one service token"),
+        ({"HISTORY_AUTH": "basic"}, "invalid setting"),
+        ({"HISTORY_MAX_BODY_BYTES": "lots"}, "is not a valid int"),
+        ({"HISTORY_MAX_BODY_BYTES": "0"}, "max_body_bytes must be positive"),
+        ({"HISTORY_PING_INTERVAL": "-1"}, "ping_interval must be positive"),
+    ],
+)
+def test_bad_values_are_refused_at_startup(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Settings.from_env(environ)
+
+
+def test_token_file_ignores_blanks_and_comments(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("# gateway\nalpha\n\n  beta  \n")
+    assert read_token_file(path) == ("alpha", "beta")
