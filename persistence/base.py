@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Final
 
+import anyio.to_thread
 from msgspec import Struct
 
 from codec import Event, SessionHeader, decode_storage_line, encode, expand_row
@@ -22,6 +23,7 @@ from persistence.stored import StoredRecord
 __all__ = ["DEFAULT_OWNER", "AppendResult", "HistoryStore", "SessionInfo", "check_batch", "events_in"]
 
 DEFAULT_OWNER: Final = "local"
+_BUILD_IN_THREAD: Final = 64
 
 
 class SessionInfo(Struct, frozen=True):
@@ -160,4 +162,7 @@ class HistoryStore(ABC):
             await self.get_session(session_id)
             return []
         stored = await self.read_stored(session_id, from_seq, to_seq)
-        return build_page_records(_draining(stored), from_seq, to_seq)
+        if len(stored) < _BUILD_IN_THREAD:
+            return build_page_records(_draining(stored), from_seq, to_seq)
+        # A large page would hold the event loop (and every follow stream) for tens of ms.
+        return await anyio.to_thread.run_sync(build_page_records, _draining(stored), from_seq, to_seq)

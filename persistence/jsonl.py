@@ -5,7 +5,7 @@ Layout under the root::
     .history-store.json          format version and compression mode of the root
     <encoded id>/session.jsonl   header line, then one storage record per line
                                  (session.jsonl.zst in zstd mode: one checksummed frame per batch)
-    <encoded id>/index.jsonl     sidecar index: a head line, then one entry per batch
+    <encoded id>/index.jsonl     sidecar index: a JSON head line, then one binary entry per batch
     <encoded id>/owner           the owner principal
 
 An append writes its index entry first and fsyncs it, then writes the batch to the log
@@ -25,8 +25,10 @@ import contextlib
 import fcntl
 import functools
 import os
+import struct
 import sys
 import uuid
+import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -63,6 +65,7 @@ from persistence.stored import StoredRecord, prepare_batch
 __all__ = ["FORMAT_VERSION", "JsonlStore", "encode_segment"]
 
 FORMAT_VERSION: Final = 1
+INDEX_VERSION: Final = 2
 MODES: Final = ("none", "zstd")
 ROOT_MARKER: Final = ".history-store.json"
 INDEX_NAME: Final = "index.jsonl"
@@ -104,7 +107,7 @@ class _IndexHead(msgspec.Struct, frozen=True):
 
 
 class _Entry(msgspec.Struct, frozen=True, array_like=True):
-    """One batch: its byte span in the log, and columns of little-endian int64s (base64 in JSON).
+    """One batch: its byte span in the log, and columns of little-endian int64s.
 
     Per record: first seq, member count, offset and length of its line within the batch,
     and a byte that is 1 when the line is canonical JSON. Columns load without a Python
@@ -160,7 +163,17 @@ def _entry(
 
 
 _HEAD: Final = msgspec.json.Decoder(_IndexHead)
-_ENTRY: Final = msgspec.json.Decoder(_Entry)
+_ENTRY_ENCODER: Final = msgspec.msgpack.Encoder()
+_ENTRY: Final = msgspec.msgpack.Decoder(_Entry)
+_FRAME_HEAD: Final = struct.Struct("<II")
+
+
+def _index_frame(entry: _Entry) -> bytes:
+    """An index entry as ``[u32 length][u32 crc32][msgpack]``: binary, so loading costs no base64 or JSON scan."""
+    payload = _ENTRY_ENCODER.encode(entry)
+    return _FRAME_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
 _MARKER: Final = msgspec.json.Decoder(_RootMarker)
 
 
@@ -185,22 +198,28 @@ class _State:
         self.head = -1
 
     def add(self, entry: _Entry) -> None:
-        block = len(self.entries)
-        self.entries.append(entry)
+        self.add_all([entry])
+
+    def add_all(self, entries: Sequence[_Entry]) -> None:
+        """Index many batches at once: one bulk load per column, whatever the number of batches."""
+        if not entries:
+            return
+        first_block = len(self.entries)
+        self.entries.extend(entries)
         before = len(self.starts)
-        _extend(self.starts, entry.seqs)
-        _extend(self.members, entry.members)
-        _extend(self.offsets, entry.offsets)
-        _extend(self.lengths, entry.lengths)
-        self.canonical += entry.canonical
-        added = len(self.starts) - before
-        self.blocks.extend(array("q", [block]) * added)
-        if added:
+        _extend(self.starts, b"".join(e.seqs for e in entries))
+        _extend(self.members, b"".join(e.members for e in entries))
+        _extend(self.offsets, b"".join(e.offsets for e in entries))
+        _extend(self.lengths, b"".join(e.lengths for e in entries))
+        self.canonical += b"".join(e.canonical for e in entries)
+        for block, entry in enumerate(entries, start=first_block):
+            self.blocks.extend(array("q", [block]) * len(entry.canonical))
+        if len(self.starts) > before:
             self.head = self.starts[-1] + self.members[-1] - 1
-        _extend(self.messages.seqs, entry.message_seqs)
-        _extend(self.messages.groups, entry.message_groups)
-        self.messages.hidden.extend(HiddenRange(*h) for h in entry.hidden)
-        self.log_end = entry.end
+        _extend(self.messages.seqs, b"".join(e.message_seqs for e in entries))
+        _extend(self.messages.groups, b"".join(e.message_groups for e in entries))
+        self.messages.hidden.extend(HiddenRange(*h) for e in entries for h in e.hidden)
+        self.log_end = entries[-1].end
 
 
 class JsonlStore(HistoryStore):
@@ -261,7 +280,7 @@ class JsonlStore(HistoryStore):
             line = encode(header) + b"\n"
             block = self._frame(line)
             _write_file(staging / self._log_name, block)
-            head = _IndexHead(FORMAT_VERSION, "zstd" if self._zstd else "none", len(block))
+            head = _IndexHead(INDEX_VERSION, "zstd" if self._zstd else "none", len(block))
             _write_file(staging / INDEX_NAME, encode(head) + b"\n")
             _write_file(staging / OWNER_NAME, owner.encode())
             _fsync_dir(staging)
@@ -298,8 +317,7 @@ class JsonlStore(HistoryStore):
 
     def _peek_header(self, directory: Path) -> SessionHeader | None:
         try:
-            with open(directory / self._log_name, "rb") as log:
-                data = log.read(1 << 20)
+            data = _read_head(directory / self._log_name, self._zstd)
             line = self._unframe_first(data).split(b"\n", 1)[0]
             return read_header(line)
         except (OSError, CodecError, zstandard.ZstdError):
@@ -333,8 +351,7 @@ class JsonlStore(HistoryStore):
         log_path = directory / self._log_name
         try:
             log_size = log_path.stat().st_size
-            with open(log_path, "rb") as log:
-                first = log.read(1 << 20)
+            first = _read_head(log_path, self._zstd)
         except FileNotFoundError:
             raise SessionNotFoundError(session_id) from None
         try:
@@ -366,12 +383,11 @@ class JsonlStore(HistoryStore):
         index_size = sizes[-1] if sizes else len(encode(head)) + 1
         if (directory / INDEX_NAME).stat().st_size != index_size:
             _truncate(directory / INDEX_NAME, index_size)
-        for entry in entries:
-            if entry.end > log_size:
-                raise CorruptLogError(
-                    f"{log_path}: committed batch at bytes {entry.start}..{entry.end} is missing from the log"
-                )
-            state.add(entry)
+        if entries and entries[-1].end > log_size:
+            raise CorruptLogError(
+                f"{log_path}: committed batch at bytes {entries[-1].start}..{entries[-1].end} is missing from the log"
+            )
+        state.add_all(entries)
         state.index_size = index_size
         if log_size > state.log_end:
             self._recover_tail(state, log_path, log_size)
@@ -386,31 +402,42 @@ class JsonlStore(HistoryStore):
 
     @staticmethod
     def _read_index(path: Path) -> tuple[_IndexHead, list[_Entry], list[int]] | None:
+        """The index head, its complete entries and where each ends; ``None`` if it must be rebuilt."""
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             return None
-        lines = data.split(b"\n")
+        head_line, newline, _ = data.partition(b"\n")
+        if not newline:
+            return None
         try:
-            head = _HEAD.decode(lines[0])
+            head = _HEAD.decode(head_line)
         except msgspec.DecodeError:
             return None
-        if head.version != FORMAT_VERSION:
-            raise SchemaVersionError(f"{path}: index format {head.version}; this build reads {FORMAT_VERSION}")
-        entries, sizes = [], []
-        offset = len(lines[0]) + 1
-        for line in lines[1:-1]:
+        if head.version != INDEX_VERSION:
+            return None
+        entries, ends = [], []
+        position = len(head_line) + 1
+        while position + _FRAME_HEAD.size <= len(data):
+            length, checksum = _FRAME_HEAD.unpack_from(data, position)
+            start, end = position + _FRAME_HEAD.size, position + _FRAME_HEAD.size + length
+            if end > len(data):
+                break  # a torn final entry
+            payload = data[start:end]
             try:
-                entries.append(_ENTRY.decode(line))
+                if zlib.crc32(payload) != checksum:
+                    raise msgspec.DecodeError("checksum mismatch")
+                entries.append(_ENTRY.decode(payload))
             except msgspec.DecodeError:
+                if end == len(data):
+                    break  # the torn final entry, garbled rather than short
                 return None
-            offset += len(line) + 1
-            sizes.append(offset)
-        # A torn final index line (no newline) is dropped by split()'s last element.
-        return head, entries, sizes
+            ends.append(end)
+            position = end
+        return head, entries, ends
 
     def _rebuild(self, directory: Path, header: SessionHeader, owner: str, header_end: int, log_size: int) -> _State:
-        head = _IndexHead(FORMAT_VERSION, "zstd" if self._zstd else "none", header_end)
+        head = _IndexHead(INDEX_VERSION, "zstd" if self._zstd else "none", header_end)
         _write_atomic(directory / INDEX_NAME, encode(head) + b"\n")
         state = _State(directory, header, owner, head)
         state.index_size = len(encode(head)) + 1
@@ -432,7 +459,7 @@ class JsonlStore(HistoryStore):
             if records:
                 messages, hidden = index_entries(events)
                 entry = _entry(base + start, base + (end if self._zstd else used), records, messages, hidden)
-                line = encode(entry) + b"\n"
+                line = _index_frame(entry)
                 with open(state.directory / INDEX_NAME, "ab") as index:
                     index.write(line)
                     index.flush()
@@ -526,7 +553,7 @@ class JsonlStore(HistoryStore):
 
     def _commit(self, state: _State, entry: _Entry, block: bytes) -> None:
         index_path, log_path = state.directory / INDEX_NAME, state.directory / self._log_name
-        line = encode(entry) + b"\n"
+        line = _index_frame(entry)
         try:
             with open(index_path, "r+b") as index:
                 index.seek(state.index_size)
@@ -615,6 +642,29 @@ def _windows(state: _State, first: int, last: int) -> Iterator[tuple[int, int, i
             yield start, lo, i
             if i < last:
                 lo, start = i, _position(state, i)
+
+
+def _read_head(path: Path, zstd: bool) -> bytes:
+    """Enough of a log's start to hold its header line (or, in zstd mode, its header frame)."""
+    size = 4096
+    with open(path, "rb") as log:
+        while True:
+            data = log.read(size)
+            if b"\n" in data if not zstd else _frame_complete(data):
+                return data
+            if len(data) < size:
+                return data
+            log.seek(0)
+            size *= 4
+
+
+def _frame_complete(data: bytes) -> bool:
+    frame = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        frame.decompress(data)
+    except zstandard.ZstdError:
+        return True
+    return bool(frame.eof)
 
 
 def _pread(log: Any, start: int, end: int) -> bytes:
