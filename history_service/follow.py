@@ -3,9 +3,10 @@
 The append path publishes each durable event to its session's `Channel` as a ready SSE
 frame. A channel keeps the most recent frames in a bounded buffer shared by all its
 followers, and wakes them with an event, not by polling. A follower sends everything it
-is due in one write, and writes at most once per ``coalesce`` interval (a fixed cost per write
-dominates under fan-out, so at high rates several publishes share one write; at low rates
-nothing waits); if it has fallen behind the buffer (a slow or stalled consumer), it
+is due in one write. A fixed cost per write dominates under fan-out, so while a channel
+publishes faster than every quarter ``coalesce`` interval, each follower writes at most once
+per interval, carrying everything published meanwhile; at lower rates nothing waits. If a
+follower has fallen behind the buffer (a slow or stalled consumer), it
 catches up from the store instead. So no follower blocks the appender or another
 follower, and none loses an event or is disconnected for being slow.
 
@@ -48,12 +49,18 @@ class Channel:
         self.first_seq = 0
         self.followers = 0
         self._wake = anyio.Event()
+        self._last_publish = 0.0
+        self.interval = 1.0  # moving average of seconds between publishes
 
     @property
     def next_seq(self) -> int:
         return self.first_seq + len(self._frames)
 
     def publish(self, first_seq: int, frames: Sequence[bytes]) -> None:
+        now = anyio.current_time()
+        if self._last_publish:
+            self.interval = 0.8 * self.interval + 0.2 * (now - self._last_publish)
+        self._last_publish = now
         if first_seq != self.next_seq:
             # A seq this buffer did not see (another writer): start over; followers catch up from the store.
             self._frames = []
@@ -141,11 +148,12 @@ async def follow_stream(
         while not hub.closing.is_set():
             head = max(head, channel.next_seq - 1)
             if channel.first_seq <= next_seq < channel.next_seq:
-                # Writes, not events, cost most under fan-out: at most one write per follower per
-                # `coalesce` seconds, carrying everything published meanwhile.
-                pause = hub.coalesce - (anyio.current_time() - last_sent)
-                if pause > 0:
-                    await anyio.sleep(pause)
+                # Writes, not events, cost most under fan-out: while the channel is busy, at most
+                # one write per follower per `coalesce` seconds, carrying everything published meanwhile.
+                if channel.interval < hub.coalesce / 4:
+                    pause = hub.coalesce - (anyio.current_time() - last_sent)
+                    if pause > 0:
+                        await anyio.sleep(pause)
                 frames = channel.frames_from(next_seq)
                 next_seq = channel.next_seq
                 yield frames or b""

@@ -29,8 +29,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         retry_ms: the ``retry:`` a follow stream advertises.
         follow_buffer: recent events kept per session for followers; a follower further
             behind catches up from the store.
-        follow_coalesce_ms: the least time between two writes to one follower; events
-            published meanwhile share the next write.
+        follow_coalesce_ms: while a session publishes more often than every quarter of
+            this, the least time between two writes to one follower; events published
+            meanwhile share the next write. Quieter sessions are written at once.
         enable_test_seed: mount ``POST /v1/test-only/seed``.
     """
 
@@ -44,7 +45,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ping_interval: float = 15.0
     retry_ms: int = 1000
     follow_buffer: int = 8192
-    follow_coalesce_ms: float = 15.0
+    follow_coalesce_ms: float = 40.0
     enable_test_seed: bool = False
 
     def __post_init__(self) -> None:
