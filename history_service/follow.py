@@ -17,6 +17,7 @@ from the store when it sees a seq that does not continue its buffer.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
@@ -57,7 +58,7 @@ class Channel:
         return self.first_seq + len(self._frames)
 
     def publish(self, first_seq: int, frames: Sequence[bytes]) -> None:
-        now = anyio.current_time()
+        now = time.monotonic()
         if self._last_publish:
             self.interval = 0.8 * self.interval + 0.2 * (now - self._last_publish)
         self._last_publish = now
