@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,7 +11,9 @@ from starlette.applications import Starlette
 from history_service.app import create_app
 from history_service.settings import Settings
 from persistence import HistoryStore
-from tests.persistence.conftest import BACKENDS, open_backend
+from tests.persistence.conftest import store
+
+__all__ = ["SEEDED", "client", "seed", "serving", "store"]
 
 SEEDED = Settings(enable_test_seed=True)
 
@@ -29,15 +30,6 @@ async def serving(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             client.app = app  # type: ignore[attr-defined]
             yield client
-
-
-@pytest.fixture(params=BACKENDS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[HistoryStore]:
-    opened = await open_backend(request.param, tmp_path)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 @pytest.fixture
