@@ -175,6 +175,9 @@ async def follow_stream(
                 if anyio.current_time() - last_sent >= hub.ping_interval * 0.9 and not hub.closing.is_set():
                     yield b": ping\n\n"
                     last_sent = anyio.current_time()
+        # Shutting down: what is already published is durable, so send it before ending.
+        if channel.first_seq <= next_seq < channel.next_seq:
+            yield channel.frames_from(next_seq) or b""
     finally:
         channel.followers -= 1
         hub.release(session_id)

@@ -1,0 +1,89 @@
+"""File helpers for the JSONL store: durable writes, truncation, locks and reads."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from persistence.errors import SessionNotFoundError
+
+__all__ = ["frame_complete", "fsync_dir", "locked", "pread", "read_head", "truncate", "write_atomic", "write_file"]
+
+LOCK_NAME = "lock"
+
+
+def read_head(path: Path, zstd: bool) -> bytes:
+    """Enough of a log's start to hold its header line (or, in zstd mode, its header frame)."""
+    size = 4096
+    with open(path, "rb") as log:
+        while True:
+            data = log.read(size)
+            if b"\n" in data if not zstd else frame_complete(data):
+                return data
+            if len(data) < size:
+                return data
+            log.seek(0)
+            size *= 4
+
+
+def frame_complete(data: bytes) -> bool:
+    frame = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        frame.decompress(data)
+    except zstandard.ZstdError:
+        return True
+    return bool(frame.eof)
+
+
+def pread(log: Any, start: int, end: int) -> bytes:
+    return os.pread(log.fileno(), end - start, start)
+
+
+@contextlib.contextmanager
+def locked(directory: Path, session_id: str) -> Iterator[None]:
+    """An exclusive lock on the session across processes."""
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        raise SessionNotFoundError(session_id) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    staging = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    write_file(staging, data)
+    os.replace(staging, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def truncate(path: Path, size: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -1,0 +1,221 @@
+"""The sidecar index of a JSONL session log, and the session state loaded from it.
+
+The index file is a JSON head line, then one binary entry per append batch:
+``[u32 length][u32 crc32][msgpack Entry]``. An entry holds the batch's byte span in the log
+and columns of little-endian int64s (first seq, member count, offset and length of each
+record's line), so a session loads with one bulk copy per column, whatever its length.
+The log always wins: a missing, older or garbled index is rebuilt from the log.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from codec import SessionHeader
+from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
+
+__all__ = [
+    "INDEX_VERSION",
+    "Entry",
+    "IndexHead",
+    "SessionState",
+    "block_ranges",
+    "index_frame",
+    "make_entry",
+    "position",
+    "read_index",
+    "windows",
+]
+
+INDEX_VERSION: Final = 2
+READ_WINDOW: Final = 1 << 20
+
+
+class IndexHead(msgspec.Struct, frozen=True):
+    """The index's JSON first line: its version, the log's compression, and where the log's header ends."""
+
+    version: int
+    compression: str
+    headerEnd: int
+
+
+class Entry(msgspec.Struct, frozen=True, array_like=True):
+    """One batch: its byte span in the log, and columns of little-endian int64s.
+
+    Per record: first seq, member count, offset and length of its line within the batch,
+    and a byte that is 1 when the line is canonical JSON. Columns load without a Python
+    loop, so opening a long session costs little more than opening a short one.
+    """
+
+    start: int
+    end: int
+    seqs: bytes
+    members: bytes
+    offsets: bytes
+    lengths: bytes
+    canonical: bytes
+    message_seqs: bytes
+    message_groups: bytes
+    hidden: list[tuple[int, int, int]]
+
+
+def _column(values: Iterable[int]) -> bytes:
+    packed = array("q", values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _extend(target: array[int], data: bytes) -> None:
+    column = array("q")
+    column.frombytes(data)
+    if sys.byteorder == "big":
+        column.byteswap()
+    target.extend(column)
+
+
+def make_entry(
+    start: int,
+    end: int,
+    records: Sequence[tuple[int, int, int, int, bool]],
+    messages: Sequence[MessageEntry],
+    hidden: Sequence[HiddenRange],
+) -> Entry:
+    return Entry(
+        start,
+        end,
+        _column(r[0] for r in records),
+        _column(r[1] for r in records),
+        _column(r[2] for r in records),
+        _column(r[3] for r in records),
+        bytes(1 if r[4] else 0 for r in records),
+        _column(m.seq for m in messages),
+        _column(m.group_start for m in messages),
+        [(h.at, h.start, h.end) for h in hidden],
+    )
+
+
+_HEAD: Final = msgspec.json.Decoder(IndexHead)
+_ENTRY_ENCODER: Final = msgspec.msgpack.Encoder()
+_ENTRY: Final = msgspec.msgpack.Decoder(Entry)
+_FRAME_HEAD: Final = struct.Struct("<II")
+
+
+def index_frame(entry: Entry) -> bytes:
+    """An index entry as ``[u32 length][u32 crc32][msgpack]``: binary, so loading costs no base64 or JSON scan."""
+    payload = _ENTRY_ENCODER.encode(entry)
+    return _FRAME_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def read_index(path: Path) -> tuple[IndexHead, list[Entry], list[int]] | None:
+    """The index head, its complete entries and where each ends; ``None`` if it must be rebuilt."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    head_line, newline, _ = data.partition(b"\n")
+    if not newline:
+        return None
+    try:
+        head = _HEAD.decode(head_line)
+    except msgspec.DecodeError:
+        return None
+    if head.version != INDEX_VERSION:
+        return None
+    entries, ends = [], []
+    position = len(head_line) + 1
+    while position + _FRAME_HEAD.size <= len(data):
+        length, checksum = _FRAME_HEAD.unpack_from(data, position)
+        start, end = position + _FRAME_HEAD.size, position + _FRAME_HEAD.size + length
+        if end > len(data):
+            break  # a torn final entry
+        payload = data[start:end]
+        try:
+            if zlib.crc32(payload) != checksum:
+                raise msgspec.DecodeError("checksum mismatch")
+            entries.append(_ENTRY.decode(payload))
+        except msgspec.DecodeError:
+            if end == len(data):
+                break  # the torn final entry, garbled rather than short
+            return None
+        ends.append(end)
+        position = end
+    return head, entries, ends
+
+
+class SessionState:
+    """What an open session knows: header, owner and the index, as loaded from disk."""
+
+    def __init__(self, directory: Path, header: SessionHeader, owner: str, head: IndexHead) -> None:
+        self.directory = directory
+        self.header = header
+        self.owner = owner
+        self.index_head = head
+        self.index_size = 0
+        self.log_end = head.headerEnd
+        self.entries: list[Entry] = []
+        self.starts = array("q")
+        self.members = array("q")
+        self.blocks = array("q")
+        self.offsets = array("q")
+        self.lengths = array("q")
+        self.canonical = bytearray()
+        self.messages = MessageIndex()
+        self.head = -1
+
+    def add(self, entry: Entry) -> None:
+        self.add_all([entry])
+
+    def add_all(self, entries: Sequence[Entry]) -> None:
+        """Index many batches at once: one bulk load per column, whatever the number of batches."""
+        if not entries:
+            return
+        first_block = len(self.entries)
+        self.entries.extend(entries)
+        before = len(self.starts)
+        _extend(self.starts, b"".join(e.seqs for e in entries))
+        _extend(self.members, b"".join(e.members for e in entries))
+        _extend(self.offsets, b"".join(e.offsets for e in entries))
+        _extend(self.lengths, b"".join(e.lengths for e in entries))
+        self.canonical += b"".join(e.canonical for e in entries)
+        for block, entry in enumerate(entries, start=first_block):
+            self.blocks.extend(array("q", [block]) * len(entry.canonical))
+        if len(self.starts) > before:
+            self.head = self.starts[-1] + self.members[-1] - 1
+        _extend(self.messages.seqs, b"".join(e.message_seqs for e in entries))
+        _extend(self.messages.groups, b"".join(e.message_groups for e in entries))
+        self.messages.hidden.extend(HiddenRange(*h) for e in entries for h in e.hidden)
+        self.log_end = entries[-1].end
+
+
+def block_ranges(state: SessionState, first: int, last: int) -> Iterator[tuple[int, int, int]]:
+    """``(block, lo, hi)`` for each run of records ``first..last-1`` that share a batch (a zstd frame)."""
+    blocks = state.blocks
+    lo = first
+    for i in range(first + 1, last + 1):
+        if i == last or blocks[i] != blocks[lo]:
+            yield blocks[lo], lo, i
+            lo = i
+
+
+def position(state: SessionState, i: int) -> int:
+    return state.entries[state.blocks[i]].start + state.offsets[i]
+
+
+def windows(state: SessionState, first: int, last: int) -> Iterator[tuple[int, int, int]]:
+    """``(log offset, lo, hi)`` for reads of at most `READ_WINDOW` bytes (or one record) over a plain log."""
+    lo = first
+    start = position(state, lo)
+    for i in range(first + 1, last + 1):
+        if i == last or position(state, i) + state.lengths[i] - start > READ_WINDOW:
+            yield start, lo, i
+            if i < last:
+                lo, start = i, position(state, i)
