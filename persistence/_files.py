@@ -14,7 +14,17 @@ import zstandard
 
 from persistence.errors import SessionNotFoundError
 
-__all__ = ["frame_complete", "fsync_dir", "locked", "pread", "read_head", "truncate", "write_atomic", "write_file"]
+__all__ = [
+    "frame_complete",
+    "fsync_dir",
+    "locked",
+    "pread",
+    "read_head",
+    "truncate",
+    "write_at",
+    "write_atomic",
+    "write_file",
+]
 
 LOCK_NAME = "lock"
 
@@ -82,8 +92,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def truncate(path: Path, size: int) -> None:
+def write_at(path: Path, offset: int, data: bytes) -> None:
+    """Write ``data`` at ``offset``, cut whatever follows it, and fsync: the file ends where ``data`` does."""
     with open(path, "r+b") as handle:
-        handle.truncate(size)
+        handle.seek(offset)
+        handle.write(data)
+        handle.truncate()
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def truncate(path: Path, size: int) -> None:
+    write_at(path, size, b"")

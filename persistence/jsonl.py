@@ -45,7 +45,7 @@ from codec import (
     read_header,
     record_from_value,
 )
-from persistence._files import fsync_dir, locked, pread, read_head, truncate, write_atomic, write_file
+from persistence._files import fsync_dir, locked, pread, read_head, truncate, write_at, write_atomic, write_file
 from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo, check_batch, events_in, is_resend
 from persistence.errors import (
     CorruptLogError,
@@ -407,18 +407,9 @@ class JsonlStore(HistoryStore):
         index_path, log_path = state.directory / INDEX_NAME, state.directory / self._log_name
         line = index_frame(entry)
         try:
-            with open(index_path, "r+b") as index:
-                index.seek(state.index_size)
-                index.write(line)
-                index.truncate()
-                index.flush()
-                os.fsync(index.fileno())
-            with open(log_path, "r+b") as log:
-                log.seek(entry.start)
-                log.write(block)
-                log.truncate()
-                log.flush()
-                os.fsync(log.fileno())
+            # The index entry first: if the log write tears, the entry marks the batch as torn.
+            write_at(index_path, state.index_size, line)
+            write_at(log_path, entry.start, block)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 truncate(log_path, entry.start)
