@@ -8,7 +8,7 @@ CORPUS_DEFAULT := ../shared/corpus/dsh-sessions
 HISTORY_CORPUS_DIR ?= $(if $(wildcard $(CORPUS_DEFAULT)),$(abspath $(CORPUS_DEFAULT)),)
 export HISTORY_CORPUS_DIR
 
-PACKAGES := codec persistence history_service
+PACKAGES := codec persistence history_service history_client
 
 .PHONY: serve test lint typecheck unit bench venv clean
 

@@ -28,20 +28,34 @@ from codec.chunk_rows import (
     row_from_value,
 )
 from codec.errors import CodecError, EventValidationError, RecordFormatError, RowFormatError
-from codec.events import CHUNK_EVENT_TYPE, RESERVED_TYPES, Event, Seq, SessionHeader, canonical_event
+from codec.events import (
+    CHUNK_EVENT_TYPE,
+    MAX_SAFE_INTEGER,
+    RESERVED_TYPES,
+    Event,
+    Seq,
+    SessionHeader,
+    canonical_event,
+)
 from codec.records import Page, PageRecord
 
 __all__ = [
     "decode_event",
     "decode_events",
+    "decode_follow_snapshot",
     "decode_header",
     "decode_json",
     "decode_page",
+    "decode_page_record",
+    "decode_page_shell",
+    "decode_record_range",
     "decode_storage_line",
     "encode",
     "encode_lines",
     "event_from_value",
     "events_from_values",
+    "FollowSnapshot",
+    "PageShell",
 ]
 
 _ENCODER: Final = msgspec.json.Encoder()
@@ -240,21 +254,126 @@ def decode_page(data: bytes) -> Page:
         fast = _FAST_PAGE.decode(data)
     except (msgspec.DecodeError, RecursionError):
         return _decode_page_full(data)
-    records: list[PageRecord] = []
-    for i, record in enumerate(fast.records):
-        event, chunks = record.event, record.chunks
-        if (event is UNSET) == (chunks is UNSET):
-            raise RecordFormatError(f"records[{i}]: expected exactly one of 'event' or 'chunks'")
-        if chunks is not UNSET:
-            row = _canonical_row(chunks)
-            try:
-                check_row(row, max_abs_dt=_SMALL_DT)
-            except RowFormatError as exc:
-                raise RowFormatError(f"records[{i}].chunks: {exc}") from exc
-            records.append(PageRecord(chunks=row))
-        else:
-            records.append(_checked_record(PageRecord(event=event), i))
+    records = [_from_fast(record, i) for i, record in enumerate(fast.records)]
     return Page(records, fast.hasMore, fast.fromSeq, fast.toSeq)
+
+
+def _from_fast(record: _FastRecord, i: int) -> PageRecord:
+    event, chunks = record.event, record.chunks
+    if (event is UNSET) == (chunks is UNSET):
+        raise RecordFormatError(f"records[{i}]: expected exactly one of 'event' or 'chunks'")
+    if chunks is UNSET:
+        return _checked_record(PageRecord(event=event), i)
+    row = _canonical_row(chunks)
+    try:
+        check_row(row, max_abs_dt=_SMALL_DT)
+    except RowFormatError as exc:
+        raise RowFormatError(f"records[{i}].chunks: {exc}") from exc
+    return PageRecord(chunks=row)
+
+
+class PageShell(Struct, frozen=True, forbid_unknown_fields=True):
+    """A page body whose records are left as undecoded JSON spans of the body.
+
+    It lets a reader check coverage with `decode_record_range` and then decode and
+    expand one record at a time (`decode_page_record`), so a page never exists as a
+    whole list of decoded records.
+    """
+
+    records: list[msgspec.Raw]
+    hasMore: bool
+    fromSeq: Seq
+    toSeq: Seq
+
+
+class _SeqOnly(Struct, frozen=True, gc=False):
+    seq: int
+
+
+class _DtOnly(Struct, frozen=True, gc=False):
+    dt: list[int]
+
+
+class _RowSpan(Struct, frozen=True, gc=False):
+    seq0: int
+    data: _DtOnly
+
+
+class _RecordSpan(Struct, frozen=True, gc=False):
+    event: _SeqOnly | UnsetType = UNSET
+    chunks: _RowSpan | UnsetType = UNSET
+
+
+class FollowSnapshot(Struct, frozen=True, forbid_unknown_fields=True):
+    """The data of a follow stream's ``snapshot`` frame: the header, the cursor (the last
+    seq, or -1) and the tail page at ``through = cursor``, records left as raw JSON."""
+
+    header: SessionHeader
+    cursor: Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER)]
+    records: list[msgspec.Raw]
+    hasMore: bool
+    fromSeq: Seq
+    toSeq: Seq
+
+
+_PAGE_SHELL: Final = msgspec.json.Decoder(PageShell)
+_SNAPSHOT: Final = msgspec.json.Decoder(FollowSnapshot)
+_RECORD_SPAN: Final = msgspec.json.Decoder(_RecordSpan)
+_FAST_RECORD: Final = msgspec.json.Decoder(_FastRecord)
+_RECORD: Final = msgspec.json.Decoder(PageRecord)
+
+
+def decode_page_shell(data: bytes) -> PageShell:
+    """Decode a page body's frame, leaving each record as raw JSON."""
+    try:
+        return _PAGE_SHELL.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        if isinstance(exc, msgspec.ValidationError):
+            where, why = describe(exc, "page")
+            raise RecordFormatError(f"{where}: {why}") from exc
+        raise RecordFormatError(f"page: invalid JSON: {_reason(exc)}") from exc
+
+
+def decode_follow_snapshot(data: bytes) -> FollowSnapshot:
+    """Decode a follow ``snapshot`` frame's data, leaving each record as raw JSON."""
+    try:
+        return _SNAPSHOT.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        if isinstance(exc, msgspec.ValidationError):
+            where, why = describe(exc, "snapshot")
+            raise RecordFormatError(f"{where}: {why}") from exc
+        raise RecordFormatError(f"snapshot: invalid JSON: {_reason(exc)}") from exc
+
+
+def decode_record_range(data: bytes, *, index: int = 0) -> tuple[int, int]:
+    """The inclusive seq range a raw page record claims, read without decoding its members.
+
+    A row's member count is taken from ``dt`` (``members - 1`` entries); `decode_page_record`
+    later checks that the members agree, so a row that lies about its length never expands.
+    """
+    try:
+        span = _RECORD_SPAN.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise RecordFormatError(f"records[{index}]: not a page record: {_reason(exc)}") from exc
+    event, chunks = span.event, span.chunks
+    if (event is UNSET) == (chunks is UNSET):
+        raise RecordFormatError(f"records[{index}]: expected exactly one of 'event' or 'chunks'")
+    if chunks is UNSET:
+        return event.seq, event.seq  # type: ignore[union-attr]
+    return chunks.seq0, chunks.seq0 + len(chunks.data.dt)
+
+
+def decode_page_record(data: bytes, *, index: int = 0) -> PageRecord:
+    """Decode and validate one raw page record, as `decode_page` does for each of its records."""
+    try:
+        fast = _FAST_RECORD.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        try:
+            record = _RECORD.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise _single_record_error(data, exc, index) from exc
+        return _checked_record(record, index)
+    return _from_fast(fast, index)
 
 
 def _decode_page_full(data: bytes) -> Page:
@@ -291,15 +410,33 @@ def _page_error(data: bytes, exc: msgspec.DecodeError | RecursionError) -> Codec
     records = value.get("records") if type(value) is dict else None
     if type(records) is list:
         for i, record in enumerate(records):
-            if type(record) is dict and type(record.get("chunks")) is dict:
-                try:
-                    row_from_value(record["chunks"])
-                except RowFormatError as row_exc:
-                    return RowFormatError(f"records[{i}].chunks: {row_exc}")
-            elif type(record) is dict and "event" in record:
-                try:
-                    event_from_value(record["event"], where=f"records[{i}].event")
-                except CodecError as event_exc:
-                    return event_exc
+            error = _record_error(record, i)
+            if error is not None:
+                return error
     where, why = describe(exc, "page")
     return RecordFormatError(f"{where}: {why}")
+
+
+def _single_record_error(data: bytes, exc: msgspec.DecodeError | RecursionError, i: int) -> CodecError:
+    if isinstance(exc, msgspec.ValidationError):
+        error = _record_error(_ANY.decode(data), i)
+        if error is not None:
+            return error
+        where, why = describe(exc, f"records[{i}]")
+        return RecordFormatError(f"{where}: {why}")
+    return RecordFormatError(f"records[{i}]: invalid JSON: {_reason(exc)}")
+
+
+def _record_error(record: Any, i: int) -> CodecError | None:
+    """The precise error of one decoded page record, or ``None`` if its content is valid."""
+    if type(record) is dict and type(record.get("chunks")) is dict:
+        try:
+            row_from_value(record["chunks"])
+        except RowFormatError as row_exc:
+            return RowFormatError(f"records[{i}].chunks: {row_exc}")
+    elif type(record) is dict and "event" in record:
+        try:
+            event_from_value(record["event"], where=f"records[{i}].event")
+        except CodecError as event_exc:
+            return event_exc
+    return None

@@ -1,0 +1,45 @@
+"""The Python client SDK: exact pages, exact history, and exactly-once live follow.
+
+It imports only the codec and httpx.
+"""
+
+from __future__ import annotations
+
+from history_client.client import AsyncHistoryClient, HistoryClient, service_error
+from history_client.errors import (
+    ClientError,
+    CursorAheadError,
+    PageContinuityError,
+    ProtocolError,
+    ResumeBehindError,
+    ServiceError,
+    StreamOverlapError,
+    TransportError,
+)
+from history_client.follow import Backoff
+from history_client.pages import HistoryPage, LazyPage, iter_body_events, read_page
+from history_client.sse import ServerSentEvent, SSEDecoder
+from history_client.text import RowText, joined_text
+
+__all__ = [
+    "AsyncHistoryClient",
+    "Backoff",
+    "ClientError",
+    "CursorAheadError",
+    "HistoryClient",
+    "HistoryPage",
+    "iter_body_events",
+    "joined_text",
+    "LazyPage",
+    "PageContinuityError",
+    "ProtocolError",
+    "read_page",
+    "ResumeBehindError",
+    "RowText",
+    "service_error",
+    "ServiceError",
+    "ServerSentEvent",
+    "SSEDecoder",
+    "StreamOverlapError",
+    "TransportError",
+]

@@ -1,0 +1,77 @@
+"""The client's error tree.
+
+- `ClientError`: the root; every error this package raises on purpose is one.
+  - `ServiceError`: the service answered with a non-2xx status.
+  - `TransportError`: the service could not be reached, or the connection broke and
+    the retries ran out.
+  - `ProtocolError`: the service sent something that breaks the wire contract. The
+    client stops rather than yield an event it cannot prove exact.
+    - `PageContinuityError`: a page does not end at its cursor, its records overlap,
+      leave a gap or have an inverted range, or two pages do not join.
+    - `StreamOverlapError`: a live record partly overlaps what was already delivered.
+    - `ResumeBehindError`: a resumed stream opened behind the last delivered seq.
+  - `CursorAheadError`: ``follow`` asked to resume after a seq the session does not have.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+__all__ = [
+    "ClientError",
+    "CursorAheadError",
+    "PageContinuityError",
+    "ProtocolError",
+    "ResumeBehindError",
+    "ServiceError",
+    "StreamOverlapError",
+    "TransportError",
+]
+
+
+class ClientError(Exception):
+    """The root of every error the client raises on purpose."""
+
+
+class ServiceError(ClientError):
+    """Raised when the service answers with a non-2xx status.
+
+    ``code`` and ``message`` come from the service's ``{"error": {"code", "message"}}``
+    body; a body that is not of that shape gives ``code`` ``"http_<status>"``.
+    """
+
+    def __init__(self, message: str, *, status_code: int, code: str, response: httpx.Response | None = None) -> None:
+        super().__init__(f"{status_code} {code}: {message}")
+        self.message = message
+        self.status_code = status_code
+        self.code = code
+        self.response = response
+
+
+class TransportError(ClientError):
+    """Raised when the service cannot be reached, or a follow stream's reconnects run out."""
+
+
+class ProtocolError(ClientError):
+    """Raised when a response breaks the wire contract: malformed JSON, an invalid row, a bad frame."""
+
+
+class PageContinuityError(ProtocolError):
+    """Raised when records do not cover their interval exactly, or pages do not join."""
+
+
+class StreamOverlapError(ProtocolError):
+    """Raised when a live record partly overlaps the events already delivered."""
+
+
+class ResumeBehindError(ProtocolError):
+    """Raised when a reconnected stream opens at a cursor behind the last delivered seq."""
+
+
+class CursorAheadError(ClientError):
+    """Raised when ``follow`` resumes after a seq beyond the session's head (``head_seq``)."""
+
+    def __init__(self, after: int, head_seq: int) -> None:
+        super().__init__(f"cannot resume after seq {after}: the session's head is {head_seq}")
+        self.after = after
+        self.head_seq = head_seq

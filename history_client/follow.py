@@ -1,0 +1,218 @@
+"""The follow plan: exactly-once delivery over a stream that may drop, written once for both clients.
+
+The plan does no I/O. It yields `Connect` (open a stream resuming after a seq, or fresh),
+`NEXT_FRAME` (the reply is the next `ServerSentEvent`, or ``None`` when the stream ends),
+`Fetch` (a page body, for gap repair), `Sleep` and `Emit`. A client reports a broken
+connection by throwing `Disconnected` (or the transport's error) into the plan.
+
+The journal rules (the seed's client journal):
+- The cursor is the last delivered seq. A snapshot must end exactly at its own cursor,
+  and a reconnected stream must not open behind the delivered cursor.
+- A live record that ends at or before the cursor is a complete duplicate and is dropped;
+  one that starts at or before the cursor but ends after it is a partial overlap and fails.
+- A record that starts after ``cursor + 1`` leaves a gap. The plan repairs it from
+  ``session.page`` before going on; the live events that arrive meanwhile wait, unread,
+  in the stream, and any that the repair already delivered are then dropped as duplicates.
+- Any other failure of the connection reconnects with ``Last-Event-ID`` = the cursor,
+  after an exponential backoff with jitter; a reconnect that delivers resets the count.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Generator
+from typing import Any, Final, NamedTuple
+
+import httpx
+
+from codec import (
+    CodecError,
+    Event,
+    PageRecord,
+    decode_event,
+    decode_follow_snapshot,
+    decode_json,
+    decode_page_record,
+    expand_row,
+    record_seq_range,
+)
+from history_client.errors import (
+    CursorAheadError,
+    ProtocolError,
+    ResumeBehindError,
+    ServiceError,
+    StreamOverlapError,
+    TransportError,
+)
+from history_client.history import Emit, Fetch
+from history_client.pages import LazyPage, open_lazy_page
+from history_client.sse import ServerSentEvent
+
+__all__ = ["NEXT_FRAME", "Backoff", "Connect", "Disconnected", "FollowPlan", "NextFrame", "Sleep", "follow_plan"]
+
+
+class Connect(NamedTuple):
+    """Open a follow stream; ``after`` is the ``Last-Event-ID`` to send, or ``None`` for a fresh open."""
+
+    after: int | None
+
+
+class NextFrame(NamedTuple):
+    """Read the next event of the open stream."""
+
+
+class Sleep(NamedTuple):
+    seconds: float
+
+
+NEXT_FRAME: Final = NextFrame()
+
+FollowPlan = Generator[Connect | NextFrame | Fetch | Sleep | Emit, Any, None]
+
+
+class Disconnected(Exception):
+    """Thrown into a plan when the stream broke or ended; the plan reconnects."""
+
+
+class Backoff:
+    """Reconnect delays: exponential from ``base`` up to ``cap``, each drawn from its upper half.
+
+    ``base`` ``None`` follows the server's ``retry`` field (1 s until one arrives).
+    ``max_retries`` counts reconnects in a row that deliver nothing; ``None`` never gives up.
+    """
+
+    def __init__(
+        self,
+        *,
+        base: float | None = None,
+        cap: float = 30.0,
+        max_retries: int | None = 10,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.base = base
+        self.cap = cap
+        self.max_retries = max_retries
+        self.rand = rand
+
+    def delay(self, failures: int, server_retry_ms: int | None) -> float:
+        base = self.base if self.base is not None else (server_retry_ms or 1000) / 1000
+        ceiling: float = min(self.cap, base * 2 ** (failures - 1))
+        return ceiling * (0.5 + 0.5 * self.rand())
+
+
+_RETRYABLE_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def follow_plan(*, after: int | None, backoff: Backoff) -> FollowPlan:
+    """Deliver every event after ``after`` (or from a fresh snapshot) exactly once, in order, forever."""
+    journal = _Journal(after)
+    failures = 0
+    while True:
+        try:
+            yield Connect(journal.cursor)
+            first = True  # a snapshot may only open a stream; a resumed one needs none
+            while True:
+                frame: ServerSentEvent | None = yield NEXT_FRAME
+                if frame is None:
+                    raise Disconnected("the stream ended")
+                if frame.retry is not None:
+                    journal.retry_ms = frame.retry
+                if frame.event == "snapshot":
+                    if not first:
+                        raise ProtocolError("the stream sent a snapshot after its opening")
+                    yield from journal.open(frame.data)
+                elif frame.event == "event":
+                    if journal.cursor is None:
+                        raise ProtocolError("the stream sent an event before its snapshot")
+                    yield from journal.live(frame.data)
+                elif frame.event == "error":
+                    raise _stream_error(frame.data, journal.cursor)
+                else:
+                    continue
+                first = False
+                failures = 0
+        except ServiceError as exc:
+            if exc.status_code not in _RETRYABLE_STATUS:
+                raise
+            failures = yield from _pause(backoff, failures + 1, exc, journal.retry_ms)
+        except (Disconnected, httpx.TransportError, TransportError) as exc:
+            failures = yield from _pause(backoff, failures + 1, exc, journal.retry_ms)
+
+
+def _pause(backoff: Backoff, failures: int, exc: BaseException, retry_ms: int | None) -> Generator[Sleep, Any, int]:
+    if backoff.max_retries is not None and failures > backoff.max_retries:
+        raise TransportError(f"the follow stream failed {failures} times in a row: {exc}") from exc
+    yield Sleep(backoff.delay(failures, retry_ms))
+    return failures
+
+
+def _stream_error(data: bytes, cursor: int | None) -> Exception:
+    try:
+        value = decode_json(data)
+    except CodecError as exc:
+        return ProtocolError(f"malformed error frame: {exc}")
+    if type(value) is dict and value.get("code") == "cursor_ahead" and type(value.get("headSeq")) is int:
+        return CursorAheadError(-1 if cursor is None else cursor, value["headSeq"])
+    return ProtocolError(f"the stream reported an error: {data[:200]!r}")
+
+
+class _Journal:
+    """The delivered cursor and the rules that move it."""
+
+    def __init__(self, after: int | None) -> None:
+        self.cursor = after
+        self.retry_ms: int | None = None
+
+    def open(self, data: bytes) -> Generator[Fetch | Emit, Any, None]:
+        try:
+            snapshot = decode_follow_snapshot(data)
+        except CodecError as exc:
+            raise ProtocolError(f"invalid snapshot: {exc}") from exc
+        page = LazyPage.open(snapshot, through=snapshot.cursor)
+        cursor = self.cursor
+        if cursor is not None and snapshot.cursor < cursor:
+            raise ResumeBehindError(f"resumed at a cursor behind the last applied entry: {snapshot.cursor} < {cursor}")
+        if cursor is not None and page.from_seq > cursor + 1:
+            yield from self._repair(page.from_seq - 1)
+        yield Emit(page.events(after=-1 if self.cursor is None else self.cursor))
+        self.cursor = snapshot.cursor
+
+    def live(self, data: bytes) -> Generator[Fetch | Emit, Any, None]:
+        record = _live_record(data)
+        first, last = record_seq_range(record)
+        cursor = -1 if self.cursor is None else self.cursor
+        if last <= cursor:
+            return
+        if first <= cursor:
+            raise StreamOverlapError(
+                f"the stream emitted a partially overlapping entry: [{first}, {last}] after {cursor}"
+            )
+        if first > cursor + 1:
+            yield from self._repair(first - 1)
+        event = record.event
+        yield Emit((event,) if type(event) is Event else expand_row(record.chunks))  # type: ignore[arg-type]
+        self.cursor = last
+
+    def _repair(self, target: int) -> Generator[Fetch | Emit, Any, None]:
+        """Deliver ``(cursor, target]`` from pages, newest fetched first, replayed oldest first."""
+        cursor = -1 if self.cursor is None else self.cursor
+        pages: list[LazyPage] = []
+        through = target
+        while through > cursor:
+            body = yield Fetch(through)
+            page = open_lazy_page(body, through=through)
+            pages.append(page)
+            through = page.from_seq - 1
+        for page in reversed(pages):
+            yield Emit(page.events(after=cursor))
+        self.cursor = target
+
+
+def _live_record(data: bytes) -> PageRecord:
+    """A live frame's record: a bare event, or (tolerated, as it is lossless) a wrapped page record."""
+    try:
+        if data.startswith((b'{"chunks"', b'{"event"')):
+            return decode_page_record(data)
+        return PageRecord(event=decode_event(data, where="live event"))
+    except CodecError as exc:
+        raise ProtocolError(f"invalid live frame: {exc}") from exc

@@ -1,0 +1,106 @@
+"""The client shells: requests, headers, typed errors and ownership of the httpx client."""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+import pytest
+
+from codec import SessionHeader
+from history_client import AsyncHistoryClient, HistoryClient, ServiceError, TransportError
+from tests.history_client.conftest import make_events, page_body
+
+LOG = make_events(60)
+
+
+def page_handler(seen):
+    def handler(request):
+        seen.append(request)
+        return httpx.Response(200, content=page_body(LOG[20:60]))
+
+    return handler
+
+
+def test_page_sends_parameters_credentials_and_child_address():
+    seen = []
+    transport = httpx.MockTransport(page_handler(seen))
+    with HistoryClient("http://test", token="t0k", principal="ann", transport=transport, max_messages=7) as client:
+        page = client.page("a/b", child="c d", through=59, max_bytes=1000)
+    request = seen[0]
+    assert request.url.raw_path == b"/v1/sessions/a%2Fb/subagents/c%20d/page?through=59&maxMessages=7&maxBytes=1000"
+    assert request.headers["authorization"] == "Bearer t0k"
+    assert request.headers["x-principal"] == "ann"
+    assert list(page.events()) == LOG[20:60]
+
+
+def test_async_page_matches_sync_page():
+    async def main():
+        transport = httpx.MockTransport(page_handler([]))
+        async with AsyncHistoryClient("http://test", transport=transport) as client:
+            return list((await client.page("s", before=60)).events())
+
+    assert anyio.run(main) == LOG[20:60]
+
+
+@pytest.mark.parametrize(
+    ("response", "code", "message"),
+    [
+        (
+            httpx.Response(404, json={"error": {"code": "session_not_found", "message": "no such"}}),
+            "session_not_found",
+            "no such",
+        ),
+        (
+            httpx.Response(403, json={"error": {"code": "subagent_child", "message": "read it as a child"}}),
+            "subagent_child",
+            "read it as a child",
+        ),
+        (httpx.Response(502, text="<html>bad gateway</html>"), "http_502", "Bad Gateway"),
+        (httpx.Response(400, json={"error": "flat"}), "http_400", "Bad Request"),
+    ],
+    ids=["404", "403", "502-html", "400-odd-body"],
+)
+def test_non_2xx_raises_service_error_with_status_code_and_message(response, code, message):
+    with HistoryClient("http://test", transport=httpx.MockTransport(lambda request: response)) as client:
+        with pytest.raises(ServiceError) as caught:
+            client.page("s")
+    error = caught.value
+    assert (error.status_code, error.code, error.message) == (response.status_code, code, message)
+    assert error.response is response
+
+
+def test_connection_failures_raise_transport_error():
+    def refuse(request):
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with HistoryClient("http://test", transport=httpx.MockTransport(refuse)) as client:
+        with pytest.raises(TransportError, match="connection refused"):
+            client.page("s")
+
+
+def test_a_client_closes_only_the_http_client_it_created():
+    shared = httpx.Client(transport=httpx.MockTransport(page_handler([])), base_url="http://test")
+    with HistoryClient(http_client=shared) as client:
+        client.page("s")
+    assert not shared.is_closed
+    shared.close()
+    own = HistoryClient("http://test", transport=httpx.MockTransport(page_handler([])))
+    with own:
+        pass
+    assert own._http.is_closed
+
+
+def test_create_session_and_append_post_exact_json():
+    bodies = []
+
+    def handler(request):
+        bodies.append((request.url.path, request.content))
+        if request.url.path.endswith("/events"):
+            return httpx.Response(201, json={"firstSeq": 0, "headSeq": 1})
+        return httpx.Response(201, json={"id": "s", "headSeq": -1})
+
+    with HistoryClient("http://test", transport=httpx.MockTransport(handler)) as client:
+        assert client.create_session(SessionHeader(id="s", createdAt=0)) == {"id": "s", "headSeq": -1}
+        assert client.append("s", LOG[:2]) == {"firstSeq": 0, "headSeq": 1}
+    assert bodies[0] == ("/v1/sessions", b'{"type":"session","version":0,"id":"s","createdAt":0}')
+    assert bodies[1][0] == "/v1/sessions/s/events" and bodies[1][1].startswith(b'{"events":[{"type":"user/message"')

@@ -1,0 +1,159 @@
+"""The follow plan through both clients and a scripted service: exactly once, in order, or a typed error."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from codec import encode, pack_page
+from history_client import (
+    Backoff,
+    CursorAheadError,
+    ProtocolError,
+    ResumeBehindError,
+    ServiceError,
+    StreamOverlapError,
+    TransportError,
+)
+from tests.history_client.conftest import Broken, Service, collect, event_frame, make_events, snapshot_frame, sse
+
+LOG = make_events(200)
+RETRY = b"retry: 1000\n\n"
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def live(start: int, stop: int) -> bytes:
+    return b"".join(event_frame(event) for event in LOG[start:stop])
+
+
+def test_fresh_open_delivers_the_snapshot_then_live_events(mode):
+    service = Service(LOG, [RETRY + snapshot_frame(LOG[40:100], 99) + live(100, 120)])
+    assert collect(service, mode=mode, limit=80) == LOG[40:120]
+    assert "last-event-id" not in service.follows[0].headers
+
+
+def test_a_dropped_stream_resumes_with_last_event_id_and_loses_nothing(mode):
+    streams = [Broken(snapshot_frame(LOG[0:50], 49), live(50, 60)), Broken(live(60, 75)), live(75, 90)]
+    service = Service(LOG, streams)
+    assert collect(service, mode=mode, limit=90) == LOG[:90]
+    assert [request.headers.get("last-event-id") for request in service.follows] == [None, "59", "74"]
+
+
+def test_a_stream_split_at_every_byte_still_decodes_exactly(mode):
+    body = snapshot_frame(LOG[0:30], 29) + live(30, 40)
+    service = Service(LOG, [Broken(*(body[i : i + 1] for i in range(len(body))))])
+    assert collect(service, mode=mode, limit=40) == LOG[:40]
+
+
+def test_complete_duplicates_are_dropped(mode):
+    body = snapshot_frame(LOG[0:20], 19) + live(15, 20) + live(20, 25) + live(22, 25) + live(25, 30)
+    assert collect(Service(LOG, [body]), mode=mode, limit=30) == LOG[:30]
+
+
+def test_a_live_row_that_partly_overlaps_delivered_events_fails(mode):
+    row = pack_page(LOG[1:24])[-1]
+    assert row.chunks.seq0 < 20 < row.chunks.seq0 + len(row.chunks.data.texts) - 1
+    body = snapshot_frame(LOG[0:20], 19) + sse("event", encode(row), 23) + live(24, 30)
+    received = []
+    with pytest.raises(StreamOverlapError, match="partially overlapping"):
+        received += collect(Service(LOG, [body]), mode=mode, limit=100)
+    assert received == []
+
+
+def test_a_live_row_that_continues_the_cursor_is_expanded_exactly(mode):
+    row = pack_page(LOG[20:24])[0]
+    body = snapshot_frame(LOG[0:20], 19) + sse("event", encode(row), 23) + live(24, 30)
+    assert collect(Service(LOG, [body]), mode=mode, limit=30) == LOG[:30]
+
+
+def test_a_resume_behind_the_delivered_cursor_fails(mode):
+    streams = [Broken(snapshot_frame(LOG[0:50], 49), live(50, 60)), snapshot_frame(LOG[0:55], 54)]
+    with pytest.raises(ResumeBehindError, match="behind the last applied entry"):
+        collect(Service(LOG, streams), mode=mode, limit=1000)
+
+
+def test_a_resumed_snapshot_ahead_of_the_cursor_delivers_only_the_new_suffix(mode):
+    streams = [Broken(snapshot_frame(LOG[0:50], 49)), snapshot_frame(LOG[40:70], 69) + live(70, 75)]
+    assert collect(Service(LOG, streams), mode=mode, limit=75) == LOG[:75]
+
+
+def test_a_gap_in_live_events_is_repaired_from_pages(mode):
+    body = snapshot_frame(LOG[0:20], 19) + live(20, 25) + live(61, 70)
+    service = Service(LOG, [body])
+    assert collect(service, mode=mode, limit=70) == LOG[:70]
+    # Repair pages hold 10 events each here, so the client joined several, through 60.
+    assert [request.url.params["through"] for request in service.pages] == ["60", "50", "40", "30"]
+
+
+def test_a_gap_between_a_resumed_snapshot_and_the_cursor_is_repaired(mode):
+    streams = [Broken(snapshot_frame(LOG[0:20], 19)), snapshot_frame(LOG[45:60], 59)]
+    assert collect(Service(LOG, streams), mode=mode, limit=60) == LOG[:60]
+
+
+def test_starting_after_a_seq_gets_exactly_the_suffix(mode):
+    service = Service(LOG, [live(120, 150)])
+    assert collect(service, mode=mode, limit=30, after=119) == LOG[120:150]
+    assert service.follows[0].headers["last-event-id"] == "119"
+
+
+def test_cursor_ahead_is_a_typed_error(mode):
+    body = RETRY + sse("error", b'{"code":"cursor_ahead","headSeq":10}')
+    with pytest.raises(CursorAheadError) as caught:
+        collect(Service(LOG, [body]), mode=mode, limit=5, after=50)
+    assert (caught.value.after, caught.value.head_seq) == (50, 10)
+
+
+def test_a_client_error_status_is_raised_at_once(mode):
+    not_found = httpx.Response(404, json={"error": {"code": "session_not_found", "message": "no session 's'"}})
+    service = Service(LOG, [not_found])
+    with pytest.raises(ServiceError) as caught:
+        collect(service, mode=mode, limit=5)
+    assert (caught.value.status_code, caught.value.code) == (404, "session_not_found")
+    assert len(service.follows) == 1
+
+
+def test_unavailable_is_retried_and_then_gives_up_with_a_transport_error(mode):
+    unavailable = httpx.Response(503, json={"error": {"code": "unavailable", "message": "draining"}})
+    service = Service(LOG, [unavailable, snapshot_frame(LOG[0:10], 9) + live(10, 12)])
+    assert collect(service, mode=mode, limit=12) == LOG[:12]
+    with pytest.raises(TransportError, match="4 times in a row"):
+        collect(Service(LOG, []), mode=mode, limit=5)
+
+
+def test_a_malformed_row_in_the_snapshot_is_a_protocol_error_before_any_event(mode):
+    records = [{"event": encode_value(LOG[0])}, {"chunks": {"type": "text-chunks", "seq0": 1, "time0": 0}}]
+    data = b'{"header":{"id":"s","createdAt":0},"cursor":1,"records":%b,"hasMore":false,"fromSeq":0,"toSeq":2}'
+    body = sse("snapshot", data % encode(records), 1)
+    received = []
+    with pytest.raises(ProtocolError):
+        received += collect(Service(LOG, [body]), mode=mode, limit=5)
+    assert received == []
+
+
+def test_an_event_before_the_snapshot_is_a_protocol_error(mode):
+    with pytest.raises(ProtocolError, match="before its snapshot"):
+        collect(Service(LOG, [live(0, 3)]), mode=mode, limit=5)
+
+
+def test_a_non_event_stream_answer_is_a_protocol_error(mode):
+    html = httpx.Response(200, headers={"content-type": "text/html"}, content=b"<html>")
+    with pytest.raises(ProtocolError, match="text/html"):
+        collect(Service(LOG, [html]), mode=mode, limit=5)
+
+
+def test_backoff_grows_to_its_cap_with_jitter_in_the_upper_half():
+    backoff = Backoff(base=0.1, cap=1.0, rand=lambda: 1.0)
+    assert [backoff.delay(n, None) for n in (1, 2, 3, 4, 5, 6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert Backoff(base=0.1, rand=lambda: 0.0).delay(1, None) == 0.05
+    assert Backoff(rand=lambda: 1.0).delay(1, 250) == 0.25
+    assert Backoff(rand=lambda: 1.0).delay(1, None) == 1.0
+
+
+def encode_value(event):
+    import msgspec
+
+    return msgspec.json.decode(encode(event))
