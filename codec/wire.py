@@ -419,7 +419,11 @@ def _page_error(data: bytes, exc: msgspec.DecodeError | RecursionError) -> Codec
 
 def _single_record_error(data: bytes, exc: msgspec.DecodeError | RecursionError, i: int) -> CodecError:
     if isinstance(exc, msgspec.ValidationError):
-        error = _record_error(_ANY.decode(data), i)
+        try:
+            value = _ANY.decode(data)
+        except (msgspec.DecodeError, RecursionError) as json_exc:
+            return RecordFormatError(f"records[{i}]: invalid JSON: {_reason(json_exc)}")
+        error = _record_error(value, i)
         if error is not None:
             return error
         where, why = describe(exc, f"records[{i}]")

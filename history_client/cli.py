@@ -131,7 +131,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
                 _follow(client.follow(args.session, child=args.child, after=args.after), out)
             else:
                 progress = None if args.quiet else err
-                count = _write_events(client.iter_history(args.session, child=args.child, after=args.after), out, progress)
+                history = client.iter_history(args.session, child=args.child, after=args.after)
+                count = _write_events(history, out, progress)
                 if progress is not None:
                     print(f"history-client: exported {count:,} events", file=progress)
     except ClientError as exc:

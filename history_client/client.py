@@ -114,7 +114,51 @@ def _wrap_transport(exc: httpx.TransportError) -> TransportError:
     return TransportError(f"{type(exc).__name__}: {exc}")
 
 
-class AsyncHistoryClient:
+class _Shared:
+    """State and request building that both clients share."""
+
+    def __init__(
+        self,
+        *,
+        token: str | None,
+        principal: str | None,
+        owns_client: bool,
+        timeout: float,
+        follow_read_timeout: float,
+        max_messages: int | None,
+        max_bytes: int | None,
+        backoff: Backoff | None,
+    ) -> None:
+        self._owns_client = owns_client
+        self._headers = _headers(token, principal)
+        self._requests = _Requests(max_messages=max_messages, max_bytes=max_bytes)
+        self._follow_timeout = httpx.Timeout(timeout, read=follow_read_timeout)
+        self.backoff = backoff or Backoff()
+
+    def _follow_request(
+        self,
+        http: httpx.Client | httpx.AsyncClient,
+        session: str,
+        child: str | None,
+        after: int | None,
+        max_messages: int | None,
+    ) -> httpx.Request:
+        params = {"maxMessages": max_messages} if max_messages is not None else {}
+        return http.build_request(
+            "GET",
+            _Requests.path(session, child, "follow"),
+            params=params,
+            headers={**self._headers, **_Requests.follow_headers(after)},
+            timeout=self._follow_timeout,
+        )
+
+    def _fetch_params(self, action: Fetch) -> dict[str, int]:
+        return self._requests.page_params(
+            through=action.through, before=action.before, max_messages=None, max_bytes=None
+        )
+
+
+class AsyncHistoryClient(_Shared):
     """The asynchronous client.
 
     Parameters:
@@ -142,12 +186,17 @@ class AsyncHistoryClient:
         max_bytes: int | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        self._owns_client = http_client is None
+        super().__init__(
+            token=token,
+            principal=principal,
+            owns_client=http_client is None,
+            timeout=timeout,
+            follow_read_timeout=follow_read_timeout,
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            backoff=backoff,
+        )
         self._http = http_client or httpx.AsyncClient(base_url=base_url, transport=transport, timeout=timeout)
-        self._headers = _headers(token, principal)
-        self._requests = _Requests(max_messages=max_messages, max_bytes=max_bytes)
-        self._follow_timeout = httpx.Timeout(timeout, read=follow_read_timeout)
-        self.backoff = backoff or Backoff()
 
     async def __aenter__(self) -> Self:
         return self
@@ -257,10 +306,7 @@ class AsyncHistoryClient:
                         for value in action.values:
                             yield value
                     elif type(action) is Fetch:
-                        params = self._requests.page_params(
-                            through=action.through, before=action.before, max_messages=None, max_bytes=None
-                        )
-                        reply = (await self._get(page_path, params)).content
+                        reply = (await self._get(page_path, self._fetch_params(action))).content
                     elif type(action) is NextFrame:
                         assert stream is not None
                         reply = await stream.next()
@@ -283,14 +329,7 @@ class AsyncHistoryClient:
     async def _open_stream(
         self, session: str, child: str | None, after: int | None, max_messages: int | None
     ) -> _AsyncFrames:
-        params = {"maxMessages": max_messages} if max_messages is not None else {}
-        request = self._http.build_request(
-            "GET",
-            _Requests.path(session, child, "follow"),
-            params=params,
-            headers={**self._headers, **_Requests.follow_headers(after)},
-            timeout=self._follow_timeout,
-        )
+        request = self._follow_request(self._http, session, child, after, max_messages)
         response = await self._http.send(request, stream=True)
         if not response.is_success:
             await response.aread()
@@ -300,7 +339,7 @@ class AsyncHistoryClient:
         return _AsyncFrames(response)
 
 
-class HistoryClient:
+class HistoryClient(_Shared):
     """The synchronous client: the same methods, parameters and errors as `AsyncHistoryClient`."""
 
     def __init__(
@@ -317,12 +356,17 @@ class HistoryClient:
         max_bytes: int | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        self._owns_client = http_client is None
+        super().__init__(
+            token=token,
+            principal=principal,
+            owns_client=http_client is None,
+            timeout=timeout,
+            follow_read_timeout=follow_read_timeout,
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            backoff=backoff,
+        )
         self._http = http_client or httpx.Client(base_url=base_url, transport=transport, timeout=timeout)
-        self._headers = _headers(token, principal)
-        self._requests = _Requests(max_messages=max_messages, max_bytes=max_bytes)
-        self._follow_timeout = httpx.Timeout(timeout, read=follow_read_timeout)
-        self.backoff = backoff or Backoff()
 
     def __enter__(self) -> Self:
         return self
@@ -416,10 +460,7 @@ class HistoryClient:
                     if type(action) is Emit:
                         yield from action.values
                     elif type(action) is Fetch:
-                        params = self._requests.page_params(
-                            through=action.through, before=action.before, max_messages=None, max_bytes=None
-                        )
-                        reply = self._get(page_path, params).content
+                        reply = self._get(page_path, self._fetch_params(action)).content
                     elif type(action) is NextFrame:
                         assert stream is not None
                         reply = stream.next()
@@ -440,14 +481,7 @@ class HistoryClient:
                 stream.close()
 
     def _open_stream(self, session: str, child: str | None, after: int | None, max_messages: int | None) -> _SyncFrames:
-        params = {"maxMessages": max_messages} if max_messages is not None else {}
-        request = self._http.build_request(
-            "GET",
-            _Requests.path(session, child, "follow"),
-            params=params,
-            headers={**self._headers, **_Requests.follow_headers(after)},
-            timeout=self._follow_timeout,
-        )
+        request = self._follow_request(self._http, session, child, after, max_messages)
         response = self._http.send(request, stream=True)
         if not response.is_success:
             response.read()

@@ -19,8 +19,11 @@ print(json.dumps([name for name in loaded if name not in sys.stdlib_module_names
 # The codec is pure: besides the standard library it loads only these (typing_extensions is msgspec's).
 CODEC_ALLOWED = {"codec", "msgspec", "typing_extensions", "zstandard", "brotli", "_brotli"}
 
+SERVER_SIDE = {"starlette", "uvicorn", "sqlalchemy", "psycopg", "persistence", "history_service"}
+
 FORBIDDEN = {
     "persistence": {"starlette", "uvicorn", "httpx", "history_service", "history_client"},
+    "history_client": SERVER_SIDE,
 }
 
 
@@ -40,3 +43,9 @@ def test_codec_loads_only_its_dependencies():
 def test_package_does_not_reach_up_the_layers(package):
     loaded = loaded_by(package)
     assert not loaded & FORBIDDEN[package], f"{package} loads {sorted(loaded & FORBIDDEN[package])}"
+
+
+def test_the_client_loads_only_the_codec_and_httpx_of_our_packages():
+    loaded = loaded_by("history_client")
+    assert {"codec", "httpx", "history_client"} <= loaded
+    assert not loaded & {"persistence", "history_service"}

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-PACKAGES = ["codec", "persistence", "history_service"]
+PACKAGES = ["codec", "persistence", "history_service", "history_client"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -16,21 +16,30 @@ from codec import (
     RowFormatError,
     decode_event,
     decode_events,
+    decode_follow_snapshot,
     decode_header,
     decode_json,
     decode_page,
+    decode_page_record,
+    decode_page_shell,
+    decode_record_range,
     decode_storage_line,
     decode_storage_record,
     encode,
     encode_lines,
     events_from_values,
     pack,
+    pack_page,
 )
 from tests.codec.helpers import plain, text
 
 DECODERS: list[Callable[[bytes], object]] = [
     decode_storage_line,
     decode_page,
+    decode_page_shell,
+    decode_page_record,
+    decode_record_range,
+    decode_follow_snapshot,
     decode_events,
     decode_event,
     decode_header,
@@ -143,3 +152,33 @@ def test_events_from_values_validates_like_the_byte_decoder():
     assert events_from_values([{"type": "x", "seq": 0, "time": 0, "data": 1}]) == [Event("x", 0, 0, 1)]
     with pytest.raises(CodecError, match=r"^batch\[0\]\.seq"):
         events_from_values([{"type": "x", "seq": "0", "time": 0, "data": 1}], where="batch")
+
+
+def _page_bytes() -> bytes:
+    events = [plain(0), *(text(seq, 1000 + seq, f"t{seq}") for seq in range(1, 9)), plain(9)]
+    return encode({"records": pack_page(events), "hasMore": False, "fromSeq": 0, "toSeq": 10})
+
+
+def test_record_at_a_time_decoding_matches_whole_page_decoding():
+    body = _page_bytes()
+    shell = decode_page_shell(body)
+    page = decode_page(body)
+    assert (shell.fromSeq, shell.toSeq, shell.hasMore) == (page.fromSeq, page.toSeq, page.hasMore)
+    assert [decode_page_record(raw, index=i) for i, raw in enumerate(shell.records)] == page.records
+    assert [decode_record_range(raw) for raw in shell.records] == [(0, 0), (1, 8), (9, 9)]
+
+
+def test_a_single_record_error_names_its_index_and_field():
+    row = bytes(decode_page_shell(_page_bytes()).records[1]).replace(b'"seq0":1', b'"seq0":"1"')
+    with pytest.raises(RowFormatError, match=r"records\[4\]\.chunks: malformed text-chunks row: row\.seq0"):
+        decode_page_record(row, index=4)
+    with pytest.raises(RecordFormatError, match=r"records\[2\]: expected exactly one"):
+        decode_record_range(b'{"event":{"seq":1},"chunks":{"seq0":1,"data":{"dt":[]}}}', index=2)
+
+
+def test_follow_snapshot_keeps_header_cursor_and_raw_records():
+    body = _page_bytes()
+    snapshot = decode_follow_snapshot(b'{"header":{"type":"session","id":"s","createdAt":0},"cursor":9,' + body[1:])
+    assert (snapshot.header.id, snapshot.cursor, len(snapshot.records), snapshot.toSeq) == ("s", 9, 3, 10)
+    with pytest.raises(RecordFormatError, match="snapshot"):
+        decode_follow_snapshot(b'{"header":{"id":"s","createdAt":0},"cursor":-2,' + body[1:])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import httpx
 import pytest
@@ -13,7 +15,7 @@ from tests.history_client.conftest import make_events, page_body
 LOG = make_events(60)
 
 
-def page_handler(seen):
+def page_handler(seen: list[httpx.Request]) -> Any:
     def handler(request):
         seen.append(request)
         return httpx.Response(200, content=page_body(LOG[20:60]))
@@ -22,7 +24,7 @@ def page_handler(seen):
 
 
 def test_page_sends_parameters_credentials_and_child_address():
-    seen = []
+    seen: list[httpx.Request] = []
     transport = httpx.MockTransport(page_handler(seen))
     with HistoryClient("http://test", token="t0k", principal="ann", transport=transport, max_messages=7) as client:
         page = client.page("a/b", child="c d", through=59, max_bytes=1000)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 from hypothesis import given, strategies as st
 
-from codec import encode, expand_records, pack_page
+from codec import Event, PageShell, encode, expand_records, pack_page
 from history_client import HistoryPage, LazyPage, PageContinuityError, ProtocolError, iter_body_events, read_page
 from history_client.pages import check_ranges, expected_to_seq, open_lazy_page
 from tests.codec.test_chunk_rows import batches
@@ -15,7 +17,7 @@ from tests.history_client.conftest import make_events, page_body
 LOG = make_events(120)
 
 
-def records_of(events):
+def records_of(events: list[Event]) -> Any:
     return msgspec.json.decode(encode(pack_page(events)))
 
 
@@ -64,7 +66,7 @@ def test_a_broken_cover_raises_before_any_event(change, message, reader):
     change = dict(change)
     through = change.pop("through", 119)
     body = page_body(LOG[40:120], **change)
-    received = []
+    received: list[Event] = []
     with pytest.raises(PageContinuityError, match=message):
         if reader == "full":
             received += read_page(body, through=through).events()
@@ -89,7 +91,7 @@ def test_a_page_past_before_is_refused():
         read_page(page_body(LOG[40:120]), before=100)
 
 
-def malformed_row_body():
+def malformed_row_body() -> tuple[bytes, Any]:
     records = records_of(LOG[0:40])
     row = next(record for record in records if "chunks" in record)
     row["chunks"]["data"]["dt"] = row["chunks"]["data"]["dt"][:-1] + [0, 0]  # one dt too many
@@ -108,7 +110,7 @@ def test_a_lazy_page_stops_at_a_row_whose_members_disagree_with_its_range():
     row = records[index]["chunks"]
     del row["data"]["texts"][-1]  # dt still claims the old length, so the cover check passes
     body = encode({"records": records, "hasMore": False, "fromSeq": 0, "toSeq": 40})
-    received = []
+    received: list[Event] = []
     with pytest.raises(ProtocolError, match="dt has"):
         received += iter_body_events(body)
     assert received == expand_records([]) + LOG[: row["seq0"]]
@@ -126,15 +128,8 @@ def test_malformed_bodies_are_protocol_errors(body, reader):
 
 
 def test_lazy_page_len_and_repr():
-    page = LazyPage.open(msgspec.json.decode(page_body(LOG[0:40]), type=_Shell))
+    page = LazyPage.open(msgspec.json.decode(page_body(LOG[0:40]), type=PageShell))
     assert len(page) == 40 and "from_seq=0" in repr(page)
-
-
-class _Shell(msgspec.Struct):
-    records: list[msgspec.Raw]
-    hasMore: bool
-    fromSeq: int
-    toSeq: int
 
 
 @given(st.integers(min_value=0, max_value=119))

@@ -21,7 +21,7 @@ EXPECTED = [
 ]
 
 
-def decode_in(chunks):
+def decode_in(chunks: list[bytes]) -> list[ServerSentEvent]:
     decoder = SSEDecoder()
     return [event for chunk in chunks for event in decoder.feed(chunk)]
 

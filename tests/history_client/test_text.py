@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from codec import ReasoningChunks, TextChunks, TextRowData, ToolCallChunks, ToolCallRowData
 from history_client import joined_text
 
 
-def text_row(texts, *, seq0=100, time0=5000, dt=None, kind=TextChunks):
+def text_row(
+    texts: list[str], *, seq0: int = 100, time0: int = 5000, dt: list[int] | None = None, kind: Any = TextChunks
+) -> Any:
     dt = [10] * (len(texts) - 1) if dt is None else dt
     return kind(seq0, time0, TextRowData(1, 1, 0, dt, texts))
 

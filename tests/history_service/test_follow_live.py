@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,11 +12,11 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-import uvicorn
 
 from codec import DeltaData, Event, TextDelta, check_page, decode_page, encode, iter_page_events
 from history_service.app import create_app
 from history_service.settings import Settings
+from tests.servers import serve_in_thread
 
 pytestmark = pytest.mark.anyio
 
@@ -29,24 +26,8 @@ TOTAL = 20_000
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     settings = Settings(store_url=f"sqlite:///{tmp_path / 'live.db'}", ping_interval=0.5, follow_buffer=512)
-    app = create_app(settings)
-    instance = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(instance.serve(sockets=[sock]),), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not instance.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    # End open follow streams on the server's own loop, then stop it.
-    loop.call_soon_threadsafe(app.state.service.hub.close)
-    instance.should_exit = True
-    thread.join(30)
-    loop.close()
-    sock.close()
+    with serve_in_thread(create_app(settings)) as running:
+        yield running.url
 
 
 def make_events(rand: random.Random, *, pad: int = 0) -> list[Event]:

@@ -1,0 +1,157 @@
+"""Real servers for live tests: uvicorn in a thread, the service as a restartable process, a cutting proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+
+__all__ = ["CuttingProxy", "ServerProcess", "ThreadServer", "serve_in_thread"]
+
+
+@dataclass
+class ThreadServer:
+    url: str
+    loop: asyncio.AbstractEventLoop
+
+    def call(self, coroutine: object, timeout: float = 60) -> object:
+        """Run a coroutine on the server's own loop (e.g. a store read) and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: Starlette) -> Iterator[ThreadServer]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; on exit, end follow streams and stop."""
+    instance = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(instance.serve(sockets=[sock]),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not instance.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    try:
+        yield ThreadServer(f"http://127.0.0.1:{sock.getsockname()[1]}", loop)
+    finally:
+        loop.call_soon_threadsafe(app.state.service.hub.close)
+        instance.should_exit = True
+        thread.join(30)
+        loop.close()
+        sock.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """``history-service serve`` as a child process on a fixed port, so it can be killed and restarted."""
+
+    def __init__(self, store_url: str, *, env: dict[str, str] | None = None) -> None:
+        self.store_url = store_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "HISTORY_PING_INTERVAL": "1", **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        code = "import sys; from history_service.cli import main; sys.exit(main())"
+        args = [sys.executable, "-c", code, "serve", "--store", self.store_url, "--port", str(self.port)]
+        self.process = subprocess.Popen(args, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.process.poll() is None, self.process.stderr.read().decode() if self.process.stderr else ""
+            assert time.monotonic() < deadline, "the service did not start"
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        if self.process is not None and self.process.stderr is not None:
+            self.process.stderr.close()
+        self.process = None
+
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        self.stop(sig)
+        self.start()
+
+
+class CuttingProxy:
+    """A TCP proxy on the running loop that can sever every open connection at once, like a flaky network."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.cuts = 0
+        self.connections = 0
+        self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> CuttingProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.cut()
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    def cut(self) -> None:
+        self.cuts += 1
+        for down, up in list(self._pairs):
+            down.transport.abort()
+            up.transport.abort()
+        self._pairs.clear()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self.connections += 1
+        pair = (writer, up_writer)
+        self._pairs.add(pair)
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        self._pairs.discard(pair)
+        writer.transport.abort()
+        up_writer.transport.abort()
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        with contextlib.suppress(OSError, RuntimeError):
+            writer.write_eof()
+
+
+SIGKILL = signal.SIGKILL
