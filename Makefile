@@ -32,8 +32,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy $(PACKAGES) tests bench
 
+# The bench suites that have a smoke mode run here too, so they cannot rot.
+SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py
+
 unit: $(STAMP)
 	$(BIN)/pytest
+	HISTORY_BENCH_SMOKE=1 $(BIN)/pytest -p no:cacheprovider $(SMOKE_BENCH)
 
 bench: $(STAMP)
 	$(BIN)/pytest bench -s
