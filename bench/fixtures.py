@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+import re
 from typing import Any, Final
 
 import msgspec
@@ -46,12 +47,16 @@ DSH_PACKED_RECORDS: Final = 696
 # and the incomplete tail step keeps its 227,549. The distributions below were tuned so
 # raw JSON lands near 69.4 MB and packed JSON near 6.36 MB:
 #
-# * tokens: mostly one to three words, each with a leading space; some punctuation, newlines,
-#   quotes and backslashes (JSON escapes), and about 1 in 12 non-ASCII (accents, CJK,
-#   emoji); tool-call fragments are JSON argument pieces (keys, quotes, paths, numbers);
-# * dt: 8-150 ms between tokens, with rare pauses of up to 2 s;
-# * ordinary events: user messages of 200-2,000 characters, assistant messages, tool
-#   results of 300-3,000 characters, block and step boundaries, usage records.
+# * tokens: pieces of up to 12 characters (sometimes a word and a short one after it),
+#   cut from a pool of assistant sentences that recur through the session, as real
+#   sessions repeat names, files and phrasing. The pool holds JSON escapes (quotes,
+#   backslashes, newlines), accents, CJK, Hangul and emoji, and code. Tool-call
+#   fragments are 2-6 character cuts of JSON arguments with varying paths and numbers;
+# * dt: bursty. 55% come from the same or the next packet (0, 1, 16, 17 or 33 ms), most
+#   others take 20-400 ms, and 1 in 500 is a pause of 0.2-2 s;
+# * ordinary events: user messages of 200-2,000 characters, assistant messages holding
+#   their step's text (up to 40,000 characters), tool results of 1,000-8,000 characters,
+#   block and step boundaries, usage records.
 
 REALISTIC_LOGICAL_EVENTS: Final = 416_756
 REALISTIC_ORDINARY_EVENTS: Final = 580
@@ -60,66 +65,72 @@ REALISTIC_COMPLETED_DELTAS: Final = 188_627
 REALISTIC_TAIL_DELTAS: Final = 227_549
 REALISTIC_PROJECTION_RECORDS: Final = 228_129
 REALISTIC_PACKED_RECORDS: Final = 696
+MESSAGE_TEXT_CAP: Final = 40_000
 
-_WORDS = (
-    "the of and to in is that for it as with was on be by this are from or at an have which not but "
-    "history transport session page row chunk event delta stream token cursor follow packed message "
-    "function return value error result query index buffer server client request response latency "
-    "résumé naïve café über señal déjà"
-).split()
-_CJK = ["数据", "会话", "历史", "传输", "エージェント", "세션"]
-_EMOJI = ["🙂", "🚀", "✅", "📦"]
-_PUNCT = [".", ",", ":", ";", "?", "!", ")", "(", "—", "…"]
-_ARG_PIECES = [
-    '{"',
-    "path",
-    '":"',
-    "src/",
-    "codec/",
-    "chunk",
-    "_rows",
-    ".py",
-    '","',
-    "start",
-    '":',
-    "120",
-    ",",
-    "end",
-    "4096",
-    "}",
-    '"query":"',
-    "SELECT",
-    " seq",
-    " FROM",
-    " records",
-    "\\n",
-    '\\"',
-    "true",
-    "false",
-    "]",
+# Assistant prose and code the blocks draw sentences from. Sessions repeat themselves
+# (the same files, names and phrasing come back), which is what compressors exploit.
+_SENTENCES = [
+    "The history transport packs consecutive assistant deltas into lossless chunk rows.",
+    "Each row keeps the seq, the time and the token boundary of every member.",
+    "Let me check `codec/chunk_rows.py` first, then the page builder.",
+    "The cursor must end exactly where the page says it does; otherwise we stop.",
+    "I'll run the tests again:\n\n```sh\nmake test\n```\n",
+    "Résumé of the change: the naïve loop was O(n²), the new scan is O(n).",
+    "数据会话历史传输 works the same for every script, including エージェント and 세션.",
+    "Done ✅ — the follow stream resumed with `Last-Event-ID: 4096` and lost nothing 🚀.",
+    'The error said "seq_conflict" with headSeq 1200, so the batch was already stored.',
+    "On Windows the path is `C:\\work\\history\\h.db`, which needs escaping in JSON.",
+    "    def expand_row(row: ChunkRow) -> list[Event]:\n        return list(map(Event, ...))\n",
+    "Next, I will measure the cold tail page from SQLite, JSONL and PostgreSQL.",
+    "- packed bytes: 6.3 MB\n- raw bytes: 69 MB\n- ratio: 9.2%\n",
+    "Hmm, wait. The projection drops deltas of completed steps, so it is lossy.",
+    "So the answer is yes: the page is message-aligned and the cut is stable.",
+    "I should double-check the `maxBytes` bisection before committing.",
+    "Looking at the stack trace, the decoder raised on a row with an empty dt.",
+    "Let's compare the three representations side by side in one run.",
+    "That's 416,756 logical events but only 696 records on the wire.",
+    "The user wants a summary; I'll keep it short and cite the figures.",
 ]
+_TOOLS: list[tuple[str, Any]] = [
+    ("read_file", lambda r, n: f'{{"path":"src/{n}.py","start":{r.randint(1, 900)},"end":{r.randint(900, 4096)}}}'),
+    ("run_query", lambda r, n: f'{{"sql":"SELECT seq, data FROM {n} WHERE seq >= {r.randint(0, 9999)}","limit":50}}'),
+    ("search_code", lambda r, n: f'{{"pattern":"def {n}\\\\(","glob":"**/*.py","context":{r.randint(0, 9)}}}'),
+]
+_NAMES = ["chunk_rows", "page_builder", "message_index", "follow", "wire", "records", "jsonl"]
+_TOKEN = re.compile(r"\s*[^\s]{1,12}(?: [^\s]{1,4}(?![^\s]))?|\s+")
 
 
-def _token(rand: random.Random, kind: str) -> str:
-    if kind == "tool":
-        return rand.choice(_ARG_PIECES)
+def _sentence_tokens(rand: random.Random) -> list[str]:
+    return _TOKEN.findall(rand.choice(_SENTENCES) + " ")
+
+
+def _text_tokens(rand: random.Random, count: int) -> list[str]:
+    tokens: list[str] = []
+    while len(tokens) < count:
+        tokens.extend(_sentence_tokens(rand))
+    return tokens[:count]
+
+
+def _tool_tokens(rand: random.Random, count: int) -> list[str]:
+    tokens: list[str] = []
+    while len(tokens) < count:
+        _, arguments = rand.choice(_TOOLS)
+        text = arguments(rand, rand.choice(_NAMES))
+        cuts = [0]
+        while cuts[-1] < len(text):
+            cuts.append(cuts[-1] + rand.randint(2, 6))
+        tokens.extend(text[a:b] for a, b in zip(cuts, cuts[1:], strict=False))
+    return tokens[:count]
+
+
+def _dt(rand: random.Random) -> int:
+    """Tokens arrive in bursts: often in the same or the next packet, sometimes after a pause."""
     roll = rand.random()
-    if roll < 0.62:
-        words = 1 + (rand.random() < 0.8) + (rand.random() < 0.35)
-        return "".join(" " + rand.choice(_WORDS) for _ in range(words))
-    if roll < 0.70:
-        return rand.choice(_WORDS)
-    if roll < 0.78:
-        return rand.choice(_PUNCT)
-    if roll < 0.82:
-        return rand.choice(["\n", "\n\n", "\n- ", "\n```\n", "\t"])
-    if roll < 0.86:
-        return rand.choice(['"', ' "', "\\", "'s", "`"])
-    if roll < 0.92:
-        return rand.choice(_CJK)
-    if roll < 0.94:
-        return rand.choice(_EMOJI)
-    return " " + "".join(rand.choice("abcdefghijklmnopqrstuvwxyz0123456789_") for _ in range(rand.randint(2, 12)))
+    if roll < 0.55:
+        return rand.choice((0, 1, 16, 17, 33))
+    if roll < 0.998:
+        return rand.randint(20, 400)
+    return rand.randint(200, 2000)
 
 
 def _split(rand: random.Random, total: int, parts: int, minimum: int = 3) -> list[int]:
@@ -132,7 +143,7 @@ def _split(rand: random.Random, total: int, parts: int, minimum: int = 3) -> lis
 
 
 def _text(rand: random.Random, low: int, high: int) -> str:
-    return "".join(_token(rand, "text") for _ in range(rand.randint(low, high) // 6)).strip()
+    return "".join(_text_tokens(rand, rand.randint(low, high) // 6)).strip()
 
 
 def realistic(*, scale: int = 1, seed: int = 7) -> list[Event]:
@@ -161,27 +172,28 @@ def realistic(*, scale: int = 1, seed: int = 7) -> list[Event]:
         ordinary += 1
         add(type_, data, dt=rand.randint(20, 2000), **extra)
 
-    def block(turn: int, step: int, index: int, kind: str, size: int, *, closed: bool) -> None:
+    def block(turn: int, step: int, index: int, kind: str, size: int, *, closed: bool) -> str:
         call_id = f"call_{rand.getrandbits(64):016x}"
         start = {"type": "block-start", "index": index, "blockType": {"tool": "tool-call"}.get(kind, kind)}
         if kind == "tool":
-            start |= {"id": call_id, "name": rand.choice(["read_file", "run_query", "search_code"])}
+            start |= {"id": call_id, "name": rand.choice(_TOOLS)[0]}
         ordinary_event("assistant/chunk", {"turn": turn, "step": step, "chunk": start})
-        for _ in range(size):
+        pieces = _tool_tokens(rand, size) if kind == "tool" else _text_tokens(rand, size)
+        for piece in pieces:
             if kind == "tool":
-                chunk: Any = ToolCallDelta(index=index, id=call_id, argumentsDelta=_token(rand, "tool"))
+                chunk: Any = ToolCallDelta(index=index, id=call_id, argumentsDelta=piece)
             elif kind == "reasoning":
-                chunk = ReasoningDelta(index, _token(rand, "text"))
+                chunk = ReasoningDelta(index, piece)
             else:
-                chunk = TextDelta(index, _token(rand, "text"))
-            pause = rand.randint(200, 2000) if rand.random() < 0.002 else rand.randint(8, 150)
-            add("assistant/chunk", DeltaData(turn, step, chunk), dt=pause)
+                chunk = TextDelta(index, piece)
+            add("assistant/chunk", DeltaData(turn, step, chunk), dt=_dt(rand))
         if closed:
             ordinary_event(
                 "assistant/chunk", {"turn": turn, "step": step, "chunk": {"type": "block-end", "index": index}}
             )
         if kind == "tool" and closed:
-            ordinary_event("tool/result", {"callId": call_id, "output": _text(rand, 300, 3000)})
+            ordinary_event("tool/result", {"callId": call_id, "output": _text(rand, 1000, 8000)})
+        return "".join(pieces) if kind == "text" else ""
 
     for turn in range(1, turns + 1):
         ordinary_event("turn/start", {"turn": turn})
@@ -193,11 +205,13 @@ def realistic(*, scale: int = 1, seed: int = 7) -> list[Event]:
         for step in range(1, per_step + 1):
             ordinary_event("step/start", {"turn": turn, "step": step})
             first = len(events)
-            for index, kind in enumerate(kinds):
-                block(turn, step, index, kind, next(block_sizes), closed=True)
+            said = "".join(
+                block(turn, step, index, kind, next(block_sizes), closed=True) for index, kind in enumerate(kinds)
+            )
+            content = [{"type": "text", "text": said[:MESSAGE_TEXT_CAP]}]
             ordinary_event(
                 "assistant/message",
-                {"id": f"assistant-{turn}-{step}", "role": "assistant", "content": [{"type": "text", "text": "…"}]},
+                {"id": f"assistant-{turn}-{step}", "role": "assistant", "content": content},
                 surfaceOp="append",
                 sourceEventSeqs=(first,),
             )
