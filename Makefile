@@ -1,4 +1,5 @@
 # Two entry points: `make serve` and `make test`. Both build .venv from scratch when needed.
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -33,14 +34,24 @@ typecheck: $(STAMP)
 	$(BIN)/mypy $(PACKAGES) tests bench
 
 # The bench suites that have a smoke mode run here too, so they cannot rot.
-SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py
+SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_history_transport.py \
+	bench/test_follow_load.py bench/test_report.py
 
 unit: $(STAMP)
 	$(BIN)/pytest
 	HISTORY_BENCH_SMOKE=1 $(BIN)/pytest -p no:cacheprovider $(SMOKE_BENCH)
 
+# Every suite at full size, then the report. The run's result lines are kept in
+# bench/results/<UTC time>.txt and docs/benchmarks.md is regenerated from them.
 bench: $(STAMP)
-	$(BIN)/pytest bench -s
+	mkdir -p bench/results
+	run=bench/results/$$(date -u +%Y%m%dT%H%M%SZ).txt; \
+	$(BIN)/pytest -p no:cacheprovider bench -s 2>&1 | tee bench/results/last-run.log; \
+	status=$${PIPESTATUS[0]}; \
+	grep -E '^HISTORY_[A-Z_]+_RESULT ' bench/results/last-run.log > $$run; \
+	rm bench/results/last-run.log; \
+	$(BIN)/python -m bench.report $$run --command "make bench"; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis .benchmarks

@@ -255,11 +255,21 @@ def is_delta(event: Event) -> bool:
 
 
 def long_session(*, scale: int = 1, repeat: int = 10) -> list[Event]:
-    """``realistic``'s conversation structure repeated ``repeat`` times, renumbered, for page cost vs length."""
+    """``realistic``'s conversation structure repeated ``repeat`` times, for page cost vs session length.
+
+    Each copy is shifted in seq and time, and so are the seqs its messages cite.
+    """
     one = realistic(scale=scale)
     out: list[Event] = []
     for r in range(repeat):
-        shift_time = r * (one[-1].time - TIME_ZERO + 1000)
+        shift_seq, shift_time = r * len(one), r * (one[-1].time - TIME_ZERO + 1000)
         for event in one:
-            out.append(msgspec.structs.replace(event, seq=len(out), time=event.time + shift_time))
+            sources = event.sourceEventSeqs
+            if sources is not msgspec.UNSET:
+                sources = tuple(seq + shift_seq for seq in sources)
+            out.append(
+                msgspec.structs.replace(
+                    event, seq=event.seq + shift_seq, time=event.time + shift_time, sourceEventSeqs=sources
+                )
+            )
     return out

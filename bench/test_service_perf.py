@@ -30,6 +30,7 @@ import msgspec
 import pytest
 
 from bench.fixtures import DSH_LOGICAL_EVENTS, dsh_synthetic
+from bench.follow_load import run_load
 from codec import SessionHeader, check_page, decode_page, decompress
 from persistence import open_store
 
@@ -135,161 +136,13 @@ def test_tail_page_packed_and_raw(server: str, results: dict[str, Any]) -> None:
     }
 
 
-class _Chunked:
-    """Undo HTTP/1.1 chunked framing incrementally."""
-
-    def __init__(self) -> None:
-        self.raw = b""
-
-    def feed(self, data: bytes) -> bytes:
-        self.raw += data
-        out = []
-        while True:
-            end = self.raw.find(b"\r\n")
-            if end < 0:
-                break
-            size = int(self.raw[:end], 16)
-            if len(self.raw) < end + 2 + size + 2:
-                break
-            out.append(self.raw[end + 2 : end + 2 + size])
-            self.raw = self.raw[end + 2 + size + 2 :]
-        return b"".join(out)
-
-
-PRODUCER = """
-import json, socket, sys, threading, time
-from codec import Event, encode
-
-# Appends are pipelined on one HTTP/1.1 connection: sent at the target rate whatever the
-# response time, still applied in order (the server handles a connection's requests in turn).
-base, rate, first, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-host, port = base.removeprefix("http://").split(":")
-sock = socket.create_connection((host, int(port)))
-sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-statuses = []
-
-def read_responses():
-    stream = sock.makefile("rb")
-    for _ in range(batches):
-        status = stream.readline()
-        length = 0
-        while (line := stream.readline()) not in (b"\\r\\n", b""):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        stream.read(length)
-        statuses.append(int(status.split()[1]))
-
-reader = threading.Thread(target=read_responses)
-reader.start()
-sent = []
-start = time.perf_counter()
-for batch in range(batches):
-    delay = start + batch * 10 / rate - time.perf_counter()
-    if delay > 0:
-        time.sleep(delay)
-    seq0 = first + batch * 10
-    body = encode({"events": [Event("load", seq0 + k, 0, {"k": k}) for k in range(10)]})
-    head = b"POST /v1/sessions/live/events HTTP/1.1\\r\\nHost: bench\\r\\nContent-Type: application/json\\r\\n"
-    sent.append(time.time_ns())
-    sock.sendall(head + b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
-elapsed = time.perf_counter() - start
-reader.join()
-assert statuses == [201] * batches, set(statuses)
-print(json.dumps({"sent": sent, "elapsed": elapsed}))
-"""
-
-
-async def _follower(port: int, ready: asyncio.Event, state: dict[str, Any], first: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"GET /v1/sessions/live/follow?after=%d HTTP/1.1\r\nHost: bench\r\n\r\n" % (first - 1))
-    await writer.drain()
-    head = await reader.readuntil(b"\r\n\r\n")
-    assert b"transfer-encoding: chunked" in head.lower()
-    ready.set()
-    chunked = _Chunked()
-    buffer = b""
-    expected = first
-    arrivals = state["arrivals"]
-    while expected < state["total"]:
-        data = await reader.read(1 << 16)
-        if not data:
-            break
-        now = time.time_ns()
-        buffer += chunked.feed(data)
-        cut = buffer.rfind(b"\n\n") + 2
-        complete, buffer = buffer[:cut], buffer[cut:]
-        # The client must stay cheap, or it competes with the server for the cores: a run of
-        # contiguous frames is checked with counts and the first and last id, not frame by frame.
-        start = complete.find(b"id: ")
-        if start < 0:
-            continue
-        low = int(complete[start + 4 : complete.index(b"\n", start)])
-        tail = complete.rfind(b"id: ")
-        high = int(complete[tail + 4 : complete.index(b"\n", tail)])
-        count = complete.count(b"\nid: ") + (1 if complete.startswith(b"id: ") else 0)
-        if low == expected and count == high - low + 1:
-            arrivals.append((low, high, now))
-            expected = high + 1
-            continue
-        for frame in complete.split(b"\n\n"):
-            if not frame.startswith(b"id: "):
-                continue
-            seq = int(frame[4 : frame.index(b"\n")])
-            if seq < expected:
-                state["duplicated"] += 1
-                continue
-            if seq > expected:
-                state["lost"] += seq - expected
-            expected = seq + 1
-            arrivals.append((seq, seq, now))
-    state["lost"] += max(0, state["total"] - expected)
-    writer.close()
-
-
-async def _follow_load(base: str, rate: int, first_seq: int) -> dict[str, Any]:
-    port = int(base.rsplit(":", 1)[1])
-    batches = int(rate * DURATION) // 10
-    total = first_seq + batches * 10
-    state: dict[str, Any] = {"total": total, "lost": 0, "duplicated": 0, "arrivals": []}
-    readies = [asyncio.Event() for _ in range(FOLLOWERS)]
-    followers = [asyncio.create_task(_follower(port, ready, state, first_seq)) for ready in readies]
-    for ready in readies:
-        await ready.wait()
-    await asyncio.sleep(0.5)
-    # The producer runs in its own process, so follower parsing here cannot slow it.
-    producer = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", PRODUCER, base, str(rate), str(first_seq), str(batches), stdout=asyncio.subprocess.PIPE
-    )
-    out, _ = await producer.communicate()
-    assert producer.returncode == 0
-    report = json.loads(out)
-    await asyncio.wait_for(asyncio.gather(*followers), timeout=120)
-    sent = report["sent"]
-    latencies = sorted(
-        (arrived - sent[(seq - first_seq) // 10]) / 1e6
-        for low, high, arrived in state["arrivals"]
-        for seq in range(low, high + 1)
-    )
-    return {
-        "followers": FOLLOWERS,
-        "targetEventsPerSec": rate,
-        "achievedEventsPerSec": round(batches * 10 / report["elapsed"]),
-        "events": batches * 10,
-        "deliveries": len(latencies),
-        "p50Ms": round(latencies[len(latencies) // 2], 2),
-        "p99Ms": round(latencies[int(len(latencies) * 0.99)], 2),
-        "maxMs": round(latencies[-1], 2),
-        "lost": state["lost"],
-        "duplicated": state["duplicated"],
-    }
-
-
 def test_follow_delivery_under_load(server: str, results: dict[str, Any]) -> None:
     loads = []
-    first = 0
+    sessions = {"live": 0}
     for rate in (500, 2000):
-        outcome = asyncio.run(_follow_load(server, rate, first))
-        assert outcome["deliveries"] + outcome["lost"] >= outcome["events"] * FOLLOWERS
-        first += outcome["events"]
+        outcome = asyncio.run(run_load(server, followers=FOLLOWERS, rate=rate, seconds=DURATION, sessions=sessions))
+        assert (
+            outcome["deliveries"] + outcome["lost"] + outcome["undeliveredAtTimeout"] == outcome["events"] * FOLLOWERS
+        )
         loads.append(outcome)
     results["follow"] = loads

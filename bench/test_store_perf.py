@@ -25,6 +25,7 @@ import msgspec
 import pytest
 
 from bench.fixtures import DSH_LOGICAL_EVENTS, DSH_PACKED_RECORDS, dsh_synthetic
+from bench.stores import BACKENDS, reset, url_for
 from codec import Event, SessionHeader, encode, pack_page
 from history_service.scenarios import multi_turn
 from persistence import HistoryStore, open_store
@@ -33,8 +34,6 @@ from persistence.page_builder import records_body
 
 BATCH = 512
 MAX_MESSAGES = 50
-PG_URL = os.environ.get("HISTORY_TEST_PG_URL")
-BACKENDS = ["sqlite", "jsonl", "jsonl-zstd"] + (["postgresql"] if PG_URL else [])
 
 
 @pytest.fixture(scope="module")
@@ -49,30 +48,6 @@ def results() -> Iterator[dict[str, Any]]:
     yield collected
     collected["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "msgspec": msgspec.__version__}
     print("\nHISTORY_STORE_PERF_RESULT " + json.dumps(collected, sort_keys=True))
-
-
-def url_for(backend: str, root: Path) -> str:
-    if backend == "sqlite":
-        return f"sqlite:///{root / 'h.db'}"
-    if backend == "jsonl":
-        return f"jsonl://{root / 'jsonl'}"
-    if backend == "jsonl-zstd":
-        return f"jsonl://{root / 'zstd'}?compression=zstd"
-    assert PG_URL
-    return PG_URL
-
-
-async def reset(url: str) -> None:
-    if url.startswith("postgresql"):
-        import sqlalchemy as sa
-
-        from persistence.sql import metadata
-
-        engine = sa.create_engine(url)
-        with engine.begin() as conn:
-            metadata.drop_all(conn)
-            conn.execute(sa.text("DROP TABLE IF EXISTS history_meta"))
-        engine.dispose()
 
 
 async def write(url: str, session_id: str, events: list[Event]) -> float:

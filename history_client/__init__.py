@@ -19,13 +19,14 @@ from history_client.errors import (
 from history_client.follow import Backoff
 from history_client.pages import HistoryPage, LazyPage, iter_body_events, read_page
 from history_client.sse import ServerSentEvent, SSEDecoder
-from history_client.text import RowText, joined_text
+from history_client.text import RowText, has_visible, joined_text
 
 __all__ = [
     "AsyncHistoryClient",
     "Backoff",
     "ClientError",
     "CursorAheadError",
+    "has_visible",
     "HistoryClient",
     "HistoryPage",
     "iter_body_events",

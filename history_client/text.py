@@ -15,7 +15,7 @@ from typing import Final
 
 from codec import ChunkRow, ToolCallRowData
 
-__all__ = ["RowText", "joined_text"]
+__all__ = ["RowText", "has_visible", "joined_text"]
 
 # ECMAScript's WhiteSpace and LineTerminator, which String.prototype.trim removes; the
 # seed's clients define "visible" with trim(), so we use the same set, not str.isspace.
@@ -63,6 +63,11 @@ def _first_nonempty(pieces: list[str]) -> int:
 def _first_visible(pieces: list[str]) -> int | None:
     search = _NOT_BLANK.search
     return next((i for i, piece in enumerate(pieces) if search(piece)), None)
+
+
+def has_visible(text: str) -> bool:
+    """Whether ``text`` has a character that ECMAScript ``trim()`` would keep."""
+    return _NOT_BLANK.search(text) is not None
 
 
 def joined_text(row: ChunkRow) -> RowText:

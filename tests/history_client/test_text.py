@@ -60,3 +60,9 @@ def test_tool_call_rows_anchor_at_the_name_or_the_first_fragment():
     nameless = ToolCallChunks(7, 0, ToolCallRowData(turn=1, step=1, index=0, dt=[1, 1], id="c", args=["", "{", "}"]))
     assert (joined_text(named).text, joined_text(named).token_start, joined_text(named).visible_start) == ("{}", 0, 0)
     assert (joined_text(nameless).token_start, joined_text(nameless).token_time) == (1, 1)
+
+
+def test_has_visible_uses_the_same_blank_set():
+    from history_client import has_visible
+
+    assert not has_visible(" \u3000\ufeff\n") and has_visible("\x1c") and has_visible(" x")
