@@ -50,7 +50,7 @@ bench: $(STAMP)
 	status=$${PIPESTATUS[0]}; \
 	grep -E '^HISTORY_[A-Z_]+_RESULT ' bench/results/last-run.log > $$run; \
 	rm bench/results/last-run.log; \
-	$(BIN)/python -m bench.report $$run --command "make bench"; \
+	$(BIN)/python -m bench.report $$run --command "$(if $(HISTORY_TEST_PG_URL),scripts/with-postgres make bench,make bench)"; \
 	exit $$status
 
 clean:

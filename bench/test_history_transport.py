@@ -8,7 +8,8 @@ repetition for ``long-session`` (35 messages), which is the same content as
 ``realistic``'s page, so the two isolate the cost of session length.
 
 * ``host``: from events in memory: select the cut, wrap or pack, encode, compress.
-* ``store``: a cold tail page (a new store instance) from SQLite, JSONL, JSONL+zstd and,
+* ``store``: a cold tail page (a new store instance, timed in a fresh host process by
+  `bench.cold_page`, so this process's fixture cannot tax it) from SQLite, JSONL, JSONL+zstd and,
   when ``HISTORY_TEST_PG_URL`` is set, PostgreSQL; raw is ``read_events`` then encode (what
   ``?expand=raw`` costs). ``sqlite-raw-events`` is the host without packing: one SQLite row
   per logical event, its stored JSON spliced into the raw page without decoding.
@@ -33,12 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import hashlib
 import json
 import os
 import platform
 import socket
 import sqlite3
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -73,7 +76,6 @@ from codec import Event, Page, PageRecord, SessionHeader, encode, pack, page_rec
 from history_client import read_page
 from persistence import open_store
 from persistence.message_index import index_entries, select_cuts
-from persistence.page_builder import records_body
 
 SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
 SCALE = 100 if SMOKE else 1
@@ -309,26 +311,6 @@ def store_section(
             await store.append("s", events[start : start + BATCH])
         await store.close()
 
-    async def cold(url: str, kind: str) -> tuple[float, bytes]:
-        store = await open_store(url)
-        start = time.perf_counter()
-        head = await store.head_seq("s")
-        cut = (await store.page_cuts("s", to_seq=head + 1, max_messages=max_messages))[-1]
-        if kind == "packed":
-            records = records_body(await store.page_records("s", cut, head + 1))
-            body = b'{"records":%b,"hasMore":%b,"fromSeq":%d,"toSeq":%d}' % (
-                records,
-                b"true" if cut > 0 else b"false",
-                cut,
-                head + 1,
-            )
-        else:
-            raw = [PageRecord(event=event) for event in await store.read_events("s", cut, head + 1)]
-            body = page_json(raw, cut, head + 1)
-        elapsed = (time.perf_counter() - start) * 1000
-        await store.close()
-        return elapsed, body
-
     for backend in BACKENDS:
         url = url_for(backend, root / name / backend)
         (root / name / backend).mkdir(parents=True, exist_ok=True)
@@ -337,11 +319,7 @@ def store_section(
         section: dict[str, Any] = {}
         for kind in ("raw", "packed"):
             progress(name, f"store {backend}: cold {kind} tail pages")
-            samples = []
-            for _ in range(ROUNDS):
-                elapsed, body = anyio.run(cold, url, kind)
-                assert body == bodies[kind], f"{backend} {kind} page differs from the in-memory page"
-                samples.append(r2(elapsed))
+            samples = _cold_in_host(url, kind, str(max_messages), bodies[kind])
             section[f"{kind}ColdMs"] = r2(statistics.median(samples))
             section[f"{kind}ColdSamplesMs"] = samples
         section["speedup"] = r2(section["rawColdMs"] / section["packedColdMs"])
@@ -349,11 +327,7 @@ def store_section(
     progress(name, "store sqlite-raw-events: a table of one raw event per row")
     raw_db = root / name / "raw-events.db"
     _fill_raw_events(raw_db, events)
-    samples = []
-    for _ in range(ROUNDS):
-        elapsed, body = _cold_raw_events(raw_db, from_seq, to_seq)
-        assert body == bodies["raw"], "the raw-events table's page differs from the in-memory raw page"
-        samples.append(r2(elapsed))
+    samples = _cold_in_host(str(raw_db), "raw-events", f"{from_seq}:{to_seq}", bodies["raw"])
     out["sqlite-raw-events"] = {"rawColdMs": r2(statistics.median(samples)), "rawColdSamplesMs": samples}
     out["sqlite"]["vsRawEventsStore"] = r2(out["sqlite-raw-events"]["rawColdMs"] / out["sqlite"]["packedColdMs"])
     return out
@@ -367,17 +341,17 @@ def _fill_raw_events(path: Path, events: list[Event]) -> None:
     db.close()
 
 
-def _cold_raw_events(path: Path, from_seq: int, to_seq: int) -> tuple[float, bytes]:
-    """Its best raw page: the stored JSON spliced into the body, never decoded."""
-    db = sqlite3.connect(path)
-    start = time.perf_counter()
-    rows = db.execute("SELECT data FROM events WHERE seq >= ? AND seq < ? ORDER BY seq", (from_seq, to_seq))
-    records = b",".join([b'{"event":%b}' % data for (data,) in rows])
-    more = b"true" if from_seq > 0 else b"false"
-    body = b'{"records":[%b],"hasMore":%b,"fromSeq":%d,"toSeq":%d}' % (records, more, from_seq, to_seq)
-    elapsed = (time.perf_counter() - start) * 1000
-    db.close()
-    return elapsed, body
+def _cold_in_host(url: str, kind: str, limit: str, expected: bytes) -> list[float]:
+    """Cold page samples from a fresh host process (`bench.cold_page`), its body checked against ours."""
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.cold_page", url, kind, limit, str(ROUNDS)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result = json.loads(run.stdout)
+    assert result["sha256"] == hashlib.sha256(expected).hexdigest(), f"{url} {kind} page differs from ours"
+    return [float(sample) for sample in result["samplesMs"]]
 
 
 class _Bodies:
