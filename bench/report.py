@@ -134,6 +134,8 @@ def _fixture_section(result: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---:|",
     ]
     for backend, cell in store.items():
+        if backend == "versusRealistic":
+            continue
         if "packedColdMs" not in cell:
             packed = store["sqlite"]["packedColdMs"]
             lines.append(
@@ -142,6 +144,14 @@ def _fixture_section(result: dict[str, Any]) -> list[str]:
             )
             continue
         lines.append(f"| {backend} | {n(cell['rawColdMs'])} | {n(cell['packedColdMs'])} | {cell['speedup']:.1f}× |")
+    side = store.get("versusRealistic")
+    if side is not None:
+        lines += [
+            "",
+            f"Alternating fresh host processes ({len(side['samplesMs'])} samples each), the cold packed SQLite page "
+            f"took {n(side['packedColdMs'])} ms here against {n(side['realisticPackedColdMs'])} ms for `realistic`: "
+            f"{side['ratio']:.2f}×.",
+        ]
     return [*lines, ""]
 
 
@@ -190,8 +200,12 @@ def _goals(transport: dict[str, dict[str, Any]]) -> list[str]:
         ratio = memory[f"{side}RawOverPacked"]
         row(f"{side} heap peak", "≥ 3× smaller", f"{ratio:.2f}×", ratio >= 3)
     if long is not None:
+        side = long["store"].get("versusRealistic")
+        if side is not None:
+            name = f"long-session tail page, cold SQLite, alternating with realistic's ({len(side['samplesMs'])} each)"
+            row(name, "≤ 1.2× realistic", f"{side['ratio']:.2f}×", side["ratio"] <= 1.2)
         ratio = long["store"]["sqlite"]["packedColdMs"] / sqlite["packedColdMs"]
-        row("long-session tail page (cold SQLite)", "≤ 1.2× realistic", f"{ratio:.2f}×", ratio <= 1.2)
+        row("long-session tail page, cold SQLite, separate runs", "≤ 1.2× realistic", f"{ratio:.2f}×", ratio <= 1.2)
     return [*lines, ""]
 
 

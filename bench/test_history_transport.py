@@ -330,7 +330,33 @@ def store_section(
     samples = _cold_in_host(str(raw_db), "raw-events", f"{from_seq}:{to_seq}", bodies["raw"])
     out["sqlite-raw-events"] = {"rawColdMs": r2(statistics.median(samples)), "rawColdSamplesMs": samples}
     out["sqlite"]["vsRawEventsStore"] = r2(out["sqlite-raw-events"]["rawColdMs"] / out["sqlite"]["packedColdMs"])
+    SQLITE_PAGES[name] = (url_for("sqlite", root / name / "sqlite"), max_messages, bodies["packed"])
+    if name == "long-session" and "realistic" in SQLITE_PAGES:
+        progress(name, "store sqlite: cold packed pages, alternating with realistic's")
+        out["versusRealistic"] = _side_by_side(SQLITE_PAGES["realistic"], SQLITE_PAGES[name])
     return out
+
+
+# The SQLite store of each fixture already measured, so long-session can be timed beside realistic.
+SQLITE_PAGES: dict[str, tuple[str, int, bytes]] = {}
+SIDE_BY_SIDE_PAIRS = 3 if SMOKE else 9
+
+
+def _side_by_side(base: tuple[str, int, bytes], other: tuple[str, int, bytes]) -> dict[str, Any]:
+    """Cold packed pages from two stores in alternating fresh host processes, so drift hits both alike."""
+    base_samples: list[float] = []
+    other_samples: list[float] = []
+    for _ in range(SIDE_BY_SIDE_PAIRS):
+        for (url, max_messages, body), samples in ((base, base_samples), (other, other_samples)):
+            samples.extend(_cold_in_host(url, "packed", str(max_messages), body, rounds=3))
+    base_ms, other_ms = statistics.median(base_samples), statistics.median(other_samples)
+    return {
+        "realisticPackedColdMs": r2(base_ms),
+        "packedColdMs": r2(other_ms),
+        "ratio": r2(other_ms / base_ms),
+        "realisticSamplesMs": base_samples,
+        "samplesMs": other_samples,
+    }
 
 
 def _fill_raw_events(path: Path, events: list[Event]) -> None:
@@ -341,10 +367,10 @@ def _fill_raw_events(path: Path, events: list[Event]) -> None:
     db.close()
 
 
-def _cold_in_host(url: str, kind: str, limit: str, expected: bytes) -> list[float]:
+def _cold_in_host(url: str, kind: str, limit: str, expected: bytes, rounds: int = ROUNDS) -> list[float]:
     """Cold page samples from a fresh host process (`bench.cold_page`), its body checked against ours."""
     run = subprocess.run(
-        [sys.executable, "-m", "bench.cold_page", url, kind, limit, str(ROUNDS)],
+        [sys.executable, "-m", "bench.cold_page", url, kind, limit, str(rounds)],
         check=True,
         capture_output=True,
         text=True,
