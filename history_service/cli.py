@@ -164,6 +164,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         print(f"demo session {DEMO_SESSION!r} ({count} events) in {settings.store_url}", file=out)
         print(f"  page:   curl -s {base}/page", file=out)
         print(f"  follow: curl -N {base}/follow", file=out)
+        print(f"  client: .venv/bin/history-client follow http://{args.host}:{args.port} {DEMO_SESSION}", file=out)
         out.flush()
     app = create_app(settings)
 

@@ -13,12 +13,13 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import uvicorn
 from starlette.applications import Starlette
 
-__all__ = ["CuttingProxy", "ServerProcess", "ThreadServer", "serve_in_thread"]
+__all__ = ["CuttingProxy", "ServerProcess", "ThreadServer", "free_port", "serve_in_thread", "wait_healthy"]
 
 
 @dataclass
@@ -60,6 +61,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_healthy(url: str, process: subprocess.Popen[Any] | None = None, timeout: float = 60) -> None:
+    """Poll ``/healthz`` until the service answers; fail at once if its process has died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the service exited: {process.stderr.read() if process.stderr else ''!r}")
+        assert time.monotonic() < deadline, "the service did not start"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.05)
+
+
 class ServerProcess:
     """``history-service serve`` as a child process on a fixed port, so it can be killed and restarted."""
 
@@ -74,15 +89,7 @@ class ServerProcess:
         code = "import sys; from history_service.cli import main; sys.exit(main())"
         args = [sys.executable, "-c", code, "serve", "--store", self.store_url, "--port", str(self.port)]
         self.process = subprocess.Popen(args, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.process.poll() is None, self.process.stderr.read().decode() if self.process.stderr else ""
-            assert time.monotonic() < deadline, "the service did not start"
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.05)
+        wait_healthy(self.url, self.process)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is not None and self.process.poll() is None:

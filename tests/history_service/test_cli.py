@@ -1,8 +1,9 @@
-"""history-service import/export, and the corpus through every backend."""
+"""history-service import/export and serve --demo, and the corpus through every backend."""
 
 from __future__ import annotations
 
 import io
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,12 @@ import anyio
 import pytest
 
 from codec import encode, encode_lines, pack_page, read_session_log
+from history_client import HistoryClient
 from history_service.cli import main
 from persistence import open_store
 from tests.conftest import GOLDEN_DIR, corpus_dir
 from tests.persistence.conftest import PG_URL, fresh_postgres_store
+from tests.servers import free_port, wait_healthy
 
 GOLDEN = GOLDEN_DIR / "codec"
 
@@ -129,3 +132,26 @@ async def _pages(url: str, logs: list) -> list[list[bytes]]:  # type: ignore[typ
         return out
     finally:
         await store.close()
+
+
+def test_serve_demo_seeds_once_serves_and_stops_quietly_on_ctrl_c(tmp_path: Path) -> None:
+    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    port = free_port()
+    store = f"sqlite:///{tmp_path / 'demo.db'}"
+    argv = [sys.executable, "-c", code, "serve", "--demo", "--store", store, "--port", str(port)]
+    base = f"http://127.0.0.1:{port}"
+    counts = []
+    for _ in range(2):  # the second start finds the demo session already there
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+            assert process.stdout is not None and process.stderr is not None
+            banner = [process.stdout.readline() for _ in range(4)]
+            assert banner[0].startswith("demo session 'demo' (")
+            assert banner[3].split() == ["client:", ".venv/bin/history-client", "follow", base, "demo"]
+            wait_healthy(base, process)
+            with HistoryClient(base, timeout=30) as client:
+                counts.append(len(list(client.iter_history("demo"))))
+            assert counts[-1] == int(banner[0].split("(")[1].split()[0])
+            process.send_signal(signal.SIGINT)
+            assert process.wait(30) == 0
+            assert "Traceback" not in process.stderr.read()
+    assert counts[0] == counts[1] > 0
