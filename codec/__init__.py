@@ -42,7 +42,16 @@ from codec.events import (
     as_delta_data,
     canonical_event,
 )
-from codec.records import Page, PageRecord, check_page, iter_page_events, pack_page, page_record, record_seq_range
+from codec.records import (
+    Page,
+    PageRecord,
+    check_cover,
+    check_page,
+    iter_page_events,
+    pack_page,
+    page_record,
+    record_seq_range,
+)
 from codec.session_log import SessionLog, read_header, read_session_log, record_from_value
 from codec.wire import (
     FollowSnapshot,
@@ -66,6 +75,7 @@ from codec.wire import (
 __all__ = [
     "as_delta_data",
     "canonical_event",
+    "check_cover",
     "check_page",
     "check_row",
     "choose_encoding",

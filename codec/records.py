@@ -15,7 +15,16 @@ from codec.chunk_rows import ChunkRow, StorageRecord, expand_row, member_count, 
 from codec.errors import RecordFormatError
 from codec.events import Event, Seq
 
-__all__ = ["Page", "PageRecord", "check_page", "iter_page_events", "pack_page", "page_record", "record_seq_range"]
+__all__ = [
+    "Page",
+    "PageRecord",
+    "check_cover",
+    "check_page",
+    "iter_page_events",
+    "pack_page",
+    "page_record",
+    "record_seq_range",
+]
 
 
 class PageRecord(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
@@ -60,21 +69,35 @@ def check_page(page: Page) -> Page:
 
     Raises `RecordFormatError` naming the first record that breaks the cover.
     """
-    if page.toSeq < page.fromSeq:
-        raise RecordFormatError(f"page range is inverted: fromSeq {page.fromSeq} > toSeq {page.toSeq}")
-    if page.hasMore != (page.fromSeq > 0):
-        raise RecordFormatError(f"hasMore is {page.hasMore} but fromSeq is {page.fromSeq}")
-    expected = page.fromSeq
-    for i, record in enumerate(page.records):
-        first, last = record_seq_range(record)
+    check_cover(map(record_seq_range, page.records), from_seq=page.fromSeq, to_seq=page.toSeq, has_more=page.hasMore)
+    return page
+
+
+def check_cover(ranges: Iterable[tuple[int, int]], *, from_seq: int, to_seq: int, has_more: bool) -> None:
+    """Check that inclusive ``(first, last)`` record ranges tile ``[from_seq, to_seq)`` and ``hasMore`` agrees.
+
+    The ranges may come from decoded records (`record_seq_range`) or from raw ones, before
+    their content is decoded. Raises `RecordFormatError` naming the first record at fault.
+    """
+    if to_seq < from_seq:
+        raise RecordFormatError(f"page range is inverted: fromSeq {from_seq} > toSeq {to_seq}")
+    if has_more != (from_seq > 0):
+        raise RecordFormatError(f"hasMore is {has_more} but fromSeq is {from_seq}")
+    expected = from_seq
+    for i, (first, last) in enumerate(ranges):
+        if first > last:
+            raise RecordFormatError(f"records[{i}] has an inverted cursor range: {first} > {last}")
         if first != expected:
+            kind = "overlaps the previous record" if first < expected else "leaves a gap"
             raise RecordFormatError(
-                f"records[{i}] starts at seq {first}, expected {expected}: records are not contiguous"
+                f"page contains discontinuous entries: records[{i}] starts at seq {first}, expected {expected}: "
+                f"it {kind}"
             )
         expected = last + 1
-    if expected != page.toSeq:
-        raise RecordFormatError(f"records end before seq {expected}, but the page ends at toSeq {page.toSeq}")
-    return page
+    if expected != to_seq:
+        raise RecordFormatError(
+            f"page did not end at its cursor: records end before seq {expected}, but the page ends at toSeq {to_seq}"
+        )
 
 
 def iter_page_events(records: Iterable[PageRecord]) -> Iterator[Event]:

@@ -22,6 +22,8 @@ from codec import (
     FollowSnapshot,
     PageRecord,
     PageShell,
+    RecordFormatError,
+    check_cover,
     decode_page,
     decode_page_record,
     decode_page_shell,
@@ -59,31 +61,21 @@ def check_ranges(
     through: int | None = None,
     before: int | None = None,
 ) -> None:
-    """Check that inclusive record ranges tile ``[from_seq, to_seq)`` and that the page ends where asked."""
+    """Check that inclusive record ranges tile ``[from_seq, to_seq)`` and that the page ends where asked.
+
+    The cover rule is the codec's (`check_cover`); this adds what the request pins.
+    """
     if from_seq > to_seq:
         raise PageContinuityError(f"inverted page range: fromSeq {from_seq} > toSeq {to_seq}")
-    if has_more != (from_seq > 0):
-        raise PageContinuityError(f"hasMore is {has_more} but fromSeq is {from_seq}")
     expected = expected_to_seq(through=through, before=before)
     if expected is not None and to_seq != expected:
         raise PageContinuityError(f"page did not end at its requested cursor: toSeq {to_seq}, expected {expected}")
     if before is not None and to_seq > before:
         raise PageContinuityError(f"page ends at toSeq {to_seq}, past before={before}")
-    next_seq = from_seq
-    for i, (first, last) in enumerate(ranges):
-        if first > last:
-            raise PageContinuityError(f"records[{i}] has an inverted cursor range: {first} > {last}")
-        if first != next_seq:
-            kind = "overlaps the previous record" if first < next_seq else "leaves a gap"
-            raise PageContinuityError(
-                f"page contains discontinuous entries: records[{i}] starts at seq {first} and {kind}"
-                f" (expected {next_seq})"
-            )
-        next_seq = last + 1
-    if next_seq != to_seq:
-        raise PageContinuityError(
-            f"page did not end at its cursor: records end at seq {next_seq - 1}, toSeq is {to_seq}"
-        )
+    try:
+        check_cover(ranges, from_seq=from_seq, to_seq=to_seq, has_more=has_more)
+    except RecordFormatError as exc:
+        raise PageContinuityError(str(exc)) from exc
 
 
 class HistoryPage:

@@ -140,3 +140,10 @@ def test_rows_in_pages_are_not_length_capped():
     events = [text(k, k, "x") for k in range(3000)]
     (record,) = pack_page(events)
     assert type(record.chunks) is TextChunks
+
+
+def test_check_cover_refuses_an_inverted_record_range():
+    from codec import check_cover
+
+    with pytest.raises(RecordFormatError, match=r"records\[0\] has an inverted cursor range"):
+        check_cover([(5, 4)], from_seq=5, to_seq=5, has_more=True)
