@@ -76,29 +76,33 @@ def fold_events(events: Any) -> Fold:
     """Fold exact logical events, one at a time."""
     fold = _new()
     for event in events:
-        data = event.data
-        if type(data) is not DeltaData:
-            continue
-        chunk = data.chunk
-        kind = type(chunk)
-        if kind is ToolCallDelta:
-            block = _block(fold, "chat", data.turn, data.step, chunk.index)
-            piece = chunk.argumentsDelta  # type: ignore[union-attr]
-            visible = False
-        elif kind is TextDelta or kind is ReasoningDelta:
-            block = _block(fold, "chat" if kind is TextDelta else "trajectory", data.turn, data.step, chunk.index)
-            piece = chunk.text  # type: ignore[union-attr]
-            visible = True
-        else:
-            continue
-        block.pieces.append(piece)
-        block.count += 1
-        block.last_seq = event.seq
-        if piece and block.first_token_time is None:
-            block.first_token_time = event.time
-        if visible and block.visible_seq is None and has_visible(piece):
-            block.visible_seq, block.visible_time = event.seq, event.time
+        _fold_event(fold, event)
     return fold
+
+
+def _fold_event(fold: Fold, event: Event) -> None:
+    data = event.data
+    if type(data) is not DeltaData:
+        return
+    chunk = data.chunk
+    kind = type(chunk)
+    if kind is ToolCallDelta:
+        block = _block(fold, "chat", data.turn, data.step, chunk.index)
+        piece = chunk.argumentsDelta  # type: ignore[union-attr]
+        visible = False
+    elif kind is TextDelta or kind is ReasoningDelta:
+        block = _block(fold, "chat" if kind is TextDelta else "trajectory", data.turn, data.step, chunk.index)
+        piece = chunk.text  # type: ignore[union-attr]
+        visible = True
+    else:
+        return
+    block.pieces.append(piece)
+    block.count += 1
+    block.last_seq = event.seq
+    if piece and block.first_token_time is None:
+        block.first_token_time = event.time
+    if visible and block.visible_seq is None and has_visible(piece):
+        block.visible_seq, block.visible_time = event.seq, event.time
 
 
 def fold_records(records: list[PageRecord]) -> Fold:
@@ -107,11 +111,7 @@ def fold_records(records: list[PageRecord]) -> Fold:
     for record in records:
         row = record.chunks
         if row is msgspec.UNSET:
-            event: Event = record.event  # type: ignore[assignment]
-            single = fold_events((event,))
-            for consumer, blocks in single.items():
-                for key, new in blocks.items():
-                    _merge(_block(fold, consumer, *key), new)
+            _fold_event(fold, record.event)  # type: ignore[arg-type]
             continue
         data = row.data
         if isinstance(data, ToolCallRowData):
@@ -138,16 +138,6 @@ def fold_records(records: list[PageRecord]) -> Fold:
 
 def _member_time(time0: int, dt: list[int], member: int) -> int:
     return next(islice(accumulate(dt, initial=time0), member, None))
-
-
-def _merge(block: Block, new: Block) -> None:
-    block.pieces.extend(new.pieces)
-    block.count += new.count
-    block.last_seq = new.last_seq
-    if block.first_token_time is None:
-        block.first_token_time = new.first_token_time
-    if block.visible_seq is None:
-        block.visible_seq, block.visible_time = new.visible_seq, new.visible_time
 
 
 def digest(fold: Fold) -> str:

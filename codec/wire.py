@@ -9,7 +9,7 @@ are in canonical form (see `codec.events`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -58,6 +58,7 @@ __all__ = [
     "PageShell",
 ]
 
+_T = TypeVar("_T")
 _ENCODER: Final = msgspec.json.Encoder()
 _ANY: Final = msgspec.json.Decoder()
 _EVENT: Final = msgspec.json.Decoder(Event)
@@ -325,24 +326,22 @@ _RECORD: Final = msgspec.json.Decoder(PageRecord)
 
 def decode_page_shell(data: bytes) -> PageShell:
     """Decode a page body's frame, leaving each record as raw JSON."""
-    try:
-        return _PAGE_SHELL.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        if isinstance(exc, msgspec.ValidationError):
-            where, why = describe(exc, "page")
-            raise RecordFormatError(f"{where}: {why}") from exc
-        raise RecordFormatError(f"page: invalid JSON: {_reason(exc)}") from exc
+    return _decode_frame(_PAGE_SHELL, data, "page")
 
 
 def decode_follow_snapshot(data: bytes) -> FollowSnapshot:
     """Decode a follow ``snapshot`` frame's data, leaving each record as raw JSON."""
+    return _decode_frame(_SNAPSHOT, data, "snapshot")
+
+
+def _decode_frame(decoder: msgspec.json.Decoder[_T], data: bytes, root: str) -> _T:
     try:
-        return _SNAPSHOT.decode(data)
+        return decoder.decode(data)
     except (msgspec.DecodeError, RecursionError) as exc:
         if isinstance(exc, msgspec.ValidationError):
-            where, why = describe(exc, "snapshot")
+            where, why = describe(exc, root)
             raise RecordFormatError(f"{where}: {why}") from exc
-        raise RecordFormatError(f"snapshot: invalid JSON: {_reason(exc)}") from exc
+        raise RecordFormatError(f"{root}: invalid JSON: {_reason(exc)}") from exc
 
 
 def decode_record_range(data: bytes, *, index: int = 0) -> tuple[int, int]:
