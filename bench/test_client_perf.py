@@ -14,9 +14,6 @@ Asserts structure only (event counts and identical events), never time.
 from __future__ import annotations
 
 import gc
-import json
-import os
-import platform
 import statistics
 import time
 import tracemalloc
@@ -26,10 +23,10 @@ from typing import Any
 
 import anyio
 import httpx
-import msgspec
 import pytest
 
 from bench.fixtures import DSH_LOGICAL_EVENTS, dsh_synthetic
+from bench.machine import emit, machine
 from codec import Event, SessionHeader
 from history_client import HistoryClient, read_page
 from persistence import open_store
@@ -74,13 +71,8 @@ def bodies(server: str) -> dict[str, bytes]:
 def results() -> Iterator[dict[str, Any]]:
     collected: dict[str, Any] = {}
     yield collected
-    collected["machine"] = {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "msgspec": msgspec.__version__,
-        "httpx": httpx.__version__,
-    }
-    print("\nHISTORY_CLIENT_PERF_RESULT " + json.dumps(collected, sort_keys=True))
+    collected["machine"] = machine()
+    emit("CLIENT_PERF", collected)
 
 
 def ms(samples: list[float]) -> dict[str, Any]:

@@ -6,18 +6,15 @@ Asserts structure only: counts, and that every decoded form equals the original 
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
 import pytest
 
 from bench.fixtures import DSH_DELTA_RUNS, DSH_LOGICAL_EVENTS, DSH_PACKED_RECORDS, TIME_ZERO, dsh_synthetic
+from bench.machine import emit, machine
 from codec import (
     Event,
     Page,
@@ -55,12 +52,8 @@ def raw_body(events: list[Event]) -> bytes:
 def results() -> Iterator[dict[str, Any]]:
     collected: dict[str, Any] = {}
     yield collected
-    collected["machine"] = {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "msgspec": msgspec.__version__,
-    }
-    print("\nHISTORY_CODEC_PERF_RESULT " + json.dumps(collected, sort_keys=True))
+    collected["machine"] = machine()
+    emit("CODEC_PERF", collected)
 
 
 def _record(results: dict[str, Any], name: str, benchmark: Any) -> None:
@@ -140,5 +133,5 @@ def test_whitespace_prefix_inventory():
                 "samplesMs": [round(s, 3) for s in samples],
             }
         )
-    print("\nHISTORY_WHITESPACE_PREFIX_PERF_RESULT " + json.dumps(inventory))
+    emit("WHITESPACE_PREFIX_PERF", inventory)
     assert [entry["members"] for entry in inventory] == [10_000, 20_000, 40_000]

@@ -11,7 +11,6 @@ exact decode, and ``HISTORY_JOINED_TEXT_PERF_RESULT`` in the same shape for `joi
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from bench.fixtures import TIME_ZERO
+from bench.machine import emit
 from codec import CHUNK_EVENT_TYPE, ReasoningChunks, ReasoningDelta, TextRowData, expand_row
 from history_client import joined_text
 
@@ -47,8 +47,8 @@ def samples(fn: Callable[[], Any]) -> list[float]:
 def lines() -> Iterator[dict[str, list[dict[str, Any]]]]:
     collected: dict[str, list[dict[str, Any]]] = {"decode": [], "joined": []}
     yield collected
-    print("\nHISTORY_WHITESPACE_PREFIX_PERF_RESULT " + json.dumps(collected["decode"]))
-    print("HISTORY_JOINED_TEXT_PERF_RESULT " + json.dumps(collected["joined"]))
+    emit("WHITESPACE_PREFIX_PERF", collected["decode"])
+    emit("JOINED_TEXT_PERF", collected["joined"])
 
 
 @pytest.mark.parametrize("members", MEMBERS)

@@ -11,9 +11,7 @@ Asserts structure only (every delivery accounted for; none lost or duplicated), 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import platform
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ import httpx
 import pytest
 
 from bench.follow_load import run_load
+from bench.machine import emit, machine
 from tests.servers import ServerProcess
 
 SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
@@ -47,8 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def cells() -> Iterator[list[dict[str, Any]]]:
     collected: list[dict[str, Any]] = []
     yield collected
-    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "smoke": SMOKE, "seconds": SECONDS}
-    print("\nHISTORY_FOLLOW_LOAD_RESULT " + json.dumps({"machine": machine, "cells": collected}))
+    emit("FOLLOW_LOAD", {"machine": machine(smoke=SMOKE, seconds=SECONDS), "cells": collected})
 
 
 NEXT_SEQ: dict[str, int] = {}

@@ -37,7 +37,6 @@ import gzip
 import hashlib
 import json
 import os
-import platform
 import socket
 import sqlite3
 import statistics
@@ -71,6 +70,7 @@ from bench.fixtures import (
     realistic,
 )
 from bench.fold import digest, fold_events, fold_records
+from bench.machine import emit, machine
 from bench.stores import BACKENDS, reset, url_for
 from codec import Event, Page, PageRecord, SessionHeader, encode, pack, page_record
 from history_client import read_page
@@ -449,19 +449,6 @@ def combined_section(host: dict[str, Any], transport: dict[str, Any], client: di
     return out
 
 
-def machine_section() -> dict[str, Any]:
-    from importlib.metadata import version
-
-    packages = ["msgspec", "zstandard", "brotli", "httpx", "uvicorn", "starlette", "sqlalchemy"]
-    return {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "packages": {name: version(name) for name in packages},
-        "smoke": SMOKE,
-    }
-
-
 # --- the suite --------------------------------------------------------------------------
 
 
@@ -471,7 +458,7 @@ def results() -> Iterator[dict[str, dict[str, Any]]]:
     yield collected
     for name in FIXTURES:
         if name in collected:
-            print(f"\nHISTORY_TRANSPORT_PERF_RESULT {json.dumps(collected[name], sort_keys=True)}")
+            emit("TRANSPORT_PERF", collected[name])
 
 
 @pytest.mark.parametrize("name", list(FIXTURES))
@@ -511,7 +498,7 @@ def test_history_transport(
     result["transport"] = transport_section(bodies)
     result["combined"] = combined_section(result["host"], result["transport"], result["client"])
     result["store"] = store_section(name, events, page, max_messages, bodies, tmp_path_factory.mktemp("stores"))
-    result["machine"] = machine_section()
+    result["machine"] = machine(smoke=SMOKE)
     progress(name, "packed decode and validate (pytest-benchmark)")
     benchmark.pedantic(read_page, args=(bodies["packed"],), rounds=ROUNDS, warmup_rounds=1)
     results[name] = result

@@ -13,9 +13,7 @@ Asserts structure only (bodies decode to the same events; counts), never time.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -26,11 +24,11 @@ from typing import Any
 
 import anyio
 import httpx
-import msgspec
 import pytest
 
 from bench.fixtures import DSH_LOGICAL_EVENTS, dsh_synthetic
 from bench.follow_load import run_load
+from bench.machine import emit, machine
 from codec import SessionHeader, check_page, decode_page, decompress
 from persistence import open_store
 
@@ -85,8 +83,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def results() -> Iterator[dict[str, Any]]:
     collected: dict[str, Any] = {}
     yield collected
-    collected["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "msgspec": msgspec.__version__}
-    print("\nHISTORY_SERVICE_PERF_RESULT " + json.dumps(collected, sort_keys=True))
+    collected["machine"] = machine()
+    emit("SERVICE_PERF", collected)
 
 
 def fetch(client: httpx.Client, path: str, coding: str) -> tuple[float, float, bytes, httpx.Response]:

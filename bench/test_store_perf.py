@@ -10,9 +10,6 @@ Asserts structure only.
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
 import time
 import tracemalloc
@@ -25,6 +22,7 @@ import msgspec
 import pytest
 
 from bench.fixtures import DSH_LOGICAL_EVENTS, DSH_PACKED_RECORDS, dsh_synthetic
+from bench.machine import emit, machine
 from bench.stores import BACKENDS, reset, url_for
 from codec import Event, SessionHeader, encode, pack_page
 from history_service.scenarios import multi_turn
@@ -46,8 +44,8 @@ def portal() -> Iterator[Any]:
 def results() -> Iterator[dict[str, Any]]:
     collected: dict[str, Any] = {}
     yield collected
-    collected["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "msgspec": msgspec.__version__}
-    print("\nHISTORY_STORE_PERF_RESULT " + json.dumps(collected, sort_keys=True))
+    collected["machine"] = machine()
+    emit("STORE_PERF", collected)
 
 
 async def write(url: str, session_id: str, events: list[Event]) -> float:
