@@ -51,6 +51,15 @@ def test_realistic_has_the_seeds_cardinalities(events: list[Event]) -> None:
     assert expand_records(pack(events)) == events
 
 
+def test_realistic_has_completed_steps_then_one_incomplete_tail_step(events: list[Event]) -> None:
+    started = [(e.data["turn"], e.data["step"]) for e in events if e.type == "step/start"]
+    ended = {(e.data["turn"], e.data["step"]) for e in events if e.type == "step/end"}
+    assert len(started) == 29 and set(started[:-1]) == ended and started[-1] not in ended
+    tail = started[-1]
+    tail_kinds = {type(e.data.chunk).__name__ for e in events if is_delta(e) and (e.data.turn, e.data.step) == tail}
+    assert tail_kinds == {"TextDelta", "ReasoningDelta", "ToolCallDelta"}
+
+
 def test_realistic_bytes_are_within_ten_percent_of_the_seeds(events: list[Event]) -> None:
     raw = len(encode(Page([PageRecord(event=event) for event in events], False, 0, len(events))))
     packed = len(encode(Page(pack_page(events), False, 0, len(events))))

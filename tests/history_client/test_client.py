@@ -8,9 +8,17 @@ import anyio
 import httpx
 import pytest
 
-from codec import SessionHeader
-from history_client import AsyncHistoryClient, HistoryClient, ServiceError, TransportError
+from codec import Event, SessionHeader, encode
+from history_client import (
+    AsyncHistoryClient,
+    HistoryClient,
+    PageContinuityError,
+    ProtocolError,
+    ServiceError,
+    TransportError,
+)
 from tests.history_client.conftest import make_events, page_body
+from tests.history_client.test_pages import records_of
 
 LOG = make_events(60)
 
@@ -106,3 +114,48 @@ def test_create_session_and_append_post_exact_json():
         assert client.append("s", LOG[:2]) == {"firstSeq": 0, "headSeq": 1}
     assert bodies[0] == ("/v1/sessions", b'{"type":"session","version":0,"id":"s","createdAt":0}')
     assert bodies[1][0] == "/v1/sessions/s/events" and bodies[1][1].startswith(b'{"events":[{"type":"user/message"')
+
+
+def broken_row_body() -> bytes:
+    records = records_of(LOG[20:60])
+    # The first record is a row; it loses a member while dt still claims it, so the cover
+    # checks pass and only the row's own validation can catch it.
+    del records[0]["chunks"]["data"]["texts"][-1]
+    return encode({"records": records, "hasMore": True, "fromSeq": 20, "toSeq": 60})
+
+
+BROKEN_BODIES = {
+    "not-at-cursor": (page_body(LOG[20:59]), PageContinuityError, "requested cursor"),
+    "overlap": (
+        page_body(LOG[20:60], records=records_of(LOG[20:40]) + records_of(LOG[39:60])),
+        PageContinuityError,
+        "overlaps the previous record",
+    ),
+    "gap": (
+        page_body(LOG[20:60], records=records_of(LOG[20:40]) + records_of(LOG[41:60])),
+        PageContinuityError,
+        "leaves a gap",
+    ),
+    "inverted": (page_body([], from_seq=61, to_seq=60), PageContinuityError, "inverted page range"),
+    "malformed-row": (broken_row_body(), ProtocolError, "dt has"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_BODIES))
+def test_a_broken_page_from_the_service_raises_before_any_event(name: str) -> None:
+    body, error, message = BROKEN_BODIES[name]
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    with HistoryClient("http://test", transport=transport) as client:
+        with pytest.raises(error, match=message):
+            client.page("s", through=59)
+        received: list[Event] = []
+        with pytest.raises(error, match=message):
+            received.extend(client.iter_history("s", after=19, through=59))
+        assert received == []
+
+    async def main() -> None:
+        async with AsyncHistoryClient("http://test", transport=transport) as client:
+            with pytest.raises(error, match=message):
+                await client.page("s", through=59)
+
+    anyio.run(main)

@@ -15,7 +15,7 @@ from codec import DeltaData, Event, TextDelta, encode
 from history_client import AsyncHistoryClient, Backoff, HistoryClient
 from history_service.app import create_app
 from persistence import MemoryStore
-from tests.history_service.test_exactness import SCENARIOS
+from tests.history_service.test_golden import SCENARIOS
 from tests.servers import CuttingProxy, ServerProcess, serve_in_thread
 
 TOTAL = 20_000
@@ -27,7 +27,7 @@ def child_address(session_id: str) -> tuple[str, str | None]:
     return session_id.rpartition(".")[0] if "grandchild" in session_id else session_id.split(".child-")[0], session_id
 
 
-@pytest.mark.parametrize("request_body", SCENARIOS, ids=[s["scenario"] for s in SCENARIOS])
+@pytest.mark.parametrize("request_body", SCENARIOS.values(), ids=list(SCENARIOS))
 def test_iter_history_returns_exactly_the_stored_events_for_every_scenario(request_body: dict[str, Any]) -> None:
     from history_service.settings import Settings
 
