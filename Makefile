@@ -15,14 +15,21 @@ PACKAGES := codec persistence history_service history_client
 
 venv: $(STAMP)
 
+# The service and the stores are the `server` extra; developers get them with dev.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e '.[server,dev]'
 	touch $(STAMP)
 
+# `make serve PORT=8001 HOST=0.0.0.0` runs the service with HISTORY_PORT / HISTORY_HOST set.
+# Only values given on the make command line count (a HOST or PORT exported in the environment
+# is often the machine's own, so it is ignored), and one not given is not set, so the service's
+# own default, or a HISTORY_* variable already exported, applies.
+serve_env = $(if $(filter command line,$(origin $(1))),HISTORY_$(1)='$($(1))' )
+
 serve: $(STAMP)
-	$(BIN)/history-service serve --demo
+	$(call serve_env,HOST)$(call serve_env,PORT)$(BIN)/history-service serve --demo
 
 test: lint typecheck unit
 

@@ -1,0 +1,80 @@
+"""A client-only install gets the codec and httpx, never the server stack (pyproject's `server` extra).
+
+This test takes about 5 s (a fresh venv, then a real wheel build and install from pip's cache or
+the index; longer on a cold cache). It is worth that because nothing else catches what it guards:
+the development venv has the `server` extra installed, so tests/test_layering.py and every other
+test pass even when a server dependency slips back into the base `dependencies` or the client
+starts importing one. Only a separate, bare environment shows what `pip install history-transport`
+gives a client-only user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The server extra's distributions, by import name. None of them may be importable after a base install.
+SERVER_ONLY = ("sqlalchemy", "starlette", "uvicorn", "psycopg")
+
+PROBE = """
+import importlib.util, json, sys
+import codec, history_client
+from history_client import AsyncHistoryClient, HistoryClient
+print(json.dumps({
+    "prefix": sys.prefix,
+    "client": history_client.__file__,
+    "importable": [name for name in %r if importlib.util.find_spec(name) is not None],
+}))
+"""
+
+
+def run(args: list[str | Path], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    # No PYTHONPATH or PYTHONHOME from the caller: the venv must see only what was installed into it.
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
+    return subprocess.run([str(arg) for arg in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def source_tree(dest: Path) -> Path:
+    """Copy what the wheel is built from, so the build's build/ and egg-info stay out of the checkout."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    project = config["project"]
+    dest.mkdir()
+    for name in ["pyproject.toml", project["readme"], *project.get("license-files", [])]:
+        shutil.copy2(ROOT / name, dest / name)
+    for package in config["tool"]["setuptools"]["packages"]:
+        shutil.copytree(ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def test_the_base_install_has_the_client_and_no_server_stack(tmp_path):
+    venv = tmp_path / "venv"
+    # Without pip: a bare venv (no pip, no setuptools), filled by this interpreter's pip through --python.
+    created = run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp_path, timeout=120)
+    if created.returncode != 0:
+        pytest.skip(f"cannot create a venv with {sys.executable} -m venv: {created.stderr.strip()}")
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+    # A non-editable install, so the wheel (its package list, metadata and Requires-Dist) is what is tested.
+    installed = run(
+        [sys.executable, "-m", "pip", "--python", python, "install", source_tree(tmp_path / "src")], cwd=tmp_path
+    )
+    assert installed.returncode == 0, f"pip install failed:\n{installed.stdout}\n{installed.stderr}"
+    assert "BuildBackendWarning" not in installed.stderr, f"the build warned:\n{installed.stderr}"
+
+    probe = run([python, "-I", "-c", PROBE % (SERVER_ONLY,)], cwd=tmp_path, timeout=120)
+    assert probe.returncode == 0, f"history_client does not import in a base install:\n{probe.stderr}"
+    found = json.loads(probe.stdout)
+    assert Path(found["client"]).is_relative_to(found["prefix"]), f"history_client came from {found['client']}"
+    assert found["importable"] == [], (
+        f"a base install (no extras) can import {found['importable']}: "
+        "server dependencies belong in the `server` extra of pyproject.toml"
+    )
