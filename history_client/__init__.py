@@ -16,7 +16,7 @@ from history_client.errors import (
     StreamOverlapError,
     TransportError,
 )
-from history_client.follow import Backoff
+from history_client.follow import Backoff, Reconnected, Retrying
 from history_client.pages import HistoryPage, LazyPage, iter_body_events, read_page
 from history_client.sse import ServerSentEvent, SSEDecoder
 from history_client.text import RowText, has_visible, joined_text
@@ -35,7 +35,9 @@ __all__ = [
     "PageContinuityError",
     "ProtocolError",
     "read_page",
+    "Reconnected",
     "ResumeBehindError",
+    "Retrying",
     "RowText",
     "ServerSentEvent",
     "service_error",

@@ -6,12 +6,21 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Final, TextIO
 
 from codec import Event, encode, encode_lines
 from history_client.client import HistoryClient
 from history_client.errors import ClientError
+from history_client.follow import (
+    DEFAULT_MAX_DELAY,
+    DEFAULT_MAX_RETRIES,
+    Backoff,
+    ConnectionHook,
+    Reconnected,
+    Retrying,
+)
 
 __all__ = ["main"]
 
@@ -27,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
             "event per line. Credentials: --token-file or HISTORY_TOKEN, and --principal or HISTORY_PRINCIPAL."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -55,9 +65,33 @@ def _parser() -> argparse.ArgumentParser:
         "follow",
         "follow a session live",
         "Print the tail page's events, then every new event as it is appended, exactly once and in order, "
-        "reconnecting with Last-Event-ID when the connection drops. Stop with Ctrl+C.",
+        "reconnecting with Last-Event-ID when the connection drops. Each failed attempt, with the delay before "
+        "the next, and each reconnect are reported on stderr. Stop with Ctrl+C.",
     )
     follow.add_argument("--after", type=int, metavar="N", help="start after seq N instead of at the tail page")
+    follow.add_argument(
+        "--max-retries",
+        type=_count,
+        default=DEFAULT_MAX_RETRIES,
+        metavar="N",
+        help="give up, with exit status 1, when N retries in a row fail, that is after N + 1 failed attempts "
+        "(default: %(default)s)",
+    )
+    follow.add_argument(
+        "--retry-delay",
+        type=_seconds,
+        metavar="SECONDS",
+        help="the delay before the first retry, doubling with each failure in a row up to --max-delay; each "
+        "actual delay is drawn from the upper half of that (default: the server's retry field, 1 s until one "
+        "arrives)",
+    )
+    follow.add_argument(
+        "--max-delay",
+        type=_seconds,
+        default=DEFAULT_MAX_DELAY,
+        metavar="SECONDS",
+        help="the longest delay between retries (default: %(default)s)",
+    )
 
     export = command(
         "export",
@@ -67,6 +101,33 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--after", type=int, default=-1, metavar="N", help="only events after seq N")
     export.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser
+
+
+def _version() -> str:
+    try:
+        return version("history-transport")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds, more than 0, not {text!r}")
+    return value
 
 
 def _token(path: Path | None) -> str | None:
@@ -97,6 +158,23 @@ def _follow(events: Iterable[Event], out: TextIO) -> None:
         out.flush()
 
 
+def _connection_reporter(err: TextIO) -> ConnectionHook:
+    def report(change: Retrying | Reconnected) -> None:
+        if isinstance(change, Reconnected):
+            attempts = "attempt" if change.failures == 1 else "attempts"
+            line = f"reconnected after {change.failures} failed {attempts}"
+        else:
+            what = "connection lost" if change.opened else "connection failed"
+            line = f"{what} (attempt {change.attempt}): {change.reason}; retrying in {_duration(change.delay)} s"
+        print(f"history-client: {line}", file=err, flush=True)
+
+    return report
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f}" if seconds >= 1 else f"{seconds:.2g}"
+
+
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     args = _parser().parse_args(argv)
@@ -105,7 +183,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
     except OSError as exc:
         print(f"history-client: cannot read the token file: {exc}", file=err)
         return 2
-    client = HistoryClient(args.url, token=token, principal=args.principal, timeout=args.timeout)
+    backoff = None
+    if args.command == "follow":
+        backoff = Backoff(base=args.retry_delay, cap=args.max_delay, max_retries=args.max_retries)
+    client = HistoryClient(args.url, token=token, principal=args.principal, timeout=args.timeout, backoff=backoff)
     try:
         with client:
             if args.command == "page":
@@ -128,7 +209,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
                 else:
                     _write_events(page.events(), out)
             elif args.command == "follow":
-                _follow(client.follow(args.session, child=args.child, after=args.after), out)
+                report = _connection_reporter(err)
+                _follow(client.follow(args.session, child=args.child, after=args.after, on_connection=report), out)
             else:
                 progress = None if args.quiet else err
                 history = client.iter_history(args.session, child=args.child, after=args.after)

@@ -17,8 +17,17 @@ from urllib.parse import quote
 import httpx
 
 from codec import CodecError, Event, SessionHeader, decode_json, encode
-from history_client.errors import ClientError, ProtocolError, ServiceError, TransportError
-from history_client.follow import Backoff, Connect, Disconnected, FollowPlan, NextFrame, Sleep, follow_plan
+from history_client.errors import ClientError, ProtocolError, ServiceError, TransportError, describe
+from history_client.follow import (
+    Backoff,
+    Connect,
+    ConnectionHook,
+    Disconnected,
+    FollowPlan,
+    NextFrame,
+    Sleep,
+    follow_plan,
+)
 from history_client.history import Emit, Fetch, Plan, history_plan, pages_plan
 from history_client.pages import HistoryPage, read_page
 from history_client.sse import ServerSentEvent, SSEDecoder
@@ -111,7 +120,7 @@ def _step(plan: Plan | FollowPlan, reply: Any = None, error: BaseException | Non
 
 
 def _wrap_transport(exc: httpx.TransportError) -> TransportError:
-    return TransportError(f"{type(exc).__name__}: {exc}")
+    return TransportError(describe(exc))
 
 
 class _Shared:
@@ -282,14 +291,22 @@ class AsyncHistoryClient(_Shared):
         return self._drive(history_plan(through=through, after=after), session, child)
 
     def follow(
-        self, session: str, *, child: str | None = None, after: int | None = None, max_messages: int | None = None
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        after: int | None = None,
+        max_messages: int | None = None,
+        on_connection: ConnectionHook | None = None,
     ) -> AsyncIterator[Event]:
         """Every event after ``after`` (or from a fresh snapshot's tail page), exactly once, in order, live.
 
-        Reconnects with ``Last-Event-ID`` on any break; repairs gaps from pages. It ends
-        only when the caller stops iterating or an error that retrying cannot fix is raised.
+        Reconnects with ``Last-Event-ID`` on any break, as ``backoff`` says; repairs gaps from
+        pages. It ends only when the caller stops iterating or an error that retrying cannot
+        fix is raised. ``on_connection`` hears each failure that will be retried (`Retrying`)
+        and each stream that opens again after failures (`Reconnected`).
         """
-        plan = follow_plan(after=after, backoff=self.backoff)
+        plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection)
         return self._drive(plan, session, child, max_messages=max_messages)
 
     async def _drive(
@@ -442,9 +459,15 @@ class HistoryClient(_Shared):
         return self._drive(history_plan(through=through, after=after), session, child)
 
     def follow(
-        self, session: str, *, child: str | None = None, after: int | None = None, max_messages: int | None = None
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        after: int | None = None,
+        max_messages: int | None = None,
+        on_connection: ConnectionHook | None = None,
     ) -> Iterator[Event]:
-        plan = follow_plan(after=after, backoff=self.backoff)
+        plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection)
         return self._drive(plan, session, child, max_messages=max_messages)
 
     def _drive(

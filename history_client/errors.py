@@ -26,6 +26,7 @@ __all__ = [
     "ServiceError",
     "StreamOverlapError",
     "TransportError",
+    "describe",
 ]
 
 
@@ -75,3 +76,12 @@ class CursorAheadError(ClientError):
         super().__init__(f"cannot resume after seq {after}: the session's head is {head_seq}")
         self.after = after
         self.head_seq = head_seq
+
+
+def describe(error: BaseException) -> str:
+    """An error as one line: httpx's errors are named by their class, since their messages often are not."""
+    lines = str(error).splitlines()
+    text = lines[0] if lines else ""
+    if isinstance(error, httpx.HTTPError):
+        return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return text or type(error).__name__

@@ -15,6 +15,10 @@ The journal rules (the seed's client journal):
   in the stream, and any that the repair already delivered are then dropped as duplicates.
 - Any other failure of the connection reconnects with ``Last-Event-ID`` = the cursor,
   after an exponential backoff with jitter; a reconnect that delivers resets the count.
+
+An optional hook hears each failure that will be retried (`Retrying`) and each stream
+that opens again after failures (`Reconnected`); the failure that exhausts the retries
+is raised as `TransportError` instead.
 """
 
 from __future__ import annotations
@@ -43,12 +47,30 @@ from history_client.errors import (
     ServiceError,
     StreamOverlapError,
     TransportError,
+    describe,
 )
 from history_client.history import Emit, Fetch
 from history_client.pages import LazyPage, open_lazy_page
 from history_client.sse import ServerSentEvent
 
-__all__ = ["NEXT_FRAME", "Backoff", "Connect", "Disconnected", "FollowPlan", "NextFrame", "Sleep", "follow_plan"]
+__all__ = [
+    "DEFAULT_MAX_DELAY",
+    "DEFAULT_MAX_RETRIES",
+    "NEXT_FRAME",
+    "Backoff",
+    "Connect",
+    "ConnectionHook",
+    "Disconnected",
+    "FollowPlan",
+    "NextFrame",
+    "Reconnected",
+    "Retrying",
+    "Sleep",
+    "follow_plan",
+]
+
+DEFAULT_MAX_RETRIES: Final = 10
+DEFAULT_MAX_DELAY: Final = 30.0
 
 
 class Connect(NamedTuple):
@@ -74,6 +96,35 @@ class Disconnected(Exception):
     """Thrown into a plan when the stream broke or ended; the plan reconnects."""
 
 
+class Retrying(NamedTuple):
+    """A follow connection failed, and the plan tries again after ``delay`` seconds.
+
+    ``attempt`` counts the failures in a row since an event was last delivered, from 1:
+    the count that `Backoff.max_retries` bounds. ``opened`` says whether the stream had
+    opened before it failed (a lost stream) or not (a failed connection).
+    """
+
+    attempt: int
+    error: Exception
+    delay: float
+    opened: bool
+
+    @property
+    def reason(self) -> str:
+        """The failure as one line, e.g. ``ConnectError: [Errno 111] Connection refused``."""
+        return describe(self.error)
+
+
+class Reconnected(NamedTuple):
+    """A follow stream opened again after ``failures`` failed attempts in a row."""
+
+    failures: int
+
+
+ConnectionHook = Callable[[Retrying | Reconnected], None]
+"""Called synchronously from inside `follow`, in order; in the async client it runs on the event loop."""
+
+
 class Backoff:
     """Reconnect delays: exponential from ``base`` up to ``cap``, each drawn from its upper half.
 
@@ -85,8 +136,8 @@ class Backoff:
         self,
         *,
         base: float | None = None,
-        cap: float = 30.0,
-        max_retries: int | None = 10,
+        cap: float = DEFAULT_MAX_DELAY,
+        max_retries: int | None = DEFAULT_MAX_RETRIES,
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.base = base
@@ -103,13 +154,17 @@ class Backoff:
 _RETRYABLE_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
-def follow_plan(*, after: int | None, backoff: Backoff) -> FollowPlan:
+def follow_plan(*, after: int | None, backoff: Backoff, on_connection: ConnectionHook | None = None) -> FollowPlan:
     """Deliver every event after ``after`` (or from a fresh snapshot) exactly once, in order, forever."""
     journal = _Journal(after)
     failures = 0
     while True:
+        opened = False
         try:
             yield Connect(journal.cursor)
+            opened = True
+            if failures and on_connection is not None:
+                on_connection(Reconnected(failures))
             first = True  # a snapshot may only open a stream; a resumed one needs none
             while True:
                 frame: ServerSentEvent | None = yield NEXT_FRAME
@@ -134,16 +189,17 @@ def follow_plan(*, after: int | None, backoff: Backoff) -> FollowPlan:
         except ServiceError as exc:
             if exc.status_code not in _RETRYABLE_STATUS:
                 raise
-            failures = yield from _pause(backoff, failures + 1, exc, journal.retry_ms)
+            error: Exception = exc
         except (Disconnected, httpx.TransportError, TransportError) as exc:
-            failures = yield from _pause(backoff, failures + 1, exc, journal.retry_ms)
-
-
-def _pause(backoff: Backoff, failures: int, exc: BaseException, retry_ms: int | None) -> Generator[Sleep, Any, int]:
-    if backoff.max_retries is not None and failures > backoff.max_retries:
-        raise TransportError(f"the follow stream failed {failures} times in a row: {exc}") from exc
-    yield Sleep(backoff.delay(failures, retry_ms))
-    return failures
+            error = exc
+        failures += 1
+        if backoff.max_retries is not None and failures > backoff.max_retries:
+            reason = describe(error)
+            raise TransportError(f"the follow stream gave up after attempt {failures} failed: {reason}") from error
+        delay = backoff.delay(failures, journal.retry_ms)
+        if on_connection is not None:
+            on_connection(Retrying(failures, error, delay, opened))
+        yield Sleep(delay)
 
 
 def _stream_error(data: bytes, cursor: int | None) -> Exception:

@@ -106,16 +106,26 @@ class Broken:
         raise httpx.ReadError("connection reset by peer")
 
 
-def collect(service: Service, *, mode: str, limit: int, after: int | None = None, **options: Any) -> list[Event]:
+def collect(
+    service: Service,
+    *,
+    mode: str,
+    limit: int,
+    after: int | None = None,
+    backoff: Any = None,
+    on_connection: Any = None,
+    **options: Any,
+) -> list[Event]:
     """Follow through the scripted service until ``limit`` events arrive; errors propagate."""
     from history_client import AsyncHistoryClient, Backoff, HistoryClient
 
     service.asynchronous = mode == "async"
-    backoff = Backoff(base=0.001, cap=0.002, max_retries=options.pop("max_retries", 3))
+    if backoff is None:
+        backoff = Backoff(base=0.001, cap=0.002, max_retries=options.pop("max_retries", 3))
     received: list[Event] = []
     if mode == "sync":
         with HistoryClient("http://test", transport=httpx.MockTransport(service), backoff=backoff, **options) as client:
-            for event in client.follow("s", after=after):
+            for event in client.follow("s", after=after, on_connection=on_connection):
                 received.append(event)
                 if len(received) == limit:
                     break
@@ -126,7 +136,7 @@ def collect(service: Service, *, mode: str, limit: int, after: int | None = None
     async def run() -> None:
         transport = httpx.MockTransport(service)
         async with AsyncHistoryClient("http://test", transport=transport, backoff=backoff, **options) as client:
-            async for event in client.follow("s", after=after):
+            async for event in client.follow("s", after=after, on_connection=on_connection):
                 received.append(event)
                 if len(received) == limit:
                     break

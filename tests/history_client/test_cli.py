@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 import io
+import re
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
+from importlib.metadata import version
 from pathlib import Path
 
 import httpx
 import pytest
 
-from codec import Event, decode_event
+from codec import Event, decode_event, encode
 from history_client import cli, read_page
-from history_service.app import create_app
 from history_service.settings import Settings
 from persistence import MemoryStore
-from tests.servers import ThreadServer, serve_in_thread
+from tests.history_client.conftest import make_events
+from tests.servers import ServerProcess, ThreadServer, free_port, serve_in_thread
+
+CLI = "import sys; from history_client.cli import main; sys.exit(main())"
+FAST_RETRIES = ("--retry-delay", "0.001", "--max-delay", "0.002")
+JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[ThreadServer, list[Event]]]:
     store = MemoryStore()
-    with serve_in_thread(create_app(Settings(enable_test_seed=True), store=store)) as running:
+    with serve_in_thread(Settings(enable_test_seed=True), store=store) as running:
         body = {"scenario": "multi-turn", "seed": 3, "turns": 8, "sessionId": "cli"}
         response = httpx.post(f"{running.url}/v1/test-only/seed", json=body, timeout=60)
         assert response.status_code == 201, response.text
@@ -68,8 +76,7 @@ def test_export_prints_every_event_oldest_first_with_progress(server, monkeypatc
 
 def test_follow_prints_events_as_they_arrive(server):
     running, events = server
-    code = "import sys; from history_client.cli import main; sys.exit(main())"
-    argv = [sys.executable, "-c", code, "follow", running.url, "cli", "--after", str(len(events) - 6)]
+    argv = [sys.executable, "-c", CLI, "follow", running.url, "cli", "--after", str(len(events) - 6)]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
         assert process.stdout is not None
         lines = [process.stdout.readline() for _ in range(5)]
@@ -95,3 +102,68 @@ def test_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["--help"])
     out = capsys.readouterr().out
     assert all(name in out for name in ("page", "follow", "export", "HISTORY_TOKEN"))
+
+
+def test_version_prints_the_installed_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["--version"])
+    assert caught.value.code == 0
+    assert capsys.readouterr().out == f"history-client {version('history-transport')}\n"
+
+
+def test_follow_help_states_the_retry_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["follow", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--max-retries N give up, with exit status 1" in out and "(default: 10)" in out
+    assert "(default: the server's retry field" in out and "between retries (default: 30.0)" in out
+
+
+def test_follow_reports_each_failed_attempt_and_gives_up_after_max_retries() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out, err = run("follow", url, "s", "--max-retries", "2", *FAST_RETRIES)
+    lines = err.splitlines()
+    assert (code, out, len(lines)) == (1, "", 3)
+    for attempt, line in enumerate(lines[:2], 1):
+        pattern = rf"history-client: connection failed \(attempt {attempt}\): ConnectError: .+; retrying in [0-9.e-]+ s"
+        assert re.fullmatch(pattern, line), line
+    assert lines[2].startswith("history-client: the follow stream gave up after attempt 3 failed: ConnectError: ")
+
+
+def append(url: str, events: Sequence[Event]) -> None:
+    body = encode({"events": events})
+    response = httpx.post(f"{url}/v1/sessions/s/events", content=body, headers=JSON, timeout=30)
+    assert response.status_code == 201, response.text
+
+
+def test_follow_reports_losing_its_server_and_reconnecting(tmp_path: Path) -> None:
+    events = make_events(20)
+    server = ServerProcess(f"sqlite:///{tmp_path / 'cli.db'}")
+    argv = [sys.executable, "-c", CLI, "follow", server.url, "s", "--after", "4", "--max-retries", "1000"]
+    argv += ["--retry-delay", "0.05", "--max-delay", "0.2"]
+    try:
+        server.start()
+        assert httpx.post(f"{server.url}/v1/sessions", json={"id": "s", "createdAt": 0}).status_code == 201
+        append(server.url, events[:10])
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+            # A hang guard, not a timing check: killing a stuck follow makes the reads below fail, not block.
+            watchdog = threading.Timer(120, process.kill)
+            watchdog.start()
+            try:
+                assert process.stdout is not None and process.stderr is not None
+                before = [decode_event(process.stdout.readline()) for _ in range(5)]
+                server.restart(signal.SIGKILL)
+                append(server.url, events[10:])
+                after = [decode_event(process.stdout.readline()) for _ in range(10)]
+                process.terminate()
+                lines = process.stderr.read().decode().splitlines()
+            finally:
+                watchdog.cancel()
+    finally:
+        server.stop()
+    assert before + after == events[5:]
+    assert lines[0].startswith("history-client: connection lost (attempt 1): "), lines
+    for attempt, line in enumerate(lines[1:-1], 2):
+        assert line.startswith(f"history-client: connection failed (attempt {attempt}): ConnectError: "), lines
+    failures = len(lines) - 1
+    assert lines[-1] == f"history-client: reconnected after {failures} failed attempt{'s' * (failures > 1)}", lines

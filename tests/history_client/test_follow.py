@@ -12,7 +12,9 @@ from history_client import (
     Backoff,
     CursorAheadError,
     ProtocolError,
+    Reconnected,
     ResumeBehindError,
+    Retrying,
     ServiceError,
     StreamOverlapError,
     TransportError,
@@ -30,6 +32,16 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 def live(start: int, stop: int) -> bytes:
     return b"".join(event_frame(event) for event in LOG[start:stop])
+
+
+def unavailable() -> httpx.Response:
+    return httpx.Response(503, json={"error": {"code": "unavailable", "message": "draining"}})
+
+
+def summary(change: Retrying | Reconnected) -> tuple[Any, ...]:
+    if isinstance(change, Reconnected):
+        return ("reconnected", change.failures)
+    return ("lost" if change.opened else "failed", change.attempt, change.reason)
 
 
 def test_fresh_open_delivers_the_snapshot_then_live_events(mode):
@@ -120,11 +132,43 @@ def test_a_client_error_status_is_raised_at_once(mode):
 
 
 def test_unavailable_is_retried_and_then_gives_up_with_a_transport_error(mode):
-    unavailable = httpx.Response(503, json={"error": {"code": "unavailable", "message": "draining"}})
-    service = Service(LOG, [unavailable, snapshot_frame(LOG[0:10], 9) + live(10, 12)])
+    service = Service(LOG, [unavailable(), snapshot_frame(LOG[0:10], 9) + live(10, 12)])
     assert collect(service, mode=mode, limit=12) == LOG[:12]
-    with pytest.raises(TransportError, match="4 times in a row"):
+    with pytest.raises(TransportError, match="gave up after attempt 4 failed"):
         collect(Service(LOG, []), mode=mode, limit=5)
+
+
+def test_each_retried_failure_is_reported_with_its_attempt_and_delay_then_the_reconnect(mode):
+    service = Service(LOG, [unavailable(), unavailable(), snapshot_frame(LOG[0:10], 9) + live(10, 12)])
+    changes: list[Retrying | Reconnected] = []
+    backoff = Backoff(base=0.001, cap=0.0015, rand=lambda: 1.0)
+    assert collect(service, mode=mode, limit=12, backoff=backoff, on_connection=changes.append) == LOG[:12]
+    assert [summary(change) for change in changes] == [
+        ("failed", 1, "503 unavailable: draining"),
+        ("failed", 2, "503 unavailable: draining"),
+        ("reconnected", 2),
+    ]
+    assert [change.delay for change in changes if isinstance(change, Retrying)] == [0.001, 0.0015]
+
+
+def test_attempts_count_the_failures_since_the_last_delivery_and_say_whether_the_stream_had_opened(mode):
+    streams = [snapshot_frame(LOG[0:20], 19), unavailable(), Broken(live(20, 30)), live(30, 40)]
+    changes: list[Retrying | Reconnected] = []
+    assert collect(Service(LOG, streams), mode=mode, limit=40, on_connection=changes.append) == LOG[:40]
+    assert [summary(change) for change in changes] == [
+        ("lost", 1, "the stream ended"),
+        ("failed", 2, "503 unavailable: draining"),
+        ("reconnected", 2),
+        ("lost", 1, "ReadError: connection reset by peer"),
+        ("reconnected", 1),
+    ]
+
+
+def test_the_failure_that_exhausts_the_retries_is_raised_not_reported(mode):
+    changes: list[Retrying | Reconnected] = []
+    with pytest.raises(TransportError, match="gave up after attempt 4 failed: 503 gone: no more streams"):
+        collect(Service(LOG, []), mode=mode, limit=5, on_connection=changes.append)
+    assert [summary(change) for change in changes] == [("failed", n, "503 gone: no more streams") for n in (1, 2, 3)]
 
 
 def test_a_malformed_row_in_the_snapshot_is_a_protocol_error_before_any_event(mode):

@@ -13,12 +13,13 @@ import pytest
 
 from codec import DeltaData, Event, TextDelta, encode
 from history_client import AsyncHistoryClient, Backoff, HistoryClient
-from history_service.app import create_app
 from persistence import MemoryStore
 from tests.history_service.test_golden import SCENARIOS
 from tests.servers import CuttingProxy, ServerProcess, serve_in_thread
 
 TOTAL = 20_000
+
+JSON = {"Content-Type": "application/json"}
 
 
 def child_address(session_id: str) -> tuple[str, str | None]:
@@ -32,7 +33,7 @@ def test_iter_history_returns_exactly_the_stored_events_for_every_scenario(reque
     from history_service.settings import Settings
 
     store = MemoryStore()
-    with serve_in_thread(create_app(Settings(enable_test_seed=True), store=store)) as server:
+    with serve_in_thread(Settings(enable_test_seed=True), store=store) as server:
         response = httpx.post(f"{server.url}/v1/test-only/seed", json=request_body, timeout=60)
         assert response.status_code == 201, response.text
         with HistoryClient(server.url, max_messages=4, timeout=60) as client:
@@ -61,7 +62,9 @@ async def produce(url: str, events: list[Event], rand: random.Random, progress: 
         while start < len(events):
             batch = events[start : start + rand.randint(1, 300)]
             try:
-                response = await client.post("/v1/sessions/live/events", content=encode({"events": batch}))
+                response = await client.post(
+                    "/v1/sessions/live/events", content=encode({"events": batch}), headers=JSON
+                )
             except httpx.TransportError:
                 await anyio.sleep(0.05)
                 continue
