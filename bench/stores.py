@@ -17,9 +17,9 @@ def url_for(backend: str, root: Path) -> str:
     if backend == "sqlite":
         return f"sqlite:///{root / 'h.db'}"
     if backend == "jsonl":
-        return f"jsonl://{root / 'jsonl'}"
+        return f"jsonl:///{root / 'jsonl'}"
     if backend == "jsonl-zstd":
-        return f"jsonl://{root / 'zstd'}?compression=zstd"
+        return f"jsonl:///{root / 'zstd'}?compression=zstd"
     assert PG_URL
     return PG_URL
 

@@ -46,7 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, events: list[Event]) -> Ite
     url = f"sqlite:///{Path(tmp_path_factory.mktemp('client')) / 'h.db'}"
 
     async def prepare() -> None:
-        store = await open_store(url)
+        store = await open_store(url, create=True)
         await store.create_session(SessionHeader(id="dsh", createdAt=0))
         for start in range(0, len(events), 512):
             await store.append("dsh", events[start : start + 512])

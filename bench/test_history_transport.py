@@ -305,7 +305,7 @@ def store_section(
 
     async def fill(url: str) -> None:
         await reset(url)
-        store = await open_store(url)
+        store = await open_store(url, create=True)
         await store.create_session(SessionHeader(id="s", createdAt=0))
         for start in range(0, len(events), BATCH):
             await store.append("s", events[start : start + BATCH])

@@ -49,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"sqlite:///{root / 'h.db'}"
 
     async def prepare() -> None:
-        store = await open_store(url)
+        store = await open_store(url, create=True)
         await store.create_session(SessionHeader(id="dsh", createdAt=0))
         events = dsh_synthetic()
         for start in range(0, len(events), 512):

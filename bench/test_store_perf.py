@@ -49,7 +49,7 @@ def results() -> Iterator[dict[str, Any]]:
 
 
 async def write(url: str, session_id: str, events: list[Event]) -> float:
-    store = await open_store(url)
+    store = await open_store(url, create=True)
     await store.create_session(SessionHeader(id=session_id, createdAt=0))
     start = time.perf_counter()
     for i in range(0, len(events), BATCH):

@@ -5,7 +5,7 @@ Every store implements `HistoryStore` and passes one contract suite.
 
 from __future__ import annotations
 
-from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo
+from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo, SessionKey, SessionSummary
 from persistence.errors import (
     CorruptLogError,
     InvalidSessionIdError,
@@ -35,7 +35,9 @@ __all__ = [
     "SeqConflictError",
     "SessionExistsError",
     "SessionInfo",
+    "SessionKey",
     "SessionNotFoundError",
+    "SessionSummary",
     "SqlStore",
     "StoreError",
 ]

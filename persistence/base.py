@@ -8,8 +8,9 @@ from any store.
 
 from __future__ import annotations
 
+import heapq
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 import anyio.to_thread
@@ -20,7 +21,18 @@ from persistence.errors import SeqConflictError
 from persistence.page_builder import build_page_records
 from persistence.stored import StoredRecord
 
-__all__ = ["DEFAULT_OWNER", "AppendResult", "HistoryStore", "SessionInfo", "check_batch", "events_in"]
+__all__ = [
+    "DEFAULT_OWNER",
+    "AppendResult",
+    "HistoryStore",
+    "SessionInfo",
+    "SessionKey",
+    "SessionSummary",
+    "check_batch",
+    "events_in",
+    "newest_first",
+    "subagent_parent",
+]
 
 DEFAULT_OWNER: Final = "local"
 _BUILD_IN_THREAD: Final = 64
@@ -32,6 +44,31 @@ class SessionInfo(Struct, frozen=True):
     header: SessionHeader
     owner: str
     head_seq: int
+
+
+class SessionKey(Struct, frozen=True, order=True):
+    """A session's place in a listing: keys compare as ``(created_at, id)`` tuples do."""
+
+    created_at: int
+    id: str
+
+
+class SessionSummary(Struct, frozen=True):
+    """One entry of `HistoryStore.list_sessions`.
+
+    ``created_at`` is the header's ``createdAt``; ``head_seq`` is -1 for an empty session;
+    ``child_count`` counts the direct subagent children (see `subagent_parent`), whoever owns them.
+    """
+
+    id: str
+    created_at: int
+    head_seq: int
+    child_count: int
+
+    @property
+    def key(self) -> SessionKey:
+        """The ``before`` that continues a listing after this session."""
+        return SessionKey(self.created_at, self.id)
 
 
 class AppendResult(Struct, frozen=True):
@@ -77,6 +114,24 @@ def is_resend(session_id: str, events: Sequence[Event], stored: Sequence[Event],
         session_id=session_id,
         head_seq=head_seq,
     )
+
+
+def subagent_parent(header: SessionHeader) -> str | None:
+    """The parent's id for a subagent child (``origin == "subagent"`` and a ``parentSession``), else ``None``."""
+    if header.origin == "subagent" and isinstance(header.parentSession, str):
+        return header.parentSession
+    return None
+
+
+def newest_first(headers: Iterable[SessionHeader], *, limit: int, before: SessionKey | None) -> list[SessionHeader]:
+    """At most ``limit`` of ``headers``, by ``(createdAt, id)`` descending, keeping only keys below ``before``.
+
+    The listing order of `HistoryStore.list_sessions`, for stores that order in Python.
+    """
+    if before is not None:
+        bound = (before.created_at, before.id)
+        headers = (header for header in headers if (header.createdAt, header.id) < bound)
+    return heapq.nlargest(limit, headers, key=lambda header: (header.createdAt, header.id))
 
 
 def events_in(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[Event]:
@@ -136,6 +191,19 @@ class HistoryStore(ABC):
     @abstractmethod
     async def children(self, parent_id: str) -> list[SessionHeader]:
         """Headers of the direct subagent children of ``parent_id`` (``origin == "subagent"``), by id."""
+
+    @abstractmethod
+    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+        """A page of ``owner``'s sessions, newest first.
+
+        Returns at most ``limit`` sessions (none when ``limit < 1``) owned by ``owner`` that are
+        not subagent children (see `subagent_parent`), ordered by ``(createdAt, id)`` descending.
+        ``before`` is exclusive: pass the `SessionSummary.key` of the previous page's last
+        session, and successive pages list every session exactly once, even when ``createdAt``
+        values tie. ``child_count`` counts every direct subagent child whatever its owner: the
+        parent's owner creates children through the API, so the count is the parent's business.
+        Ids compare by code point, as Python compares ``str``, in every backend.
+        """
 
     @abstractmethod
     async def close(self) -> None:

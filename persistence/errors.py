@@ -8,6 +8,7 @@ callers never see a driver exception::
     ├── SessionExistsError                           creating an id that is taken
     ├── SeqConflictError                             a batch that does not continue the head
     ├── InvalidSessionIdError(StoreError, ValueError) an id the store cannot hold safely
+    ├── StoreNotFoundError                           no store where the URL points, and none may be created
     ├── SchemaVersionError                           a database or log written by another schema
     └── CorruptLogError                              committed data that cannot be read
 """
@@ -22,6 +23,7 @@ __all__ = [
     "SessionExistsError",
     "SessionNotFoundError",
     "StoreError",
+    "StoreNotFoundError",
 ]
 
 
@@ -59,6 +61,10 @@ class SeqConflictError(StoreError):
 
 class InvalidSessionIdError(StoreError, ValueError):
     """Raised when a session id cannot be stored safely (for example, too long once encoded)."""
+
+
+class StoreNotFoundError(StoreError):
+    """Raised when a store URL points where no store is, and the caller may not create one (or cannot, there)."""
 
 
 class SchemaVersionError(StoreError):

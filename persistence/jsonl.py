@@ -23,9 +23,11 @@ from __future__ import annotations
 import bisect
 import contextlib
 import functools
+import hashlib
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -46,7 +48,19 @@ from codec import (
     record_from_value,
 )
 from persistence._files import fsync_dir, locked, pread, read_head, truncate, write_at, write_atomic, write_file
-from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo, check_batch, events_in, is_resend
+from persistence.base import (
+    DEFAULT_OWNER,
+    AppendResult,
+    HistoryStore,
+    SessionInfo,
+    SessionKey,
+    SessionSummary,
+    check_batch,
+    events_in,
+    is_resend,
+    newest_first,
+    subagent_parent,
+)
 from persistence.errors import (
     CorruptLogError,
     InvalidSessionIdError,
@@ -62,9 +76,11 @@ from persistence.jsonl_index import (
     SessionState,
     block_ranges,
     index_frame,
+    last_seq,
     make_entry,
     position,
     read_index,
+    read_last_entry,
     windows,
 )
 from persistence.message_index import index_entries
@@ -85,8 +101,13 @@ T = TypeVar("T")
 def encode_segment(session_id: str) -> str:
     """A directory name for ``session_id``: safe characters kept, every other UTF-16 unit as ``~XXXX``.
 
-    Dots are escaped too, so no id can name ``.``, ``..`` or a hidden entry of the root.
+    Dots are escaped too, so no id can name ``.``, ``..`` or a hidden entry of the root. A
+    name that would pass `_MAX_DIR_NAME` characters (file systems allow 255 bytes) becomes
+    ``~~`` and a hash of the id instead; escaping never writes two ``~`` in a row, so the two
+    kinds of name cannot meet, and the header inside names the id itself.
     """
+    if not session_id:
+        raise InvalidSessionIdError("a session id must not be empty")
     out = []
     for char in session_id:
         if char in _SAFE:
@@ -95,8 +116,8 @@ def encode_segment(session_id: str) -> str:
             data = char.encode("utf-16-be")
             out.extend(f"~{int.from_bytes(data[i : i + 2], 'big'):04X}" for i in range(0, len(data), 2))
     name = "".join(out)
-    if not name or len(name) > _MAX_DIR_NAME:
-        raise InvalidSessionIdError(f"session id {session_id[:40]!r} is empty or too long for a file store")
+    if len(name) > _MAX_DIR_NAME:
+        return "~~" + hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=32).hexdigest()
     return name
 
 
@@ -117,6 +138,7 @@ class JsonlStore(HistoryStore):
         self._log_name = "session.jsonl.zst" if self._zstd else "session.jsonl"
         self._states: dict[str, SessionState] = {}
         self._headers: dict[str, SessionHeader | None] = {}
+        self._owners: dict[str, str] = {}
         self._locks: dict[str, anyio.Lock] = {}
 
     @classmethod
@@ -190,16 +212,20 @@ class JsonlStore(HistoryStore):
         return await self._run(self._children_sync, parent_id)
 
     def _children_sync(self, parent_id: str) -> list[SessionHeader]:
-        found = []
-        for entry in os.scandir(self._root):
-            if entry.name.startswith(".") or not entry.is_dir():
-                continue
-            if entry.name not in self._headers:
-                self._headers[entry.name] = self._peek_header(Path(entry.path))
-            header = self._headers[entry.name]
-            if header is not None and header.parentSession == parent_id and header.origin == "subagent":
-                found.append(header)
+        found = [header for _, header in self._peeked() if subagent_parent(header) == parent_id]
         return sorted(found, key=lambda header: header.id)
+
+    def _peeked(self) -> Iterator[tuple[str, SessionHeader]]:
+        """Each session directory's name and header: a header is peeked once, then cached (it never changes)."""
+        with os.scandir(self._root) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.is_dir():
+                    continue
+                if entry.name not in self._headers:
+                    self._headers[entry.name] = self._peek_header(Path(entry.path))
+                header = self._headers[entry.name]
+                if header is not None:
+                    yield entry.name, header
 
     def _peek_header(self, directory: Path) -> SessionHeader | None:
         try:
@@ -208,6 +234,65 @@ class JsonlStore(HistoryStore):
             return read_header(line)
         except (OSError, CodecError, zstandard.ZstdError):
             return None
+
+    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+        return await self._run(self._list_sync, owner, limit, before)
+
+    def _list_sync(self, owner: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
+        child_counts: Counter[str] = Counter()
+        mine: list[SessionHeader] = []
+        for name, header in self._peeked():
+            parent = subagent_parent(header)
+            if parent is not None:
+                child_counts[parent] += 1
+            elif self._owner(name) == owner and self._named_for(name, header):
+                mine.append(header)
+        return [
+            SessionSummary(header.id, header.createdAt, self._listed_head(header.id), child_counts[header.id])
+            for header in newest_first(mine, limit=limit, before=before)
+        ]
+
+    def _owner(self, name: str) -> str:
+        owner = self._owners.get(name)
+        if owner is None:
+            # Written before the session's directory appears, and never rewritten: cache it.
+            try:
+                owner = (self._root / name / OWNER_NAME).read_text()
+            except FileNotFoundError:
+                owner = DEFAULT_OWNER
+            self._owners[name] = owner
+        return owner
+
+    @staticmethod
+    def _named_for(name: str, header: SessionHeader) -> bool:
+        # A log placed in a directory its id does not name is unreachable by id: do not list it.
+        try:
+            return encode_segment(header.id) == name
+        except InvalidSessionIdError:
+            return False
+
+    def _listed_head(self, session_id: str) -> int:
+        # Only the listed page's sessions need a head seq, and the index's last entry holds it:
+        # loading each one's state would read and decode its whole index (megabytes for a long
+        # session) and keep it in memory, all for that one number. The tail is trusted only when
+        # its last entry ends exactly where the log ends; anything else (a torn batch, bytes past
+        # the last entry, an older index) loads the state, which recovers it as any read does.
+        directory = self._directory(session_id)
+        found = read_last_entry(directory / INDEX_NAME)
+        if found is not None:
+            head, entry, index_size = found
+            state = self._states.get(session_id)
+            if state is not None and state.index_size == index_size:
+                return state.head
+            try:
+                log_size = (directory / self._log_name).stat().st_size
+            except FileNotFoundError:
+                log_size = -1
+            last = -1 if entry is None else last_seq(entry)
+            end = head.headerEnd if entry is None else entry.end
+            if last is not None and end == log_size and head.compression == ("zstd" if self._zstd else "none"):
+                return last
+        return self._state(session_id).head
 
     # Loading and recovery.
 
@@ -460,3 +545,4 @@ class JsonlStore(HistoryStore):
     async def close(self) -> None:
         self._states.clear()
         self._headers.clear()
+        self._owners.clear()

@@ -9,6 +9,7 @@ The log always wins: a missing, older or garbled index is rebuilt from the log.
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 import zlib
@@ -29,14 +30,17 @@ __all__ = [
     "SessionState",
     "block_ranges",
     "index_frame",
+    "last_seq",
     "make_entry",
     "position",
     "read_index",
+    "read_last_entry",
     "windows",
 ]
 
 INDEX_VERSION: Final = 2
 READ_WINDOW: Final = 1 << 20
+TAIL_WINDOW: Final = 64 * 1024
 
 
 class IndexHead(msgspec.Struct, frozen=True):
@@ -149,6 +153,58 @@ def read_index(path: Path) -> tuple[IndexHead, list[Entry], list[int]] | None:
         ends.append(end)
         position = end
     return head, entries, ends
+
+
+def read_last_entry(path: Path) -> tuple[IndexHead, Entry | None, int] | None:
+    """The index head, its last entry (``None`` if it has none) and the index's size, read from its two ends.
+
+    A frame carries its length only at its start, so the last one is found from the end: the
+    frame, within the last `TAIL_WINDOW` bytes, that ends exactly at the end of the file and
+    whose checksum and entry decode. ``None`` when there is none (an older index, a torn or
+    garbled last entry, or one larger than the window): read the index whole then.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        head_line, newline, _ = os.pread(fd, min(size, 4096), 0).partition(b"\n")
+        if not newline:
+            return None
+        try:
+            head = _HEAD.decode(head_line)
+        except msgspec.DecodeError:
+            return None
+        if head.version != INDEX_VERSION:
+            return None
+        first = len(head_line) + 1
+        if size == first:
+            return head, None, size
+        start = max(first, size - TAIL_WINDOW)
+        tail = os.pread(fd, size - start, start)
+    finally:
+        os.close(fd)
+    for at in range(len(tail) - _FRAME_HEAD.size, -1, -1):
+        length, checksum = _FRAME_HEAD.unpack_from(tail, at)
+        if at + _FRAME_HEAD.size + length != len(tail):
+            continue
+        payload = tail[at + _FRAME_HEAD.size :]
+        if zlib.crc32(payload) != checksum:
+            continue
+        try:
+            return head, _ENTRY.decode(payload), size
+        except msgspec.DecodeError:
+            continue
+    return None
+
+
+def last_seq(entry: Entry) -> int | None:
+    """The last seq a batch holds, or ``None`` for a batch without records."""
+    if not entry.seqs:
+        return None
+    start = int.from_bytes(entry.seqs[-8:], "little", signed=True)
+    return start + int.from_bytes(entry.members[-8:], "little", signed=True) - 1
 
 
 class SessionState:

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Sequence
 
 from codec import Event, SessionHeader
-from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo, check_batch, events_in, is_resend
+from persistence.base import (
+    DEFAULT_OWNER,
+    AppendResult,
+    HistoryStore,
+    SessionInfo,
+    SessionKey,
+    SessionSummary,
+    check_batch,
+    events_in,
+    is_resend,
+    newest_first,
+    subagent_parent,
+)
 from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 from persistence.stored import StoredRecord, prepare_batch
@@ -99,6 +112,14 @@ class MemoryStore(HistoryStore):
             ),
             key=lambda header: header.id,
         )
+
+    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+        parents = Counter(subagent_parent(s.header) for s in self._sessions.values())
+        mine = (s.header for s in self._sessions.values() if s.owner == owner and subagent_parent(s.header) is None)
+        return [
+            SessionSummary(header.id, header.createdAt, self._sessions[header.id].index.head, parents[header.id])
+            for header in newest_first(mine, limit=limit, before=before)
+        ]
 
     async def close(self) -> None:
         self._sessions.clear()

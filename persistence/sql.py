@@ -2,12 +2,14 @@
 
 Tables, keyed ``(session_id, seq)``:
 
-* ``history_sessions``: header (canonical JSON), owner, parent (for subagent children) and head seq;
+* ``history_sessions``: header (canonical JSON), owner, parent (for subagent children), the
+  header's ``createdAt`` (for listings, indexed by owner) and head seq;
 * ``history_records``: one row per stored record, a packed row at its ``seq0`` with its
   member count; ``data`` is the canonical JSON line, zstd-compressed when it is at least
   4 KiB and that is smaller;
 * ``history_messages`` and ``history_hidden``: the message index and ``conversationOp`` ranges;
-* ``history_meta``: the schema version. An unknown version refuses to open.
+* ``history_meta``: the schema version. A version-1 database is upgraded in place when opened;
+  an unknown version refuses to open.
 
 Appends serialize on the session: SQLite takes the write lock up front (``BEGIN
 IMMEDIATE``) and PostgreSQL locks the session row (``SELECT ... FOR UPDATE``), so two
@@ -26,9 +28,23 @@ import sqlalchemy as sa
 import zstandard
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from codec import CodecError, Event, SessionHeader, decode_header, encode
-from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo, check_batch, events_in, is_resend
+from persistence.base import (
+    DEFAULT_OWNER,
+    AppendResult,
+    HistoryStore,
+    SessionInfo,
+    SessionKey,
+    SessionSummary,
+    check_batch,
+    events_in,
+    is_resend,
+    subagent_parent,
+)
 from persistence.errors import (
     CorruptLogError,
     SchemaVersionError,
@@ -41,11 +57,36 @@ from persistence.stored import MAX_ROW_MEMBERS, StoredRecord, prepare_batch
 
 __all__ = ["SCHEMA_VERSION", "SqlStore"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 COMPRESS_AT: Final = 4096
 _MAX_LINE: Final = 256 * 1024 * 1024
 _MESSAGE_PAGE: Final = 256
+_BACKFILL_BATCH: Final = 1000
 T = TypeVar("T")
+
+
+class _CodePointOrder(sa.ColumnElement[str]):
+    """A text column compared by code point, as Python compares str (and so every other store)."""
+
+    inherit_cache = True
+    _traverse_internals = [("column", InternalTraversal.dp_clauseelement)]
+    type = sa.String()
+
+    def __init__(self, column: sa.ColumnElement[str]) -> None:
+        self.column = column
+
+
+@compiles(_CodePointOrder)
+def _code_point_order(element: _CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
+    # SQLite's default BINARY collation already compares UTF-8 text by code point.
+    return compiler.process(element.column, **kw)
+
+
+@compiles(_CodePointOrder, "postgresql")
+def _code_point_order_postgresql(element: _CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
+    # The database's collation may be a locale's; "C" compares UTF-8 bytes, that is code points.
+    return f'{compiler.process(element.column, **kw)} COLLATE "C"'
+
 
 metadata = sa.MetaData()
 meta_table = sa.Table(
@@ -62,6 +103,17 @@ sessions_table = sa.Table(
     sa.Column("owner", sa.String, nullable=False),
     sa.Column("parent_id", sa.String, nullable=True, index=True),
     sa.Column("head_seq", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+# A listing reads one owner's top-level sessions newest first: a backward range scan of this
+# index that never visits a child's entry, so a page costs its length, not the owner's sessions.
+listing_index = sa.Index(
+    "ix_history_sessions_listing",
+    sessions_table.c.owner,
+    sessions_table.c.created_at,
+    _CodePointOrder(sessions_table.c.id),
+    sqlite_where=sessions_table.c.parent_id.is_(None),
+    postgresql_where=sessions_table.c.parent_id.is_(None),
 )
 records_table = sa.Table(
     "history_records",
@@ -126,7 +178,7 @@ class SqlStore(HistoryStore):
         try:
             engine = sa.create_engine(url)
         except (sa.exc.ArgumentError, ImportError) as exc:
-            raise StoreError(f"cannot open store {url!r}: {exc}") from exc
+            raise StoreError(f"not a usable database URL: {exc}") from exc
         if engine.dialect.name == "sqlite":
             _sqlite_setup(engine)
         store = cls(engine)
@@ -143,11 +195,43 @@ class SqlStore(HistoryStore):
                 metadata.create_all(conn)
                 conn.execute(sa.insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
                 return
-            version = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).scalar()
+            # FOR UPDATE: of two processes opening a version-1 database, one upgrades it and the
+            # other then reads version 2 (SQLite's write transaction already serializes them).
+            version = conn.execute(
+                sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version").with_for_update()
+            ).scalar()
+            if version == "1":
+                self._upgrade_from_1(conn)
+                return
         if version != str(SCHEMA_VERSION):
             raise SchemaVersionError(
-                f"the database has history schema version {version!r}; this build reads version {SCHEMA_VERSION} only"
+                f"the database has history schema version {version!r}; "
+                f"this build reads version {SCHEMA_VERSION} and upgrades version 1"
             )
+
+    def _upgrade_from_1(self, conn: Connection) -> None:
+        """Version 2 adds ``history_sessions.created_at`` and the listing index; one transaction does it all."""
+        # SQLite cannot add a NOT NULL column without a default; every insert names created_at.
+        conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN created_at BIGINT NOT NULL DEFAULT 0")
+        c = sessions_table.c
+        set_created_at = (
+            sa.update(sessions_table).where(c.id == sa.bindparam("b_id")).values(created_at=sa.bindparam("b_created"))
+        )
+        after: str | None = None
+        while True:
+            batch = sa.select(c.id, c.header).order_by(c.id).limit(_BACKFILL_BATCH)
+            rows = conn.execute(batch if after is None else batch.where(c.id > after)).all()
+            if not rows:
+                break
+            conn.execute(
+                set_created_at,
+                [{"b_id": row.id, "b_created": self._header(row.header, row.id).createdAt} for row in rows],
+            )
+            after = rows[-1].id
+        listing_index.create(conn)
+        conn.execute(
+            sa.update(meta_table).where(meta_table.c.key == "schema_version").values(value=str(SCHEMA_VERSION))
+        )
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -176,8 +260,14 @@ class SqlStore(HistoryStore):
         return await self._run(self._create_sync, header, owner)
 
     def _create_sync(self, header: SessionHeader, owner: str) -> SessionInfo:
-        parent = header.parentSession if header.origin == "subagent" else None
-        row = {"id": header.id, "header": encode(header), "owner": owner, "parent_id": parent, "head_seq": -1}
+        row = {
+            "id": header.id,
+            "header": encode(header),
+            "owner": owner,
+            "parent_id": subagent_parent(header),
+            "head_seq": -1,
+            "created_at": header.createdAt,
+        }
         try:
             with self._write() as conn:
                 conn.execute(sa.insert(sessions_table).values(**row))
@@ -217,6 +307,29 @@ class SqlStore(HistoryStore):
                 .order_by(sessions_table.c.id)
             ).all()
         return [self._header(row.header, row.id) for row in rows]
+
+    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+        if limit < 1:
+            return []
+        return await self._run(self._list_sync, owner, limit, before)
+
+    def _list_sync(self, owner: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
+        s, child = sessions_table.c, sessions_table.alias("child").c
+        order_id = _CodePointOrder(s.id)
+        # Counted per listed row through the parent_id index, never by reading headers.
+        child_count = sa.select(sa.func.count()).where(child.parent_id == s.id).scalar_subquery()
+        query = (
+            sa.select(s.id, s.created_at, s.head_seq, child_count.label("child_count"))
+            .where(s.owner == owner, s.parent_id.is_(None))
+            .order_by(s.created_at.desc(), order_id.desc())
+            .limit(limit)
+        )
+        if before is not None:
+            bound = sa.tuple_(before.created_at, before.id, types=[s.created_at.type, s.id.type])
+            query = query.where(sa.tuple_(s.created_at, order_id) < bound)
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return [SessionSummary(row.id, row.created_at, row.head_seq, row.child_count) for row in rows]
 
     # Appends.
 

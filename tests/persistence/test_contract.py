@@ -9,7 +9,7 @@ import pytest
 
 from codec import Event, ReplaceOp, SessionHeader, encode, pack_page
 from history_service.scenarios import compaction, multi_turn
-from persistence.base import HistoryStore
+from persistence.base import HistoryStore, SessionKey, SessionSummary
 from persistence.errors import SeqConflictError, SessionExistsError, SessionNotFoundError
 from tests.codec.helpers import plain, text
 
@@ -308,3 +308,119 @@ async def test_children_are_direct_subagent_children_only(store: HistoryStore) -
     assert [h.id for h in await store.children("child-a")] == ["grandchild"]
     assert await store.children("grandchild") == []
     assert await store.children("unknown") == []
+
+
+# Listing a principal's sessions.
+
+
+EPOCH = 1_700_000_000_000  # createdAt is in milliseconds: keys must hold more than 32 bits
+
+
+def created_at(session_id: str, at: int, **extra: object) -> SessionHeader:
+    return SessionHeader(id=session_id, createdAt=EPOCH + at, **extra)  # type: ignore[arg-type]
+
+
+async def all_pages(store: HistoryStore, owner: str, limit: int) -> list[list[SessionSummary]]:
+    pages: list[list[SessionSummary]] = []
+    before: SessionKey | None = None
+    while page := await store.list_sessions(owner, limit=limit, before=before):
+        assert len(page) <= limit
+        pages.append(page)
+        before = page[-1].key
+    return pages
+
+
+async def test_listing_an_empty_store_gives_nothing(store: HistoryStore) -> None:
+    assert await store.list_sessions("alice", limit=10) == []
+    assert await store.list_sessions("alice", limit=10, before=SessionKey(EPOCH, "x")) == []
+
+
+async def test_listing_is_newest_first_with_ties_broken_by_id(store: HistoryStore) -> None:
+    # Code point order: "B" < "a" < "b" < "é", whatever a database's locale says.
+    sessions = [("b", 200), ("old", 100), ("a", 200), ("B", 200), ("é", 200), ("new", 300), ("a2", 199)]
+    for session_id, at in sessions:
+        await store.create_session(created_at(session_id, at), owner="alice")
+    listed = await store.list_sessions("alice", limit=100)
+    assert [(s.id, s.created_at - EPOCH) for s in listed] == [
+        ("new", 300),
+        ("é", 200),
+        ("b", 200),
+        ("a", 200),
+        ("B", 200),
+        ("a2", 199),
+        ("old", 100),
+    ]
+    assert listed[0] == SessionSummary("new", EPOCH + 300, -1, 0)
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 7, 50])
+async def test_pages_cover_every_session_exactly_once(store: HistoryStore, limit: int) -> None:
+    rand = random.Random(limit)
+    expected = []
+    for i in range(23):
+        at = rand.choice([10, 20, 20, 20, 30, 40, 40])
+        session_id = f"s{rand.randrange(1000):03d}-{i}"
+        await store.create_session(created_at(session_id, at), owner="alice")
+        expected.append((EPOCH + at, session_id))
+    expected.sort(reverse=True)
+    pages = await all_pages(store, "alice", limit)
+    assert [(s.created_at, s.id) for page in pages for s in page] == expected
+    assert all(len(page) == limit for page in pages[:-1])
+
+
+async def test_before_is_exclusive_and_need_not_name_a_session(store: HistoryStore) -> None:
+    for session_id, at in [("a", 1), ("b", 2), ("c", 2), ("d", 3)]:
+        await store.create_session(created_at(session_id, at), owner="alice")
+    listed = await store.list_sessions("alice", limit=10, before=SessionKey(EPOCH + 2, "c"))
+    assert [s.id for s in listed] == ["b", "a"]
+    listed = await store.list_sessions("alice", limit=10, before=SessionKey(EPOCH + 2, "bb"))
+    assert [s.id for s in listed] == ["b", "a"]
+    assert await store.list_sessions("alice", limit=10, before=SessionKey(EPOCH + 1, "a")) == []
+
+
+async def test_listing_shows_only_the_owners_sessions(store: HistoryStore) -> None:
+    await store.create_session(created_at("a1", 1), owner="alice")
+    await store.create_session(created_at("b1", 2), owner="bob")
+    await store.create_session(created_at("a2", 3), owner="alice")
+    await store.create_session(created_at("l1", 4))
+    assert [s.id for s in await store.list_sessions("alice", limit=10)] == ["a2", "a1"]
+    assert [s.id for s in await store.list_sessions("bob", limit=10)] == ["b1"]
+    assert [s.id for s in await store.list_sessions("local", limit=10)] == ["l1"]
+    assert await store.list_sessions("carol", limit=10) == []
+
+
+async def test_children_are_counted_in_their_parent_not_listed(store: HistoryStore) -> None:
+    await store.create_session(created_at("parent", 10), owner="alice")
+    await store.create_session(created_at("child-a", 11, parentSession="parent", origin="subagent"), owner="alice")
+    await store.create_session(created_at("child-b", 12, parentSession="parent", origin="subagent"), owner="bob")
+    await store.create_session(created_at("grandchild", 13, parentSession="child-a", origin="subagent"), owner="alice")
+    # Not subagent children: a fork names a parent without the origin, and an origin without a parent.
+    await store.create_session(created_at("fork", 14, parentSession="parent"), owner="alice")
+    await store.create_session(created_at("orphan", 15, origin="subagent"), owner="alice")
+    listed = await store.list_sessions("alice", limit=10)
+    assert [(s.id, s.child_count) for s in listed] == [("orphan", 0), ("fork", 0), ("parent", 2)]
+    assert await store.list_sessions("bob", limit=10) == []
+
+
+async def test_listed_head_seq_follows_appends(store: HistoryStore) -> None:
+    await store.create_session(created_at("s1", 1), owner="alice")
+    await store.create_session(created_at("s2", 2), owner="alice")
+    assert [s.head_seq for s in await store.list_sessions("alice", limit=10)] == [-1, -1]
+    await store.append("s1", [plain(0), plain(1), plain(2)])
+    assert [s.head_seq for s in await store.list_sessions("alice", limit=10)] == [-1, 2]
+    events = multi_turn(seed=4, turns=2)
+    await store.append("s2", events[:30])
+    await store.append("s2", events[30:])
+    await store.append("s1", [plain(3)])
+    listed = await store.list_sessions("alice", limit=10)
+    assert [(s.id, s.head_seq) for s in listed] == [("s2", len(events) - 1), ("s1", 3)]
+    for summary in listed:
+        assert summary.head_seq == await store.head_seq(summary.id)
+
+
+async def test_listing_returns_at_most_limit_sessions(store: HistoryStore) -> None:
+    for i in range(5):
+        await store.create_session(created_at(f"s{i}", i), owner="alice")
+    assert [s.id for s in await store.list_sessions("alice", limit=2)] == ["s4", "s3"]
+    assert [s.id for s in await store.list_sessions("alice", limit=5)] == ["s4", "s3", "s2", "s1", "s0"]
+    assert await store.list_sessions("alice", limit=0) == []

@@ -10,6 +10,7 @@ from codec import SessionHeader, encode, pack_page, read_session_log
 from history_service.scenarios import multi_turn
 from persistence.errors import InvalidSessionIdError, SchemaVersionError, StoreError
 from persistence.jsonl import INDEX_NAME, JsonlStore, encode_segment
+from persistence.jsonl_index import TAIL_WINDOW, last_seq, read_index, read_last_entry
 from tests.codec.helpers import plain
 from tests.conftest import corpus_logs
 
@@ -139,7 +140,16 @@ def test_segments_never_escape_the_root() -> None:
     assert encode_segment("😀") == "~D83D~DE00"
     assert encode_segment("abc-DEF_09") == "abc-DEF_09"
     with pytest.raises(InvalidSessionIdError):
-        encode_segment("é" * 60)
+        encode_segment("")
+
+
+def test_ids_too_long_to_escape_get_a_hashed_name() -> None:
+    """F4: 200 characters of '.', ':' and '@' escape to 1,000; such ids still get a directory."""
+    long_ids = ["é" * 60, ".:@" * 66 + "..", ".:@" * 66 + ".:", "a" * 240 + "."]
+    names = [encode_segment(session_id) for session_id in long_ids]
+    assert all(name.startswith("~~") and len(name) == 66 for name in names)
+    assert len(set(names)) == len(names)
+    assert encode_segment("a" * 240) == "a" * 240
 
 
 async def test_root_keeps_its_compression_and_format(tmp_path: Path) -> None:
@@ -188,3 +198,87 @@ async def test_corpus_log_in_a_store_root_is_served_exactly(tmp_path: Path, path
     for start in range(0, n, max(1, n // 7)):
         expected = [encode(r) for r in pack_page(log.events[start:n])]
         assert await store.page_records(log.header.id, start, n) == expected
+
+
+# Listing: head seqs from the index's last entry.
+
+
+async def test_listing_reads_heads_without_loading_any_session(
+    tmp_path: Path, compression: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = multi_turn(seed=6, turns=2)
+    store = await JsonlStore.open(tmp_path, compression=compression)
+    for i in range(3):
+        await store.create_session(SessionHeader(id=f"s{i}", createdAt=i), owner="alice")
+    for start in range(0, len(events), 20):
+        await store.append("s1", events[start : start + 20])
+    await store.append("s2", [plain(0)])
+
+    def no_loading(*args: object) -> None:
+        raise AssertionError("listing loaded a session")
+
+    monkeypatch.setattr(JsonlStore, "_load", no_loading)
+    reopened = await JsonlStore.open(tmp_path, compression=compression)
+    listed = await reopened.list_sessions("alice", limit=10)
+    assert [(s.id, s.head_seq) for s in listed] == [("s2", 0), ("s1", len(events) - 1), ("s0", -1)]
+
+
+async def test_last_entry_from_the_tail_is_the_last_entry_of_the_index(tmp_path: Path, compression: str) -> None:
+    store = await JsonlStore.open(tmp_path, compression=compression)
+    await store.create_session(HEADER)
+    index = tmp_path / "s1" / INDEX_NAME
+    found = read_last_entry(index)
+    assert found is not None and found[1] is None and found[2] == index.stat().st_size
+    events = multi_turn(seed=7, turns=3)
+    for start in range(0, len(events), 13):
+        await store.append("s1", events[start : start + 13])
+        loaded, found = read_index(index), read_last_entry(index)
+        assert loaded is not None and found is not None
+        assert found == (loaded[0], loaded[1][-1], index.stat().st_size)
+        assert last_seq(found[1]) == min(start + 12, len(events) - 1)
+    data = index.read_bytes()
+    index.write_bytes(data[:-3])
+    assert read_last_entry(index) is None
+
+
+async def test_listing_after_a_torn_batch_reports_the_committed_head(tmp_path: Path, compression: str) -> None:
+    store = await JsonlStore.open(tmp_path, compression=compression)
+    await store.create_session(HEADER, owner="alice")
+    await store.append("s1", [plain(0), plain(1)])
+    log = tmp_path / "s1" / log_name(compression)
+    committed = log.stat().st_size
+    await store.append("s1", [plain(2), plain(3)])
+    log.write_bytes(log.read_bytes()[: committed + 5])
+    reopened = await JsonlStore.open(tmp_path, compression=compression)
+    assert [s.head_seq for s in await reopened.list_sessions("alice", limit=1)] == [1]
+    assert log.stat().st_size == committed
+
+
+async def test_listing_counts_lines_written_after_the_last_entry(tmp_path: Path) -> None:
+    store = await JsonlStore.open(tmp_path)
+    await store.create_session(HEADER)
+    await store.append("s1", [plain(0)])
+    with open(tmp_path / "s1" / "session.jsonl", "ab") as handle:
+        handle.write(encode(plain(1)) + b"\n")
+    (tmp_path / "fx").mkdir()
+    (tmp_path / "fx" / "session.jsonl").write_bytes(FOREIGN)
+    reopened = await JsonlStore.open(tmp_path)
+    listed = await reopened.list_sessions("local", limit=10)
+    assert [(s.id, s.head_seq) for s in listed] == [("s1", 1), ("fx", len(read_session_log(FOREIGN).events) - 1)]
+
+
+async def test_listing_a_batch_larger_than_the_tail_window(tmp_path: Path) -> None:
+    store = await JsonlStore.open(tmp_path)
+    await store.create_session(HEADER)
+    await store.append("s1", [plain(seq) for seq in range(2000)])
+    assert (tmp_path / "s1" / INDEX_NAME).stat().st_size > TAIL_WINDOW
+    assert read_last_entry(tmp_path / "s1" / INDEX_NAME) is None
+    reopened = await JsonlStore.open(tmp_path)
+    assert [s.head_seq for s in await reopened.list_sessions("local", limit=1)] == [1999]
+
+
+async def test_a_log_in_a_directory_its_id_does_not_name_is_not_listed(tmp_path: Path) -> None:
+    store = await JsonlStore.open(tmp_path)
+    await store.create_session(HEADER)
+    (tmp_path / "s1").rename(tmp_path / "elsewhere")
+    assert await store.list_sessions("local", limit=10) == []

@@ -60,7 +60,7 @@ async def url_for(kind: str, tmp_path: Path) -> str:
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'shared.db'}"
     if kind == "jsonl":
-        return f"jsonl://{tmp_path / 'jsonl'}"
+        return f"jsonl:///{tmp_path / 'jsonl'}"
     assert PG_URL
     await (await fresh_postgres_store(PG_URL)).close()
     return PG_URL
@@ -69,7 +69,7 @@ async def url_for(kind: str, tmp_path: Path) -> str:
 @pytest.mark.parametrize("kind", store_urls())
 async def test_two_processes_append_to_one_session(tmp_path: Path, kind: str) -> None:
     url = await url_for(kind, tmp_path)
-    store = await open_store(url)
+    store = await open_store(url, create=True)
     await store.create_session(SessionHeader(id="shared", createdAt=0))
     workers = [
         subprocess.Popen([sys.executable, "-c", WORKER, url, str(worker), "40"], stdout=subprocess.PIPE, text=True)
@@ -123,7 +123,7 @@ KILLER = textwrap.dedent(
 
 async def test_sqlite_killed_mid_append_loses_nothing_committed(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'killed.db'}"
-    store = await open_store(url)
+    store = await open_store(url, create=True)
     await store.create_session(SessionHeader(id="s", createdAt=0))
     await store.close()
     process = subprocess.run([sys.executable, "-c", KILLER, url], capture_output=True, text=True, timeout=120)

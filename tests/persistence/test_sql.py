@@ -1,17 +1,22 @@
-"""SQL store specifics: WAL, data compression, the schema version."""
+"""SQL store specifics: WAL, data compression, the schema version and its upgrade, the listing's index."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from codec import Event, SessionHeader
-from persistence.errors import SchemaVersionError, StoreError
-from persistence.sql import SqlStore, meta_table, records_table
+from persistence.base import SessionKey, SessionSummary
+from persistence.errors import CorruptLogError, SchemaVersionError, StoreError
+from persistence.sql import SqlStore, meta_table, records_table, sessions_table
 from persistence.url import open_store
+from tests.codec.helpers import plain
+from tests.persistence.conftest import PG_URL, fresh_postgres_store
 
 pytestmark = pytest.mark.anyio
 
@@ -62,13 +67,15 @@ async def test_unknown_schema_version_refuses_to_open(tmp_path: Path) -> None:
     with engine.begin() as conn:
         conn.execute(sa.update(meta_table).values(value="99"))
     engine.dispose()
-    with pytest.raises(SchemaVersionError, match="schema version '99'; this build reads version 1 only"):
+    with pytest.raises(
+        SchemaVersionError, match="schema version '99'; this build reads version 2 and upgrades version 1"
+    ):
         await SqlStore.open(url)
 
 
 async def test_reopening_keeps_the_data(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    store = await open_store(url)
+    store = await open_store(url, create=True)
     await store.create_session(SessionHeader(id="s", createdAt=0), owner="bob")
     await store.append("s", [Event("x", 0, 0, 1)])
     await store.close()
@@ -83,3 +90,138 @@ async def test_unreachable_database_is_a_store_error(tmp_path: Path) -> None:
         await SqlStore.open(f"sqlite:///{tmp_path / 'missing-dir' / 'h.db'}")
     with pytest.raises(StoreError, match="unsupported store URL"):
         await open_store("mysql://x/y")
+
+
+# Schema version 2: the upgrade of a version-1 database, and the listing's query plan.
+
+LISTING_INDEX = "ix_history_sessions_listing"
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set")),
+    ]
+)
+async def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'h.db'}"
+    else:
+        assert PG_URL
+        await (await fresh_postgres_store(PG_URL)).close()
+        yield PG_URL
+
+
+def execute(url: str, *statements: Any) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.execute(sa.text(statement) if isinstance(statement, str) else statement)
+    engine.dispose()
+
+
+def schema_of(url: str) -> tuple[str | None, set[str], set[str | None]]:
+    """The version row, the columns of history_sessions and the names of its indexes."""
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        version = conn.execute(sa.select(meta_table.c.value)).scalar()
+        inspector = sa.inspect(conn)
+        columns = {column["name"] for column in inspector.get_columns("history_sessions")}
+        indexes = {index["name"] for index in inspector.get_indexes("history_sessions")}
+    engine.dispose()
+    return version, columns, indexes
+
+
+def to_version_1(url: str) -> None:
+    """Turn a version-2 database into the version-1 shape: no created_at column, no listing index."""
+    execute(
+        url,
+        f"DROP INDEX {LISTING_INDEX}",
+        "ALTER TABLE history_sessions DROP COLUMN created_at",
+        sa.update(meta_table).values(value="1"),
+    )
+    assert schema_of(url) == (
+        "1",
+        {"id", "header", "owner", "parent_id", "head_seq"},
+        {"ix_history_sessions_parent_id"},
+    )
+
+
+async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    await store.create_session(SessionHeader(id="old", createdAt=100), owner="alice")
+    await store.create_session(SessionHeader(id="tie-b", createdAt=200), owner="alice")
+    await store.create_session(SessionHeader(id="tie-a", createdAt=200), owner="alice")
+    await store.create_session(SessionHeader(id="child", createdAt=300, parentSession="tie-a", origin="subagent"))
+    await store.create_session(SessionHeader(id="bobs", createdAt=400), owner="bob")
+    await store.append("old", [plain(0), plain(1)])
+    await store.close()
+    to_version_1(sql_url)
+
+    store = await SqlStore.open(sql_url)
+    assert schema_of(sql_url) == (
+        "2",
+        {"id", "header", "owner", "parent_id", "head_seq", "created_at"},
+        {"ix_history_sessions_parent_id", LISTING_INDEX},
+    )
+    assert await store.list_sessions("alice", limit=10) == [
+        SessionSummary("tie-b", 200, -1, 0),
+        SessionSummary("tie-a", 200, -1, 1),
+        SessionSummary("old", 100, 1, 0),
+    ]
+    assert await store.read_events("old", 0, 2) == [plain(0), plain(1)]
+    await store.create_session(SessionHeader(id="newer", createdAt=500), owner="alice")
+    assert [s.id for s in await store.list_sessions("alice", limit=2, before=SessionKey(500, "newer"))] == [
+        "tie-b",
+        "tie-a",
+    ]
+    await store.close()
+    await (await SqlStore.open(sql_url)).close()
+    assert schema_of(sql_url)[0] == "2"
+
+
+async def test_failed_upgrade_leaves_the_version_1_database_as_it_was(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    await store.create_session(SessionHeader(id="good", createdAt=1))
+    await store.create_session(SessionHeader(id="bad", createdAt=2))
+    await store.close()
+    to_version_1(sql_url)
+    execute(sql_url, sa.update(sessions_table).where(sessions_table.c.id == "bad").values(header=b"{not json"))
+    with pytest.raises(CorruptLogError, match="session 'bad': stored header is corrupt"):
+        await SqlStore.open(sql_url)
+    assert schema_of(sql_url) == (
+        "1",
+        {"id", "header", "owner", "parent_id", "head_seq"},
+        {"ix_history_sessions_parent_id"},
+    )
+
+
+async def test_listing_is_a_backward_scan_of_the_listing_index(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    for i in range(40):
+        parent = {"parentSession": f"s{i - 1}", "origin": "subagent"} if i % 3 == 0 and i else {}
+        await store.create_session(SessionHeader(id=f"s{i}", createdAt=i // 4, **parent), owner="ab"[i % 2])  # type: ignore[arg-type]
+    statements: list[tuple[str, Any]] = []
+
+    @sa.event.listens_for(store._engine, "before_cursor_execute")
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        statements.append((statement, parameters))
+
+    await store.list_sessions("a", limit=5)
+    await store.list_sessions("a", limit=5, before=SessionKey(5, "s21"))
+    await store.close()
+    listings = [(statement, parameters) for statement, parameters in statements if "child_count" in statement]
+    assert len(listings) == 2
+    engine = sa.create_engine(sql_url)
+    with engine.connect() as conn:
+        sqlite = engine.dialect.name == "sqlite"
+        if not sqlite:
+            # A tiny table is cheaper to scan; the question is whether the index can serve the listing.
+            conn.exec_driver_sql("SET enable_seqscan = off")
+        for statement, parameters in listings:
+            rows = conn.exec_driver_sql(("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN ") + statement, parameters)
+            plan = "\n".join(str(row[-1]) for row in rows)
+            assert LISTING_INDEX in plan, plan
+            assert ("TEMP B-TREE" if sqlite else "Sort") not in plan, plan
+            assert "ix_history_sessions_parent_id" in plan, plan
+    engine.dispose()
