@@ -27,10 +27,21 @@ from codec.chunk_rows import (
     row_from_value,
 )
 from codec.compression import CODINGS, choose_encoding, compress, decompress
-from codec.errors import CodecError, ContentEncodingError, EventValidationError, RecordFormatError, RowFormatError
+from codec.errors import (
+    CodecError,
+    ContentEncodingError,
+    ContentTooLargeError,
+    EventValidationError,
+    InvalidJsonError,
+    RecordFormatError,
+    RowFormatError,
+    SessionIdError,
+)
 from codec.events import (
     CHUNK_EVENT_TYPE,
+    MAX_DEPTH,
     MAX_SAFE_INTEGER,
+    MAX_SESSION_ID,
     RESERVED_TYPES,
     DeltaData,
     Event,
@@ -41,7 +52,10 @@ from codec.events import (
     ToolCallDelta,
     as_delta_data,
     canonical_event,
+    check_depth,
+    check_session_id,
 )
+from codec.limits import array_within, record_events, string_count, values_within
 from codec.records import (
     Page,
     PageRecord,
@@ -73,11 +87,14 @@ from codec.wire import (
 )
 
 __all__ = [
+    "array_within",
     "as_delta_data",
     "canonical_event",
     "check_cover",
+    "check_depth",
     "check_page",
     "check_row",
+    "check_session_id",
     "choose_encoding",
     "CHUNK_EVENT_TYPE",
     "ChunkRow",
@@ -85,6 +102,7 @@ __all__ = [
     "CODINGS",
     "compress",
     "ContentEncodingError",
+    "ContentTooLargeError",
     "continues_run",
     "decode_event",
     "decode_events",
@@ -109,8 +127,11 @@ __all__ = [
     "expand_records",
     "expand_row",
     "FollowSnapshot",
+    "InvalidJsonError",
     "iter_page_events",
+    "MAX_DEPTH",
     "MAX_SAFE_INTEGER",
+    "MAX_SESSION_ID",
     "member_count",
     "MIN_RUN",
     "pack",
@@ -123,6 +144,7 @@ __all__ = [
     "read_session_log",
     "ReasoningChunks",
     "ReasoningDelta",
+    "record_events",
     "record_from_value",
     "record_range",
     "record_seq_range",
@@ -133,12 +155,15 @@ __all__ = [
     "ROW_TAGS",
     "RowFormatError",
     "SessionHeader",
+    "SessionIdError",
     "SessionLog",
     "StorageRecord",
+    "string_count",
     "TextChunks",
     "TextDelta",
     "TextRowData",
     "ToolCallChunks",
     "ToolCallDelta",
     "ToolCallRowData",
+    "values_within",
 ]

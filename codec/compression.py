@@ -2,7 +2,9 @@
 
 Levels suit dynamic responses: zstd 3 with a window of at most 8 MiB, brotli 5, gzip 6.
 Decompression is always bounded by an output limit, so a decompression bomb costs at most
-``max_size + 1`` bytes of memory before it is refused.
+``max_size + 1`` bytes of memory before it is refused. A body is decoded to its end:
+several zstd frames or gzip members are decoded in turn, and any byte after the end of
+the last one is refused, never ignored.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Final
 import brotli
 import zstandard
 
-from codec.errors import ContentEncodingError
+from codec.errors import ContentEncodingError, ContentTooLargeError
 
 __all__ = ["CODINGS", "DEFAULT_MAX_DECODED_SIZE", "choose_encoding", "compress", "decompress"]
 
@@ -26,6 +28,7 @@ _ZSTD_MAX_WINDOW: Final = 8 * 1024 * 1024
 _BROTLI_QUALITY: Final = 5
 _GZIP_LEVEL: Final = 6
 _READ_SIZE: Final = 256 * 1024
+_GZIP_MAGIC: Final = b"\x1f\x8b"
 
 
 def compress(body: bytes, coding: str) -> bytes:
@@ -56,7 +59,7 @@ def decompress(body: bytes, coding: str, *, max_size: int = DEFAULT_MAX_DECODED_
     except (zstandard.ZstdError, brotli.error, zlib.error, EOFError) as exc:
         raise ContentEncodingError(f"corrupt {coding} body: {exc}") from exc
     if len(out) > max_size:
-        raise ContentEncodingError(f"{coding} body decodes to more than {max_size} bytes")
+        raise ContentTooLargeError(f"{coding} body decodes to more than {max_size} bytes")
     return out
 
 
@@ -71,7 +74,7 @@ def _zstd_decompress(body: bytes, max_size: int) -> bytes:
                 break
             size += len(chunk)
     if size > max_size:
-        raise ContentEncodingError(f"zstd body decodes to more than {max_size} bytes")
+        raise ContentTooLargeError(f"zstd body decodes to more than {max_size} bytes")
     # The stream reader does not report a truncated frame; a frame-by-frame decode does.
     out = bytearray()
     remaining = body
@@ -79,7 +82,12 @@ def _zstd_decompress(body: bytes, max_size: int) -> bytes:
         raise ContentEncodingError("corrupt zstd body: empty")
     while remaining:
         frame = dctx.decompressobj()
-        out += frame.decompress(remaining)
+        try:
+            out += frame.decompress(remaining)
+        except zstandard.ZstdError as exc:
+            if out:
+                raise ContentEncodingError(f"corrupt zstd body: bytes after the end of the stream: {exc}") from exc
+            raise
         if not frame.eof:
             raise ContentEncodingError("corrupt zstd body: truncated frame")
         remaining = frame.unused_data
@@ -97,11 +105,21 @@ def _brotli_decompress(body: bytes, max_size: int) -> bytes:
 
 
 def _gzip_decompress(body: bytes, max_size: int) -> bytes:
-    decoder = zlib.decompressobj(wbits=31)
-    out = decoder.decompress(body, max_size + 1)
-    if len(out) <= max_size and not decoder.eof:
-        raise ContentEncodingError("corrupt gzip body: truncated stream")
-    return out
+    # RFC 1952 allows several members; each is decoded, and anything else after one is an error.
+    out = bytearray()
+    remaining = body
+    while True:
+        decoder = zlib.decompressobj(wbits=31)
+        out += decoder.decompress(remaining, max_size + 1 - len(out))
+        if len(out) > max_size:
+            return bytes(out)
+        if not decoder.eof:
+            raise ContentEncodingError("corrupt gzip body: truncated stream")
+        remaining = decoder.unused_data
+        if not remaining:
+            return bytes(out)
+        if not remaining.startswith(_GZIP_MAGIC):
+            raise ContentEncodingError(f"corrupt gzip body: {len(remaining)} bytes after the end of the stream")
 
 
 def _parse_accept(header: str) -> dict[str, float]:

@@ -4,15 +4,27 @@ Every failure to read bytes, JSON values or Structs as events, rows, records or 
 is a `CodecError`, so callers catch one type at the package boundary::
 
     CodecError(ValueError)
-    ├── EventValidationError     an event or session header breaks DESIGN §2
+    ├── EventValidationError     an event or session header breaks docs/protocol.md §2
+    │   └── SessionIdError       a session id breaks the id rule
     ├── RowFormatError           a chunk row breaks §3 ("malformed <tag> row: <why>")
-    ├── RecordFormatError        bytes, a storage line, a page record or page body is malformed
-    └── ContentEncodingError     a compressed body is corrupt, unsupported or over its size limit
+    ├── RecordFormatError        a storage line, a page record or page body has the wrong shape
+    │   └── InvalidJsonError     bytes that are not JSON (syntax, invalid UTF-8, nesting)
+    └── ContentEncodingError     a compressed body is corrupt or unsupported
+        └── ContentTooLargeError a compressed body decodes past its size limit
 """
 
 from __future__ import annotations
 
-__all__ = ["CodecError", "ContentEncodingError", "EventValidationError", "RecordFormatError", "RowFormatError"]
+__all__ = [
+    "CodecError",
+    "ContentEncodingError",
+    "ContentTooLargeError",
+    "EventValidationError",
+    "InvalidJsonError",
+    "RecordFormatError",
+    "RowFormatError",
+    "SessionIdError",
+]
 
 
 class CodecError(ValueError):
@@ -23,6 +35,10 @@ class EventValidationError(CodecError):
     """Raised when an event or header breaks the envelope rules; the message says where and why."""
 
 
+class SessionIdError(EventValidationError):
+    """Raised when a session id breaks the id rule (see `codec.events.check_session_id`)."""
+
+
 class RowFormatError(CodecError):
     """Raised when a value tagged as a chunk row is not a valid row."""
 
@@ -31,5 +47,13 @@ class RecordFormatError(CodecError):
     """Raised when a storage line, page record or page body is malformed (non-JSON, wrong shape)."""
 
 
+class InvalidJsonError(RecordFormatError):
+    """Raised when bytes are not JSON at all: bad syntax, invalid UTF-8 in a string, or nesting too deep to decode."""
+
+
 class ContentEncodingError(CodecError):
-    """Raised when a body cannot be decoded with its content coding, or decodes past the size limit."""
+    """Raised when a body cannot be decoded with its content coding."""
+
+
+class ContentTooLargeError(ContentEncodingError):
+    """Raised when a compressed body decodes to more than its size limit; decoding stops there."""

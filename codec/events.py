@@ -14,13 +14,18 @@ replaces; this is the *canonical form* that decoders and `expand_row` produce.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final, Literal, TypeGuard
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from codec.errors import EventValidationError, SessionIdError
+
 __all__ = [
     "CHUNK_EVENT_TYPE",
+    "MAX_DEPTH",
     "MAX_SAFE_INTEGER",
+    "MAX_SESSION_ID",
     "RESERVED_TYPES",
     "DeltaChunk",
     "DeltaData",
@@ -34,11 +39,16 @@ __all__ = [
     "ToolCallDelta",
     "as_delta_data",
     "canonical_event",
+    "check_depth",
+    "check_session_id",
 ]
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 CHUNK_EVENT_TYPE: Final = "assistant/chunk"
 RESERVED_TYPES: Final = frozenset({"session", "text-chunks", "reasoning-chunks", "tool-call-chunks"})
+MAX_SESSION_ID: Final = 200
+MAX_DEPTH: Final = 64
+_SESSION_ID: Final = re.compile(rf"[A-Za-z0-9._:@~{{}}-]{{1,{MAX_SESSION_ID}}}")
 
 SafeInt = Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 Seq = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
@@ -208,3 +218,38 @@ def canonical_event(event: Event) -> Event:
         event.surfaceOp,
         event.conversationOp,
     )
+
+
+def check_session_id(value: str, *, where: str = "session id") -> str:
+    """Return ``value`` if it is a valid session id, else raise `SessionIdError`.
+
+    An id is 1 to `MAX_SESSION_ID` characters, each an ASCII letter or digit or one of
+    ``. _ : @ ~ { } -``, and is neither ``.`` nor ``..``: it is one path segment of a URL
+    and one file name, whatever the store. ``{`` and ``}`` are allowed because recorded
+    harness logs use literal placeholders such as ``{{sessionId}}`` as ids.
+    """
+    if type(value) is not str or _SESSION_ID.fullmatch(value) is None or value in (".", ".."):
+        shown = value[:40] if type(value) is str else value
+        raise SessionIdError(
+            f"{where} {shown!r} is not a session id: use 1-{MAX_SESSION_ID} of A-Z a-z 0-9 . _ : @ ~ {{ }} -, "
+            "not '.' or '..'"
+        )
+    return value
+
+
+def check_depth(value: Any, *, where: str, limit: int = MAX_DEPTH) -> None:
+    """Raise `EventValidationError` if ``value`` nests arrays and objects more than ``limit`` levels deep.
+
+    A scalar has depth 0 and a container one more than its deepest member. The walk is a
+    loop, not a recursion, so it cannot itself run out of stack.
+    """
+    if type(value) is not dict and type(value) is not list:
+        return
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        container, depth = stack.pop()
+        if depth > limit:
+            raise EventValidationError(f"{where}: nests deeper than {limit} levels of arrays and objects")
+        for member in container.values() if type(container) is dict else container:
+            if type(member) is dict or type(member) is list:
+                stack.append((member, depth + 1))

@@ -15,7 +15,7 @@ import msgspec
 from codec._paths import describe
 from codec.chunk_rows import ROW_TAGS, StorageRecord, expand_records, row_from_value
 from codec.errors import EventValidationError, RecordFormatError, RowFormatError
-from codec.events import Event, SessionHeader
+from codec.events import Event, SessionHeader, check_depth
 from codec.wire import decode_json, event_from_value
 
 __all__ = ["SessionLog", "read_header", "read_session_log", "record_from_value"]
@@ -65,12 +65,14 @@ def read_header(line: bytes) -> SessionHeader:
 def _header(line: bytes) -> SessionHeader:
     value = _object(line, 1)
     try:
-        return msgspec.convert(value, SessionHeader)
+        header = msgspec.convert(value, SessionHeader)
     except RecursionError as exc:
         raise RecordFormatError("line 1: header nesting is too deep") from exc
     except msgspec.ValidationError as exc:
         where, why = describe(exc, "line 1 header")
         raise EventValidationError(f"{where}: {why}") from exc
+    check_depth(header.meta, where="line 1 header.meta")
+    return header
 
 
 def _object(line: bytes, number: int) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Final, TypeVar
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from codec._paths import describe
+from codec._paths import DECODE_FAILURES, describe, reason
 from codec.chunk_rows import (
     ROW_TAGS,
     ChunkRow,
@@ -27,7 +27,7 @@ from codec.chunk_rows import (
     check_row,
     row_from_value,
 )
-from codec.errors import CodecError, EventValidationError, RecordFormatError, RowFormatError
+from codec.errors import CodecError, EventValidationError, InvalidJsonError, RecordFormatError, RowFormatError
 from codec.events import (
     CHUNK_EVENT_TYPE,
     MAX_SAFE_INTEGER,
@@ -36,6 +36,7 @@ from codec.events import (
     Seq,
     SessionHeader,
     canonical_event,
+    check_depth,
 )
 from codec.records import Page, PageRecord
 
@@ -152,25 +153,21 @@ def encode_lines(values: Iterable[Any]) -> bytes:
 
 
 def decode_json(data: bytes | str) -> Any:
-    """Decode any JSON text; malformed JSON raises `RecordFormatError`."""
+    """Decode any JSON text; text that is not JSON raises `InvalidJsonError`."""
     try:
         return _ANY.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise RecordFormatError(f"invalid JSON: {_reason(exc)}") from exc
+    except DECODE_FAILURES as exc:
+        raise InvalidJsonError(f"invalid JSON: {reason(exc)}") from exc
 
 
-def _reason(exc: Exception) -> str:
-    return "nesting is too deep" if isinstance(exc, RecursionError) else str(exc)
-
-
-def _event_error(exc: msgspec.DecodeError | RecursionError, root: str) -> CodecError:
+def _event_error(exc: Exception, root: str) -> CodecError:
     if not isinstance(exc, msgspec.ValidationError):
-        return RecordFormatError(f"{root}: invalid JSON: {_reason(exc)}")
+        return InvalidJsonError(f"{root}: invalid JSON: {reason(exc)}")
     where, why = describe(exc, root)
-    for field, reason in _OP_REASONS.items():
+    for field, expected in _OP_REASONS.items():
         if f".{field}" in where:
             where = where[: where.index(f".{field}") + len(field) + 1]
-            why = f"{reason} ({why})"
+            why = f"{expected} ({why})"
             break
     return EventValidationError(f"{where}: {why}")
 
@@ -179,7 +176,8 @@ def _finish_event(event: Event, where: str) -> Event:
     if event.type in RESERVED_TYPES:
         raise EventValidationError(f"{where}.type: {event.type!r} is reserved for storage lines")
     if event.type == CHUNK_EVENT_TYPE:
-        return canonical_event(event)
+        event = canonical_event(event)
+    check_depth(event.data, where=f"{where}.data")
     return event
 
 
@@ -187,7 +185,7 @@ def decode_event(data: bytes, *, where: str = "event") -> Event:
     """Decode and validate one event."""
     try:
         event = _EVENT.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except DECODE_FAILURES as exc:
         raise _event_error(exc, where) from exc
     return _finish_event(event, where)
 
@@ -196,7 +194,7 @@ def decode_events(data: bytes, *, where: str = "events") -> list[Event]:
     """Decode and validate a JSON array of events."""
     try:
         events = _EVENTS.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except DECODE_FAILURES as exc:
         raise _event_error(exc, where) from exc
     return [_finish_event(event, f"{where}[{i}]") for i, event in enumerate(events)]
 
@@ -216,30 +214,34 @@ def events_from_values(values: Iterable[Any], *, where: str = "events") -> list[
 
 
 def decode_header(data: bytes) -> SessionHeader:
-    """Decode and validate a session header line."""
+    """Decode and validate a session header line; ``meta`` nests at most `MAX_DEPTH` levels."""
     try:
-        return _HEADER.decode(data)
-    except RecursionError as exc:
-        raise RecordFormatError(f"header: {_reason(exc)}") from exc
-    except msgspec.DecodeError as exc:
+        header = _HEADER.decode(data)
+    except DECODE_FAILURES as exc:
+        if not isinstance(exc, msgspec.ValidationError):
+            raise InvalidJsonError(f"header: invalid JSON: {reason(exc)}") from exc
         where, why = describe(exc, "header")
         raise EventValidationError(f"{where}: {why}") from exc
+    check_depth(header.meta, where="header.meta")
+    return header
 
 
 def decode_storage_line(line: bytes, *, where: str = "record") -> StorageRecord:
     """Decode one storage line: a chunk row (by its tag) or a logical event."""
     try:
         tag = _PROBE.decode(line).type
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise RecordFormatError(f"{where}: not a JSON object: {_reason(exc)}") from exc
+    except DECODE_FAILURES as exc:
+        if isinstance(exc, msgspec.ValidationError):
+            raise RecordFormatError(f"{where}: not a JSON object: {reason(exc)}") from exc
+        raise InvalidJsonError(f"{where}: invalid JSON: {reason(exc)}") from exc
     if type(tag) is str and tag in ROW_TAGS:
         try:
             row = _ROW.decode(line)
         except msgspec.ValidationError as exc:
             row_where, why = describe(exc, "row")
             raise RowFormatError(f"malformed {tag} row: {row_where}: {why}") from exc
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise RecordFormatError(f"{where}: invalid JSON: {_reason(exc)}") from exc
+        except DECODE_FAILURES as exc:
+            raise InvalidJsonError(f"{where}: invalid JSON: {reason(exc)}") from exc
         return check_row(row)
     if tag == "session":
         raise RecordFormatError(f"{where}: a session header where a storage record was expected")
@@ -253,7 +255,7 @@ def decode_page(data: bytes) -> Page:
     """
     try:
         fast = _FAST_PAGE.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except DECODE_FAILURES:
         return _decode_page_full(data)
     records = [_from_fast(record, i) for i, record in enumerate(fast.records)]
     return Page(records, fast.hasMore, fast.fromSeq, fast.toSeq)
@@ -337,11 +339,11 @@ def decode_follow_snapshot(data: bytes) -> FollowSnapshot:
 def _decode_frame(decoder: msgspec.json.Decoder[_T], data: bytes, root: str) -> _T:
     try:
         return decoder.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except DECODE_FAILURES as exc:
         if isinstance(exc, msgspec.ValidationError):
             where, why = describe(exc, root)
             raise RecordFormatError(f"{where}: {why}") from exc
-        raise RecordFormatError(f"{root}: invalid JSON: {_reason(exc)}") from exc
+        raise InvalidJsonError(f"{root}: invalid JSON: {reason(exc)}") from exc
 
 
 def decode_record_range(data: bytes, *, index: int = 0) -> tuple[int, int]:
@@ -352,8 +354,8 @@ def decode_record_range(data: bytes, *, index: int = 0) -> tuple[int, int]:
     """
     try:
         span = _RECORD_SPAN.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise RecordFormatError(f"records[{index}]: not a page record: {_reason(exc)}") from exc
+    except DECODE_FAILURES as exc:
+        raise RecordFormatError(f"records[{index}]: not a page record: {reason(exc)}") from exc
     event, chunks = span.event, span.chunks
     if (event is UNSET) == (chunks is UNSET):
         raise RecordFormatError(f"records[{index}]: expected exactly one of 'event' or 'chunks'")
@@ -366,10 +368,10 @@ def decode_page_record(data: bytes, *, index: int = 0) -> PageRecord:
     """Decode and validate one raw page record, as `decode_page` does for each of its records."""
     try:
         fast = _FAST_RECORD.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except DECODE_FAILURES:
         try:
             record = _RECORD.decode(data)
-        except (msgspec.DecodeError, RecursionError) as exc:
+        except DECODE_FAILURES as exc:
             raise _single_record_error(data, exc, index) from exc
         return _checked_record(record, index)
     return _from_fast(fast, index)
@@ -378,7 +380,7 @@ def decode_page_record(data: bytes, *, index: int = 0) -> PageRecord:
 def _decode_page_full(data: bytes) -> Page:
     try:
         page = _PAGE.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except DECODE_FAILURES as exc:
         raise _page_error(data, exc) from exc
     page.records[:] = [_checked_record(record, i) for i, record in enumerate(page.records)]
     return page
@@ -398,14 +400,14 @@ def _checked_record(record: PageRecord, i: int) -> PageRecord:
     return record if canonical is event else PageRecord(event=canonical)
 
 
-def _page_error(data: bytes, exc: msgspec.DecodeError | RecursionError) -> CodecError:
+def _page_error(data: bytes, exc: Exception) -> CodecError:
     """Re-check a page that failed the typed decode, record by record, for a precise message."""
     if not isinstance(exc, msgspec.ValidationError):
-        return RecordFormatError(f"page: invalid JSON: {_reason(exc)}")
+        return InvalidJsonError(f"page: invalid JSON: {reason(exc)}")
     try:
         value = _ANY.decode(data)
-    except (msgspec.DecodeError, RecursionError) as json_exc:
-        return RecordFormatError(f"page: invalid JSON: {_reason(json_exc)}")
+    except DECODE_FAILURES as json_exc:
+        return InvalidJsonError(f"page: invalid JSON: {reason(json_exc)}")
     records = value.get("records") if type(value) is dict else None
     if type(records) is list:
         for i, record in enumerate(records):
@@ -416,18 +418,18 @@ def _page_error(data: bytes, exc: msgspec.DecodeError | RecursionError) -> Codec
     return RecordFormatError(f"{where}: {why}")
 
 
-def _single_record_error(data: bytes, exc: msgspec.DecodeError | RecursionError, i: int) -> CodecError:
+def _single_record_error(data: bytes, exc: Exception, i: int) -> CodecError:
     if isinstance(exc, msgspec.ValidationError):
         try:
             value = _ANY.decode(data)
-        except (msgspec.DecodeError, RecursionError) as json_exc:
-            return RecordFormatError(f"records[{i}]: invalid JSON: {_reason(json_exc)}")
+        except DECODE_FAILURES as json_exc:
+            return InvalidJsonError(f"records[{i}]: invalid JSON: {reason(json_exc)}")
         error = _record_error(value, i)
         if error is not None:
             return error
         where, why = describe(exc, f"records[{i}]")
         return RecordFormatError(f"{where}: {why}")
-    return RecordFormatError(f"records[{i}]: invalid JSON: {_reason(exc)}")
+    return InvalidJsonError(f"records[{i}]: invalid JSON: {reason(exc)}")
 
 
 def _record_error(record: Any, i: int) -> CodecError | None:

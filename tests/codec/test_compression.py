@@ -9,7 +9,7 @@ import brotli
 import pytest
 import zstandard
 
-from codec import CODINGS, ContentEncodingError, choose_encoding, compress, decompress
+from codec import CODINGS, ContentEncodingError, ContentTooLargeError, choose_encoding, compress, decompress
 
 BODY = b'{"records":[' + b'{"event":{"type":"x","seq":1,"time":2,"data":"hello"}},' * 500 + b"]}"
 
@@ -91,3 +91,24 @@ def test_choose_encoding(header, expected):
 
 def test_choose_encoding_breaks_ties_by_offer_order():
     assert choose_encoding("gzip, br", ("gzip", "br")) == "gzip"
+
+
+def test_gzip_members_are_all_decoded():
+    """F10: RFC 1952 allows several members; each one is decoded, none dropped."""
+    body = gzip.compress(BODY[:1000]) + gzip.compress(BODY[1000:])
+    assert decompress(body, "gzip") == BODY
+
+
+def test_gzip_members_share_the_size_limit():
+    member = gzip.compress(b"\0" * 600_000)
+    with pytest.raises(ContentTooLargeError):
+        decompress(member + member, "gzip", max_size=1_000_000)
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+@pytest.mark.parametrize("tail", [b"garbage", b"\0\0\0\0", b"\x1f"], ids=["garbage", "zeros", "half-magic"])
+def test_bytes_after_the_end_of_the_stream_are_refused(coding, tail):
+    """F10: nothing may follow the end of a coding's stream."""
+    with pytest.raises(ContentEncodingError) as refused:
+        decompress(compress(BODY, coding) + tail, coding)
+    assert not isinstance(refused.value, ContentTooLargeError)

@@ -6,15 +6,19 @@ import pytest
 from msgspec import UNSET
 
 from codec import (
+    MAX_DEPTH,
     MAX_SAFE_INTEGER,
     DeltaData,
     Event,
     EventValidationError,
     ReplaceOp,
+    SessionIdError,
     TextDelta,
     ToolCallDelta,
     as_delta_data,
     canonical_event,
+    check_depth,
+    check_session_id,
     decode_event,
     decode_events,
     decode_header,
@@ -202,3 +206,59 @@ def test_safe_integer_limits_are_inclusive():
     line = b'{"type":"x","seq":9007199254740991,"time":-9007199254740991,"data":1}'
     event = decode_event(line)
     assert event.seq == MAX_SAFE_INTEGER and event.time == -MAX_SAFE_INTEGER
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    [
+        "s",
+        "demo",
+        "01aa6a36-e9c2-42ba-934b-30bec80a1658",
+        "{{sessionId}}",
+        "multi-turn-0.child-1.grandchild",
+        "user@host:42~v1_x",
+        "x" * 200,
+        ".:@" * 66 + ".:",
+        "...",
+        ".hidden",
+    ],
+)
+def test_session_ids_that_follow_the_rule(session_id):
+    assert check_session_id(session_id) == session_id
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    ["", ".", "..", "a/b", "../escape", "a b", "é", "a\\b", "a%2Fb", "a?b", "a#b", "x" * 201, "\x00", "tab\t"],
+)
+def test_session_ids_that_break_the_rule(session_id):
+    with pytest.raises(SessionIdError, match="is not a session id"):
+        check_session_id(session_id, where="id")
+
+
+def nested(depth, leaf=0):
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_data_nests_at_most_max_depth_levels():
+    check_depth(nested(MAX_DEPTH), where="data")
+    check_depth({"a": [1, 2, {"b": "c"}], "d": nested(MAX_DEPTH - 1)}, where="data")
+    with pytest.raises(EventValidationError, match="data: nests deeper than 64 levels"):
+        check_depth(nested(MAX_DEPTH + 1), where="data")
+
+
+def test_the_depth_check_cannot_run_out_of_stack():
+    with pytest.raises(EventValidationError):
+        check_depth(nested(200_000), where="data")
+
+
+def test_decoded_events_and_headers_obey_the_depth_limit():
+    event = {"type": "x", "seq": 0, "time": 0}
+    decode_event(encode({**event, "data": nested(MAX_DEPTH)}))
+    with pytest.raises(EventValidationError, match="event.data: nests deeper"):
+        decode_event(encode({**event, "data": nested(MAX_DEPTH + 1)}))
+    with pytest.raises(EventValidationError, match="header.meta: nests deeper"):
+        decode_header(encode({"id": "h", "createdAt": 0, "meta": {"k": nested(MAX_DEPTH)}}))

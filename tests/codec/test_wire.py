@@ -12,6 +12,7 @@ from codec import (
     ROW_TAGS,
     CodecError,
     Event,
+    InvalidJsonError,
     RecordFormatError,
     RowFormatError,
     decode_event,
@@ -182,3 +183,25 @@ def test_follow_snapshot_keeps_header_cursor_and_raw_records():
     assert (snapshot.header.id, snapshot.cursor, len(snapshot.records), snapshot.toSeq) == ("s", 9, 3, 10)
     with pytest.raises(RecordFormatError, match="snapshot"):
         decode_follow_snapshot(b'{"header":{"id":"s","createdAt":0},"cursor":-2,' + body[1:])
+
+
+INVALID_UTF8 = b"\xff\xfe\xc3"
+
+
+EVENT_UTF8 = b'{"type":"x","seq":0,"time":0,"data":"' + INVALID_UTF8 + b'"}'
+UTF8_CASES = {
+    "decode_json": (decode_json, EVENT_UTF8),
+    "decode_event": (decode_event, EVENT_UTF8),
+    "decode_storage_line": (decode_storage_line, EVENT_UTF8),
+    "decode_events": (decode_events, b"[" + EVENT_UTF8 + b"]"),
+    "decode_header": (decode_header, b'{"id":"h","createdAt":0,"cwd":"' + INVALID_UTF8 + b'"}'),
+    "decode_page": (decode_page, b'{"records":[{"event":' + EVENT_UTF8 + b'}],"hasMore":false,"fromSeq":0,"toSeq":1}'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UTF8_CASES))
+def test_invalid_utf8_in_a_string_is_invalid_json(case):
+    """F3: msgspec raises UnicodeDecodeError, not DecodeError; the codec turns it into InvalidJsonError."""
+    decoder, data = UTF8_CASES[case]
+    with pytest.raises(InvalidJsonError, match="invalid UTF-8"):
+        decoder(data)
