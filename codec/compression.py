@@ -45,7 +45,7 @@ def compress(body: bytes, coding: str) -> bytes:
     raise ContentEncodingError(f"unsupported content coding {coding!r}")
 
 
-def decompress(body: bytes, coding: str, *, max_size: int = DEFAULT_MAX_DECODED_SIZE) -> bytes:
+def decompress(body: bytes | bytearray, coding: str, *, max_size: int = DEFAULT_MAX_DECODED_SIZE) -> bytes:
     """Decompress ``body``; raise `ContentEncodingError` if it is corrupt or decodes past ``max_size`` bytes."""
     try:
         if coding == "zstd":
@@ -63,7 +63,7 @@ def decompress(body: bytes, coding: str, *, max_size: int = DEFAULT_MAX_DECODED_
     return out
 
 
-def _zstd_decompress(body: bytes, max_size: int) -> bytes:
+def _zstd_decompress(body: bytes | bytearray, max_size: int) -> bytes:
     dctx = zstandard.ZstdDecompressor(max_window_size=_ZSTD_MAX_WINDOW)
     # First bound the output without keeping it: a bomb stops after max_size + 1 bytes.
     size = 0
@@ -94,7 +94,7 @@ def _zstd_decompress(body: bytes, max_size: int) -> bytes:
     return bytes(out)
 
 
-def _brotli_decompress(body: bytes, max_size: int) -> bytes:
+def _brotli_decompress(body: bytes | bytearray, max_size: int) -> bytes:
     decoder = brotli.Decompressor()
     out = bytearray(decoder.process(body, output_buffer_limit=max_size + 1))
     while len(out) <= max_size and not decoder.is_finished() and not decoder.can_accept_more_data():
@@ -104,7 +104,7 @@ def _brotli_decompress(body: bytes, max_size: int) -> bytes:
     return bytes(out)
 
 
-def _gzip_decompress(body: bytes, max_size: int) -> bytes:
+def _gzip_decompress(body: bytes | bytearray, max_size: int) -> bytes:
     # RFC 1952 allows several members; each is decoded, and anything else after one is an error.
     out = bytearray()
     remaining = body

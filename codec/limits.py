@@ -14,6 +14,7 @@ first value of the wrong type.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any, Final
 
 import msgspec
@@ -23,14 +24,18 @@ from codec.chunk_rows import ROW_TAGS
 
 __all__ = ["array_within", "record_events", "string_count", "values_within"]
 
-# One JSON string, escapes included; a regex of this shape does not backtrack.
+# One JSON string, escapes included, and the rest of one that began in an earlier window.
+# Regexes of this shape do not backtrack.
 _STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_STRING_REST: Final = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKET: Final = re.compile(rb"[\[\]{}]")
 _EMPTY_ARRAY: Final = re.compile(rb"\s*\[\s*\]\s*")
 _OPENING: Final = frozenset(b"[{")
+# Texts are scanned a window at a time, so a scan holds a window, never a copy of the text.
+WINDOW: Final = 1 << 20
 
 
-def string_count(text: bytes) -> int:
+def string_count(text: bytes | bytearray) -> int:
     """How many JSON strings (object keys included) ``text`` holds.
 
     A quote is a delimiter unless it is escaped: after every escaped backslash is dropped,
@@ -42,28 +47,51 @@ def string_count(text: bytes) -> int:
     return quotes // 2
 
 
-def _skeleton(text: bytes) -> bytes:
-    """``text`` with every string emptied, so the commas and brackets left are structure."""
-    return _STRING.sub(b'""', text) if b'"' in text else text
+def _outside_strings(text: bytes | bytearray, window: int) -> Iterator[bytes]:
+    """The parts of ``text`` outside JSON strings, at most one window's worth at a time."""
+    inside = escaped = False
+    with memoryview(text) as view:
+        for begin in range(0, len(text), window):
+            chunk = view[begin : begin + window].tobytes()
+            at = 0
+            if inside:
+                # A string began in an earlier window; if that one ended mid-escape, this byte is escaped.
+                skip = 1 if escaped else 0
+                rest = _STRING_REST.match(chunk, skip)
+                if rest is None:
+                    tail = chunk[skip:]
+                    escaped = (len(tail) - len(tail.rstrip(b"\\"))) % 2 == 1
+                    continue
+                at, inside, escaped = rest.end(), False, False
+            outside = _STRING.sub(b"", chunk[at:])
+            opening = outside.find(b'"')
+            if opening >= 0:
+                # A string starts here and does not end in this window.
+                inside = True
+                escaped = (len(chunk) - len(chunk.rstrip(b"\\"))) % 2 == 1
+                outside = outside[:opening]
+            yield outside
 
 
-def values_within(text: bytes, limit: int) -> bool:
+def values_within(text: bytes | bytearray, limit: int, *, window: int = WINDOW) -> bool:
     """Whether the JSON text holds fewer than ``limit`` values, counted as its commas plus its arrays and objects.
 
     That count is at least the number of array and object members at every depth, and at
     least half the number of strings (a string is a member or an object key). The cost is a
-    few passes in C, plus one substitution per string when commas or brackets inside strings
-    could matter, and then only for at most ``2 * limit + 1`` strings.
+    few passes in C; when commas or brackets inside strings could matter, also one
+    substitution per string, stopping as soon as the count reaches ``limit``.
     """
     if text.count(b",") + text.count(b"[") + text.count(b"{") < limit:
         return True
-    if string_count(text) > 2 * limit + 1:
-        return False
-    skeleton = _skeleton(text)
-    return skeleton.count(b",") + skeleton.count(b"[") + skeleton.count(b"{") < limit
+    count = 0
+    for outside in _outside_strings(text, window):
+        count += outside.count(b",") + outside.count(b"[") + outside.count(b"{")
+        if count >= limit:
+            return False
+    return True
 
 
-def array_within(array: bytes, limit: int) -> bool:
+def array_within(array: bytes | bytearray, limit: int, *, window: int = WINDOW) -> bool:
     """Whether the JSON array text ``array`` has at most ``limit`` members, read without decoding them.
 
     Only commas at the array's own level separate members. The scan visits each nested
@@ -71,20 +99,23 @@ def array_within(array: bytes, limit: int) -> bool:
     """
     if array.count(b",") < limit:
         return True
-    skeleton = _skeleton(array)
     depth = commas = 0
-    start = 0
-    for bracket in _BRACKET.finditer(skeleton):
-        at = bracket.start()
+    for outside in _outside_strings(array, window):
+        start = 0
+        for bracket in _BRACKET.finditer(outside):
+            at = bracket.start()
+            if depth == 1:
+                commas += outside.count(b",", start, at)
+                if commas >= limit:
+                    return False
+            depth += 1 if outside[at] in _OPENING else -1
+            start = at + 1
+            if depth == 0:
+                return commas < limit
         if depth == 1:
-            commas += skeleton.count(b",", start, at)
+            commas += outside.count(b",", start)
             if commas >= limit:
                 return False
-        depth += 1 if skeleton[at] in _OPENING else -1
-        if depth == 1:
-            start = at + 1
-        elif depth == 0:
-            break
     return commas < limit
 
 

@@ -213,7 +213,7 @@ def events_from_values(values: Iterable[Any], *, where: str = "events") -> list[
     return [event_from_value(value, where=f"{where}[{i}]") for i, value in enumerate(values)]
 
 
-def decode_header(data: bytes) -> SessionHeader:
+def decode_header(data: bytes | bytearray) -> SessionHeader:
     """Decode and validate a session header line; ``meta`` nests at most `MAX_DEPTH` levels."""
     try:
         header = _HEADER.decode(data)

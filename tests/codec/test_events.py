@@ -236,8 +236,8 @@ def test_session_ids_that_break_the_rule(session_id):
         check_session_id(session_id, where="id")
 
 
-def nested(depth, leaf=0):
-    value = leaf
+def nested(depth: int, leaf: object = 0) -> object:
+    value: object = leaf
     for level in range(depth):
         value = [value] if level % 2 else {"k": value}
     return value

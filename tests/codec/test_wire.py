@@ -189,7 +189,7 @@ INVALID_UTF8 = b"\xff\xfe\xc3"
 
 
 EVENT_UTF8 = b'{"type":"x","seq":0,"time":0,"data":"' + INVALID_UTF8 + b'"}'
-UTF8_CASES = {
+UTF8_CASES: dict[str, tuple[Callable[[bytes], object], bytes]] = {
     "decode_json": (decode_json, EVENT_UTF8),
     "decode_event": (decode_event, EVENT_UTF8),
     "decode_storage_line": (decode_storage_line, EVENT_UTF8),
