@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
 import anyio
@@ -18,6 +18,7 @@ from history_service import endpoints
 from history_service.errors import ApiError, error_response, handle_api_error
 from history_service.service import HistoryService
 from history_service.settings import Settings
+from history_service.shutdown import Shutdown, on_signals
 from persistence import HistoryStore, open_store
 
 __all__ = ["app_factory", "create_app"]
@@ -37,22 +38,31 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal", "internal server error")
 
 
-def create_app(settings: Settings, *, store: HistoryStore | None = None) -> Starlette:
-    """Build the app. A ``store`` passed in belongs to the caller; otherwise the lifespan opens and closes one."""
+def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdown: Shutdown | None = None) -> Starlette:
+    """Build the app.
+
+    Parameters:
+        settings: every knob of the service.
+        store: a store that belongs to the caller; without one, the lifespan opens and closes one.
+        shutdown: a signal the launcher triggers when it stops, which ends every follow stream
+            before the server waits for open responses. Without one, the app triggers its own
+            on SIGINT and SIGTERM, then passes the signal on to the launcher's handler.
+    """
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        opened = store if store is not None else await open_store(settings.store_url)
+        stopping = shutdown if shutdown is not None else Shutdown()
+        opened = store if store is not None else await open_store(settings.store_url, create=True)
         service = HistoryService(settings, opened)
-        app.state.service = service
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(service.hub.ticker)
-                try:
-                    yield {"service": service}
-                finally:
-                    service.hub.close()
-                    tasks.cancel_scope.cancel()
+                with stopping.listening(service.hub.close), on_signals(stopping) if shutdown is None else nullcontext():
+                    try:
+                        yield {"service": service}
+                    finally:
+                        service.hub.close()
+                        tasks.cancel_scope.cancel()
         finally:
             if store is None:
                 await opened.close()
@@ -60,6 +70,9 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None) -> Star
     routes = [
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/v1/sessions", endpoints.create_session, methods=["POST"]),
+        Route("/v1/sessions", endpoints.list_sessions, methods=["GET"]),
+        Route("/v1/sessions/{session_id}", endpoints.get_session, methods=["GET"]),
+        Route("/v1/sessions/{session_id}/subagents/{child_id}", endpoints.get_session, methods=["GET"]),
         Route("/v1/sessions/{session_id}/events", endpoints.append_events, methods=["POST"]),
         Route("/v1/sessions/{session_id}/page", endpoints.page, methods=["GET"]),
         Route("/v1/sessions/{session_id}/subagents/{child_id}/page", endpoints.page, methods=["GET"]),

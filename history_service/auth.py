@@ -1,4 +1,4 @@
-"""Who is calling (DESIGN §8): ``none`` is the one principal ``local``; ``token`` trusts the gateway.
+"""Who is calling (docs/protocol.md §8): ``none`` is the one principal ``local``; ``token`` trusts the gateway.
 
 With ``token``, the gateway sends ``Authorization: Bearer <service token>``, compared in
 constant time against every configured token, and ``X-Principal: <user id>``.
@@ -20,11 +20,19 @@ __all__ = ["principal"]
 _MAX_PRINCIPAL: Final = 256
 
 
+def _single(request: Request, name: str) -> str:
+    values = request.headers.getlist(name)
+    if len(values) > 1:
+        # Proxies disagree on which of two values wins; refusing is the only reading all agree on.
+        raise ApiError(400, "duplicate_header", f"the request carries {len(values)} {name} headers; send one")
+    return values[0] if values else ""
+
+
 def principal(request: Request, settings: Settings) -> str:
-    """The caller's principal, or `ApiError` 401."""
+    """The caller's principal, or `ApiError` 401 (400 for a repeated credential header)."""
     if settings.auth == "none":
         return DEFAULT_OWNER
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    scheme, _, token = _single(request, "Authorization").partition(" ")
     presented = token.strip().encode()
     # Compare against every token so the time does not depend on which one matched.
     matched = False
@@ -32,7 +40,7 @@ def principal(request: Request, settings: Settings) -> str:
         matched |= hmac.compare_digest(presented, candidate.encode())
     if scheme.lower() != "bearer" or not matched:
         raise ApiError(401, "unauthorized", "missing or invalid service token")
-    who = request.headers.get("x-principal", "").strip()
+    who = _single(request, "X-Principal").strip()
     if not who or len(who) > _MAX_PRINCIPAL:
         raise ApiError(401, "unauthorized", "missing or invalid X-Principal")
     return who

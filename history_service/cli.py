@@ -1,69 +1,100 @@
-"""The ``history-service`` command line."""
+"""The ``history-service`` command line: serve, import, export and page.
+
+Every command reads the same settings as ``serve`` (``HISTORY_*`` variables, then flags),
+says on stderr which store it uses, and reports a failure as one line on stderr with a
+non-zero exit. Only ``serve`` and ``import`` may create a store.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
 import anyio
 
-from codec import CodecError, SessionHeader, encode, read_session_log
+from codec import CodecError, SessionHeader, check_session_id, encode, read_session_log
+from history_service.pages import PageQuery, build_page
 from history_service.scenarios import TIME_ZERO, multi_turn
+from history_service.settings import DEFAULT_STORE, Settings, read_token_file
 from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store
+from persistence.url import describe_url
 
 __all__ = ["main"]
 
-DEFAULT_STORE: Final = "sqlite:///history.db"
-IMPORT_BATCH: Final = 512
+IMPORT_BATCH: Final = 8192
 EXPORT_WINDOW: Final = 10_000
 DEMO_SESSION: Final = "demo"
+PROG: Final = "history-service"
 
 STORE_HELP: Final = (
-    "store URL: sqlite:///path.db (default: %(default)s), postgresql+psycopg://user@host/db, "
-    "jsonl:///dir or jsonl:///dir?compression=zstd"
+    f"store URL (default: $HISTORY_STORE, else {DEFAULT_STORE}): sqlite:///relative.db or sqlite:////absolute.db, "
+    "jsonl:///relative/dir or jsonl:////absolute/dir (add ?compression=zstd), postgresql+psycopg://user@host/db"
 )
+
+
+class CommandError(Exception):
+    """A failure the command reports as one line."""
+
+
+def _version() -> str:
+    try:
+        return version("history-transport")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: use 1-65535")
+    return port
+
+
+def _seq(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="history-service",
-        description="Session-history transport service: store, page and follow agent session logs.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    importer = commands.add_parser(
-        "import",
-        help="import deepseek-harness session logs",
+        prog=PROG,
         description=(
-            "Import deepseek-harness session logs. PATH is a session.jsonl file, or a directory holding "
-            "session.jsonl and its subagent children session.N.jsonl (the parent is imported first). "
-            "Lines that omit seq/time get them rebuilt."
+            "Session-history transport service: store, page and follow agent session logs. Every command reads "
+            "HISTORY_* variables (HISTORY_STORE, HISTORY_AUTH, ...); flags win."
         ),
     )
-    importer.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="a log file or a directory of logs")
-    importer.add_argument("--store", default=DEFAULT_STORE, help=STORE_HELP)
-    importer.add_argument(
-        "--owner", default=DEFAULT_OWNER, help="principal that owns the imported sessions (default: %(default)s)"
-    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     server = commands.add_parser(
         "serve",
         help="run the HTTP service",
         description=(
-            "Serve session.page, session.follow and appends over HTTP with uvicorn. Settings also come from "
-            "HISTORY_* variables (HISTORY_STORE, HISTORY_AUTH, HISTORY_SERVICE_TOKENS, ...); flags win."
+            "Serve session.page, session.follow and appends over HTTP with uvicorn, creating the store if it does "
+            "not exist. Also read from the environment: HISTORY_HOST, HISTORY_PORT, HISTORY_AUTH, "
+            "HISTORY_SERVICE_TOKENS, HISTORY_MAX_BODY_BYTES, HISTORY_MAX_BODY_VALUES, HISTORY_MAX_BATCH_EVENTS, "
+            "HISTORY_TIMEOUT_KEEP_ALIVE, HISTORY_LIMIT_CONCURRENCY, HISTORY_MAX_HEADER_BYTES, HISTORY_HTTP and "
+            "more (README.md lists them all)."
         ),
     )
-    server.add_argument("--store", default=None, help=STORE_HELP.replace("%(default)s", DEFAULT_STORE))
-    server.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
-    server.add_argument("--port", type=int, default=8000, help="port to bind (default: %(default)s)")
+    server.add_argument("--store", help=STORE_HELP)
+    server.add_argument("--host", help="interface to bind (default: $HISTORY_HOST, else 127.0.0.1)")
+    server.add_argument("--port", type=_port, help="port to bind, 1-65535 (default: $HISTORY_PORT, else 8000)")
     server.add_argument(
         "--auth",
         choices=["none", "token"],
-        default=None,
         help="none: one local principal (default); token: a service bearer token plus X-Principal",
     )
     server.add_argument(
@@ -71,15 +102,60 @@ def _parser() -> argparse.ArgumentParser:
     )
     server.add_argument("--demo", action="store_true", help="seed a demo session (if missing) and print its URLs")
 
+    importer = commands.add_parser(
+        "import",
+        help="import session logs (deepseek-harness format, or an export)",
+        description=(
+            "Import session logs into the store, creating the store if it does not exist. PATH is a session.jsonl "
+            "file, or a directory holding session.jsonl and its subagent children session.N.jsonl (imported in "
+            "that order), as `export --with-children` writes. Lines that omit seq/time get them rebuilt."
+        ),
+    )
+    importer.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="a log file or a directory of logs")
+    importer.add_argument("--store", help=STORE_HELP)
+    importer.add_argument(
+        "--owner", default=DEFAULT_OWNER, help="principal that owns the imported sessions (default: %(default)s)"
+    )
+
     exporter = commands.add_parser(
         "export",
-        help="write a session's exact logical events as JSON lines",
-        description="Write every logical event of a session, seq 0 first, one JSON object per line.",
+        help="write a session as a log that `import` reads back",
+        description=(
+            "Write a session as a complete log: its header line, then its records (events and packed chunk rows) "
+            "in seq order. With --with-children, write a directory (-o DIR) holding session.jsonl and every "
+            "subagent descendant as session.N.jsonl, parents before children, so `import DIR` restores them all."
+        ),
     )
     exporter.add_argument("session_id", metavar="SESSION_ID")
-    exporter.add_argument("--store", default=DEFAULT_STORE, help=STORE_HELP)
-    exporter.add_argument("--output", "-o", type=Path, help="write to this file instead of standard output")
+    exporter.add_argument("--store", help=STORE_HELP)
+    exporter.add_argument("--output", "-o", type=Path, help="write to this file (or directory) instead of stdout")
+    exporter.add_argument("--with-children", action="store_true", help="also export the subagent descendants")
+
+    pager = commands.add_parser(
+        "page",
+        help="print one page as the service would serve it",
+        description="Print one session.page body (packed records, JSON) read straight from the store.",
+    )
+    pager.add_argument("session_id", metavar="SESSION_ID")
+    pager.add_argument("--store", help=STORE_HELP)
+    pager.add_argument("--through", type=_seq, metavar="N", help="inclusive upper seq (default: the head)")
+    pager.add_argument("--before", type=_seq, metavar="N", help="exclusive upper seq, for paging backwards")
+    pager.add_argument("--max-messages", type=int, default=50, metavar="N", help="messages (default: %(default)s)")
+    pager.add_argument("--max-bytes", type=_seq, metavar="N", help="byte target for the body")
     return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    try:
+        if args.command != "serve":
+            return Settings.from_env(store_url=args.store)
+        tokens = read_token_file(args.token_file) if args.token_file else None
+        return Settings.from_env(store_url=args.store, host=args.host, port=args.port, auth=args.auth, tokens=tokens)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+# Import.
 
 
 def _logs(paths: Sequence[Path]) -> list[Path]:
@@ -87,14 +163,17 @@ def _logs(paths: Sequence[Path]) -> list[Path]:
     for path in paths:
         if path.is_dir():
             parent = path / "session.jsonl"
-            children = sorted(path.glob("session.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
+            children = sorted(
+                (p for p in path.glob("session.*.jsonl") if p.name.split(".")[1].isdigit()),
+                key=lambda p: int(p.name.split(".")[1]),
+            )
             if not parent.exists() and not children:
-                raise StoreError(f"{path} holds no session.jsonl")
+                raise CommandError(f"{path} holds no session.jsonl")
             logs.extend(([parent] if parent.exists() else []) + children)
         elif path.exists():
             logs.append(path)
         else:
-            raise StoreError(f"{path}: no such file or directory")
+            raise CommandError(f"{path}: no such file or directory")
     return logs
 
 
@@ -102,38 +181,109 @@ async def _import(store: HistoryStore, paths: Sequence[Path], owner: str, out: T
     for path in _logs(paths):
         try:
             log = read_session_log(path.read_bytes())
+            check_session_id(log.header.id, where="the header's id")
+            if isinstance(log.header.parentSession, str):
+                check_session_id(log.header.parentSession, where="the header's parentSession")
         except CodecError as exc:
-            raise StoreError(f"{path}: {exc}") from exc
+            raise CommandError(f"{path}: {exc}") from exc
         await store.create_session(log.header, owner=owner)
         for start in range(0, len(log.events), IMPORT_BATCH):
             await store.append(log.header.id, log.events[start : start + IMPORT_BATCH])
         print(f"imported {log.header.id} ({len(log.events)} events) from {path}", file=out)
 
 
-async def _export(store: HistoryStore, session_id: str, out: TextIO) -> None:
-    head = await store.head_seq(session_id)
-    for start in range(0, head + 1, EXPORT_WINDOW):
-        events = await store.read_events(session_id, start, min(head + 1, start + EXPORT_WINDOW))
-        out.write("".join(encode(event).decode() + "\n" for event in events))
+# Export.
 
 
-async def _run(args: argparse.Namespace, out: TextIO) -> None:
-    store = await open_store(args.store)
+async def _write_log(store: HistoryStore, session_id: str, out: TextIO) -> int:
+    """Write the header line and every stored record; returns the number of logical events."""
+    info = await store.get_session(session_id)
+    out.write(encode(info.header).decode() + "\n")
+    next_seq = 0
+    while next_seq <= info.head_seq:
+        records = await store.read_stored(session_id, next_seq, min(info.head_seq + 1, next_seq + EXPORT_WINDOW))
+        lines = []
+        for record in records:
+            if record.seq >= next_seq:
+                lines.append(record.line.decode())
+                next_seq = record.seq + record.members
+        if not lines:
+            raise CommandError(f"the store returned no record at seq {next_seq} of session {session_id!r}")
+        out.write("\n".join(lines) + "\n")
+    return info.head_seq + 1
+
+
+async def _descendants(store: HistoryStore, session_id: str) -> list[str]:
+    """Every subagent descendant, breadth first, so each parent comes before its children."""
+    found: list[str] = []
+    frontier = [session_id]
+    while frontier:
+        children = [header.id for parent in frontier for header in await store.children(parent)]
+        found.extend(children)
+        frontier = children
+    return found
+
+
+async def _export(store: HistoryStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+    if args.with_children:
+        if args.output is None:
+            raise CommandError("--with-children writes a directory: give it with -o DIR")
+        await store.get_session(args.session_id)
+        args.output.mkdir(parents=True, exist_ok=True)
+        sessions = [args.session_id, *await _descendants(store, args.session_id)]
+        for number, session_id in enumerate(sessions):
+            name = "session.jsonl" if number == 0 else f"session.{number}.jsonl"
+            with open(args.output / name, "w", encoding="utf-8") as target:
+                count = await _write_log(store, session_id, target)
+            print(f"exported {session_id} ({count} events) to {args.output / name}", file=err)
+    elif args.output is not None:
+        with open(args.output, "w", encoding="utf-8") as target:
+            await _write_log(store, args.session_id, target)
+    else:
+        await _write_log(store, args.session_id, out)
+
+
+# Page.
+
+
+async def _page(store: HistoryStore, args: argparse.Namespace, settings: Settings, out: TextIO) -> None:
+    if not 1 <= args.max_messages <= 1000:
+        raise CommandError("--max-messages must be from 1 to 1000")
+    head = (await store.get_session(args.session_id)).head_seq
+    if args.through is not None and args.through > head:
+        raise CommandError(f"--through {args.through} is beyond the head {head}")
+    query = PageQuery(
+        through=args.through,
+        before=args.before,
+        max_messages=args.max_messages,
+        max_bytes=args.max_bytes or settings.default_max_bytes,
+    )
+    body, _, _ = await build_page(store, args.session_id, head, query)
+    out.write(body.decode() + "\n")
+
+
+async def _run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
+    store = await open_store(settings.store_url, create=args.command == "import")
     try:
         if args.command == "import":
             await _import(store, args.paths, args.owner, out)
-        elif args.output is not None:
-            with open(args.output, "w", encoding="utf-8") as target:
-                await _export(store, args.session_id, target)
+        elif args.command == "export":
+            await _export(store, args, out, err)
         else:
-            await _export(store, args.session_id, out)
+            await _page(store, args, settings, out)
     finally:
         await store.close()
 
 
-async def _seed_demo(url: str, out: TextIO) -> int:
-    store = await open_store(url)
+# Serve.
+
+
+async def _prepare(settings: Settings, demo: bool) -> int | None:
+    """Create the store if needed (so a bad URL fails here, in one line), and seed the demo session."""
+    store = await open_store(settings.store_url, create=True)
     try:
+        if not demo:
+            return None
         try:
             return (await store.get_session(DEMO_SESSION)).head_seq + 1
         except StoreError:
@@ -146,58 +296,52 @@ async def _seed_demo(url: str, out: TextIO) -> int:
         await store.close()
 
 
-def _serve(args: argparse.Namespace, out: TextIO) -> int:
+def _serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     import uvicorn
 
     from history_service.app import create_app
-    from history_service.settings import Settings, read_token_file
 
-    tokens = read_token_file(args.token_file) if args.token_file else None
-    try:
-        settings = Settings.from_env(store_url=args.store, auth=args.auth, tokens=tokens)
-    except ValueError as exc:
-        print(f"history-service: error: {exc}", file=sys.stderr)
-        return 2
-    if args.demo:
-        count = anyio.run(_seed_demo, settings.store_url, out)
-        base = f"http://{args.host}:{args.port}/v1/sessions/{DEMO_SESSION}"
+    count = anyio.run(_prepare, settings, args.demo)
+    if count is not None:
+        base = f"http://{settings.host}:{settings.port}"
+        session = f"{base}/v1/sessions/{DEMO_SESSION}"
         print(f"demo session {DEMO_SESSION!r} ({count} events) in {settings.store_url}", file=out)
-        print(f"  page:   curl -s {base}/page", file=out)
-        print(f"  follow: curl -N {base}/follow", file=out)
-        print(f"  client: .venv/bin/history-client follow http://{args.host}:{args.port} {DEMO_SESSION}", file=out)
+        print(f"  page:   curl -s {session}/page", file=out)
+        print(f"  follow: curl -N {session}/follow", file=out)
+        print(f"  client: .venv/bin/history-client follow {base} {DEMO_SESSION}", file=out)
         out.flush()
-    app = create_app(settings)
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            # End follow streams first, so the graceful shutdown does not wait on them.
-            service = getattr(app.state, "service", None)
-            if service is not None:
-                service.hub.close()
-            super().handle_exit(sig, frame)
-
-    config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=5, lifespan="on")
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        lifespan="on",
+        http=settings.http,
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=settings.timeout_keep_alive,
+        limit_concurrency=settings.limit_concurrency,
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+    )
     try:
-        Server(config).run()
+        uvicorn.Server(config).run()
     except KeyboardInterrupt:
         # Ctrl+C is how a user stops the server; uvicorn has already shut down cleanly.
         pass
     return 0
 
 
-def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the command line; returns the exit status."""
+    out, err = out or sys.stdout, err or sys.stderr
     args = _parser().parse_args(argv)
-    if args.command == "serve":
-        try:
-            return _serve(args, out or sys.stdout)
-        except (StoreError, OSError) as exc:
-            print(f"history-service: error: {exc}", file=sys.stderr)
-            return 1
     try:
-        anyio.run(_run, args, out or sys.stdout)
-    except (StoreError, OSError) as exc:
-        print(f"history-service: error: {exc}", file=sys.stderr)
+        settings = _settings(args)
+        print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
+        if args.command == "serve":
+            return _serve(args, settings, out)
+        anyio.run(_run, args, settings, out, err)
+    except (CommandError, StoreError, OSError) as exc:
+        # One line, whatever the driver's message looks like.
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=err)
         return 1
     return 0
 

@@ -89,25 +89,48 @@ def encode_page(body: bytes) -> EncodedPage:
     return EncodedPage(body, '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"', {})
 
 
-async def encoded_body(page: EncodedPage, coding: str) -> bytes:
-    """The page in ``coding`` (``identity``, or one of codec.CODINGS), compressed once and kept."""
+async def encoded_body(page: EncodedPage, coding: str) -> tuple[bytes, int]:
+    """The page in ``coding`` (``identity``, or one of codec.CODINGS), compressed once and kept.
+
+    Returns the body and how many bytes the page grew by (0 when the encoding was already kept).
+    """
     if coding == "identity" or len(page.identity) < MIN_COMPRESS:
-        return page.identity
-    if coding not in page.encoded:
-        if len(page.identity) >= _THREAD_AT:
-            page.encoded[coding] = await anyio.to_thread.run_sync(compress, page.identity, coding)
-        else:
-            page.encoded[coding] = compress(page.identity, coding)
-    return page.encoded[coding]
+        return page.identity, 0
+    body = page.encoded.get(coding)
+    if body is not None:
+        return body, 0
+    if len(page.identity) >= _THREAD_AT:
+        body = await anyio.to_thread.run_sync(compress, page.identity, coding)
+        # Another request may have made the same encoding meanwhile: keep one, count it once.
+        kept = page.encoded.get(coding)
+        if kept is not None:
+            return kept, 0
+    else:
+        body = compress(page.identity, coding)
+    page.encoded[coding] = body
+    return body, len(body)
 
 
 class PageCache:
-    """A bounded LRU of encoded immutable pages (those with an explicit ``through``)."""
+    """A bounded LRU of encoded immutable pages (those with an explicit ``through``).
 
-    def __init__(self, max_bytes: int) -> None:
-        self._max = max_bytes
+    It is bounded in bytes, every kept encoding counted, and in entries. A running total
+    makes every call O(1) amortised: nothing is ever re-summed.
+    """
+
+    def __init__(self, max_bytes: int, max_entries: int) -> None:
+        self._max_bytes = max_bytes
+        self._max_entries = max_entries
         self._pages: OrderedDict[tuple[object, ...], EncodedPage] = OrderedDict()
         self._bytes = 0
+
+    @property
+    def size(self) -> int:
+        """The bytes held, every encoding counted."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._pages)
 
     def get(self, key: tuple[object, ...]) -> EncodedPage | None:
         page = self._pages.get(key)
@@ -116,15 +139,20 @@ class PageCache:
         return page
 
     def put(self, key: tuple[object, ...], page: EncodedPage) -> None:
-        if key in self._pages:
-            self._bytes -= self._pages.pop(key).size
+        old = self._pages.pop(key, None)
+        if old is not None:
+            self._bytes -= old.size
         self._pages[key] = page
         self._bytes += page.size
-        self.trim()
+        self._evict()
 
-    def trim(self) -> None:
-        """Evict least recently used pages until the cache fits; call after a page grows."""
-        self._bytes = sum(page.size for page in self._pages.values())
-        while self._bytes > self._max and self._pages:
+    def grew(self, key: tuple[object, ...], page: EncodedPage, added: int) -> None:
+        """Account for ``added`` bytes of a new encoding of ``page``, if the cache still holds it."""
+        if self._pages.get(key) is page:
+            self._bytes += added
+            self._evict()
+
+    def _evict(self) -> None:
+        while self._pages and (self._bytes > self._max_bytes or len(self._pages) > self._max_entries):
             _, evicted = self._pages.popitem(last=False)
             self._bytes -= evicted.size

@@ -18,9 +18,9 @@ from starlette.responses import Response
 from codec import Event, SessionHeader, encode
 from history_service import scenarios
 from history_service.auth import principal
-from history_service.endpoints import read_body
 from history_service.errors import ApiError
-from history_service.service import HistoryService, parse_events
+from history_service.requests import parse_events, parse_header, read_json_body, session_id
+from history_service.service import HistoryService
 
 __all__ = ["SeedRequest", "seed"]
 
@@ -40,8 +40,8 @@ def _header(session_id: str, **extra: Any) -> SessionHeader:
     return SessionHeader(id=session_id, createdAt=scenarios.TIME_ZERO, **extra)
 
 
-def _plan(request: SeedRequest, body: bytes, service: HistoryService) -> list[tuple[SessionHeader, list[Event]]]:
-    base = request.sessionId or f"{request.scenario}-{request.seed}"
+def _plan(request: SeedRequest, service: HistoryService) -> list[tuple[SessionHeader, list[Event]]]:
+    base = session_id(request.sessionId or f"{request.scenario}-{request.seed}", where="sessionId")
     if request.scenario == "dsh-synthetic":
         return [(_header(base), scenarios.dsh_synthetic())]
     if request.scenario == "multi-turn":
@@ -69,10 +69,7 @@ def _plan(request: SeedRequest, body: bytes, service: HistoryService) -> list[tu
         ]
     if request.header is None or request.events is None:
         raise ApiError(422, "invalid_seed", "the explicit scenario needs header and events")
-    try:
-        header = msgspec.convert(request.header, SessionHeader)
-    except msgspec.ValidationError as exc:
-        raise ApiError(422, "invalid_header", str(exc)) from exc
+    header = parse_header(encode(request.header))
     events = parse_events(encode({"events": request.events}), service.settings)
     return [(header, events)]
 
@@ -80,15 +77,16 @@ def _plan(request: SeedRequest, body: bytes, service: HistoryService) -> list[tu
 async def seed(request: Request) -> Response:
     service: HistoryService = request.state.service
     who = principal(request, service.settings)
-    body = await read_body(request)
+    body = await read_json_body(request, service.settings)
     try:
         plan = msgspec.json.decode(body, type=SeedRequest)
     except msgspec.ValidationError as exc:
         raise ApiError(422, "invalid_seed", str(exc)) from exc
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, "malformed_json", str(exc)) from exc
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from exc
     written = []
-    for header, events in _plan(plan, body, service):
+    for header, events in _plan(plan, service):
+        session_id(header.id, where="id")
         await service.create(who, header)
         for start in range(0, len(events), BATCH):
             await service.append(who, header.id, events[start : start + BATCH])

@@ -19,12 +19,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     Parameters:
         store_url: the store (see `persistence.url`).
+        host, port: where ``serve`` listens.
         auth: ``none`` (one principal, ``local``) or ``token`` (a service bearer token plus ``X-Principal``).
         tokens: accepted service tokens when ``auth == "token"``.
-        max_batch_events: most logical events one append may carry (413 beyond).
+        max_batch_events: most logical events one append may carry, a packed row counting its members (413 beyond).
         max_body_bytes: most request-body bytes, before and after decompression (413 beyond).
+        max_body_values: most JSON values a request body may hold, counted before it is decoded (413 beyond).
         default_max_bytes: the page byte target when a request gives no ``maxBytes``.
-        page_cache_bytes: memory for encoded immutable pages (explicit ``through``).
+        page_cache_bytes, page_cache_entries: bounds of the cache of encoded immutable pages (explicit ``through``).
         ping_interval: seconds between ``: ping`` comments on an idle follow stream.
         retry_ms: the ``retry:`` a follow stream advertises.
         follow_buffer: recent events kept per session for followers; a follower further
@@ -33,29 +35,58 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             this, the least time between two writes to one follower; events published
             meanwhile share the next write. Quieter sessions are written at once.
         enable_test_seed: mount ``POST /v1/test-only/seed``.
+        timeout_keep_alive: seconds an idle keep-alive connection stays open between requests.
+        limit_concurrency: most connections and requests in flight; beyond it new requests get 503.
+        max_header_bytes: most bytes of a request's head (request line and headers) the server buffers.
+        http: the HTTP/1.1 implementation ``serve`` runs: ``h11`` enforces ``max_header_bytes``;
+            ``httptools`` is faster but buffers a request's headers without a bound, so use it
+            only behind a gateway that bounds them.
     """
 
     store_url: str = DEFAULT_STORE
+    host: str = "127.0.0.1"
+    port: int = 8000
     auth: Literal["none", "token"] = "none"
     tokens: tuple[str, ...] = ()
     max_batch_events: int = 100_000
     max_body_bytes: int = 64 * 1024 * 1024
+    max_body_values: int = 2_000_000
     default_max_bytes: int = 16 * 1024 * 1024
     page_cache_bytes: int = 64 * 1024 * 1024
+    page_cache_entries: int = 10_000
     ping_interval: float = 15.0
     retry_ms: int = 1000
     follow_buffer: int = 8192
     follow_coalesce_ms: float = 40.0
     enable_test_seed: bool = False
+    timeout_keep_alive: int = 5
+    limit_concurrency: int = 4096
+    max_header_bytes: int = 16 * 1024
+    http: Literal["h11", "httptools"] = "h11"
 
     def __post_init__(self) -> None:
         if self.auth == "token" and not self.tokens:
             raise ValueError("auth=token needs at least one service token (HISTORY_SERVICE_TOKENS or --token-file)")
-        for name in ("max_batch_events", "max_body_bytes", "default_max_bytes", "follow_buffer", "retry_ms"):
+        positive = (
+            "max_batch_events",
+            "max_body_bytes",
+            "max_body_values",
+            "default_max_bytes",
+            "follow_buffer",
+            "retry_ms",
+            "ping_interval",
+            "timeout_keep_alive",
+            "limit_concurrency",
+            "max_header_bytes",
+        )
+        for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.ping_interval <= 0 or self.page_cache_bytes < 0 or self.follow_coalesce_ms < 0:
-            raise ValueError("ping_interval must be positive and page_cache_bytes not negative")
+        for name in ("page_cache_bytes", "page_cache_entries", "follow_coalesce_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"port must be from 1 to 65535, got {self.port}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: object) -> Settings:
@@ -63,15 +94,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         values: dict[str, object] = {}
         table = {
             "HISTORY_STORE": ("store_url", str),
+            "HISTORY_HOST": ("host", str),
+            "HISTORY_PORT": ("port", int),
             "HISTORY_AUTH": ("auth", str),
             "HISTORY_MAX_BATCH_EVENTS": ("max_batch_events", int),
             "HISTORY_MAX_BODY_BYTES": ("max_body_bytes", int),
+            "HISTORY_MAX_BODY_VALUES": ("max_body_values", int),
             "HISTORY_DEFAULT_MAX_BYTES": ("default_max_bytes", int),
             "HISTORY_PAGE_CACHE_BYTES": ("page_cache_bytes", int),
+            "HISTORY_PAGE_CACHE_ENTRIES": ("page_cache_entries", int),
             "HISTORY_PING_INTERVAL": ("ping_interval", float),
             "HISTORY_RETRY_MS": ("retry_ms", int),
             "HISTORY_FOLLOW_BUFFER": ("follow_buffer", int),
             "HISTORY_FOLLOW_COALESCE_MS": ("follow_coalesce_ms", float),
+            "HISTORY_TIMEOUT_KEEP_ALIVE": ("timeout_keep_alive", int),
+            "HISTORY_LIMIT_CONCURRENCY": ("limit_concurrency", int),
+            "HISTORY_MAX_HEADER_BYTES": ("max_header_bytes", int),
+            "HISTORY_HTTP": ("http", str),
         }
         for variable, (name, kind) in table.items():
             if variable in environ:
@@ -86,7 +125,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         try:
             return msgspec.convert(values, cls)
         except msgspec.ValidationError as exc:
-            raise ValueError(f"invalid setting: {exc}") from exc
+            field = str(exc).rpartition("$.")[2].rstrip("`")
+            names = [variable for variable, (name, _) in table.items() if name == field]
+            where = f" ({names[0]})" if names and names[0] in environ and field not in overrides else ""
+            raise ValueError(f"invalid setting{where}: {exc}") from exc
 
 
 def read_token_file(path: Path) -> tuple[str, ...]:

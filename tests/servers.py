@@ -17,7 +17,11 @@ from typing import Any
 
 import httpx
 import uvicorn
-from starlette.applications import Starlette
+
+from history_service.app import create_app
+from history_service.settings import Settings
+from history_service.shutdown import Shutdown
+from persistence import HistoryStore
 
 __all__ = ["CuttingProxy", "ServerProcess", "ThreadServer", "free_port", "serve_in_thread", "wait_healthy"]
 
@@ -33,8 +37,10 @@ class ThreadServer:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: Starlette) -> Iterator[ThreadServer]:
-    """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; on exit, end follow streams and stop."""
+def serve_in_thread(settings: Settings, *, store: HistoryStore | None = None) -> Iterator[ThreadServer]:
+    """Serve the app with uvicorn on 127.0.0.1 in a thread; on exit, end follow streams and stop."""
+    shutdown = Shutdown()
+    app = create_app(settings, store=store, shutdown=shutdown)
     instance = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -48,7 +54,7 @@ def serve_in_thread(app: Starlette) -> Iterator[ThreadServer]:
     try:
         yield ThreadServer(f"http://127.0.0.1:{sock.getsockname()[1]}", loop)
     finally:
-        loop.call_soon_threadsafe(app.state.service.hub.close)
+        shutdown.trigger()
         instance.should_exit = True
         thread.join(30)
         loop.close()

@@ -28,7 +28,7 @@ async def serving(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
 
         transport = httpx.ASGITransport(app=asgi)  # type: ignore[arg-type]
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
-            client.app = app  # type: ignore[attr-defined]
+            client.app_state = state  # type: ignore[attr-defined]
             yield client
 
 

@@ -21,13 +21,16 @@ from tests.history_service.conftest import serving
 pytestmark = pytest.mark.anyio
 
 TOKEN = {"Authorization": "Bearer service-token", "X-Principal": "alice"}
+JSON = {"Content-Type": "application/json"}
 EVENT = {"type": "x", "seq": 0, "time": 0, "data": 1}
 
 
 @pytest.fixture
 async def api() -> AsyncIterator[tuple[httpx.AsyncClient, MemoryStore]]:
     store = MemoryStore()
-    settings = Settings(auth="token", tokens=("service-token",), max_body_bytes=100_000, max_batch_events=50)
+    settings = Settings(
+        auth="token", tokens=("service-token",), max_body_bytes=100_000, max_batch_events=50, max_body_values=5_000
+    )
     async with serving(create_app(settings, store=store)) as client:
         client.headers.update(TOKEN)
         assert (await client.post("/v1/sessions", json={"id": "s", "createdAt": 0})).status_code == 201
@@ -41,6 +44,24 @@ async def snapshot(store: MemoryStore) -> bytes:
 
 def bomb() -> bytes:
     return gzip.compress(b'{"events":[' + b" " * 5_000_000 + b"]}")
+
+
+def nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def text_row(seq0: int, members: int, *, dt_entries: int | None = None) -> dict[str, Any]:
+    dt = [1] * (members - 1 if dt_entries is None else dt_entries)
+    data = {"turn": 1, "step": 1, "index": 0, "dt": dt, "texts": ["a"] * members}
+    return {"type": "text-chunks", "seq0": seq0, "time0": 0, "data": data}
+
+
+INVALID_UTF8 = b"\xff\xfe"
+EVENTS_UTF8 = b'{"events":[{"type":"x","seq":1,"time":0,"data":"' + INVALID_UTF8 + b'"}]}'
+HEADER_UTF8 = b'{"id":"u","createdAt":0,"meta":{"k":"' + INVALID_UTF8 + b'"}}'
 
 
 BAD: list[Any] = [
@@ -62,11 +83,11 @@ BAD: list[Any] = [
     ("post", "/v1/sessions", {"content": b"[" * 100_001}, 413, "body_too_large"),
     # POST events
     ("post", "/v1/sessions/s/events", {"content": b"{nope"}, 400, "malformed_json"),
-    ("post", "/v1/sessions/s/events", {"content": b"[" * 40_000 + b"]" * 40_000}, 422, "invalid_batch"),
+    ("post", "/v1/sessions/s/events", {"content": b"[" * 4_000 + b"]" * 4_000}, 422, "invalid_batch"),
     (
         "post",
         "/v1/sessions/s/events",
-        {"content": b'{"events":[{"type":"x","seq":1,"time":0,"data":' + b"[" * 40_000 + b"]" * 40_000 + b"}]}"},
+        {"content": b'{"events":[{"type":"x","seq":1,"time":0,"data":' + b"[" * 4_000 + b"]" * 4_000 + b"}]}"},
         400,
         "malformed_json",
     ),
@@ -124,7 +145,7 @@ BAD: list[Any] = [
     ),
     ("post", "/v1/sessions/nope/events", {"json": {"events": [EVENT]}}, 404, "session_not_found"),
     ("post", "/v1/sessions/..%2F..%2Fetc/events", {"json": {"events": [EVENT]}}, 404, "not_found"),
-    ("post", "/v1/sessions/%2e%2e/events", {"json": {"events": [EVENT]}}, 404, "session_not_found"),
+    ("post", "/v1/sessions/%2e%2e/events", {"json": {"events": [EVENT]}}, 422, "invalid_session_id"),
     ("get", "/v1/sessions/s/subagents/..%2F..%2Fs/page", {}, 404, "not_found"),
     # GET page
     ("get", "/v1/sessions/s/page?maxMessages=0", {}, 400, "invalid_parameter"),
@@ -162,6 +183,153 @@ BAD: list[Any] = [
     ("get", "/v1/nothing", {}, 404, "not_found"),
     ("delete", "/v1/sessions/s/page", {}, 405, "method_not_allowed"),
     ("post", "/v1/test-only/seed", {"json": {"scenario": "multi-turn"}}, 404, "not_found"),
+    # F1: a row's members and a body's values are counted before anything is decoded or expanded.
+    ("post", "/v1/sessions/s/events", {"json": {"events": [text_row(1, 51)]}}, 413, "batch_too_large"),
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {"json": {"events": [text_row(1, 40), text_row(41, 11)]}},
+        413,
+        "batch_too_large",
+    ),
+    ("post", "/v1/sessions/s/events", {"json": {"events": [text_row(1, 60, dt_entries=0)]}}, 413, "batch_too_large"),
+    ("post", "/v1/sessions/s/events", {"json": {"events": [text_row(1, 3, dt_entries=70)]}}, 413, "batch_too_large"),
+    ("post", "/v1/sessions/s/events", {"content": b'{"events":[' + b"1," * 60 + b"1]}"}, 413, "batch_too_large"),
+    ("post", "/v1/sessions/s/events", {"content": b'{"events":[' + b"0," * 6000 + b"0]}"}, 413, "body_too_large"),
+    ("post", "/v1/sessions/s/events", {"json": {"events": [text_row(1, 3000)]}}, 413, "body_too_large"),
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {"json": {"events": [{**EVENT, "seq": 1, "data": [0] * 6000}]}},
+        413,
+        "body_too_large",
+    ),
+    ("post", "/v1/sessions", {"json": {"id": "v", "createdAt": 0, "meta": {"k": [0] * 6000}}}, 413, "body_too_large"),
+    # F3: invalid UTF-8 inside any JSON string.
+    ("post", "/v1/sessions/s/events", {"content": EVENTS_UTF8}, 400, "malformed_json"),
+    ("post", "/v1/sessions", {"content": HEADER_UTF8}, 400, "malformed_json"),
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {"content": gzip.compress(EVENTS_UTF8), "headers": {"Content-Encoding": "gzip"}},
+        400,
+        "malformed_json",
+    ),
+    # F5: data nests at most 64 levels.
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {"json": {"events": [{**EVENT, "seq": 1, "data": nested(65)}]}},
+        422,
+        "invalid_event",
+    ),
+    ("post", "/v1/sessions", {"json": {"id": "d", "createdAt": 0, "meta": {"k": nested(64)}}}, 422, "invalid_header"),
+    # F7: one session id rule, on create, on parentSession and on every path parameter.
+    ("post", "/v1/sessions", {"json": {"id": "a/b", "createdAt": 0}}, 422, "invalid_session_id"),
+    ("post", "/v1/sessions", {"json": {"id": "../escape", "createdAt": 0}}, 422, "invalid_session_id"),
+    ("post", "/v1/sessions", {"json": {"id": ".", "createdAt": 0}}, 422, "invalid_session_id"),
+    ("post", "/v1/sessions", {"json": {"id": "..", "createdAt": 0}}, 422, "invalid_session_id"),
+    ("post", "/v1/sessions", {"json": {"id": "a b", "createdAt": 0}}, 422, "invalid_session_id"),
+    ("post", "/v1/sessions", {"json": {"id": "é", "createdAt": 0}}, 422, "invalid_session_id"),
+    ("post", "/v1/sessions", {"json": {"id": "x" * 201, "createdAt": 0}}, 422, "invalid_session_id"),
+    (
+        "post",
+        "/v1/sessions",
+        {"json": {"id": "c", "createdAt": 0, "parentSession": "s/..", "origin": "subagent"}},
+        422,
+        "invalid_session_id",
+    ),
+    ("post", "/v1/sessions/a%20b/events", {"json": {"events": [EVENT]}}, 422, "invalid_session_id"),
+    ("get", "/v1/sessions/" + "x" * 201 + "/page", {}, 422, "invalid_session_id"),
+    ("get", "/v1/sessions/s/subagents/" + "x" * 201 + "/page", {}, 422, "invalid_session_id"),
+    ("get", "/v1/sessions/s/subagents/" + "x" * 201 + "/follow", {}, 422, "invalid_session_id"),
+    ("get", "/v1/sessions/%2e/follow", {}, 422, "invalid_session_id"),
+    ("get", "/v1/sessions/s/subagents/%2e%2e/page", {}, 422, "invalid_session_id"),
+    # F9: a repeated credential header.
+    (
+        "get",
+        "/v1/sessions/s/page",
+        {"headers": [("X-Principal", "alice"), ("X-Principal", "bob")]},
+        400,
+        "duplicate_header",
+    ),
+    (
+        "get",
+        "/v1/sessions/s/page",
+        {"headers": [("Authorization", "Bearer service-token"), ("Authorization", "Bearer other")]},
+        400,
+        "duplicate_header",
+    ),
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {"headers": [("X-Principal", "alice"), ("X-Principal", "alice")], "json": {"events": [{**EVENT, "seq": 1}]}},
+        400,
+        "duplicate_header",
+    ),
+    # F10: nothing may follow the end of a coding's stream.
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {
+            "content": gzip.compress(encode({"events": [{**EVENT, "seq": 1}]})) + b"trailing",
+            "headers": {"Content-Encoding": "gzip"},
+        },
+        400,
+        "bad_encoding",
+    ),
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {
+            "content": compress(encode({"events": [{**EVENT, "seq": 1}]}), "zstd") + b"trailing",
+            "headers": {"Content-Encoding": "zstd"},
+        },
+        400,
+        "bad_encoding",
+    ),
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {
+            "content": compress(encode({"events": [{**EVENT, "seq": 1}]}), "br") + b"trailing",
+            "headers": {"Content-Encoding": "br"},
+        },
+        400,
+        "bad_encoding",
+    ),
+    # F11: only application/json bodies, so no cross-site "simple" POST reaches a handler.
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {"content": encode({"events": [{**EVENT, "seq": 1}]}), "headers": {"Content-Type": "text/plain"}},
+        415,
+        "unsupported_media_type",
+    ),
+    (
+        "post",
+        "/v1/sessions/s/events",
+        {"data": {"events": "x"}},
+        415,
+        "unsupported_media_type",
+    ),
+    (
+        "post",
+        "/v1/sessions",
+        {
+            "content": encode({"id": "t", "createdAt": 0}),
+            "headers": {"Content-Type": "multipart/form-data; boundary=x"},
+        },
+        415,
+        "unsupported_media_type",
+    ),
+    (
+        "post",
+        "/v1/sessions",
+        {"content": encode({"id": "t", "createdAt": 0}), "headers": {"Content-Type": ""}},
+        415,
+        "unsupported_media_type",
+    ),
 ]
 
 
@@ -173,7 +341,13 @@ async def test_bad_input_gets_its_4xx_and_changes_nothing(
 ) -> None:
     client, store = api
     before = await snapshot(store)
-    headers = {**TOKEN, **options.pop("headers", {})}
+    extra = options.pop("headers", {})
+    headers: Any = [*{**TOKEN, **JSON}.items(), *extra] if isinstance(extra, list) else {**TOKEN, **JSON, **extra}
+    if isinstance(extra, list):
+        repeated = {name.lower() for name, _ in extra}
+        headers = [(name, value) for name, value in headers if name.lower() not in repeated] + extra
+    if "data" in options:
+        headers = {name: value for name, value in headers.items() if name != "Content-Type"}
     response = await client.request(method.upper(), path, headers=headers, **options)
     assert response.status_code == status, response.text
     assert response.json()["error"]["code"] == code
@@ -205,11 +379,11 @@ async def test_compressed_and_packed_appends_are_accepted(api: tuple[httpx.Async
         if coding != "zstd":
             body = encode({"events": [plain(5 if coding == "br" else 6)]})
         response = await client.post(
-            "/v1/sessions/s/events", content=compress(body, coding), headers={"Content-Encoding": coding}
+            "/v1/sessions/s/events", content=compress(body, coding), headers={"Content-Encoding": coding, **JSON}
         )
         assert response.status_code == 201, response.text
     assert [e.seq for e in await store.read_events("s", 0, 10)] == list(range(7))
-    again = await client.post("/v1/sessions/s/events", content=encode({"events": [plain(6)]}))
+    again = await client.post("/v1/sessions/s/events", content=encode({"events": [plain(6)]}), headers=JSON)
     assert again.status_code == 200 and again.json()["idempotent"] is True
 
 

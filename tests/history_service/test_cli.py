@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
+import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import anyio
+import httpx
+import msgspec
 import pytest
 
-from codec import encode, encode_lines, pack_page, read_session_log
+from codec import encode, pack_page, read_session_log
 from history_client import HistoryClient
+from history_service.app import create_app
 from history_service.cli import main
+from history_service.pages import PageQuery, build_page
+from history_service.settings import Settings
 from persistence import open_store
 from tests.conftest import GOLDEN_DIR, corpus_dir
+from tests.history_service.conftest import serving
 from tests.persistence.conftest import PG_URL, fresh_postgres_store
 from tests.servers import free_port, wait_healthy
 
@@ -25,8 +38,8 @@ GOLDEN = GOLDEN_DIR / "codec"
 def backend_urls(tmp_path: Path) -> dict[str, str]:
     urls = {
         "sqlite": f"sqlite:///{tmp_path / 'h.db'}",
-        "jsonl": f"jsonl://{tmp_path / 'plain'}",
-        "jsonl-zstd": f"jsonl://{tmp_path / 'zstd'}?compression=zstd",
+        "jsonl": f"jsonl:///{tmp_path / 'plain'}",
+        "jsonl-zstd": f"jsonl:///{tmp_path / 'zstd'}?compression=zstd",
     }
     if PG_URL:
         anyio.run(_empty_postgres, PG_URL)
@@ -43,7 +56,12 @@ def run(*argv: str) -> tuple[int, str]:
     return main(list(argv), out=out), out.getvalue()
 
 
-def test_import_then_export_is_exact(tmp_path: Path) -> None:
+def run_all(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+def test_import_then_export_round_trips_the_log(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'h.db'}"
     status, out = run(
         "import", "--store", url, str(GOLDEN / "text-turn.events.jsonl"), str(GOLDEN / "edges.events.jsonl")
@@ -54,34 +72,148 @@ def test_import_then_export_is_exact(tmp_path: Path) -> None:
         log = read_session_log((GOLDEN / f"{name}.events.jsonl").read_bytes())
         status, exported = run("export", "--store", url, name)
         assert status == 0
-        assert exported.encode() == encode_lines(log.events)
+        assert exported.splitlines()[0] == encode(log.header).decode()
+        assert read_session_log(exported.encode()) == log
 
 
 def test_export_to_a_file(tmp_path: Path) -> None:
-    url = f"jsonl://{tmp_path / 'root'}"
+    url = f"jsonl:///{tmp_path / 'root'}"
     assert run("import", "--store", url, str(GOLDEN / "tool-calls.events.jsonl"))[0] == 0
     target = tmp_path / "out.jsonl"
     assert run("export", "--store", url, "tool-calls", "-o", str(target))[0] == 0
-    assert target.read_bytes() == encode_lines(
-        read_session_log((GOLDEN / "tool-calls.events.jsonl").read_bytes()).events
-    )
+    assert read_session_log(target.read_bytes()) == read_session_log((GOLDEN / "tool-calls.events.jsonl").read_bytes())
 
 
 def test_errors_are_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    assert run("export", "--store", url, "missing")[0] == 1
-    assert capsys.readouterr().err == "history-service: error: unknown session 'missing'\n"
     assert run("import", "--store", url, str(tmp_path / "nope.jsonl"))[0] == 1
-    assert "no such file or directory" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        f"history-service: error: {tmp_path / 'nope.jsonl'}: no such file or directory"
+    ]
+    assert run("export", "--store", url, "missing")[0] == 1
+    assert capsys.readouterr().err.splitlines()[1:] == ["history-service: error: unknown session 'missing'"]
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"type":"session","id":"b","createdAt":0}\n{"type":"x"}\n')
     assert run("import", "--store", url, str(bad))[0] == 1
     assert "bad.jsonl: line 2: object missing required field `data`" in capsys.readouterr().err
+    unsafe = tmp_path / "unsafe.jsonl"
+    unsafe.write_bytes(b'{"type":"session","id":"../up","createdAt":0}\n')
+    assert run("import", "--store", url, str(unsafe))[0] == 1
+    assert "unsafe.jsonl: the header's id '../up' is not a session id" in capsys.readouterr().err
     assert run("import", "--store", "ftp://x", str(bad))[0] == 1
     assert "unsupported store URL" in capsys.readouterr().err
     assert run("import", "--store", url, str(GOLDEN / "edges.events.jsonl"))[0] == 0
     assert run("import", "--store", url, str(GOLDEN / "edges.events.jsonl"))[0] == 1
     assert "session 'edges' already exists" in capsys.readouterr().err
+
+
+BAD_URLS = {
+    "mysql": ("mysql://x", "unsupported store URL mysql://x; use sqlite:///path.db"),
+    "sqlite-missing-dir": ("sqlite:///missing/dir/x.db", "missing/dir"),
+    "jsonl-missing-dir": ("jsonl:////nonexistent/dir", "/nonexistent"),
+    "jsonl-with-host": ("jsonl://host/dir", "a JSONL URL is jsonl:///relative/dir or jsonl:////absolute/dir"),
+    "postgresql-down": (
+        "postgresql+psycopg://nobody:secret@127.0.0.1:1/x",
+        "cannot open postgresql+psycopg://nobody:***@",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["serve", "import", "export", "page"])
+@pytest.mark.parametrize("case", sorted(BAD_URLS))
+def test_a_bad_store_url_is_one_actionable_line_for_every_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, case: str
+) -> None:
+    """Item 1: no traceback, one line that says what to fix, and a non-zero exit."""
+    monkeypatch.chdir(tmp_path)
+    url, expected = BAD_URLS[case]
+    args = {"serve": [], "import": [str(GOLDEN / "edges.events.jsonl")], "export": ["s"], "page": ["s"]}[command]
+    status, out, err = run_all(command, "--store", url, *args)
+    lines = err.splitlines()
+    assert status == 1 and out == ""
+    assert len(lines) == 2 and lines[0].startswith("history-service: store ") and "secret" not in err
+    assert lines[1].startswith("history-service: error: ") and expected in lines[1], lines[1]
+    if case.endswith("missing-dir"):
+        creates = command in ("serve", "import")
+        assert ("does not exist" if creates else "`serve` or `import` create one") in lines[1]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_with_a_bad_store_prints_no_traceback(tmp_path: Path) -> None:
+    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    argv = [sys.executable, "-c", code, "serve", "--store", "sqlite:///missing/dir/x.db", "--port", str(free_port())]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"history-service: error: cannot create the SQLite database {tmp_path}/missing/dir/x.db: "
+        f"the directory {tmp_path}/missing/dir does not exist"
+    )
+
+
+def test_every_command_reads_history_store_and_says_which_store_it_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 2: import, export and page use HISTORY_STORE, never a ./history.db of their own."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HISTORY_STORE", "jsonl:///logs")
+    status, _, err = run_all("import", str(GOLDEN / "edges.events.jsonl"))
+    assert status == 0 and err.splitlines()[0] == f"history-service: store jsonl:///logs ({tmp_path / 'logs'})"
+    status, exported, err = run_all("export", "edges")
+    assert status == 0 and "jsonl:///logs" in err
+    assert read_session_log(exported.encode()) == read_session_log((GOLDEN / "edges.events.jsonl").read_bytes())
+    status, page, _ = run_all("page", "edges", "--max-messages", "1")
+    assert status == 0 and json.loads(page)["toSeq"] == len(read_session_log(exported.encode()).events)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]
+
+
+@pytest.mark.parametrize("command", ["export", "page"])
+@pytest.mark.parametrize("url", ["sqlite:///history.db", "jsonl:///logs"])
+def test_read_only_commands_never_create_a_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, url: str
+) -> None:
+    """Item 7."""
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run_all(command, "--store", url, "s")
+    assert status == 1 and "`serve` or `import` create one" in err.splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_store_urls_take_three_slashes_as_relative_and_four_as_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 8: SQLAlchemy's rule, for SQLite and JSONL alike."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    log = str(GOLDEN / "edges.events.jsonl")
+    for url, made in [
+        ("sqlite:///rel.db", work / "rel.db"),
+        (f"sqlite:///{tmp_path / 'abs.db'}", tmp_path / "abs.db"),
+        ("jsonl:///rel-logs", work / "rel-logs"),
+        (f"jsonl:///{tmp_path / 'abs-logs'}?compression=zstd", tmp_path / "abs-logs"),
+    ]:
+        assert run_all("import", "--store", url, log)[0] == 0, url
+        assert made.exists(), url
+        assert run_all("export", "--store", url, "edges")[0] == 0, url
+    assert sorted(p.name for p in work.iterdir()) == ["rel-logs", "rel.db"]
+
+
+def test_the_port_is_validated(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 6."""
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--port", "99999"])
+    assert exited.value.code == 2 and "99999 is not a port: use 1-65535" in capsys.readouterr().err
+    monkeypatch.setenv("HISTORY_PORT", "0")
+    status, _, err = run_all("serve")
+    assert status == 1 and "port must be from 1 to 65535, got 0" in err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 11."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"history-service {version('history-transport')}\n"
 
 
 def test_the_console_script_has_help() -> None:
@@ -110,7 +242,7 @@ def test_corpus_imports_exports_and_pages_identically_from_every_backend(tmp_pat
         assert status == 0, backend
         for log in logs.values():
             status, exported = run("export", "--store", url, log.header.id)
-            assert exported.encode() == encode_lines(log.events), backend
+            assert status == 0 and read_session_log(exported.encode()) == log, backend
         pages[backend] = anyio.run(_pages, url, list(logs.values()))
     expected = [
         [encode(r) for r in pack_page(log.events[start:])]
@@ -122,7 +254,7 @@ def test_corpus_imports_exports_and_pages_identically_from_every_backend(tmp_pat
 
 
 async def _pages(url: str, logs: list) -> list[list[bytes]]:  # type: ignore[type-arg]
-    store = await open_store(url)
+    store = await open_store(url, create=True)
     try:
         out = []
         for log in logs:
@@ -155,3 +287,134 @@ def test_serve_demo_seeds_once_serves_and_stops_quietly_on_ctrl_c(tmp_path: Path
             assert process.wait(30) == 0
             assert "Traceback" not in process.stderr.read()
     assert counts[0] == counts[1] > 0
+
+
+def test_serve_applies_connection_limits_from_history_variables(tmp_path: Path) -> None:
+    """F6 and item 5: HISTORY_PORT picks the port; the keep-alive timeout, concurrency and header limits take effect.
+
+    uvicorn has no header-read timeout: a client that trickles its headers holds a connection
+    until the gateway in front drops it (docs/deploy.md). What it does offer is set here.
+    """
+    port = free_port()
+    env = {
+        **os.environ,
+        "HISTORY_STORE": f"sqlite:///{tmp_path / 'h.db'}",
+        "HISTORY_PORT": str(port),
+        "HISTORY_TIMEOUT_KEEP_ALIVE": "1",
+        "HISTORY_LIMIT_CONCURRENCY": "3",
+        "HISTORY_MAX_HEADER_BYTES": "4096",
+    }
+    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    base = f"http://127.0.0.1:{port}"
+    with subprocess.Popen([sys.executable, "-c", code, "serve"], env=env, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            wait_healthy(base, process)
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as idle:
+                idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                # The server closes the idle keep-alive connection, so reading ends instead of timing out.
+                received = b"".join(iter(lambda: idle.recv(4096), b""))
+                assert received.startswith(b"HTTP/1.1 200") and received.endswith(b'{"status":"ok"}')
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as big:
+                # A head that never ends is refused once the server has buffered more of it than allowed.
+                big.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 8192 + b"\r\n")
+                assert big.recv(4096).startswith(b"HTTP/1.1 400")
+            assert httpx.post(f"{base}/v1/sessions", json={"id": "s", "createdAt": 0}).status_code == 201
+            with contextlib.ExitStack() as streams:
+                # uvicorn counts the connection asking too: with a limit of 3, two others may be open.
+                for _ in range(2):
+                    client = streams.enter_context(httpx.Client(base_url=base, timeout=30))
+                    response = streams.enter_context(client.stream("GET", "/v1/sessions/s/follow"))
+                    assert response.status_code == 200
+                assert httpx.get(f"{base}/healthz", timeout=30).status_code == 503
+            process.send_signal(signal.SIGINT)
+            assert process.wait(60) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+SEEDED_SCENARIOS: list[dict[str, Any]] = [
+    {"scenario": "multi-turn", "seed": 3, "turns": 4},
+    {"scenario": "compaction", "seed": 4},
+    {"scenario": "subagent", "seed": 5},
+    {"scenario": "dsh-synthetic"},
+    {
+        "scenario": "explicit",
+        "header": {"id": "edges", "createdAt": 7, "meta": {"k": [1, {"v": None}]}},
+        "events": [json.loads(line) for line in (GOLDEN / "edges.packed.jsonl").read_bytes().splitlines()[1:]],
+    },
+]
+QUERIES = [
+    PageQuery(through=None, before=None, max_messages=50, max_bytes=16 << 20),
+    PageQuery(through=None, before=None, max_messages=1, max_bytes=16 << 20),
+    PageQuery(through=None, before=None, max_messages=3, max_bytes=2_000),
+]
+
+
+async def snapshot_pages(url: str, owner: str) -> dict[str, Any]:
+    """Every session of ``owner`` with its children: header, owner, head and a set of pages."""
+    store = await open_store(url)
+    try:
+        found: dict[str, Any] = {}
+        frontier = [s.id for s in await store.list_sessions(owner, limit=100)]
+        while frontier:
+            session_id = frontier.pop()
+            info = await store.get_session(session_id)
+            pages = []
+            for query in QUERIES:
+                for before in (None, info.head_seq // 2 or None):
+                    bounded = msgspec.structs.replace(query, before=before)
+                    pages.append((await build_page(store, session_id, info.head_seq, bounded))[0])
+            # The raw expansion of the first thousand events: every event, unpacked.
+            raw = PageQuery(
+                through=None, before=min(info.head_seq + 1, 1000), max_messages=1000, max_bytes=1 << 30, raw=True
+            )
+            pages.append((await build_page(store, session_id, info.head_seq, raw))[0])
+            found[session_id] = (encode(info.header), info.owner, info.head_seq, pages)
+            frontier.extend(child.id for child in await store.children(session_id))
+        return found
+    finally:
+        await store.close()
+
+
+async def seed_into(url: str, request: dict[str, Any]) -> str:
+    store = await open_store(url, create=True)
+    try:
+        settings = Settings(enable_test_seed=True, auth="token", tokens=("t",))
+        async with serving(create_app(settings, store=store)) as client:
+            headers = {"Authorization": "Bearer t", "X-Principal": "alice"}
+            response = await client.post("/v1/test-only/seed", json=request, headers=headers)
+            assert response.status_code == 201, response.text
+            session_id: str = response.json()["sessions"][0]["id"]
+            return session_id
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("request_body", SEEDED_SCENARIOS, ids=[s["scenario"] for s in SEEDED_SCENARIOS])
+def test_export_then_import_is_a_backup_on_every_store(tmp_path: Path, request_body: dict[str, Any]) -> None:
+    """Item 3: export --with-children writes logs that import restores to identical pages, on every store."""
+    for backend, url in backend_urls(tmp_path / "stores").items():
+        if backend != "postgresql":
+            Path(url.split("?")[0].replace("sqlite:///", "").replace("jsonl:///", "")).parent.mkdir(
+                parents=True, exist_ok=True
+            )
+        root = anyio.run(seed_into, url, request_body)
+        before = anyio.run(snapshot_pages, url, "alice")
+        backup = tmp_path / f"backup-{backend}"
+        assert run_all("export", "--store", url, root, "--with-children", "-o", str(backup))[0] == 0
+        wipe(backend, url)
+        status, _, err = run_all("import", "--store", url, "--owner", "alice", str(backup))
+        assert status == 0, err
+        assert anyio.run(snapshot_pages, url, "alice") == before, backend
+
+
+def wipe(backend: str, url: str) -> None:
+    if backend == "postgresql":
+        anyio.run(_empty_postgres, url)
+        return
+    path = Path(url.split("?")[0].split(":///", 1)[1])
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()

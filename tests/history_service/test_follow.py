@@ -9,6 +9,7 @@ import pytest
 from history_service.app import create_app
 from history_service.follow import Channel
 from history_service.settings import Settings
+from history_service.shutdown import Shutdown
 from persistence import MemoryStore
 from tests.history_service.conftest import seed, serving
 
@@ -27,9 +28,9 @@ async def test_a_cursor_ahead_of_the_head_gets_one_error_frame(client: httpx.Asy
 
 async def test_idle_streams_ping_and_are_never_compressed() -> None:
     settings = Settings(ping_interval=0.05, enable_test_seed=True)
-    async with serving(create_app(settings, store=MemoryStore())) as client:
+    shutdown = Shutdown()
+    async with serving(create_app(settings, store=MemoryStore(), shutdown=shutdown)) as client:
         await seed(client, scenario="multi-turn", seed=1, turns=1)
-        service = client.app.state.service  # type: ignore[attr-defined]
         result: dict[str, httpx.Response] = {}
 
         async def read() -> None:
@@ -39,7 +40,7 @@ async def test_idle_streams_ping_and_are_never_compressed() -> None:
         async with anyio.create_task_group() as group:
             group.start_soon(read)
             await anyio.sleep(0.5)
-            service.hub.close()
+            shutdown.trigger()
         response = result["response"]
         assert response.headers["content-type"].startswith("text/event-stream")
         assert "content-encoding" not in response.headers

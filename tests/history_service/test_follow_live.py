@@ -14,11 +14,12 @@ import httpx
 import pytest
 
 from codec import DeltaData, Event, TextDelta, check_page, decode_page, encode, iter_page_events
-from history_service.app import create_app
 from history_service.settings import Settings
 from tests.servers import serve_in_thread
 
 pytestmark = pytest.mark.anyio
+
+JSON = {"Content-Type": "application/json"}
 
 TOTAL = 20_000
 
@@ -26,7 +27,7 @@ TOTAL = 20_000
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     settings = Settings(store_url=f"sqlite:///{tmp_path / 'live.db'}", ping_interval=0.5, follow_buffer=512)
-    with serve_in_thread(create_app(settings)) as running:
+    with serve_in_thread(settings) as running:
         yield running.url
 
 
@@ -48,7 +49,7 @@ async def produce(base: str, events: list[Event], rand: random.Random, progress:
         while start < len(events):
             size = rand.randint(1, 300)
             response = await client.post(
-                "/v1/sessions/live/events", content=encode({"events": events[start : start + size]})
+                "/v1/sessions/live/events", content=encode({"events": events[start : start + size]}), headers=JSON
             )
             assert response.status_code == 201, response.text
             start = min(start + size, len(events))

@@ -24,6 +24,8 @@ from tests.history_service.conftest import seed
 
 pytestmark = pytest.mark.anyio
 
+JSON = {"Content-Type": "application/json"}
+
 GOLDEN = GOLDEN_DIR / "service"
 INLINE_LIMIT = 64 * 1024
 EXPLICIT = (GOLDEN_DIR / "codec" / "text-turn.events.jsonl").read_bytes().splitlines()
@@ -115,7 +117,7 @@ def shapes(body: bytes) -> list[list[Any]]:
 
 
 async def follow_body(client: httpx.AsyncClient, url: str, head: int, headers: dict[str, str] | None = None) -> bytes:
-    service: HistoryService = client.app.state.service  # type: ignore[attr-defined]
+    service: HistoryService = client.app_state["service"]  # type: ignore[attr-defined]
     result: dict[str, bytes] = {}
 
     async def read() -> None:
@@ -127,7 +129,9 @@ async def follow_body(client: httpx.AsyncClient, url: str, head: int, headers: d
             while service.hub.channel("multi-turn-1").followers == 0:
                 await anyio.sleep(0.01)
         extra = [plain(head + 1 + k, "note", {"k": k}) for k in range(3)]
-        response = await client.post("/v1/sessions/multi-turn-1/events", content=encode({"events": extra}))
+        response = await client.post(
+            "/v1/sessions/multi-turn-1/events", content=encode({"events": extra}), headers=JSON
+        )
         assert response.status_code == 201
         with anyio.fail_after(10):
             while service.hub.channel("multi-turn-1").next_seq <= head + 3:

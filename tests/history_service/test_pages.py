@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import httpx
 import pytest
 
-from history_service.pages import PageCache, encode_page
+from history_service.pages import EncodedPage, PageCache, encode_page
 from tests.history_service.conftest import seed
 
 pytestmark = pytest.mark.anyio
@@ -64,7 +66,7 @@ async def test_raw_expansion_covers_the_same_interval(client: httpx.AsyncClient)
 
 
 def test_the_page_cache_evicts_least_recently_used_pages() -> None:
-    cache = PageCache(250)
+    cache = PageCache(250, 10)
     pages = {key: encode_page(bytes([key]) * 100) for key in range(3)}
     cache.put((0,), pages[0])
     cache.put((1,), pages[1])
@@ -72,5 +74,40 @@ def test_the_page_cache_evicts_least_recently_used_pages() -> None:
     cache.put((2,), pages[2])
     assert cache.get((1,)) is None and cache.get((0,)) is pages[0] and cache.get((2,)) is pages[2]
     pages[0].encoded["zstd"] = b"z" * 100
-    cache.trim()
+    cache.grew((0,), pages[0], 100)
     assert cache.get((2,)) is pages[2] and cache.get((0,)) is None
+    assert cache.size == 100 and len(cache) == 1
+
+
+def test_the_page_cache_is_bounded_in_entries_as_well_as_bytes() -> None:
+    cache = PageCache(10**9, 3)
+    for key in range(10):
+        cache.put((key,), encode_page(b"x" * 10))
+    assert len(cache) == 3 and cache.size == 30
+    assert [cache.get((key,)) is not None for key in range(10)] == [False] * 7 + [True] * 3
+
+
+class CountedPage(EncodedPage):
+    """A page that counts how often the cache asks for its size."""
+
+    asked: ClassVar[list[int]] = [0]
+
+    @property
+    def size(self) -> int:
+        CountedPage.asked[0] += 1
+        return len(self.identity) + sum(len(body) for body in self.encoded.values())
+
+
+def test_the_page_cache_accounts_in_constant_work_per_call() -> None:
+    """F2: a put or a growth never re-sums the cache, so 20,000 distinct pages cost O(1) each."""
+    cache = PageCache(64 * 1024, 20_000)
+    for key in range(20_000):
+        page = CountedPage(b"p" * 100, '"e"', {})
+        cache.put((key,), page)
+        page.encoded["zstd"] = b"z" * 10
+        cache.grew((key,), page, 10)
+        assert cache.get((key,)) is page
+    # One size for each put and at most one for each eviction: never a sum over the cache.
+    assert CountedPage.asked[0] <= 2 * 20_000
+    assert cache.size == sum(len(p.identity) + 10 for p in [cache.get((k,)) for k in range(20_000)] if p is not None)
+    assert cache.size <= 64 * 1024

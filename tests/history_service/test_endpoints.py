@@ -1,0 +1,101 @@
+"""Listing and reading sessions: the caller's own, newest first, paged, under the same rules as pages."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from history_service.app import create_app
+from history_service.settings import Settings
+from persistence import HistoryStore
+from tests.history_service.conftest import serving
+
+pytestmark = pytest.mark.anyio
+
+
+def who(principal: str) -> dict[str, str]:
+    return {"Authorization": "Bearer t", "X-Principal": principal}
+
+
+@pytest.fixture
+async def api(store: HistoryStore) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(auth="token", tokens=("t",), enable_test_seed=True)
+    async with serving(create_app(settings, store=store)) as client:
+        for created_at, session_id in [(5, "b"), (9, "d"), (5, "a"), (7, "c")]:
+            response = await client.post(
+                "/v1/sessions", json={"id": session_id, "createdAt": created_at}, headers=who("alice")
+            )
+            assert response.status_code == 201
+        response = await client.post(
+            "/v1/test-only/seed", json={"scenario": "subagent", "sessionId": "tree"}, headers=who("alice")
+        )
+        assert response.status_code == 201
+        response = await client.post("/v1/sessions", json={"id": "bobs", "createdAt": 99}, headers=who("bob"))
+        assert response.status_code == 201
+        yield client
+
+
+async def test_a_listing_is_the_callers_own_sessions_newest_first(api: httpx.AsyncClient) -> None:
+    response = await api.get("/v1/sessions", headers=who("alice"))
+    assert response.status_code == 200
+    body = response.json()
+    assert [s["id"] for s in body["sessions"]] == ["tree", "d", "c", "b", "a"]
+    assert body["nextCursor"] is None
+    tree = body["sessions"][0]
+    assert tree["childCount"] == 2 and tree["headSeq"] > 0 and tree["createdAt"] == 1_700_000_000_000
+    assert body["sessions"][1] == {"id": "d", "createdAt": 9, "headSeq": -1, "childCount": 0}
+    assert [s["id"] for s in (await api.get("/v1/sessions", headers=who("bob"))).json()["sessions"]] == ["bobs"]
+    assert (await api.get("/v1/sessions", headers=who("carol"))).json() == {"sessions": [], "nextCursor": None}
+
+
+async def test_pages_of_a_listing_cover_every_session_once(api: httpx.AsyncClient) -> None:
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        params = {"limit": "2", **({"cursor": cursor} if cursor else {})}
+        body = (await api.get("/v1/sessions", params=params, headers=who("alice"))).json()
+        seen.extend(s["id"] for s in body["sessions"])
+        cursor = body["nextCursor"]
+        if cursor is None:
+            break
+        assert len(body["sessions"]) == 2
+    assert seen == ["tree", "d", "c", "b", "a"]
+
+
+@pytest.mark.parametrize(
+    "params", [{"limit": "0"}, {"limit": "1001"}, {"limit": "x"}, {"cursor": "nope"}, {"cursor": "W10"}, {"x": "1"}]
+)
+async def test_bad_listing_parameters_are_400(api: httpx.AsyncClient, params: dict[str, str]) -> None:
+    response = await api.get("/v1/sessions", params=params, headers=who("alice"))
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_parameter"
+
+
+async def test_a_session_reads_as_its_header_and_head(api: httpx.AsyncClient) -> None:
+    response = await api.get("/v1/sessions/tree", headers=who("alice"))
+    assert response.status_code == 200
+    body = response.json()
+    assert body["header"]["id"] == "tree" and body["header"]["type"] == "session" and body["headSeq"] > 0
+    child = await api.get("/v1/sessions/tree/subagents/tree.child-1", headers=who("alice"))
+    assert child.status_code == 200 and child.json()["header"]["parentSession"] == "tree"
+
+
+@pytest.mark.parametrize(
+    ("path", "principal", "status", "code"),
+    [
+        ("/v1/sessions/tree", "bob", 404, "session_not_found"),
+        ("/v1/sessions/nope", "alice", 404, "session_not_found"),
+        ("/v1/sessions/tree.child-1", "alice", 403, "subagent_child"),
+        ("/v1/sessions/tree/subagents/tree.child-1", "bob", 404, "session_not_found"),
+        ("/v1/sessions/tree/subagents/tree.child-1.grandchild", "alice", 403, "not_a_direct_child"),
+        ("/v1/sessions/a%20b", "alice", 422, "invalid_session_id"),
+    ],
+)
+async def test_a_session_follows_the_rules_of_pages(
+    api: httpx.AsyncClient, path: str, principal: str, status: int, code: str
+) -> None:
+    response = await api.get(path, headers=who(principal))
+    assert response.status_code == status and response.json()["error"]["code"] == code
+    page = await api.get(path + "/page", headers=who(principal))
+    assert (page.status_code, page.json()["error"]["code"]) == (status, code)

@@ -1,0 +1,193 @@
+"""Hostile input on every store, through a real server: what is accepted reads back, and failures leak nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from codec import (
+    MAX_DEPTH,
+    MAX_SESSION_ID,
+    Event,
+    SessionHeader,
+    check_page,
+    decode_follow_snapshot,
+    decode_page,
+    encode,
+    iter_page_events,
+    read_session_log,
+)
+from history_client import HistoryClient
+from history_service.cli import main
+from history_service.settings import Settings
+from persistence import open_store
+from tests.codec.helpers import plain, text
+from tests.persistence.conftest import PG_URL, fresh_postgres_store
+from tests.servers import serve_in_thread
+
+JSON = {"Content-Type": "application/json"}
+BACKENDS = [
+    "memory",
+    "sqlite",
+    "jsonl",
+    "jsonl-zstd",
+    pytest.param("postgresql", marks=pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set")),
+]
+# An id of the longest kind the rule allows, whose JSONL directory name would be 1,000 characters escaped.
+LONG_ID = (".:@" * MAX_SESSION_ID)[:MAX_SESSION_ID]
+
+
+def store_url(backend: str, tmp_path: Path) -> str:
+    if backend == "postgresql":
+        assert PG_URL
+        anyio.run(_empty_postgres, PG_URL)
+        return PG_URL
+    return {
+        "memory": "memory://",
+        "sqlite": f"sqlite:///{tmp_path / 'h.db'}",
+        "jsonl": f"jsonl:///{tmp_path / 'logs'}",
+        "jsonl-zstd": f"jsonl:///{tmp_path / 'logs'}?compression=zstd",
+    }[backend]
+
+
+async def _empty_postgres(url: str) -> None:
+    await (await fresh_postgres_store(url)).close()
+
+
+@pytest.fixture(params=BACKENDS)
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[httpx.Client, str]]:
+    url = store_url(request.param, tmp_path)
+    with serve_in_thread(Settings(store_url=url)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        yield http, url
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def first_frame(http: httpx.Client, path: str, **params: Any) -> tuple[str, bytes]:
+    with http.stream("GET", path, params=params) as response:
+        assert response.status_code == 200, response.read()
+        event = ""
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                return event, line[6:].encode()
+    raise AssertionError("the stream ended before a frame")
+
+
+def test_data_at_the_depth_limit_reads_back_through_every_path(served: tuple[httpx.Client, str]) -> None:
+    """F5: data nested 64 levels is accepted and reads back from pages, raw pages, follow and the SDK; 65 is not."""
+    http, _ = served
+    assert http.post("/v1/sessions", json={"id": "deep", "createdAt": 0}).status_code == 201
+    events = [
+        plain(0, "tool/result", nested(MAX_DEPTH)),
+        *(text(seq, seq, "x") for seq in range(1, 5)),
+        plain(5, "user/message", {"content": nested(MAX_DEPTH - 1)}, surfaceOp="append"),
+    ]
+    response = http.post("/v1/sessions/deep/events", content=encode({"events": events}), headers=JSON)
+    assert response.status_code == 201, response.text
+    too_deep = {"type": "x", "seq": 6, "time": 0, "data": nested(MAX_DEPTH + 1)}
+    response = http.post("/v1/sessions/deep/events", json={"events": [too_deep]})
+    assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_event"
+
+    for params in ({}, {"expand": "raw"}, {"through": 5}):
+        response = http.get("/v1/sessions/deep/page", params=params)
+        assert response.status_code == 200, response.text
+        assert list(iter_page_events(check_page(decode_page(response.content)).records)) == events
+    kind, data = first_frame(http, "/v1/sessions/deep/follow")
+    snapshot = decode_follow_snapshot(data)
+    assert kind == "snapshot" and snapshot.cursor == 5
+    kind, data = first_frame(http, "/v1/sessions/deep/follow", after=-1)
+    assert kind == "event" and json.loads(data)["data"] == nested(MAX_DEPTH)
+    with HistoryClient(str(http.base_url)) as client:
+        assert list(client.iter_history("deep")) == events
+
+
+def test_the_longest_ids_work_on_every_path_and_one_more_character_is_refused(
+    served: tuple[httpx.Client, str],
+) -> None:
+    """F4 and F7: every id the rule accepts works on every store; longer ones are a 422, never a 5xx."""
+    http, _ = served
+    child = {"id": LONG_ID, "createdAt": 0, "parentSession": "p", "origin": "subagent"}
+    for header in ({"id": "p", "createdAt": 0}, child, {"id": "x" * MAX_SESSION_ID, "createdAt": 1}):
+        assert http.post("/v1/sessions", json=header).status_code == 201, header
+    for session in (LONG_ID, "x" * MAX_SESSION_ID):
+        response = http.post(f"/v1/sessions/{session}/events", json={"events": [encode_event(plain(0))]})
+        assert response.status_code == 201, response.text
+    for path in (f"/v1/sessions/p/subagents/{LONG_ID}", "/v1/sessions/" + "x" * MAX_SESSION_ID):
+        assert http.get(f"{path}/page").status_code == 200
+        assert first_frame(http, f"{path}/follow")[0] == "snapshot"
+        assert http.get(path).json()["headSeq"] == 0
+    for path in (f"/v1/sessions/p/subagents/{LONG_ID}x", "/v1/sessions/" + "x" * (MAX_SESSION_ID + 1)):
+        for suffix in ("/page", "/follow", ""):
+            response = http.get(path + suffix)
+            assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_session_id"
+    response = http.post("/v1/sessions", json={**child, "id": LONG_ID + "x"})
+    assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_session_id"
+
+
+def encode_event(event: Event) -> Any:
+    return json.loads(encode(event))
+
+
+def test_a_corrupt_log_answers_503_without_a_path_and_logs_the_detail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """F13: no server path or internal detail in an error body; the server log has them."""
+    root = tmp_path / "logs"
+    url = f"jsonl:///{root}"
+
+    async def write() -> None:
+        store = await open_store(url, create=True)
+        await store.create_session(SessionHeader(id="s", createdAt=0))
+        await store.append("s", [plain(0), plain(1, "note", {"k": "v"}), plain(2)])
+        await store.close()
+
+    anyio.run(write)
+    log = root / "s" / "session.jsonl"
+    log.write_bytes(log.read_bytes().replace(b'"note"', b'"not"}'))
+    (root / "s" / "index.jsonl").unlink()
+    with serve_in_thread(Settings(store_url=url)) as server, httpx.Client(base_url=server.url) as http:
+        with caplog.at_level(logging.ERROR, logger="history_service"):
+            response = http.get("/v1/sessions/s/page")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "store_unavailable"
+    assert str(tmp_path) not in response.text and "/" not in response.json()["error"]["message"]
+    assert str(log) in caplog.text
+
+
+def test_an_export_of_depth_limited_data_imports_back(tmp_path: Path) -> None:
+    """F5's last read path: export, then import into a fresh store, gives the same log."""
+    source, target = f"sqlite:///{tmp_path / 'a.db'}", f"jsonl:///{tmp_path / 'b'}"
+
+    async def write() -> None:
+        store = await open_store(source, create=True)
+        await store.create_session(SessionHeader(id="deep", createdAt=0))
+        await store.append(
+            "deep", [plain(0, "tool/result", nested(MAX_DEPTH)), *(text(s, s, "x") for s in range(1, 5))]
+        )
+        await store.close()
+
+    anyio.run(write)
+    exported = io.StringIO()
+    assert main(["export", "--store", source, "deep"], out=exported, err=io.StringIO()) == 0
+    log = tmp_path / "deep.jsonl"
+    log.write_text(exported.getvalue())
+    assert main(["import", "--store", target, str(log)], out=io.StringIO(), err=io.StringIO()) == 0
+    again = io.StringIO()
+    assert main(["export", "--store", target, "deep"], out=again, err=io.StringIO()) == 0
+    assert again.getvalue() == exported.getvalue()
+    assert read_session_log(again.getvalue().encode()).events[0].data == nested(MAX_DEPTH)
