@@ -59,8 +59,10 @@ async def produce(url: str, events: list[Event], rand: random.Random, progress: 
     """Append in random batches, re-sending a batch until it is stored (a re-sent stored batch is a 200)."""
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         start = 0
+        batch: list[Event] = []
         while start < len(events):
-            batch = events[start : start + rand.randint(1, 300)]
+            # A batch whose answer was lost is re-sent whole, never re-cut: it may already be stored.
+            batch = batch or events[start : start + rand.randint(1, 300)]
             try:
                 response = await client.post(
                     "/v1/sessions/live/events", content=encode({"events": batch}), headers=JSON
@@ -70,6 +72,7 @@ async def produce(url: str, events: list[Event], rand: random.Random, progress: 
                 continue
             assert response.status_code in (200, 201), response.text
             start += len(batch)
+            batch = []
             progress["appended"] = start
             await anyio.sleep(rand.uniform(0, 0.01))
 
