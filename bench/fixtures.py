@@ -1,4 +1,4 @@
-"""Benchmark fixtures (DESIGN §12): ``dsh-synthetic`` (shared with the seeder, in `history_service.scenarios`),
+"""Benchmark fixtures: ``dsh-synthetic`` (shared with the seeder, in `history_service.scenarios`),
 ``realistic`` and ``long-session``."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ DSH_PACKED_RECORDS: Final = 696
 
 # --- realistic -------------------------------------------------------------------------
 #
-# The seed's production sample, rebuilt with its exact cardinalities (DESIGN §12): 416,756
+# The seed's production sample, rebuilt with its exact cardinalities: 416,756
 # logical events, 580 ordinary, 116 delta runs over text, reasoning and tool-call blocks;
 # steps that ended drop their deltas in the completed-step projection (188,627 of them),
 # and the incomplete tail step keeps its 227,549. The distributions below were tuned so

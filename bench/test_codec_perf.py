@@ -1,4 +1,4 @@
-"""Codec benchmarks on the dsh-synthetic fixture (DESIGN §12). Run with ``make bench``.
+"""Codec benchmarks on the dsh-synthetic fixture. Run with ``make bench``.
 
 Prints ``HISTORY_CODEC_PERF_RESULT {json}`` and ``HISTORY_WHITESPACE_PREFIX_PERF_RESULT [...]``.
 Asserts structure only: counts, and that every decoded form equals the original events.

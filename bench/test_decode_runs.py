@@ -1,4 +1,4 @@
-"""Whitespace-prefix rows (DESIGN §12; the seed's §6.3): exact decoding and the joined-text view.
+"""Whitespace-prefix rows (the seed's §6.3): exact decoding and the joined-text view.
 
 Each row is ``reasoning-chunks`` with turn 1, step 1, index 0, ``dt`` all ones, and texts
 of (members - 1) spaces then ``"x"``, so the first visible token is the last member: any

@@ -1,4 +1,4 @@
-"""Follow under load (DESIGN §12): followers × append rate, on one session and on many.
+"""Follow under load: followers × append rate, on one session and on many.
 
 A ``history-service serve`` process on SQLite; for each cell a producer process appends
 in pipelined batches of 10 while raw-socket followers read their streams (`bench.follow_load`).

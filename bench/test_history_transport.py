@@ -1,4 +1,4 @@
-"""The history-transport inventory (DESIGN §12; the seed's §6): raw, projection and packed, side by side.
+"""The history-transport inventory (the seed's §6): raw, projection and packed, side by side.
 
 For each fixture this prints one line, ``HISTORY_TRANSPORT_PERF_RESULT {json}``, with the
 seed's sections (``fixture``, ``bytes``, ``memory``, ``host``, ``transport``, ``client``,

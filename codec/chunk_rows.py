@@ -1,4 +1,4 @@
-"""Lossless chunk rows (DESIGN §3), the storage and wire format of the deepseek-harness logs.
+"""Lossless chunk rows (docs/protocol.md §3), the storage and wire format of the deepseek-harness logs.
 
 A run of at least `MIN_RUN` consecutive delta ``assistant/chunk`` events of one block
 becomes one row::

@@ -1,4 +1,4 @@
-"""Content codings for bodies on the wire: ``zstd``, ``br`` and ``gzip`` (DESIGN §4).
+"""Content codings for bodies on the wire: ``zstd``, ``br`` and ``gzip`` (docs/protocol.md §4).
 
 Levels suit dynamic responses: zstd 3 with a window of at most 8 MiB, brotli 5, gzip 6.
 Decompression is always bounded by an output limit, so a decompression bomb costs at most

@@ -1,4 +1,4 @@
-"""The logical event model (DESIGN §2).
+"""The logical event model (docs/protocol.md §2).
 
 An `Event` is one JSON object with exactly the keys ``type, seq, time, data`` and the
 optional ``ignorable, sourceEventSeqs, surfaceOp, conversationOp``. Absent optional keys
@@ -103,7 +103,7 @@ class DeltaData(Struct, frozen=True, gc=False):
 
 
 class Event(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
-    """One logical session event (DESIGN §2).
+    """One logical session event (docs/protocol.md §2).
 
     ``seq`` is a non-negative safe integer and ``time`` a safe integer (epoch ms; it may go
     backwards). Decoding validates every rule; constructing in Python validates nothing.

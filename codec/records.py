@@ -1,4 +1,4 @@
-"""Page records and the page body of ``session.page`` (DESIGN §4).
+"""Page records and the page body of ``session.page`` (docs/protocol.md §4).
 
 A page record is ``{"event": Event}`` or ``{"chunks": ChunkRow}``: exactly one key. The
 body is ``{"records", "hasMore", "fromSeq", "toSeq"}`` and covers the logical interval

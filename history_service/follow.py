@@ -1,4 +1,4 @@
-"""``session.follow`` (DESIGN §5): live SSE with exact resume.
+"""``session.follow`` (docs/protocol.md §5): live SSE with exact resume.
 
 The append path publishes each durable event to its session's `Channel` as a ready SSE
 frame. A channel keeps the most recent frames in a bounded buffer shared by all its

@@ -1,4 +1,4 @@
-"""``session.page`` bodies (DESIGN §4): selection over logical events, then packing, then encoding.
+"""``session.page`` bodies (docs/protocol.md §4): selection over logical events, then packing, then encoding.
 
 The cut comes from the store's message index. With a byte target, candidates are measured
 with the real builder, by bisection, so a page exceeds the target only when its newest

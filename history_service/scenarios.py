@@ -170,7 +170,7 @@ def dsh_token(run: int, member: int) -> str:
 
 
 def dsh_synthetic(*, scale: int = 1) -> list[Event]:
-    """The seed benchmark's fixture (DESIGN §12): 416,756 events, 116 reasoning runs, 580 ordinary events.
+    """The seed benchmark's fixture: 416,756 events, 116 reasoning runs, 580 ordinary events.
 
     ``scale`` divides every run length (rounding up), for smoke runs.
     """

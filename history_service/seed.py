@@ -1,4 +1,4 @@
-"""``POST /v1/test-only/seed``: deterministic scenarios written through the normal append path (DESIGN §9).
+"""``POST /v1/test-only/seed``: deterministic scenarios written through the normal append path (docs/protocol.md §9).
 
 Mounted, and imported, only when ``HISTORY_ENABLE_TEST_SEED=1``.
 

@@ -1,4 +1,4 @@
-"""The store contract (DESIGN §6-§7), shared by every backend.
+"""The store contract (docs/protocol.md §6-§7), shared by every backend.
 
 A backend implements a few primitives over *stored records* (canonical JSON lines, see
 `persistence.stored`); the logical reads and the packed page records are built from them

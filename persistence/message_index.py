@@ -1,4 +1,4 @@
-"""The message-boundary index and message-aligned cut selection (DESIGN §4).
+"""The message-boundary index and message-aligned cut selection (docs/protocol.md §4).
 
 Appends alone determine the index, so it can always be rebuilt from a log:
 

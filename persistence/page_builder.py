@@ -1,4 +1,4 @@
-"""Page records built directly from stored lines (DESIGN §13, the cold page path).
+"""Page records built directly from stored lines (docs/protocol.md §7.4, cold reads).
 
 `build_page_records` turns the stored lines that cover ``[from_seq, to_seq)`` into the
 JSON array of page records, byte-identical to ``encode(pack_page(events))`` over the same

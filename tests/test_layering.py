@@ -1,4 +1,4 @@
-"""Imports point one way (DESIGN §1): each package loads only what its layer allows."""
+"""Imports point one way (docs/protocol.md §1.3): each package loads only what its layer allows."""
 
 from __future__ import annotations
 

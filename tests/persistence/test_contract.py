@@ -221,7 +221,7 @@ async def test_layout_blind_reads(store: HistoryStore, layout: str) -> None:
 
 
 def reference_cuts(events: Sequence[Event], to_seq: int, max_messages: int) -> list[int]:
-    """DESIGN §4, written directly over the logical events."""
+    """docs/protocol.md §4, written directly over the logical events."""
     hidden: set[int] = set()
     for event in events[:to_seq]:
         if isinstance(event.conversationOp, ReplaceOp):
