@@ -5,6 +5,8 @@ It does no I/O and imports only msgspec, zstandard, brotli and the standard libr
 
 from __future__ import annotations
 
+from codec._paths import DECODE_FAILURES
+from codec.batches import split_batch
 from codec.chunk_rows import (
     MIN_RUN,
     ROW_TAGS,
@@ -27,7 +29,9 @@ from codec.chunk_rows import (
     row_from_value,
 )
 from codec.compression import CODINGS, choose_encoding, compress, decompress
+from codec.distribution import DISTRIBUTION, distribution_version
 from codec.errors import (
+    BatchTooLargeError,
     CodecError,
     ContentEncodingError,
     ContentTooLargeError,
@@ -89,6 +93,7 @@ from codec.wire import (
 __all__ = [
     "array_within",
     "as_delta_data",
+    "BatchTooLargeError",
     "canonical_event",
     "check_cover",
     "check_depth",
@@ -106,6 +111,7 @@ __all__ = [
     "continues_run",
     "decode_event",
     "decode_events",
+    "DECODE_FAILURES",
     "decode_follow_snapshot",
     "decode_header",
     "decode_json",
@@ -118,6 +124,8 @@ __all__ = [
     "decompress",
     "delta_member",
     "DeltaData",
+    "DISTRIBUTION",
+    "distribution_version",
     "encode",
     "encode_lines",
     "Event",
@@ -157,6 +165,7 @@ __all__ = [
     "SessionHeader",
     "SessionIdError",
     "SessionLog",
+    "split_batch",
     "StorageRecord",
     "string_count",
     "TextChunks",

@@ -29,6 +29,9 @@ _BROTLI_QUALITY: Final = 5
 _GZIP_LEVEL: Final = 6
 _READ_SIZE: Final = 256 * 1024
 _GZIP_MAGIC: Final = b"\x1f\x8b"
+# Input is fed a slice at a time: what a decoder leaves over is then at most a slice, never the
+# rest of the body copied once per gzip member or zstd frame.
+_FEED: Final = 64 * 1024
 
 
 def compress(body: bytes, coding: str) -> bytes:
@@ -76,21 +79,19 @@ def _zstd_decompress(body: bytes | bytearray, max_size: int) -> bytes:
     if size > max_size:
         raise ContentTooLargeError(f"zstd body decodes to more than {max_size} bytes")
     # The stream reader does not report a truncated frame; a frame-by-frame decode does.
-    out = bytearray()
-    remaining = body
-    if not remaining:
+    if not body:
         raise ContentEncodingError("corrupt zstd body: empty")
-    while remaining:
-        frame = dctx.decompressobj()
-        try:
-            out += frame.decompress(remaining)
-        except zstandard.ZstdError as exc:
-            if out:
-                raise ContentEncodingError(f"corrupt zstd body: bytes after the end of the stream: {exc}") from exc
-            raise
-        if not frame.eof:
-            raise ContentEncodingError("corrupt zstd body: truncated frame")
-        remaining = frame.unused_data
+    out = bytearray()
+    with memoryview(body) as view:
+        offset = 0
+        while offset < len(view):
+            frame = dctx.decompressobj()
+            while not frame.eof:
+                if offset >= len(view):
+                    raise ContentEncodingError("corrupt zstd body: truncated frame")
+                piece = view[offset : offset + _FEED]
+                out += frame.decompress(piece)
+                offset += len(piece) - len(frame.unused_data)
     return bytes(out)
 
 
@@ -107,19 +108,22 @@ def _brotli_decompress(body: bytes | bytearray, max_size: int) -> bytes:
 def _gzip_decompress(body: bytes | bytearray, max_size: int) -> bytes:
     # RFC 1952 allows several members; each is decoded, and anything else after one is an error.
     out = bytearray()
-    remaining = body
-    while True:
-        decoder = zlib.decompressobj(wbits=31)
-        out += decoder.decompress(remaining, max_size + 1 - len(out))
-        if len(out) > max_size:
-            return bytes(out)
-        if not decoder.eof:
-            raise ContentEncodingError("corrupt gzip body: truncated stream")
-        remaining = decoder.unused_data
-        if not remaining:
-            return bytes(out)
-        if not remaining.startswith(_GZIP_MAGIC):
-            raise ContentEncodingError(f"corrupt gzip body: {len(remaining)} bytes after the end of the stream")
+    with memoryview(body) as view:
+        offset = 0
+        while True:
+            decoder = zlib.decompressobj(wbits=31)
+            while not decoder.eof:
+                if offset >= len(view):
+                    raise ContentEncodingError("corrupt gzip body: truncated stream")
+                piece = view[offset : offset + _FEED]
+                out += decoder.decompress(piece, max_size + 1 - len(out))
+                if len(out) > max_size:
+                    return bytes(out)
+                offset += len(piece) - len(decoder.unused_data)
+            if offset == len(view):
+                return bytes(out)
+            if view[offset : offset + 2].tobytes() != _GZIP_MAGIC:
+                raise ContentEncodingError(f"corrupt gzip body: {len(view) - offset} bytes after the end of the stream")
 
 
 def _parse_accept(header: str) -> dict[str, float]:

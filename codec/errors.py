@@ -9,6 +9,7 @@ is a `CodecError`, so callers catch one type at the package boundary::
     ├── RowFormatError           a chunk row breaks §3 ("malformed <tag> row: <why>")
     ├── RecordFormatError        a storage line, a page record or page body has the wrong shape
     │   └── InvalidJsonError     bytes that are not JSON (syntax, invalid UTF-8, nesting)
+    ├── BatchTooLargeError       an append body that stands for too many logical events
     └── ContentEncodingError     a compressed body is corrupt or unsupported
         └── ContentTooLargeError a compressed body decodes past its size limit
 """
@@ -16,6 +17,7 @@ is a `CodecError`, so callers catch one type at the package boundary::
 from __future__ import annotations
 
 __all__ = [
+    "BatchTooLargeError",
     "CodecError",
     "ContentEncodingError",
     "ContentTooLargeError",
@@ -49,6 +51,10 @@ class RecordFormatError(CodecError):
 
 class InvalidJsonError(RecordFormatError):
     """Raised when bytes are not JSON at all: bad syntax, invalid UTF-8 in a string, or nesting too deep to decode."""
+
+
+class BatchTooLargeError(CodecError):
+    """Raised when an append body stands for more logical events than allowed, before any item is decoded."""
 
 
 class ContentEncodingError(CodecError):

@@ -2,9 +2,9 @@
 
 Decoding allocates for every value: two bytes such as ``0,`` become a Python object and a
 pointer, and a packed row becomes one event per member once it is expanded. So the
-counts that request limits are about are taken first, by byte scans that run in C and
-allocate nothing per value, and only a text within its limits is decoded
-(docs/protocol.md §11).
+counts that request limits are about are taken first, by byte scans that run in C over a
+window of the text at a time and allocate nothing per value, and only a text within its
+limits is decoded (docs/protocol.md §11).
 
 Every count is exact for valid JSON. For invalid JSON it may be larger, never smaller
 than what a decoder would allocate before it finds the fault: a decoder stops at the
@@ -22,12 +22,14 @@ import msgspec
 from codec._paths import DECODE_FAILURES
 from codec.chunk_rows import ROW_TAGS
 
-__all__ = ["array_within", "record_events", "string_count", "values_within"]
+__all__ = ["WINDOW", "array_within", "record_events", "string_count", "values_within"]
 
-# One JSON string, escapes included, and the rest of one that began in an earlier window.
-# Regexes of this shape do not backtrack.
-_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_STRING_REST: Final = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# One JSON string, escapes included, or the start of one that runs past the end of the window;
+# and the rest of a string that began in an earlier window. A pattern that could fail at an
+# unclosed string would be retried at every quote inside it, which is quadratic; these always
+# match, with possessive quantifiers, so every scan is linear.
+_STRING: Final = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
+_STRING_REST: Final = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+(?:(?P<closed>")|(?P<escape>\\)?\Z)', re.DOTALL)
 _BRACKET: Final = re.compile(rb"[\[\]{}]")
 _EMPTY_ARRAY: Final = re.compile(rb"\s*\[\s*\]\s*")
 _OPENING: Final = frozenset(b"[{")
@@ -53,24 +55,23 @@ def _outside_strings(text: bytes | bytearray, window: int) -> Iterator[bytes]:
     with memoryview(text) as view:
         for begin in range(0, len(text), window):
             chunk = view[begin : begin + window].tobytes()
-            at = 0
             if inside:
-                # A string began in an earlier window; if that one ended mid-escape, this byte is escaped.
-                skip = 1 if escaped else 0
-                rest = _STRING_REST.match(chunk, skip)
-                if rest is None:
-                    tail = chunk[skip:]
-                    escaped = (len(tail) - len(tail.rstrip(b"\\"))) % 2 == 1
+                # If the string's last window ended on a backslash, this window's first byte is escaped.
+                rest = _STRING_REST.match(chunk, 1 if escaped else 0)
+                assert rest is not None
+                if rest.group("closed") is None:
+                    escaped = rest.group("escape") is not None
                     continue
-                at, inside, escaped = rest.end(), False, False
-            outside = _STRING.sub(b"", chunk[at:])
-            opening = outside.find(b'"')
-            if opening >= 0:
-                # A string starts here and does not end in this window.
+                inside, escaped = False, False
+                chunk = chunk[rest.end() :]
+            yield _STRING.sub(b"", chunk)
+            # An odd number of unescaped quotes leaves this window inside a string.
+            quotes = chunk.count(b'"')
+            if quotes and b"\\" in chunk:
+                quotes -= chunk.replace(b"\\\\", b"").count(b'\\"')
+            if quotes % 2:
                 inside = True
                 escaped = (len(chunk) - len(chunk.rstrip(b"\\"))) % 2 == 1
-                outside = outside[:opening]
-            yield outside
 
 
 def values_within(text: bytes | bytearray, limit: int, *, window: int = WINDOW) -> bool:

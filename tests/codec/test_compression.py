@@ -112,3 +112,11 @@ def test_bytes_after_the_end_of_the_stream_are_refused(coding, tail):
     with pytest.raises(ContentEncodingError) as refused:
         decompress(compress(BODY, coding) + tail, coding)
     assert not isinstance(refused.value, ContentTooLargeError)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "zstd"])
+def test_a_hundred_thousand_members_decode_in_one_pass(coding):
+    """Each member or frame is fed a slice at a time: the rest of the body is never copied once per member."""
+    empty = gzip.compress(b"") if coding == "gzip" else zstandard.ZstdCompressor().compress(b"")
+    one = gzip.compress(b"x") if coding == "gzip" else zstandard.ZstdCompressor().compress(b"x")
+    assert decompress(empty * 100_000 + one, coding) == b"x"

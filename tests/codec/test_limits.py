@@ -119,3 +119,11 @@ def test_a_four_million_member_row_is_measured_without_building_it() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 4 * (1 << 20)
+
+
+def test_a_string_of_escaped_quotes_longer_than_a_window_is_measured_in_one_pass() -> None:
+    """A string that does not close in its window must not make the scan retry at every quote inside it."""
+    body = b'{"events":[{"type":"x","seq":0,"time":0,"data":"' + b'\\",' * 2_100_000 + b'"}]}'
+    assert values_within(body, 20)
+    assert array_within(body[len(b'{"events":') : -1], 1)
+    assert not array_within(b"[" + b'"\\",",' * 2_100_000 + b"0]", 2_000_000)

@@ -1,0 +1,72 @@
+"""The repository stands alone and says what it ships: no outside references, a matching LICENSE, make serve's knobs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tracked_files() -> list[Path]:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout to list the tracked files")
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [ROOT / name for name in out.splitlines()]
+
+
+def test_nothing_cites_a_document_outside_the_repo() -> None:
+    """Item 12: the spec is docs/protocol.md; only the Makefile may name the optional corpus path outside."""
+    offenders = []
+    for path in tracked_files():
+        if path.name == "Makefile" or path == Path(__file__).resolve() or not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        for marker in ("../shared", "DESIGN.md", "DESIGN §"):
+            if marker in text:
+                offenders.append(f"{path.relative_to(ROOT)}: {marker}")
+    assert offenders == []
+
+
+def test_the_license_file_matches_the_package_metadata() -> None:
+    """Item 11."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "Permission is hereby granted, free of charge" in text
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_serve_passes_port_and_host_through() -> None:
+    """Item 5: `make serve PORT=... HOST=...` sets HISTORY_PORT and HISTORY_HOST, and nothing when not given."""
+
+    def dry_run(*args: str) -> str:
+        done = subprocess.run(
+            ["make", "-n", "-W", "pyproject.toml", "-o", ".venv/.installed", "serve", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip().splitlines()[-1]
+
+    assert dry_run("PORT=8123", "HOST=0.0.0.0") == (
+        "HISTORY_HOST='0.0.0.0' HISTORY_PORT='8123' .venv/bin/history-service serve --demo"
+    )
+    assert dry_run() == ".venv/bin/history-service serve --demo"
+
+
+def test_the_readme_examples_use_one_base_url() -> None:
+    """Item 5: a user changes one line, BASE, to point every example at another port."""
+    readme = (ROOT / "README.md").read_text()
+    assert "BASE=http://127.0.0.1:8000" in readme
+    commands = [
+        line
+        for line in readme.splitlines()
+        if line.lstrip().startswith(("curl ", "history-client", ".venv/bin/history-client"))
+    ]
+    assert commands and all("$BASE" in line for line in commands), [c for c in commands if "$BASE" not in c]
