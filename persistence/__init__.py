@@ -5,7 +5,15 @@ Every store implements `HistoryStore` and passes one contract suite.
 
 from __future__ import annotations
 
-from persistence.base import DEFAULT_OWNER, AppendResult, HistoryStore, SessionInfo, SessionKey, SessionSummary
+from persistence.base import (
+    DEFAULT_OWNER,
+    AppendResult,
+    HistoryStore,
+    SessionInfo,
+    SessionKey,
+    SessionSummary,
+    subagent_parent,
+)
 from persistence.errors import (
     CorruptLogError,
     InvalidSessionIdError,
@@ -14,6 +22,7 @@ from persistence.errors import (
     SessionExistsError,
     SessionNotFoundError,
     StoreError,
+    StoreNotFoundError,
 )
 from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
@@ -40,4 +49,6 @@ __all__ = [
     "SessionSummary",
     "SqlStore",
     "StoreError",
+    "StoreNotFoundError",
+    "subagent_parent",
 ]

@@ -24,6 +24,7 @@ import bisect
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import uuid
 from collections import Counter
@@ -88,6 +89,8 @@ from persistence.stored import StoredRecord, prepare_batch
 
 __all__ = ["FORMAT_VERSION", "JsonlStore", "encode_segment"]
 
+logger = logging.getLogger(__name__)
+
 FORMAT_VERSION: Final = 1
 MODES: Final = ("none", "zstd")
 ROOT_MARKER: Final = ".history-store.json"
@@ -142,14 +145,18 @@ class JsonlStore(HistoryStore):
         self._locks: dict[str, anyio.Lock] = {}
 
     @classmethod
-    async def open(cls, root: str | Path, *, compression: str = "none") -> JsonlStore:
-        """Open (creating if needed) a root; a root keeps the compression mode it was created with."""
-        if compression not in MODES:
+    async def open(cls, root: str | Path, *, compression: str | None = None) -> JsonlStore:
+        """Open (creating if needed) a root; a root keeps the compression mode it was created with.
+
+        ``None`` takes the mode the root records (``none`` for a new root); a mode that differs
+        from the recorded one is refused.
+        """
+        if compression is not None and compression not in MODES:
             raise StoreError(f"unknown JSONL compression {compression!r}; expected one of {', '.join(MODES)}")
         return await anyio.to_thread.run_sync(cls._open_sync, Path(root), compression)
 
     @classmethod
-    def _open_sync(cls, root: Path, compression: str) -> JsonlStore:
+    def _open_sync(cls, root: Path, compression: str | None) -> JsonlStore:
         root.mkdir(parents=True, exist_ok=True)
         marker = root / ROOT_MARKER
         if marker.exists():
@@ -161,9 +168,14 @@ class JsonlStore(HistoryStore):
                 raise SchemaVersionError(
                     f"{root} has JSONL store format {found.format}; this build reads {FORMAT_VERSION}"
                 )
-            if found.compression != compression:
-                raise StoreError(f"{root} holds compression={found.compression} logs, not compression={compression}")
+            if compression is not None and found.compression != compression:
+                raise StoreError(
+                    f"{root} holds compression={found.compression} logs, not compression={compression}; "
+                    "leave ?compression out to use the store's own"
+                )
+            compression = found.compression
         else:
+            compression = compression or "none"
             write_atomic(marker, encode(_RootMarker(FORMAT_VERSION, compression)))
         return cls(root, compression)
 
@@ -247,10 +259,20 @@ class JsonlStore(HistoryStore):
                 child_counts[parent] += 1
             elif self._owner(name) == owner and self._named_for(name, header):
                 mine.append(header)
-        return [
-            SessionSummary(header.id, header.createdAt, self._listed_head(header.id), child_counts[header.id])
-            for header in newest_first(mine, limit=limit, before=before)
-        ]
+        listed: list[SessionSummary] = []
+        if limit < 1:
+            return listed
+        for header in newest_first(mine, limit=len(mine), before=before):
+            try:
+                head = self._listed_head(header.id)
+            except StoreError as exc:
+                # One unreadable log must not hide the owner's other sessions; reads of it still fail.
+                logger.error("listing skips session %r: %s", header.id, exc)
+                continue
+            listed.append(SessionSummary(header.id, header.createdAt, head, child_counts[header.id]))
+            if len(listed) == limit:
+                break
+        return listed
 
     def _owner(self, name: str) -> str:
         owner = self._owners.get(name)

@@ -25,6 +25,7 @@ from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 
 __all__ = [
     "INDEX_VERSION",
+    "TAIL_WINDOW",
     "Entry",
     "IndexHead",
     "SessionState",

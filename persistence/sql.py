@@ -240,7 +240,9 @@ class SqlStore(HistoryStore):
                 conn = conn.execution_options(history_write=True)
                 with conn.begin():
                     yield conn
-        except sa.exc.OperationalError as exc:
+        except sa.exc.IntegrityError:
+            raise
+        except sa.exc.DBAPIError as exc:
             raise StoreError(f"store unavailable: {exc.orig}") from exc
 
     @contextmanager
@@ -248,7 +250,7 @@ class SqlStore(HistoryStore):
         try:
             with self._engine.connect() as conn, conn.begin():
                 yield conn
-        except sa.exc.OperationalError as exc:
+        except sa.exc.DBAPIError as exc:
             raise StoreError(f"store unavailable: {exc.orig}") from exc
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:

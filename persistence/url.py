@@ -89,7 +89,7 @@ def _shown(url: str) -> str:
 
 def _sqlite_path(url: str) -> Path | None:
     """The database file of a SQLite URL, or ``None`` for an in-memory database."""
-    rest = url.split("://", 1)[1].split("?", 1)[0]
+    rest = url.split("://", 1)[1].split("?", 1)[0] if "://" in url else ""
     if not rest.startswith("/"):
         raise StoreError(f"{url!r}: a SQLite URL is sqlite:///relative.db or sqlite:////absolute.db")
     database = rest[1:]
@@ -98,7 +98,7 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(database)
 
 
-def _jsonl(url: str) -> tuple[Path, str]:
+def _jsonl(url: str) -> tuple[Path, str | None]:
     parts = urlsplit(url)
     if parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
         raise StoreError(f"{url!r}: a JSONL URL is jsonl:///relative/dir or jsonl:////absolute/dir")
@@ -106,7 +106,7 @@ def _jsonl(url: str) -> tuple[Path, str]:
     unknown = set(options) - {"compression"}
     if unknown:
         raise StoreError(f"unknown JSONL store option(s) {', '.join(sorted(unknown))} in {url!r}")
-    return Path(parts.path[1:]), options.get("compression", ["none"])[-1]
+    return Path(parts.path[1:]), options["compression"][-1] if "compression" in options else None
 
 
 def _check_location(path: Path, create: bool, *, what: str, url: str, shown: Path | None = None) -> None:

@@ -155,7 +155,10 @@ def test_ids_too_long_to_escape_get_a_hashed_name() -> None:
 async def test_root_keeps_its_compression_and_format(tmp_path: Path) -> None:
     await JsonlStore.open(tmp_path, compression="zstd")
     with pytest.raises(StoreError, match="holds compression=zstd logs"):
-        await JsonlStore.open(tmp_path)
+        await JsonlStore.open(tmp_path, compression="none")
+    reopened = await JsonlStore.open(tmp_path)  # no mode given: the root's own
+    await reopened.create_session(SessionHeader(id="z", createdAt=0))
+    assert (tmp_path / "z" / "session.jsonl.zst").exists()
     (tmp_path / ".history-store.json").write_bytes(b'{"format":9,"compression":"zstd"}')
     with pytest.raises(SchemaVersionError, match="format 9"):
         await JsonlStore.open(tmp_path, compression="zstd")
