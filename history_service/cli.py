@@ -1,4 +1,4 @@
-"""The ``history-service`` command line: serve, import, export and page.
+"""The ``history-service`` command line: serve, import, export, list and page.
 
 Every command reads the same settings as ``serve`` (``HISTORY_*`` variables, then flags),
 says on stderr which store it uses, and reports a failure as one line on stderr with a
@@ -10,18 +10,24 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Final, TextIO
+from urllib.parse import urlsplit
 
-import anyio
-
-from codec import CodecError, SessionHeader, check_session_id, encode, read_session_log
-from history_service.pages import PageQuery, build_page
-from history_service.scenarios import TIME_ZERO, multi_turn
+from codec import CodecError, SessionHeader, check_session_id, distribution_version, encode, read_session_log
 from history_service.settings import DEFAULT_STORE, Settings, read_token_file
-from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store
-from persistence.url import describe_url
+
+try:
+    import anyio
+
+    from history_service.pages import PageQuery, build_page
+    from history_service.scenarios import TIME_ZERO, multi_turn
+    from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store, subagent_parent
+    from persistence.url import describe_url
+except ModuleNotFoundError as missing:  # a client-only install: say what to install, not a traceback
+    _MISSING: ModuleNotFoundError | None = missing
+else:
+    _MISSING = None
 
 __all__ = ["main"]
 
@@ -38,13 +44,6 @@ STORE_HELP: Final = (
 
 class CommandError(Exception):
     """A failure the command reports as one line."""
-
-
-def _version() -> str:
-    try:
-        return version("history-transport")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _port(text: str) -> int:
@@ -75,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
             "HISTORY_* variables (HISTORY_STORE, HISTORY_AUTH, ...); flags win."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {distribution_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     server = commands.add_parser(
@@ -131,6 +130,15 @@ def _parser() -> argparse.ArgumentParser:
     exporter.add_argument("--output", "-o", type=Path, help="write to this file (or directory) instead of stdout")
     exporter.add_argument("--with-children", action="store_true", help="also export the subagent descendants")
 
+    lister = commands.add_parser(
+        "list",
+        help="list a principal's sessions, newest first",
+        description="Print one JSON line per session of --owner that is not a subagent child, newest first.",
+    )
+    lister.add_argument("--store", help=STORE_HELP)
+    lister.add_argument("--owner", default=DEFAULT_OWNER, help="whose sessions (default: %(default)s)")
+    lister.add_argument("--limit", type=_seq, metavar="N", help="print at most N sessions (default: all)")
+
     pager = commands.add_parser(
         "page",
         help="print one page as the service would serve it",
@@ -148,11 +156,24 @@ def _parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> Settings:
     try:
         if args.command != "serve":
-            return Settings.from_env(store_url=args.store)
-        tokens = read_token_file(args.token_file) if args.token_file else None
-        return Settings.from_env(store_url=args.store, host=args.host, port=args.port, auth=args.auth, tokens=tokens)
+            settings = Settings.from_env(store_url=args.store)
+        else:
+            tokens, auth = None, args.auth
+            if args.token_file is not None:
+                if auth == "none":
+                    raise CommandError("--token-file needs --auth token; with --auth none no token is checked")
+                try:
+                    tokens = read_token_file(args.token_file)
+                except OSError as exc:
+                    raise CommandError(f"cannot read the token file {args.token_file}: {exc.strerror}") from exc
+                # A token file means tokens are to be checked: never serve open by mistake.
+                auth = "token"
+            settings = Settings.from_env(store_url=args.store, host=args.host, port=args.port, auth=auth, tokens=tokens)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
+    if urlsplit(settings.store_url).scheme == "memory" and args.command != "serve":
+        raise CommandError(f"memory:// keeps nothing between commands; `{args.command}` needs a store on disk")
+    return settings
 
 
 # Import.
@@ -177,19 +198,44 @@ def _logs(paths: Sequence[Path]) -> list[Path]:
     return logs
 
 
-async def _import(store: HistoryStore, paths: Sequence[Path], owner: str, out: TextIO) -> None:
-    for path in _logs(paths):
+async def _import(store: HistoryStore, logs: Sequence[Path], owner: str, out: TextIO, err: TextIO) -> None:
+    for path in logs:
         try:
             log = read_session_log(path.read_bytes())
             check_session_id(log.header.id, where="the header's id")
             if isinstance(log.header.parentSession, str):
                 check_session_id(log.header.parentSession, where="the header's parentSession")
         except CodecError as exc:
-            raise CommandError(f"{path}: {exc}") from exc
+            raise CommandError(f"{path}: {exc}{_hint(path)}") from exc
+        parent = subagent_parent(log.header)
+        if parent is not None:
+            # Recorded logs may hold a child without its parent; say what that means rather than refuse it.
+            try:
+                found = await store.get_session(parent)
+            except StoreError:
+                found = None
+            if found is None or found.owner != owner:
+                print(
+                    f"{PROG}: warning: {path}: the parent {parent!r} of subagent {log.header.id!r} is not in the "
+                    f"store for {owner!r}; the child is read through its parent, so import the parent too",
+                    file=err,
+                )
         await store.create_session(log.header, owner=owner)
         for start in range(0, len(log.events), IMPORT_BATCH):
             await store.append(log.header.id, log.events[start : start + IMPORT_BATCH])
-        print(f"imported {log.header.id} ({len(log.events)} events) from {path}", file=out)
+        count = len(log.events)
+        print(f"imported {log.header.id} ({count} event{'' if count == 1 else 's'}) from {path}", file=out)
+
+
+def _hint(path: Path) -> str:
+    with open(path, "rb") as log:
+        first = log.readline()
+    if first.startswith(b"{") and b'"type":"session"' not in first.replace(b" ", b""):
+        return (
+            " (a log starts with its session header line; history-client export writes events only, "
+            "history-service export writes a log that import reads back)"
+        )
+    return ""
 
 
 # Export.
@@ -228,6 +274,8 @@ async def _export(store: HistoryStore, args: argparse.Namespace, out: TextIO, er
     if args.with_children:
         if args.output is None:
             raise CommandError("--with-children writes a directory: give it with -o DIR")
+        if args.output.exists() and (not args.output.is_dir() or any(args.output.iterdir())):
+            raise CommandError(f"{args.output} exists and is not an empty directory; give a new one")
         await store.get_session(args.session_id)
         args.output.mkdir(parents=True, exist_ok=True)
         sessions = [args.session_id, *await _descendants(store, args.session_id)]
@@ -237,10 +285,29 @@ async def _export(store: HistoryStore, args: argparse.Namespace, out: TextIO, er
                 count = await _write_log(store, session_id, target)
             print(f"exported {session_id} ({count} events) to {args.output / name}", file=err)
     elif args.output is not None:
+        if args.output.is_dir():
+            raise CommandError(f"{args.output} is a directory; give a file, or --with-children to write a directory")
         with open(args.output, "w", encoding="utf-8") as target:
             await _write_log(store, args.session_id, target)
     else:
         await _write_log(store, args.session_id, out)
+
+
+# List.
+
+
+async def _list(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> None:
+    before = None
+    left = args.limit
+    while left is None or left > 0:
+        batch = await store.list_sessions(args.owner, limit=min(500, left or 500), before=before)
+        for summary in batch:
+            row = {"id": summary.id, "createdAt": summary.created_at, "headSeq": summary.head_seq}
+            out.write(encode({**row, "childCount": summary.child_count}).decode() + "\n")
+        if len(batch) < min(500, left or 500):
+            return
+        before = batch[-1].key
+        left = None if left is None else left - len(batch)
 
 
 # Page.
@@ -263,12 +330,16 @@ async def _page(store: HistoryStore, args: argparse.Namespace, settings: Setting
 
 
 async def _run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
+    # The inputs are found before the store is opened, so a typo creates no empty store.
+    logs = _logs(args.paths) if args.command == "import" else []
     store = await open_store(settings.store_url, create=args.command == "import")
     try:
         if args.command == "import":
-            await _import(store, args.paths, args.owner, out)
+            await _import(store, logs, args.owner, out, err)
         elif args.command == "export":
             await _export(store, args, out, err)
+        elif args.command == "list":
+            await _list(store, args, out)
         else:
             await _page(store, args, settings, out)
     finally:
@@ -296,12 +367,16 @@ async def _prepare(settings: Settings, demo: bool) -> int | None:
         await store.close()
 
 
-def _serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> int:
     import uvicorn
 
     from history_service.app import create_app
 
     count = anyio.run(_prepare, settings, args.demo)
+    if settings.auth == "token":
+        print(f"{PROG}: auth token: {len(settings.tokens)} service token(s), and X-Principal on each request", file=err)
+    else:
+        print(f"{PROG}: auth none: every caller is the principal 'local' (for local use only)", file=err)
     if count is not None:
         base = f"http://{settings.host}:{settings.port}"
         session = f"{base}/v1/sessions/{DEMO_SESSION}"
@@ -321,27 +396,37 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         limit_concurrency=settings.limit_concurrency,
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )
+    server = uvicorn.Server(config)
     try:
-        uvicorn.Server(config).run()
+        server.run()
     except KeyboardInterrupt:
         # Ctrl+C is how a user stops the server; uvicorn has already shut down cleanly.
         pass
-    return 0
+    # uvicorn returns normally when the app fails to start (it has logged why).
+    return 0 if server.started else 1
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the command line; returns the exit status."""
     out, err = out or sys.stdout, err or sys.stderr
     args = _parser().parse_args(argv)
+    if _MISSING is not None:
+        print(
+            f"{PROG}: error: the service and its stores need the server extra "
+            f"(pip install 'history-transport[server]'): {_MISSING}",
+            file=err,
+        )
+        return 1
     try:
         settings = _settings(args)
         print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
         if args.command == "serve":
-            return _serve(args, settings, out)
+            return _serve(args, settings, out, err)
         anyio.run(_run, args, settings, out, err)
     except (CommandError, StoreError, OSError) as exc:
         # One line, whatever the driver's message looks like.
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=err)
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        print(f"{PROG}: error: {'; '.join(lines)}", file=err)
         return 1
     return 0
 

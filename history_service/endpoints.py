@@ -144,8 +144,9 @@ async def follow(request: Request) -> Response:
     settings = service.settings
     who = principal(request, settings)
     check_params(request, _FOLLOW_PARAMS)
-    resume = request.headers.get("last-event-id") or request.query_params.get("after")
-    after = integer(resume, "after", -1, MAX_SAFE_INTEGER)
+    header = request.headers.get("last-event-id")
+    name, resume = ("Last-Event-ID", header) if header else ("after", request.query_params.get("after"))
+    after = integer(resume, name, -1, MAX_SAFE_INTEGER)
     max_messages = integer(request.query_params.get("maxMessages"), "maxMessages", 1, 1000) or 50
     info = await service.readable(who, *_address(request))
     session_id = info.header.id

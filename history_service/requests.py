@@ -12,12 +12,16 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Final
+from typing import Final, TypeVar
 
+import anyio.to_thread
 import msgspec
 from starlette.requests import Request
 
 from codec import (
+    DECODE_FAILURES,
+    MAX_SAFE_INTEGER,
+    BatchTooLargeError,
     CodecError,
     ContentEncodingError,
     ContentTooLargeError,
@@ -25,13 +29,13 @@ from codec import (
     InvalidJsonError,
     SessionHeader,
     SessionIdError,
-    array_within,
     check_session_id,
     decode_header,
+    decode_json,
     decode_storage_line,
     decompress,
     expand_records,
-    record_events,
+    split_batch,
     values_within,
 )
 from history_service.errors import ApiError
@@ -45,6 +49,7 @@ __all__ = [
     "integer",
     "list_cursor",
     "parse_events",
+    "parse_json",
     "parse_header",
     "path_session_id",
     "read_json_body",
@@ -53,15 +58,10 @@ __all__ = [
 
 DECODINGS: Final = ("zstd", "br", "gzip")
 _INTEGER: Final = re.compile(r"-?[0-9]{1,16}")
-
-
-class _AppendShell(msgspec.Struct, forbid_unknown_fields=True):
-    events: msgspec.Raw
-
-
-_SHELL: Final = msgspec.json.Decoder(_AppendShell)
-_CURSOR: Final = msgspec.json.Decoder(tuple[int, str])
-_ITEMS: Final = msgspec.json.Decoder(list[msgspec.Raw])
+# Bodies this large, and every coded body, are decoded and measured in a worker thread, so
+# the event loop keeps serving other requests meanwhile.
+_OFF_THE_LOOP: Final = 256 * 1024
+T = TypeVar("T")
 
 
 def _media_type(request: Request) -> str:
@@ -80,13 +80,20 @@ async def read_json_body(request: Request, settings: Settings) -> bytes | bytear
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes")
-    # Kept as the bytearray it arrives in: msgspec and the counts read it in place, without a copy.
     received = bytearray()
     async for chunk in request.stream():
         received += chunk
         if len(received) > limit:
             raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes")
-    body = _decode_coding(received, request.headers.get("content-encoding"), limit)
+    coding = request.headers.get("content-encoding")
+    if coding is None and len(received) < _OFF_THE_LOOP:
+        return _measured(received, coding, settings)
+    return await anyio.to_thread.run_sync(_measured, received, coding, settings)
+
+
+def _measured(received: bytearray, coding: str | None, settings: Settings) -> bytes | bytearray:
+    # The body stays the bytearray it arrived in: the counts and msgspec read it as it is.
+    body = _decode_coding(received, coding, settings.max_body_bytes)
     if not values_within(body, settings.max_body_values):
         raise ApiError(413, "body_too_large", f"the body holds more than {settings.max_body_values} JSON values")
     return body
@@ -112,6 +119,16 @@ def _malformed(exc: CodecError) -> ApiError:
     return ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}")
 
 
+def parse_json(body: bytes | bytearray, decoder: msgspec.json.Decoder[T], *, invalid: str) -> T:
+    """A body decoded as one typed value: 400 ``malformed_json`` if it is not JSON, 422 ``invalid`` if not that type."""
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise ApiError(422, invalid, str(exc)) from exc
+    except DECODE_FAILURES as exc:
+        raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from exc
+
+
 def parse_header(body: bytes | bytearray) -> SessionHeader:
     """A create body's session header; its id and ``parentSession`` must follow the id rule."""
     try:
@@ -132,23 +149,14 @@ def parse_events(body: bytes | bytearray, settings: Settings) -> list[Event]:
     Both counts, items and a row's members, are taken from the bytes before anything is
     decoded into lists or expanded into events.
     """
-    limit = settings.max_batch_events
-    too_many = ApiError(413, "batch_too_large", f"a batch holds at most {limit} logical events")
     try:
-        span = _SHELL.decode(body).events
-        if not array_within(bytes(span), limit):
-            raise too_many
-        items = _ITEMS.decode(span)
-    except msgspec.ValidationError as exc:
-        raise ApiError(422, "invalid_batch", f'expected {{"events": [...]}}: {exc}') from exc
-    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from exc
-    if not items:
-        raise ApiError(422, "invalid_batch", "events must not be empty")
-    lines = [bytes(item) for item in items]
-    del items
-    if sum(map(record_events, lines)) > limit:
-        raise too_many
+        lines = split_batch(body, max_events=settings.max_batch_events)
+    except BatchTooLargeError as exc:
+        raise ApiError(413, "batch_too_large", str(exc)) from exc
+    except InvalidJsonError as exc:
+        raise _malformed(exc) from exc
+    except CodecError as exc:
+        raise ApiError(422, "invalid_batch", str(exc)) from exc
     records = []
     for i, line in enumerate(lines):
         try:
@@ -200,8 +208,18 @@ def list_cursor(value: str | None) -> SessionKey | None:
     """The listing position a ``cursor`` parameter names, or ``None`` for the first page; 400 if it is not ours."""
     if value is None:
         return None
+    forged = ApiError(400, "invalid_parameter", "cursor is not a cursor this service returned")
     try:
-        created_at, session = _CURSOR.decode(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
-    except (binascii.Error, ValueError, msgspec.DecodeError):
-        raise ApiError(400, "invalid_parameter", "cursor is not a cursor this service returned") from None
+        decoded = decode_json(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+    except (binascii.Error, ValueError) as exc:
+        raise forged from exc
+    if not (type(decoded) is list and len(decoded) == 2 and type(decoded[0]) is int and type(decoded[1]) is str):
+        raise forged
+    created_at, session = decoded
+    if abs(created_at) > MAX_SAFE_INTEGER:
+        raise forged
+    try:
+        check_session_id(session)
+    except SessionIdError as exc:
+        raise forged from exc
     return SessionKey(created_at, session)

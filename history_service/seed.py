@@ -19,7 +19,7 @@ from codec import Event, SessionHeader, encode
 from history_service import scenarios
 from history_service.auth import principal
 from history_service.errors import ApiError
-from history_service.requests import parse_events, parse_header, read_json_body, session_id
+from history_service.requests import parse_events, parse_header, parse_json, read_json_body, session_id
 from history_service.service import HistoryService
 
 __all__ = ["SeedRequest", "seed"]
@@ -34,6 +34,9 @@ class SeedRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     turns: int = 5
     header: dict[str, Any] | None = None
     events: list[msgspec.Raw] | None = None
+
+
+_SEED_REQUEST: Final = msgspec.json.Decoder(SeedRequest)
 
 
 def _header(session_id: str, **extra: Any) -> SessionHeader:
@@ -77,13 +80,7 @@ def _plan(request: SeedRequest, service: HistoryService) -> list[tuple[SessionHe
 async def seed(request: Request) -> Response:
     service: HistoryService = request.state.service
     who = principal(request, service.settings)
-    body = await read_json_body(request, service.settings)
-    try:
-        plan = msgspec.json.decode(body, type=SeedRequest)
-    except msgspec.ValidationError as exc:
-        raise ApiError(422, "invalid_seed", str(exc)) from exc
-    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from exc
+    plan = parse_json(await read_json_body(request, service.settings), _SEED_REQUEST, invalid="invalid_seed")
     written = []
     for header, events in _plan(plan, service):
         session_id(header.id, where="id")

@@ -32,9 +32,10 @@ from persistence import (
     SessionNotFoundError,
     SessionSummary,
     StoreError,
+    subagent_parent,
 )
 
-__all__ = ["HistoryService", "ServedPage"]
+__all__ = ["HistoryService", "ServedPage", "unavailable"]
 
 logger = logging.getLogger(__name__)
 
@@ -107,18 +108,19 @@ class HistoryService:
         """The session a page or follow address names, if the caller may read it."""
         info = await self._owned(principal, session_id)
         if child is None:
-            if info.header.origin == "subagent" and isinstance(info.header.parentSession, str):
+            parent = subagent_parent(info.header)
+            if parent is not None:
                 raise ApiError(
                     403,
                     "subagent_child",
                     f"session {session_id!r} is a subagent child; read it through "
-                    f"/v1/sessions/{info.header.parentSession}/subagents/{session_id}",
+                    f"/v1/sessions/{parent}/subagents/{session_id}",
                 )
             return info
         target = await self._session(child)
         if target is None:
             raise _not_found(child)
-        if target.header.origin == "subagent" and target.header.parentSession == session_id:
+        if subagent_parent(target.header) == session_id:
             return target
         if target.owner == principal:
             raise ApiError(
@@ -134,13 +136,14 @@ class HistoryService:
             raise unavailable(exc, "listing sessions") from exc
 
     async def create(self, principal: str, header: SessionHeader) -> SessionInfo:
-        if header.origin == "subagent" and isinstance(header.parentSession, str):
+        parent = subagent_parent(header)
+        if parent is not None:
             try:
-                await self._owned(principal, header.parentSession)
+                await self._owned(principal, parent)
             except ApiError as exc:
                 if exc.status != 404:
                     raise
-                raise ApiError(422, "invalid_parent", f"no session {header.parentSession!r} to be the parent") from None
+                raise ApiError(422, "invalid_parent", f"no session {parent!r} to be the parent") from None
         try:
             return await self.store.create_session(header, owner=principal)
         except SessionExistsError as exc:

@@ -125,10 +125,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         try:
             return msgspec.convert(values, cls)
         except msgspec.ValidationError as exc:
-            field = str(exc).rpartition("$.")[2].rstrip("`")
-            names = [variable for variable, (name, _) in table.items() if name == field]
-            where = f" ({names[0]})" if names and names[0] in environ and field not in overrides else ""
-            raise ValueError(f"invalid setting{where}: {exc}") from exc
+            # Name the variable when one alone is at fault: every field has a default, so each converts alone.
+            for variable, (name, _) in table.items():
+                if variable in environ and name in values and overrides.get(name) is None:
+                    try:
+                        msgspec.convert({name: values[name]}, cls)
+                    except (msgspec.ValidationError, ValueError):
+                        raise ValueError(f"invalid setting ({variable}): {exc}") from exc
+            raise ValueError(f"invalid setting: {exc}") from exc
 
 
 def read_token_file(path: Path) -> tuple[str, ...]:

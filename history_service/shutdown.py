@@ -24,35 +24,40 @@ STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 class Shutdown:
-    """A one-way switch; `trigger` is safe to call from a signal handler or from any thread."""
+    """A one-way switch; `trigger` is safe to call from a signal handler or from any thread.
+
+    `trigger` takes no lock: a signal may arrive while the same thread is inside
+    `listening`, and a lock there would deadlock. Listeners are an immutable tuple, replaced
+    whole, and a listener that joins while it triggers is called by `listening` itself.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._listeners: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
+        self._listeners: tuple[tuple[asyncio.AbstractEventLoop, Callable[[], None]], ...] = ()
         self.triggered = False
 
     def trigger(self) -> None:
-        with self._lock:
-            self.triggered = True
-            listeners = list(self._listeners)
-        for loop, callback in listeners:
+        self.triggered = True
+        for loop, callback in self._listeners:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(callback)
 
     @contextmanager
     def listening(self, callback: Callable[[], None]) -> Iterator[None]:
-        """Call ``callback`` on the running loop when triggered (at once if already triggered), while inside."""
+        """Call ``callback`` on the running loop when triggered (at once if already triggered), while inside.
+
+        The callback may run twice when a trigger races with joining; it must be idempotent.
+        """
         entry = (asyncio.get_running_loop(), callback)
         with self._lock:
-            self._listeners.append(entry)
-            triggered = self.triggered
-        if triggered:
+            self._listeners = (*self._listeners, entry)
+        if self.triggered:
             entry[0].call_soon(callback)
         try:
             yield
         finally:
             with self._lock:
-                self._listeners.remove(entry)
+                self._listeners = tuple(listener for listener in self._listeners if listener is not entry)
 
 
 @contextmanager

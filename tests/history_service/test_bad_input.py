@@ -416,3 +416,11 @@ def test_the_seeder_loads_with_its_flag() -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+async def test_invalid_utf8_in_a_seed_body_is_malformed_json() -> None:
+    """F3 on the seeder too."""
+    async with serving(create_app(Settings(enable_test_seed=True), store=MemoryStore())) as client:
+        body = b'{"scenario":"multi-turn","sessionId":"' + INVALID_UTF8 + b'"}'
+        response = await client.post("/v1/test-only/seed", content=body, headers=JSON)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "malformed_json"

@@ -90,21 +90,55 @@ def test_errors_are_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert capsys.readouterr().err.splitlines()[1:] == [
         f"history-service: error: {tmp_path / 'nope.jsonl'}: no such file or directory"
     ]
+    assert not (tmp_path / "h.db").exists(), "a failed import must not leave an empty store behind"
+    assert run("import", "--store", url, str(GOLDEN / "edges.events.jsonl"))[0] == 0
+    assert "warning: " in capsys.readouterr().err  # its parent is not in the store
     assert run("export", "--store", url, "missing")[0] == 1
     assert capsys.readouterr().err.splitlines()[1:] == ["history-service: error: unknown session 'missing'"]
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"type":"session","id":"b","createdAt":0}\n{"type":"x"}\n')
     assert run("import", "--store", url, str(bad))[0] == 1
     assert "bad.jsonl: line 2: object missing required field `data`" in capsys.readouterr().err
+    headless = tmp_path / "events.jsonl"
+    headless.write_bytes(b'{"type":"turn/start","seq":0,"time":0,"data":{}}\n')
+    assert run("import", "--store", url, str(headless))[0] == 1
+    assert "history-client export writes events only" in capsys.readouterr().err
     unsafe = tmp_path / "unsafe.jsonl"
     unsafe.write_bytes(b'{"type":"session","id":"../up","createdAt":0}\n')
     assert run("import", "--store", url, str(unsafe))[0] == 1
     assert "unsafe.jsonl: the header's id '../up' is not a session id" in capsys.readouterr().err
     assert run("import", "--store", "ftp://x", str(bad))[0] == 1
     assert "unsupported store URL" in capsys.readouterr().err
-    assert run("import", "--store", url, str(GOLDEN / "edges.events.jsonl"))[0] == 0
     assert run("import", "--store", url, str(GOLDEN / "edges.events.jsonl"))[0] == 1
     assert "session 'edges' already exists" in capsys.readouterr().err
+    assert run("import", "--store", "memory://", str(GOLDEN / "edges.events.jsonl"))[0] == 1
+    assert "memory:// keeps nothing between commands" in capsys.readouterr().err
+    assert run("export", "--store", url, "edges", "-o", str(tmp_path))[0] == 1
+    assert "is a directory; give a file, or --with-children" in capsys.readouterr().err
+    assert run("export", "--store", url, "edges", "--with-children", "-o", str(tmp_path))[0] == 1
+    assert "exists and is not an empty directory" in capsys.readouterr().err
+
+
+def test_a_token_file_turns_token_auth_on_and_a_missing_one_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("serve", "--token-file", str(tmp_path / "nope"))[0] == 1
+    assert f"cannot read the token file {tmp_path / 'nope'}" in capsys.readouterr().err
+    (tmp_path / "tokens").write_text("t1\n")
+    assert run("serve", "--auth", "none", "--token-file", str(tmp_path / "tokens"))[0] == 1
+    assert "--token-file needs --auth token" in capsys.readouterr().err
+
+
+def test_list_prints_the_owners_sessions_newest_first(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    logs = [GOLDEN / f"{name}.events.jsonl" for name in ("text-turn", "edges", "tool-calls")]
+    assert run("import", "--store", url, *map(str, logs))[0] == 0
+    status, out = run("list", "--store", url)
+    listed = [json.loads(line) for line in out.splitlines()]
+    assert status == 0 and sorted(s["id"] for s in listed) == ["text-turn", "tool-calls"]  # edges is a child
+    assert [s["createdAt"] for s in listed] == sorted((s["createdAt"] for s in listed), reverse=True)
+    assert len(run("list", "--store", url, "--limit", "1")[1].splitlines()) == 1
+    assert run("list", "--store", url, "--owner", "nobody")[1] == ""
 
 
 BAD_URLS = {

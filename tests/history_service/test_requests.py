@@ -104,7 +104,9 @@ def test_a_listing_cursor_round_trips_and_a_forged_one_is_refused() -> None:
     key = SessionKey(1_700_000_000_000, "{{sessionId}}.child-1")
     assert list_cursor(cursor_for(key)) == key
     assert list_cursor(None) is None
-    for forged in ["", "!!", "W10", "WyJhIiwiYiJd", cursor_for(key)[:-3]]:
+    huge = cursor_for(SessionKey(2**63 + 5, "s"))
+    nul = cursor_for(SessionKey(0, "a\x00b"))
+    for forged in ["", "!!", "W10", "WyJhIiwiYiJd", cursor_for(key)[:-3], huge, nul, cursor_for(SessionKey(0, ".."))]:
         with pytest.raises(ApiError) as refused:
             list_cursor(forged)
         assert refused.value.status == 400 and refused.value.code == "invalid_parameter"

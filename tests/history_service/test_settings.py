@@ -34,7 +34,9 @@ def test_defaults_and_environment() -> None:
     ("environ", "message"),
     [
         ({"HISTORY_AUTH": "token"}, "needs at least one service token"),
-        ({"HISTORY_AUTH": "basic"}, "invalid setting"),
+        ({"HISTORY_AUTH": "basic"}, r"invalid setting \(HISTORY_AUTH\)"),
+        ({"HISTORY_PORT": "99999"}, r"invalid setting \(HISTORY_PORT\): port must be from 1 to 65535"),
+        ({"HISTORY_HTTP": "h2"}, r"invalid setting \(HISTORY_HTTP\)"),
         ({"HISTORY_MAX_BODY_BYTES": "lots"}, "is not a valid int"),
         ({"HISTORY_MAX_BODY_BYTES": "0"}, "max_body_bytes must be positive"),
         ({"HISTORY_PING_INTERVAL": "-1"}, "ping_interval must be positive"),
@@ -49,3 +51,8 @@ def test_token_file_ignores_blanks_and_comments(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
     path.write_text("# gateway\nalpha\n\n  beta  \n")
     assert read_token_file(path) == ("alpha", "beta")
+
+
+def test_a_bad_variable_is_named_even_when_flags_are_passed_as_none() -> None:
+    with pytest.raises(ValueError, match=r"\(HISTORY_MAX_BODY_BYTES\)"):
+        Settings.from_env({"HISTORY_MAX_BODY_BYTES": "-5"}, port=None, host=None)
