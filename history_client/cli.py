@@ -6,11 +6,10 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Final, TextIO
 
-from codec import Event, encode, encode_lines
+from codec import Event, SessionIdError, distribution_version, encode, encode_lines
 from history_client.client import HistoryClient
 from history_client.errors import ClientError
 from history_client.follow import (
@@ -36,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
             "event per line. Credentials: --token-file or HISTORY_TOKEN, and --principal or HISTORY_PRINCIPAL."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {distribution_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -101,13 +100,6 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--after", type=int, default=-1, metavar="N", help="only events after seq N")
     export.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser
-
-
-def _version() -> str:
-    try:
-        return version("history-transport")
-    except PackageNotFoundError:
-        return "(not installed)"
 
 
 def _count(text: str) -> int:
@@ -217,7 +209,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
                 count = _write_events(history, out, progress)
                 if progress is not None:
                     print(f"history-client: exported {count:,} events", file=progress)
-    except ClientError as exc:
+    except (ClientError, SessionIdError) as exc:
         print(f"history-client: {exc}", file=err)
         return 1
     except KeyboardInterrupt:

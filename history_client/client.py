@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from codec import CodecError, Event, SessionHeader, decode_json, encode
+from codec import CodecError, Event, SessionHeader, check_session_id, decode_json, encode
 from history_client.errors import ClientError, ProtocolError, ServiceError, TransportError, describe
 from history_client.follow import (
     Backoff,
@@ -48,6 +48,10 @@ class _Requests:
 
     @staticmethod
     def path(session: str, child: str | None, leaf: str) -> str:
+        """The address of a session (or a child of it); an id the service could never accept is a `SessionIdError`."""
+        check_session_id(session)
+        if child is not None:
+            check_session_id(child, where="child id")
         base = f"/v1/sessions/{quote(session, safe='')}"
         if child is not None:
             base += f"/subagents/{quote(child, safe='')}"

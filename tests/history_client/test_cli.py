@@ -167,3 +167,8 @@ def test_follow_reports_losing_its_server_and_reconnecting(tmp_path: Path) -> No
         assert line.startswith(f"history-client: connection failed (attempt {attempt}): ConnectError: "), lines
     failures = len(lines) - 1
     assert lines[-1] == f"history-client: reconnected after {failures} failed attempt{'s' * (failures > 1)}", lines
+
+
+def test_an_id_the_service_could_never_accept_is_refused_before_any_request(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["page", "http://127.0.0.1:9", "a/b"]) == 1
+    assert capsys.readouterr().err.startswith("history-client: session id 'a/b' is not a session id")

@@ -8,7 +8,7 @@ import anyio
 import httpx
 import pytest
 
-from codec import Event, SessionHeader, encode
+from codec import Event, SessionHeader, SessionIdError, encode
 from history_client import (
     AsyncHistoryClient,
     HistoryClient,
@@ -35,9 +35,11 @@ def test_page_sends_parameters_credentials_and_child_address():
     seen: list[httpx.Request] = []
     transport = httpx.MockTransport(page_handler(seen))
     with HistoryClient("http://test", token="t0k", principal="ann", transport=transport, max_messages=7) as client:
-        page = client.page("a/b", child="c d", through=59, max_bytes=1000)
+        page = client.page("{{s}}", child="c@d:e", through=59, max_bytes=1000)
     request = seen[0]
-    assert request.url.raw_path == b"/v1/sessions/a%2Fb/subagents/c%20d/page?through=59&maxMessages=7&maxBytes=1000"
+    assert request.url.raw_path == (
+        b"/v1/sessions/%7B%7Bs%7D%7D/subagents/c%40d%3Ae/page?through=59&maxMessages=7&maxBytes=1000"
+    )
     assert request.headers["authorization"] == "Bearer t0k"
     assert request.headers["x-principal"] == "ann"
     assert list(page.events()) == LOG[20:60]
@@ -159,3 +161,12 @@ def test_a_broken_page_from_the_service_raises_before_any_event(name: str) -> No
                 await client.page("s", through=59)
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize(("session", "child"), [("a/b", None), ("s", "c d"), ("..", None)])
+def test_an_id_outside_the_rule_is_refused_before_any_request(session, child):
+    seen: list[httpx.Request] = []
+    with HistoryClient("http://test", transport=httpx.MockTransport(page_handler(seen))) as client:
+        with pytest.raises(SessionIdError):
+            client.page(session, child=child)
+    assert seen == []
