@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tomllib
@@ -45,13 +46,10 @@ def test_make_serve_passes_port_and_host_through() -> None:
     """Item 5: `make serve PORT=... HOST=...` sets HISTORY_PORT and HISTORY_HOST, and nothing when not given."""
 
     def dry_run(*args: str) -> str:
-        done = subprocess.run(
-            ["make", "-n", "-W", "pyproject.toml", "-o", ".venv/.installed", "serve", *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        # Run as a fresh make even under `make test`: no inherited flags, no directory banners.
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+        command = ["make", "--no-print-directory", "-n", "-o", ".venv/.installed", "serve", *args]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True, env=env)
         return done.stdout.strip().splitlines()[-1]
 
     assert dry_run("PORT=8123", "HOST=0.0.0.0") == (
