@@ -120,6 +120,15 @@ def index_frame(entry: Entry) -> bytes:
     return _FRAME_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
+def _head(line: bytes) -> IndexHead | None:
+    """The index's head line, if this build reads its version."""
+    try:
+        head = _HEAD.decode(line)
+    except msgspec.DecodeError:
+        return None
+    return head if head.version == INDEX_VERSION else None
+
+
 def read_index(path: Path) -> tuple[IndexHead, list[Entry], list[int]] | None:
     """The index head, its complete entries and where each ends; ``None`` if it must be rebuilt."""
     try:
@@ -127,13 +136,8 @@ def read_index(path: Path) -> tuple[IndexHead, list[Entry], list[int]] | None:
     except FileNotFoundError:
         return None
     head_line, newline, _ = data.partition(b"\n")
-    if not newline:
-        return None
-    try:
-        head = _HEAD.decode(head_line)
-    except msgspec.DecodeError:
-        return None
-    if head.version != INDEX_VERSION:
+    head = _head(head_line) if newline else None
+    if head is None:
         return None
     entries, ends = [], []
     position = len(head_line) + 1
@@ -171,13 +175,8 @@ def read_last_entry(path: Path) -> tuple[IndexHead, Entry | None, int] | None:
     try:
         size = os.fstat(fd).st_size
         head_line, newline, _ = os.pread(fd, min(size, 4096), 0).partition(b"\n")
-        if not newline:
-            return None
-        try:
-            head = _HEAD.decode(head_line)
-        except msgspec.DecodeError:
-            return None
-        if head.version != INDEX_VERSION:
+        head = _head(head_line) if newline else None
+        if head is None:
             return None
         first = len(head_line) + 1
         if size == first:
