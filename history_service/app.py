@@ -56,7 +56,7 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdow
         service = HistoryService(settings, opened)
         try:
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(service.hub.ticker)
+                await tasks.start(service.hub.run)
                 with stopping.listening(service.hub.close), on_signals(stopping) if shutdown is None else nullcontext():
                     try:
                         yield {"service": service}
@@ -69,6 +69,7 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdow
 
     routes = [
         Route("/healthz", endpoints.healthz, methods=["GET"]),
+        Route("/readyz", endpoints.readyz, methods=["GET"]),
         Route("/v1/sessions", endpoints.create_session, methods=["POST"]),
         Route("/v1/sessions", endpoints.list_sessions, methods=["GET"]),
         Route("/v1/sessions/{session_id}", endpoints.get_session, methods=["GET"]),

@@ -8,10 +8,11 @@ non-zero exit. Only ``serve`` and ``import`` may create a store.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
 from codec import CodecError, SessionHeader, check_session_id, distribution_version, encode, read_session_log
@@ -35,6 +36,8 @@ IMPORT_BATCH: Final = 8192
 EXPORT_WINDOW: Final = 10_000
 DEMO_SESSION: Final = "demo"
 PROG: Final = "history-service"
+# Stores that tell every process of the others' appends (their HeadListener), so several workers may share one.
+_SHARED_STORES: Final = frozenset({"postgresql", "postgres", "postgresql+psycopg"})
 
 STORE_HELP: Final = (
     f"store URL (default: $HISTORY_STORE, else {DEFAULT_STORE}): sqlite:///relative.db or sqlite:////absolute.db, "
@@ -54,6 +57,16 @@ def _port(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port: use 1-65535")
     return port
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
+    return value
 
 
 def _seq(text: str) -> int:
@@ -98,6 +111,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     server.add_argument(
         "--token-file", type=Path, help="file of accepted service tokens, one per line (or HISTORY_SERVICE_TOKENS)"
+    )
+    server.add_argument(
+        "--workers",
+        type=_count,
+        help="server processes (default: $HISTORY_WORKERS, else 1); more than one needs a PostgreSQL store",
     )
     server.add_argument("--demo", action="store_true", help="seed a demo session (if missing) and print its URLs")
 
@@ -168,7 +186,9 @@ def _settings(args: argparse.Namespace) -> Settings:
                     raise CommandError(f"cannot read the token file {args.token_file}: {exc.strerror}") from exc
                 # A token file means tokens are to be checked: never serve open by mistake.
                 auth = "token"
-            settings = Settings.from_env(store_url=args.store, host=args.host, port=args.port, auth=auth, tokens=tokens)
+            settings = Settings.from_env(
+                store_url=args.store, host=args.host, port=args.port, auth=auth, tokens=tokens, workers=args.workers
+            )
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
     if urlsplit(settings.store_url).scheme == "memory" and args.command != "serve":
@@ -372,6 +392,11 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
 
     from history_service.app import create_app
 
+    if settings.workers > 1 and urlsplit(settings.store_url).scheme.lower() not in _SHARED_STORES:
+        raise CommandError(
+            f"--workers {settings.workers} needs a PostgreSQL store: with {settings.store_url.split(':')[0]}, "
+            "followers in one worker would never hear of appends made through another; run one worker"
+        )
     count = anyio.run(_prepare, settings, args.demo)
     if settings.auth == "token":
         print(f"{PROG}: auth token: {len(settings.tokens)} service token(s), and X-Principal on each request", file=err)
@@ -385,18 +410,22 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
         print(f"  follow: curl -N {session}/follow", file=out)
         print(f"  client: .venv/bin/history-client follow {base} {DEMO_SESSION}", file=out)
         out.flush()
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        lifespan="on",
-        http=settings.http,
-        timeout_graceful_shutdown=5,
-        timeout_keep_alive=settings.timeout_keep_alive,
-        limit_concurrency=settings.limit_concurrency,
-        h11_max_incomplete_event_size=settings.max_header_bytes,
-    )
-    server = uvicorn.Server(config)
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "lifespan": "on",
+        "http": settings.http,
+        "timeout_graceful_shutdown": 5,
+        "timeout_keep_alive": settings.timeout_keep_alive,
+        "limit_concurrency": settings.limit_concurrency,
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+    }
+    if settings.workers > 1:
+        # Each worker builds its own app from the settings resolved here.
+        os.environ.update(settings.for_workers())
+        uvicorn.run("history_service.app:app_factory", factory=True, workers=settings.workers, **options)
+        return 0
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), **options))
     try:
         server.run()
     except KeyboardInterrupt:

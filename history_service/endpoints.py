@@ -12,7 +12,6 @@ from starlette.responses import Response, StreamingResponse
 from codec import CODINGS, MAX_SAFE_INTEGER, choose_encoding, encode
 from history_service.auth import principal
 from history_service.errors import ApiError
-from history_service.follow import follow_stream, sse_frame
 from history_service.pages import PageQuery
 from history_service.requests import (
     check_params,
@@ -26,7 +25,16 @@ from history_service.requests import (
 )
 from history_service.service import HistoryService
 
-__all__ = ["append_events", "create_session", "follow", "get_session", "healthz", "list_sessions", "page"]
+__all__ = [
+    "append_events",
+    "create_session",
+    "follow",
+    "get_session",
+    "healthz",
+    "list_sessions",
+    "page",
+    "readyz",
+]
 
 _PAGE_PARAMS: Final = frozenset({"through", "before", "maxMessages", "maxBytes", "expand"})
 _FOLLOW_PARAMS: Final = frozenset({"after", "maxMessages"})
@@ -54,6 +62,14 @@ def _json(value: object, status: int = 200) -> Response:
 
 async def healthz(request: Request) -> Response:
     return _json({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    # Ready while follow can see every append: in-process, or listening for other processes' notices.
+    notifier = _service(request).hub.notifier
+    if notifier in ("in-process", "listening"):
+        return _json({"status": "ready", "notifier": notifier})
+    return _json({"status": "not_ready", "notifier": notifier}, 503)
 
 
 async def list_sessions(request: Request) -> Response:
@@ -149,41 +165,7 @@ async def follow(request: Request) -> Response:
     after = integer(resume, name, -1, MAX_SAFE_INTEGER)
     max_messages = integer(request.query_params.get("maxMessages"), "maxMessages", 1, 1000) or 50
     info = await service.readable(who, *_address(request))
-    session_id = info.header.id
-    channel = service.hub.channel(session_id)
-    channel.followers += 1
-    # Subscribed before the head is read: every later seq reaches this follower.
-    try:
-        info = await service.current(session_id)
-        opening = b"retry: %d\n\n" % settings.retry_ms
-        if after is None:
-            query = PageQuery(
-                through=info.head_seq, before=None, max_messages=max_messages, max_bytes=settings.default_max_bytes
-            )
-            snapshot = service.snapshot(info, (await service.page(info, query)).body)
-            opening += sse_frame("snapshot", snapshot, event_id=info.head_seq)
-            next_seq = info.head_seq + 1
-        elif after > info.head_seq:
-            channel.followers -= 1
-            service.hub.release(session_id)
-            error = encode({"code": "cursor_ahead", "headSeq": info.head_seq})
-            return _sse_response(iter([opening + sse_frame("error", error)]))
-        else:
-            next_seq = after + 1
-    except BaseException:
-        channel.followers -= 1
-        service.hub.release(session_id)
-        raise
-    stream = follow_stream(
-        service.hub,
-        service.store,
-        session_id,
-        channel,
-        opening=opening,
-        next_seq=next_seq,
-        head=info.head_seq,
-    )
-    return _sse_response(stream)
+    return _sse_response(service.follow(info.header.id, after=after, max_messages=max_messages))
 
 
 def _sse_response(content: object) -> Response:

@@ -1,34 +1,44 @@
-"""``session.follow`` (docs/protocol.md §5): live SSE with exact resume.
+"""``session.follow`` (docs/protocol.md §5): live SSE with exact resume, in every process of a deployment.
 
-The append path publishes each durable event to its session's `Channel` as a ready SSE
-frame. A channel keeps the most recent frames in a bounded buffer shared by all its
-followers, and wakes them with an event, not by polling. A follower sends everything it
-is due in one write. A fixed cost per write dominates under fan-out, so while a channel
-publishes faster than every quarter ``coalesce`` interval, each follower writes at most once
-per interval, carrying everything published meanwhile; at lower rates nothing waits. If a
-follower has fallen behind the buffer (a slow or stalled consumer), it
-catches up from the store instead. So no follower blocks the appender or another
-follower, and none loses an event or is disconnected for being slow.
+A session's followers in one process share a `Channel`: the most recent frames, seq
+contiguous, in a bounded buffer, and a wake-up. Frames reach a channel two ways:
 
-Only appends made through this process are published here. Cross-process wake-up
-(PostgreSQL LISTEN/NOTIFY) plugs into `Hub.publish`; a channel already resynchronizes
-from the store when it sees a seq that does not continue its buffer.
+* an append through this process publishes its events once they are durable;
+* a head notice (the store's `HeadListener`: PostgreSQL NOTIFY, from any process) makes the
+  channel read the new events from the store, once for all its followers.
+
+So a follower never gets a frame that exists only in another process's memory. A follower
+that has fallen behind the buffer, or joined before what it holds, catches up from the
+store itself. Every seq after the cut reaches every follower once, in order, whichever
+process appended it, and no follower blocks the appender or another follower.
+
+A follower writes everything it is due in one write. A fixed cost per write dominates under
+fan-out, so while a channel publishes faster than every quarter ``coalesce`` interval, each
+follower writes at most once per interval, carrying everything published meanwhile.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Final
 
 import anyio
+import anyio.abc
 
 from codec import Event, encode
-from persistence import HistoryStore
+from persistence import HistoryStore, SessionInfo, StoreError
+from persistence.notify import HeadListener
 
-__all__ = ["CATCH_UP_WINDOW", "Channel", "Hub", "event_frame", "follow_stream", "sse_frame"]
+__all__ = ["CATCH_UP_WINDOW", "Channel", "Hub", "Subscription", "event_frame", "sse_frame"]
+
+logger = logging.getLogger(__name__)
 
 CATCH_UP_WINDOW: Final = 2000
+
+Snapshot = Callable[[SessionInfo], Awaitable[bytes]]
 
 
 def sse_frame(event: str, data: bytes, *, event_id: int | None = None) -> bytes:
@@ -42,13 +52,16 @@ def event_frame(event: Event) -> bytes:
 
 
 class Channel:
-    """The recent frames of one session, seq-contiguous, and a wake-up for its followers."""
+    """The recent frames of one session, seq contiguous, the newest head heard of, and a wake-up."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._frames: list[bytes] = []
         self.first_seq = 0
         self.followers = 0
+        self.anchored = False
+        self.known_head = -1
+        self.fetching = False
         self._wake = anyio.Event()
         self._last_publish = 0.0
         self.interval = 1.0  # moving average of seconds between publishes
@@ -57,16 +70,31 @@ class Channel:
     def next_seq(self) -> int:
         return self.first_seq + len(self._frames)
 
+    def anchor(self, head: int) -> None:
+        """Learn the durable head from the store; an empty buffer starts right after it."""
+        if not self.anchored:
+            self.anchored = True
+            if not self._frames:
+                self.first_seq = head + 1
+        self.known_head = max(self.known_head, head)
+
     def publish(self, first_seq: int, frames: Sequence[bytes]) -> None:
+        """Add the frames of durable events ``first_seq ..``; what the buffer already holds is skipped."""
         now = time.monotonic()
         if self._last_publish:
             self.interval = 0.8 * self.interval + 0.2 * (now - self._last_publish)
         self._last_publish = now
-        if first_seq != self.next_seq:
-            # A seq this buffer did not see (another writer): start over; followers catch up from the store.
+        if first_seq < self.next_seq:
+            frames = frames[self.next_seq - first_seq :]
+            first_seq = self.next_seq
+        elif first_seq > self.next_seq:
+            # Seqs this buffer never saw: start over there; followers behind it read the store.
             self._frames = []
             self.first_seq = first_seq
+        if not frames:
+            return
         self._frames.extend(frames)
+        self.known_head = max(self.known_head, self.next_seq - 1)
         if len(self._frames) > 2 * self._capacity:
             drop = len(self._frames) - self._capacity
             del self._frames[:drop]
@@ -89,36 +117,132 @@ class Channel:
 
 
 class Hub:
-    """All channels of the process, created on first follower or publish, and the shutdown signal."""
+    """Every channel of the process, the store reads that feed them, and the shutdown signal.
 
-    def __init__(self, capacity: int, *, ping_interval: float, coalesce: float = 0.0) -> None:
+    `run` must be running (the app's lifespan starts it) for pings, head notices and the
+    channel reads they cause.
+    """
+
+    def __init__(self, store: HistoryStore, capacity: int, *, ping_interval: float, coalesce: float = 0.0) -> None:
+        self.store = store
         self._capacity = capacity
         self._channels: dict[str, Channel] = {}
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._listener: HeadListener | None = store.listener()
         self.closing = anyio.Event()
         self.ping_interval = ping_interval
         self.coalesce = coalesce
 
-    async def ticker(self) -> None:
-        """Wake every channel once per ping interval, so idle streams can ping without per-wait timers."""
-        while not self.closing.is_set():
+    @property
+    def followed(self) -> int:
+        """How many sessions have channels: those with followers, or a store read in flight."""
+        return len(self._channels)
+
+    @property
+    def notifier(self) -> str:
+        """``in-process`` when only this process appends; else the listener's state."""
+        return "in-process" if self._listener is None else self._listener.state
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Ping idle streams, listen for head notices and read what they announce, until `close`."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            tasks.start_soon(self._ticker)
+            if self._listener is not None:
+                tasks.start_soon(self._listener.run, self.advanced, self.resync)
+            task_status.started()
+            await self.closing.wait()
+            tasks.cancel_scope.cancel()
+        self._tasks = None
+
+    async def _ticker(self) -> None:
+        # One timer for every channel, instead of one per waiting follower.
+        while True:
             await anyio.sleep(self.ping_interval)
             for channel in list(self._channels.values()):
                 channel.wake()
 
-    def channel(self, session_id: str) -> Channel:
-        channel = self._channels.get(session_id)
-        if channel is None:
-            channel = self._channels[session_id] = Channel(self._capacity)
-        return channel
-
     def publish(self, session_id: str, events: Sequence[Event]) -> None:
+        """Frames for durable events appended through this process."""
         channel = self._channels.get(session_id)
         if channel is not None and events:
             channel.publish(events[0].seq, [event_frame(e) for e in events])
 
-    def release(self, session_id: str) -> None:
+    def advanced(self, session_id: str, head: int) -> None:
+        """A head notice: ``session_id`` has durable events up to ``head`` (appended by any process)."""
         channel = self._channels.get(session_id)
-        if channel is not None and channel.followers == 0:
+        if channel is None or not channel.anchored:
+            return
+        channel.known_head = max(channel.known_head, head)
+        if channel.known_head >= channel.next_seq:
+            self._fetch(session_id, channel)
+        channel.wake()
+
+    async def resync(self) -> None:
+        """Re-read the head of every followed session, after notices may have been lost."""
+        for session_id, channel in list(self._channels.items()):
+            if channel.followers and channel.anchored:
+                try:
+                    self.advanced(session_id, await self.store.head_seq(session_id))
+                except StoreError as exc:
+                    logger.warning("cannot re-read the head of %r: %s", session_id, exc)
+
+    def _fetch(self, session_id: str, channel: Channel) -> None:
+        if channel.fetching or self._tasks is None:
+            return
+        channel.fetching = True
+        self._tasks.start_soon(self._read_into, session_id, channel)
+
+    async def _read_into(self, session_id: str, channel: Channel) -> None:
+        # One store read per channel, not per follower; a notice that lands meanwhile extends the loop.
+        try:
+            while channel.known_head >= channel.next_seq and not self.closing.is_set():
+                upper = min(channel.known_head + 1, channel.next_seq + CATCH_UP_WINDOW)
+                events = await self.store.read_events(session_id, channel.next_seq, upper)
+                if not events:
+                    break
+                channel.publish(events[0].seq, [event_frame(e) for e in events])
+        except StoreError as exc:
+            logger.warning("cannot read new events of %r: %s", session_id, exc)
+        finally:
+            channel.fetching = False
+            channel.wake()
+            self._release(session_id, channel)
+
+    @asynccontextmanager
+    async def subscribe(
+        self, session_id: str, *, after: int | None, snapshot: Snapshot, retry_ms: int
+    ) -> AsyncIterator[Subscription]:
+        """Follow ``session_id`` from after ``after``, or from a fresh snapshot when ``after`` is ``None``.
+
+        Owns the follower's whole lifetime: it is counted on its channel before the head is
+        read (so every later seq reaches it), the opening frames are decided here, and it is
+        released on exit, however the stream ends.
+        """
+        channel = self._channels.get(session_id)
+        if channel is None:
+            channel = self._channels[session_id] = Channel(self._capacity)
+        channel.followers += 1
+        try:
+            info = await self.store.get_session(session_id)
+            channel.anchor(info.head_seq)
+            opening = b"retry: %d\n\n" % retry_ms
+            head = info.head_seq
+            if after is None:
+                opening += sse_frame("snapshot", await snapshot(info), event_id=head)
+                yield Subscription(self, channel, session_id, opening, head + 1, head)
+            elif after > head:
+                opening += sse_frame("error", encode({"code": "cursor_ahead", "headSeq": head}))
+                yield Subscription(self, channel, session_id, opening, head + 1, head, ended=True)
+            else:
+                yield Subscription(self, channel, session_id, opening, after + 1, head)
+        finally:
+            channel.followers -= 1
+            self._release(session_id, channel)
+
+    def _release(self, session_id: str, channel: Channel) -> None:
+        # A channel lives while it has followers or a read in flight: idle sessions cost nothing.
+        if channel.followers == 0 and not channel.fetching and self._channels.get(session_id) is channel:
             del self._channels[session_id]
 
     def close(self) -> None:
@@ -128,26 +252,37 @@ class Hub:
             channel.wake()
 
 
-async def follow_stream(
-    hub: Hub,
-    store: HistoryStore,
-    session_id: str,
-    channel: Channel,
-    *,
-    opening: bytes,
-    next_seq: int,
-    head: int,
-) -> AsyncIterator[bytes]:
-    """Yield ``opening``, then every event from ``next_seq`` on, in order, once; ping when idle.
+class Subscription:
+    """One follower's stream: its opening frames, then every event after its cursor, in order, once; pings when idle."""
 
-    ``head`` is the durable head read after the follower subscribed to ``channel``, so every
-    seq up to it is in the store and every later one will be published to the channel.
-    """
-    try:
-        yield opening
+    def __init__(
+        self,
+        hub: Hub,
+        channel: Channel,
+        session_id: str,
+        opening: bytes,
+        next_seq: int,
+        head: int,
+        *,
+        ended: bool = False,
+    ) -> None:
+        self._hub = hub
+        self._channel = channel
+        self._session_id = session_id
+        self.opening = opening
+        self._next_seq = next_seq
+        self._head = head
+        self._ended = ended
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        hub, channel = self._hub, self._channel
+        next_seq, head = self._next_seq, self._head
+        yield self.opening
+        if self._ended:
+            return
         last_sent = anyio.current_time()
         while not hub.closing.is_set():
-            head = max(head, channel.next_seq - 1)
+            head = max(head, channel.known_head)
             if channel.first_seq <= next_seq < channel.next_seq:
                 # Writes, not events, cost most under fan-out: while the channel is busy, at most
                 # one write per follower per `coalesce` seconds, carrying everything published meanwhile.
@@ -159,12 +294,13 @@ async def follow_stream(
                 next_seq = channel.next_seq
                 yield frames or b""
                 last_sent = anyio.current_time()
-            elif next_seq <= head:
-                # Behind the buffer, or before what it holds: catch up from the store.
+            elif next_seq <= head and (next_seq < channel.first_seq or not channel.fetching):
+                # Behind the buffer, or before what it holds: catch up from the store. At its edge
+                # while the channel reads the store for everyone, wait for that read instead.
                 upper = min(head + 1, next_seq + CATCH_UP_WINDOW)
                 if next_seq < channel.first_seq:
                     upper = min(upper, channel.first_seq)
-                events = await store.read_events(session_id, next_seq, upper)
+                events = await hub.store.read_events(self._session_id, next_seq, upper)
                 if not events:
                     break
                 next_seq = events[-1].seq + 1
@@ -178,6 +314,3 @@ async def follow_stream(
         # Shutting down: what is already published is durable, so send it before ending.
         if channel.first_seq <= next_seq < channel.next_seq:
             yield channel.frames_from(next_seq) or b""
-    finally:
-        channel.followers -= 1
-        hub.release(session_id)

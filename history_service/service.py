@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Final, NamedTuple
 
 import anyio
 
 from codec import Event, SessionHeader, encode
 from history_service.errors import ApiError
-from history_service.follow import Hub
+from history_service.follow import Hub, sse_frame
 from history_service.pages import PageCache, PageQuery, build_page, encode_page, encoded_body
 from history_service.settings import Settings
 from persistence import (
@@ -67,7 +67,10 @@ class HistoryService:
         self.settings = settings
         self.store = store
         self.hub = Hub(
-            settings.follow_buffer, ping_interval=settings.ping_interval, coalesce=settings.follow_coalesce_ms / 1000
+            store,
+            settings.follow_buffer,
+            ping_interval=settings.ping_interval,
+            coalesce=settings.follow_coalesce_ms / 1000,
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
         self._append_locks: dict[str, anyio.Lock] = {}
@@ -95,13 +98,6 @@ class HistoryService:
         self._owners[session_id] = (info.owner, info.header)
         if len(self._owners) > _OWNER_CACHE:
             self._owners.popitem(last=False)
-        return info
-
-    async def current(self, session_id: str) -> SessionInfo:
-        """The session as the store has it now, head included (for a follower that has just subscribed)."""
-        info = await self._session(session_id)
-        if info is None:
-            raise _not_found(session_id)
         return info
 
     async def readable(self, principal: str, session_id: str, child: str | None = None) -> SessionInfo:
@@ -189,6 +185,24 @@ class HistoryService:
             return ServedPage(body, "identity", page.etag)
         return ServedPage(body, coding, f'{page.etag[:-1]}-{coding}"')
 
-    def snapshot(self, info: SessionInfo, page: bytes) -> bytes:
-        """A follow snapshot's data: the header and cursor, then the page's own fields."""
-        return b'{"header":%b,"cursor":%d,%b' % (encode(info.header), info.head_seq, page[1:])
+    async def follow(self, session_id: str, *, after: int | None, max_messages: int) -> AsyncIterator[bytes]:
+        """The follow stream of a session the caller may read: opening frames, then events, until shutdown."""
+
+        async def snapshot(info: SessionInfo) -> bytes:
+            # The tail page at through = cursor, with the header and cursor in front of its own fields.
+            query = PageQuery(
+                through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
+            )
+            page = (await self.page(info, query)).body
+            return b'{"header":%b,"cursor":%d,%b' % (encode(info.header), info.head_seq, page[1:])
+
+        try:
+            async with self.hub.subscribe(
+                session_id, after=after, snapshot=snapshot, retry_ms=self.settings.retry_ms
+            ) as subscription:
+                async for chunk in subscription:
+                    yield chunk
+        except StoreError as exc:
+            # The status line is sent already: end the stream with an error frame the client retries on.
+            unavailable(exc, f"following session {session_id!r}")
+            yield sse_frame("error", encode({"code": "store_unavailable"}))

@@ -12,6 +12,7 @@ import msgspec
 __all__ = ["DEFAULT_STORE", "Settings"]
 
 DEFAULT_STORE: Final = "sqlite:///history.db"
+LAUNCHED: Final = "_HISTORY_LAUNCHED_SETTINGS"
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,6 +39,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         timeout_keep_alive: seconds an idle keep-alive connection stays open between requests.
         limit_concurrency: most connections and requests in flight; beyond it new requests get 503.
         max_header_bytes: most bytes of a request's head (request line and headers) the server buffers.
+        workers: how many server processes ``serve`` runs; more than one needs a store that
+            tells every process of the others' appends (PostgreSQL).
         http: the HTTP/1.1 implementation ``serve`` runs: ``h11`` enforces ``max_header_bytes``;
             ``httptools`` is faster but buffers a request's headers without a bound, so use it
             only behind a gateway that bounds them.
@@ -63,6 +66,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     limit_concurrency: int = 4096
     max_header_bytes: int = 16 * 1024
     http: Literal["h11", "httptools"] = "h11"
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if self.auth == "token" and not self.tokens:
@@ -78,6 +82,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "timeout_keep_alive",
             "limit_concurrency",
             "max_header_bytes",
+            "workers",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -88,9 +93,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if not 1 <= self.port <= 65535:
             raise ValueError(f"port must be from 1 to 65535, got {self.port}")
 
+    def for_workers(self) -> dict[str, str]:
+        """The environment that hands these settings, exactly, to worker processes a launcher starts."""
+        return {LAUNCHED: msgspec.json.encode(self).decode()}
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: object) -> Settings:
-        """Read ``HISTORY_*`` variables; keyword overrides (from CLI flags) win."""
+        """Read ``HISTORY_*`` variables; keyword overrides (from CLI flags) win.
+
+        A worker process that ``serve --workers`` started reads the settings its launcher
+        resolved (`for_workers`), so every worker runs with the same ones.
+        """
+        if LAUNCHED in environ and not overrides:
+            return msgspec.json.decode(environ[LAUNCHED], type=cls)
         values: dict[str, object] = {}
         table = {
             "HISTORY_STORE": ("store_url", str),
@@ -111,6 +126,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "HISTORY_LIMIT_CONCURRENCY": ("limit_concurrency", int),
             "HISTORY_MAX_HEADER_BYTES": ("max_header_bytes", int),
             "HISTORY_HTTP": ("http", str),
+            "HISTORY_WORKERS": ("workers", int),
         }
         for variable, (name, kind) in table.items():
             if variable in environ:

@@ -18,6 +18,7 @@ from msgspec import Struct
 
 from codec import Event, SessionHeader, decode_storage_line, encode, expand_row
 from persistence.errors import SeqConflictError
+from persistence.notify import HeadListener
 from persistence.page_builder import build_page_records
 from persistence.stored import StoredRecord
 
@@ -204,6 +205,13 @@ class HistoryStore(ABC):
         parent's owner creates children through the API, so the count is the parent's business.
         Ids compare by code point, as Python compares ``str``, in every backend.
         """
+
+    def listener(self) -> HeadListener | None:
+        """Head notices from other processes that append to this store, or ``None`` when no other process can.
+
+        A store that several processes share must offer one, or their followers miss each other's appends.
+        """
+        return None
 
     @abstractmethod
     async def close(self) -> None:

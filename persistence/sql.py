@@ -53,6 +53,7 @@ from persistence.errors import (
     StoreError,
 )
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
+from persistence.notify import NOTIFY_CHANNEL, HeadListener, PostgresListener, notice
 from persistence.stored import MAX_ROW_MEMBERS, StoredRecord, prepare_batch
 
 __all__ = ["SCHEMA_VERSION", "SqlStore"]
@@ -165,6 +166,7 @@ class SqlStore(HistoryStore):
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._sqlite = engine.dialect.name == "sqlite"
+        self._listener: HeadListener | None = None
         self._compressor = zstandard.ZstdCompressor(level=3)
         self._decompressor = zstandard.ZstdDecompressor()
 
@@ -372,6 +374,9 @@ class SqlStore(HistoryStore):
                 )
             new_head = to_seq - 1
             conn.execute(sa.update(sessions_table).where(sessions_table.c.id == session_id).values(head_seq=new_head))
+            if not self._sqlite:
+                # Inside the transaction: PostgreSQL delivers it at commit, and never for a rollback.
+                conn.execute(sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, notice(session_id, new_head))))
         return AppendResult(first, new_head)
 
     def _pack_line(self, line: bytes) -> dict[str, Any]:
@@ -453,6 +458,15 @@ class SqlStore(HistoryStore):
             if len(rows) < _MESSAGE_PAGE:
                 return
             below = rows[-1].seq
+
+    def listener(self) -> HeadListener | None:
+        """On PostgreSQL, head notices from every process (one LISTEN connection); SQLite has none."""
+        if self._sqlite:
+            return None
+        if self._listener is None:
+            url = self._engine.url.set(drivername="postgresql")
+            self._listener = PostgresListener(url.render_as_string(hide_password=False))
+        return self._listener
 
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self._engine.dispose)

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -82,20 +83,35 @@ def wait_healthy(url: str, process: subprocess.Popen[Any] | None = None, timeout
 
 
 class ServerProcess:
-    """``history-service serve`` as a child process on a fixed port, so it can be killed and restarted."""
+    """``history-service serve`` as a child process on a fixed port, so it can be killed and restarted.
 
-    def __init__(self, store_url: str, *, env: dict[str, str] | None = None) -> None:
+    Its stderr goes to a file, never an unread pipe that a chatty server could fill and block on.
+    """
+
+    def __init__(self, store_url: str, *, env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.store_url = store_url
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "HISTORY_PING_INTERVAL": "1", **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
 
-    def start(self) -> None:
+    def start(self, *extra: str) -> None:
         code = "import sys; from history_service.cli import main; sys.exit(main())"
-        args = [sys.executable, "-c", code, "serve", "--store", self.store_url, "--port", str(self.port)]
-        self.process = subprocess.Popen(args, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_healthy(self.url, self.process)
+        args = [sys.executable, "-c", code, "serve", "--store", self.store_url, "--port", str(self.port), *extra]
+        self._log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(args, env=self.env, stdout=subprocess.DEVNULL, stderr=self._log)
+        try:
+            wait_healthy(self.url, self.process)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self.stderr()!r}") from None
+
+    def stderr(self) -> str:
+        """What the current process has written to stderr so far."""
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return str(self._log.read().decode(errors="replace"))
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -105,8 +121,9 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-        if self.process is not None and self.process.stderr is not None:
-            self.process.stderr.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         self.process = None
 
     def restart(self, sig: int = signal.SIGTERM) -> None:

@@ -68,3 +68,9 @@ def test_the_readme_examples_use_one_base_url() -> None:
         if line.lstrip().startswith(("curl ", "history-client", ".venv/bin/history-client"))
     ]
     assert commands and all("$BASE" in line for line in commands), [c for c in commands if "$BASE" not in c]
+
+
+def test_the_deployment_notes_show_the_gateway_configuration_the_tests_run() -> None:
+    """Issue 11: docs/deploy.md holds scripts/nginx.conf.template verbatim."""
+    template = (ROOT / "scripts" / "nginx.conf.template").read_text()
+    assert template in (ROOT / "docs" / "deploy.md").read_text()

@@ -6,11 +6,13 @@ import anyio
 import httpx
 import pytest
 
+from codec import Event, SessionHeader
 from history_service.app import create_app
-from history_service.follow import Channel
+from history_service.follow import Channel, Hub
 from history_service.settings import Settings
 from history_service.shutdown import Shutdown
-from persistence import MemoryStore
+from persistence import MemoryStore, SessionInfo
+from tests.codec.helpers import plain
 from tests.history_service.conftest import seed, serving
 
 pytestmark = pytest.mark.anyio
@@ -58,3 +60,78 @@ def test_channel_keeps_a_bounded_contiguous_buffer() -> None:
     assert channel.next_seq == 19 and channel.first_seq == 15 and channel.frames_from(15) == b"dddd"
     channel.publish(40, [b"z"])
     assert (channel.first_seq, channel.next_seq) == (40, 41)
+
+
+def test_a_channel_skips_what_it_holds_and_learns_the_head() -> None:
+    channel = Channel(8)
+    channel.anchor(9)
+    assert (channel.first_seq, channel.next_seq, channel.known_head) == (10, 10, 9)
+    channel.publish(10, [b"a", b"b"])
+    channel.publish(10, [b"a", b"b", b"c"])  # a store read that overlaps a local publish
+    assert channel.frames_from(10) == b"abc" and channel.known_head == 12
+    channel.publish(8, [b"x", b"y"])  # entirely old: nothing changes
+    assert channel.frames_from(10) == b"abc"
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts reads of logical events, as a channel or a follower makes them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read_events(self, session_id: str, from_seq: int, to_seq: int) -> list[Event]:
+        self.reads += 1
+        return await super().read_events(session_id, from_seq, to_seq)
+
+
+async def test_a_head_notice_is_read_from_the_store_once_for_every_follower() -> None:
+    """What another process appended reaches all of this process's followers from one store read."""
+    store = CountingStore()
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", [plain(0)])
+    hub = Hub(store, 64, ping_interval=30)
+
+    async def snapshot(info: SessionInfo) -> bytes:
+        raise AssertionError("resumed followers get no snapshot")
+
+    received: list[list[int]] = [[] for _ in range(20)]
+
+    async def follow(n: int, ready: anyio.Event) -> None:
+        async with hub.subscribe("s", after=0, snapshot=snapshot, retry_ms=1000) as subscription:
+            ready.set()
+            async for chunk in subscription:
+                received[n] += [int(line[4:]) for line in chunk.decode().split("\n") if line.startswith("id: ")]
+                if received[n][-1:] == [5]:
+                    return
+
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(hub.run)
+        for n in range(20):
+            ready = anyio.Event()
+            tasks.start_soon(follow, n, ready)
+            await ready.wait()
+        await store.append("s", [plain(seq) for seq in range(1, 6)])  # as another process would
+        hub.advanced("s", 5)
+        with anyio.fail_after(30):
+            while any(len(r) < 5 for r in received):
+                await anyio.sleep(0.01)
+        hub.close()
+    assert received == [[1, 2, 3, 4, 5]] * 20
+    assert store.reads == 1
+
+
+async def test_an_idle_sessions_channel_is_released() -> None:
+    store = MemoryStore()
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    hub = Hub(store, 64, ping_interval=30)
+
+    async def snapshot(info: SessionInfo) -> bytes:
+        return b"{}"
+
+    async with hub.subscribe("s", after=None, snapshot=snapshot, retry_ms=1000) as subscription:
+        assert subscription.opening.startswith(b"retry: 1000\n\nid: -1\nevent: snapshot")
+        hub.advanced("s", -1)
+        assert hub.followed == 1
+    hub.publish("s", [plain(0)])
+    assert hub.followed == 0

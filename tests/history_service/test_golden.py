@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
 from codec import encode
-from history_service.service import HistoryService
+from persistence import HistoryStore
 from tests.codec.helpers import plain
 from tests.conftest import GOLDEN_DIR, write_golden
-from tests.history_service.conftest import seed
+from tests.history_service.conftest import SEEDED, seed
+from tests.servers import ThreadServer, serve_in_thread
 
 pytestmark = pytest.mark.anyio
 
@@ -116,45 +117,55 @@ def shapes(body: bytes) -> list[list[Any]]:
     return out
 
 
-async def follow_body(client: httpx.AsyncClient, url: str, head: int, headers: dict[str, str] | None = None) -> bytes:
-    service: HistoryService = client.app_state["service"]  # type: ignore[attr-defined]
-    result: dict[str, bytes] = {}
+async def follow_body(base: str, path: str, head: int, headers: dict[str, str] | None = None) -> bytes:
+    """The frames of one follow stream: its opening, then three events appended once it is open, to their end."""
+    body = bytearray()
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        async with http.stream("GET", path, headers=headers or {}) as response:
+            lines = response.aiter_lines()
+            async for line in lines:
+                body += line.encode() + b"\n"
+                if line.startswith("event: "):
+                    break  # the stream is open: the opening frame (or the first resumed event) is here
+            extra = [plain(head + 1 + k, "note", {"k": k}) for k in range(3)]
+            appended = await http.post(
+                "/v1/sessions/multi-turn-1/events", content=encode({"events": extra}), headers=JSON
+            )
+            assert appended.status_code == 201
+            async for line in lines:
+                body += line.encode() + b"\n"
+                if line == f"id: {head + 3}":
+                    body += (await anext(lines)).encode() + b"\n"  # its event line
+                    body += (await anext(lines)).encode() + b"\n"  # its data line
+                    break
+    return bytes(body)
 
-    async def read() -> None:
-        result["body"] = (await client.get(url, headers=headers or {})).content
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(read)
-        with anyio.fail_after(10):
-            while service.hub.channel("multi-turn-1").followers == 0:
-                await anyio.sleep(0.01)
-        extra = [plain(head + 1 + k, "note", {"k": k}) for k in range(3)]
-        response = await client.post(
-            "/v1/sessions/multi-turn-1/events", content=encode({"events": extra}), headers=JSON
-        )
-        assert response.status_code == 201
-        with anyio.fail_after(10):
-            while service.hub.channel("multi-turn-1").next_seq <= head + 3:
-                await anyio.sleep(0.01)
-        await anyio.sleep(0.05)
-        service.hub.close()
-    return result["body"]
+@pytest.fixture
+def live(store: HistoryStore) -> Iterator[ThreadServer]:
+    with serve_in_thread(SEEDED, store=store) as server:
+        yield server
 
 
-async def test_follow_frames_match_golden(client: httpx.AsyncClient, capsys: pytest.CaptureFixture[str]) -> None:
-    (session,) = await seed(client, **SCENARIOS["multi-turn"])
-    head = session["headSeq"]
-    fresh = await follow_body(client, "/v1/sessions/multi-turn-1/follow", head)
+async def seed_live(base: str) -> int:
+    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        response = await http.post("/v1/test-only/seed", json=SCENARIOS["multi-turn"])
+        assert response.status_code == 201, response.text
+        head: int = response.json()["sessions"][0]["headSeq"]
+        return head
+
+
+async def test_follow_frames_match_golden(live: ThreadServer, capsys: pytest.CaptureFixture[str]) -> None:
+    head = await seed_live(live.url)
+    fresh = await follow_body(live.url, "/v1/sessions/multi-turn-1/follow", head)
     assert fresh.startswith(b"retry: ")
     check("multi-turn.follow-fresh.json", encode(shapes(fresh)), capsys)
 
 
-async def test_resumed_follow_frames_match_golden(
-    client: httpx.AsyncClient, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (session,) = await seed(client, **SCENARIOS["multi-turn"])
-    head = session["headSeq"]
-    resumed = await follow_body(client, "/v1/sessions/multi-turn-1/follow", head, {"Last-Event-ID": str(head - 5)})
+async def test_resumed_follow_frames_match_golden(live: ThreadServer, capsys: pytest.CaptureFixture[str]) -> None:
+    head = await seed_live(live.url)
+    path = "/v1/sessions/multi-turn-1/follow"
+    resumed = await follow_body(live.url, path, head, {"Last-Event-ID": str(head - 5)})
     ids = [int(line[4:]) for line in resumed.decode().split("\n") if line.startswith("id: ")]
     assert ids == list(range(head - 4, head + 4))
     check("multi-turn.follow-resume.json", encode(shapes(resumed)), capsys)

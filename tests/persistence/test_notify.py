@@ -1,0 +1,90 @@
+"""Head notices on PostgreSQL: sent at commit and never for a rollback, to every listener, and survived reconnects."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import sqlalchemy as sa
+
+from codec import Event, SessionHeader
+from persistence import SeqConflictError, SqlStore
+from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
+from tests.persistence.conftest import PG_URL, fresh_postgres_store
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set; run under scripts/with-postgres"),
+]
+
+
+def test_a_notice_is_small_json() -> None:
+    payload = notice("{{sessionId}}.child-1", 2**53 - 1)
+    assert payload == '["{{sessionId}}.child-1",9007199254740991]' and len(payload.encode()) < 8000
+
+
+async def listen(listener: HeadListener, heard: list[tuple[str, int]], connects: list[int]) -> None:
+    async def connected() -> None:
+        connects.append(len(heard))
+
+    await listener.run(lambda session, head: heard.append((session, head)), connected)
+
+
+async def wait_for(condition: object, seconds: float = 30) -> None:
+    with anyio.fail_after(seconds):
+        while not condition():  # type: ignore[operator]
+            await anyio.sleep(0.01)
+
+
+async def test_appends_from_another_store_are_heard_once_each_and_a_rollback_is_not() -> None:
+    assert PG_URL
+    writer = await fresh_postgres_store(PG_URL)
+    reader = await SqlStore.open(PG_URL)
+    listener = reader.listener()
+    assert listener is not None and listener.state == "connecting"
+    heard: list[tuple[str, int]] = []
+    connects: list[int] = []
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(listen, listener, heard, connects)
+            await wait_for(lambda: listener.state == "listening")
+            await writer.create_session(SessionHeader(id="s", createdAt=0))
+            await writer.append("s", [Event("x", 0, 0, 0), Event("x", 1, 0, 1)])
+            with pytest.raises(SeqConflictError):
+                await writer.append("s", [Event("x", 5, 0, 5)])
+            await writer.append("s", [Event("x", 2, 0, 2)])
+            await wait_for(lambda: len(heard) >= 2)
+            await anyio.sleep(0.2)
+            tasks.cancel_scope.cancel()
+    finally:
+        await writer.close()
+        await reader.close()
+    assert heard == [("s", 1), ("s", 2)]
+    assert connects == [0]
+
+
+async def test_a_terminated_listen_connection_reconnects_and_asks_for_a_resync() -> None:
+    assert PG_URL
+    store = await fresh_postgres_store(PG_URL)
+    listener = store.listener()
+    assert listener is not None
+    heard: list[tuple[str, int]] = []
+    connects: list[int] = []
+    engine = sa.create_engine(PG_URL)
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(listen, listener, heard, connects)
+            await wait_for(lambda: listener.state == "listening")
+            for cut in range(1, 3):
+                with engine.begin() as conn:
+                    conn.execute(
+                        sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+                    )
+                await wait_for(lambda cut=cut: len(connects) > cut)
+            with engine.begin() as conn:
+                conn.execute(sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, notice("s", 7))))
+            await wait_for(lambda: ("s", 7) in heard)
+            tasks.cancel_scope.cancel()
+    finally:
+        engine.dispose()
+        await store.close()
+    assert len(connects) == 3
