@@ -1,10 +1,13 @@
-"""Follow load against a running service: a pipelined producer process and cheap raw-socket followers.
+"""Follow load against running services: a pipelined producer process and cheap raw-socket followers.
 
 `run_load` appends ``rate`` events/s in batches of 10, round-robin over ``sessions``
 sessions, from its own process (so follower parsing here cannot slow it), while
-``followers`` followers, spread evenly over the sessions, each read one follow stream
-resumed at the load's first seq. It reports delivery latency (append sent to frame
-received) p50/p99/max, throughput, and lost and duplicated counts.
+``followers`` followers, spread evenly over the sessions (and over ``follower_urls``, when
+the followers sit on other service processes than the producer's), each read one follow
+stream resumed at the load's first seq. It reports delivery latency (append sent to frame
+received) p50/p99/max, overall and per follower URL, throughput, and lost and duplicated
+counts. ``idle`` more followers can hold streams open on other sessions meanwhile
+(`IdleFollowers`), for a capacity cell.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 import time
 from typing import Any, Final
 
-__all__ = ["BATCH", "run_load"]
+__all__ = ["BATCH", "IdleFollowers", "run_load"]
 
 BATCH: Final = 10
 
@@ -90,7 +93,8 @@ class _Chunked:
 
 
 class _Follower:
-    def __init__(self, session: str, first: int, total: int) -> None:
+    def __init__(self, session: str, first: int, total: int, port: int = 0) -> None:
+        self.port = port
         self.session = session
         self.first = first
         self.total = total  # one past the last seq the load appends to this session
@@ -99,8 +103,8 @@ class _Follower:
         self.duplicated = 0
         self.arrivals: list[tuple[int, int, int]] = []
 
-    async def run(self, port: int, ready: asyncio.Event) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async def run(self, ready: asyncio.Event, hold: asyncio.Event | None = None) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
         path = b"/v1/sessions/%b/follow?after=%d" % (self.session.encode(), self.first - 1)
         writer.write(b"GET %b HTTP/1.1\r\nHost: bench\r\n\r\n" % path)
         await writer.drain()
@@ -109,7 +113,7 @@ class _Follower:
         ready.set()
         chunked, buffer = _Chunked(), b""
         try:
-            while self.expected < self.total:
+            while self.expected < self.total or (hold is not None and not hold.is_set()):
                 data = await reader.read(1 << 16)
                 if not data:
                     break
@@ -148,6 +152,52 @@ class _Follower:
             self.arrivals.append((seq, seq, now))
 
 
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+class IdleFollowers:
+    """``count`` followers on ``sessions`` (each resumed after its head), spread over ``urls``, open until `close`."""
+
+    def __init__(self, urls: list[str], sessions: dict[str, int], count: int) -> None:
+        names = list(sessions)
+        self._hold = asyncio.Event()
+        self._readers = [
+            _Follower(names[i % len(names)], sessions[names[i % len(names)]], 0, _port(urls[i % len(urls)]))
+            for i in range(count)
+        ]
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def open(self) -> None:
+        readies = [asyncio.Event() for _ in self._readers]
+        self._tasks = [
+            asyncio.create_task(reader.run(ready, self._hold))
+            for reader, ready in zip(self._readers, readies, strict=True)
+        ]
+        for ready in readies:
+            await ready.wait()
+
+    async def close(self) -> int:
+        """Release the streams; returns how many were still open (the others ended early)."""
+        still = sum(not task.done() for task in self._tasks)
+        self._hold.set()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        return still
+
+
+def _percentiles(latencies: list[float]) -> dict[str, float | None]:
+    latencies = sorted(latencies)
+    if not latencies:
+        return {"p50Ms": None, "p99Ms": None, "maxMs": None}
+    return {
+        "p50Ms": round(latencies[len(latencies) // 2], 2),
+        "p99Ms": round(latencies[int(len(latencies) * 0.99)], 2),
+        "maxMs": round(latencies[-1], 2),
+    }
+
+
 async def run_load(
     base: str,
     *,
@@ -155,20 +205,24 @@ async def run_load(
     rate: int,
     seconds: float,
     sessions: dict[str, int],
+    follower_urls: list[str] | None = None,
     drain_timeout: float = 120,
 ) -> dict[str, Any]:
-    """Run one load cell. ``sessions`` maps each session id to its next seq; it is advanced in place."""
-    port = int(base.rsplit(":", 1)[1])
+    """Run one load cell. ``sessions`` maps each session id to its next seq; it is advanced in place.
+
+    The producer appends through ``base``; followers read from ``follower_urls`` in turn (``base`` by default).
+    """
+    urls = follower_urls or [base]
     names = list(sessions)
     batches = max(len(names), int(rate * seconds) // BATCH)
     per_session = {name: (batches // len(names) + (i < batches % len(names))) * BATCH for i, name in enumerate(names)}
     starts = dict(sessions)
     readers = [
-        _Follower(name, starts[name], starts[name] + per_session[name])
-        for name in (names[i % len(names)] for i in range(followers))
+        _Follower(name, starts[name], starts[name] + per_session[name], _port(urls[i % len(urls)]))
+        for i, name in enumerate(names[i % len(names)] for i in range(followers))
     ]
     readies = [asyncio.Event() for _ in readers]
-    tasks = [asyncio.create_task(reader.run(port, ready)) for reader, ready in zip(readers, readies, strict=True)]
+    tasks = [asyncio.create_task(reader.run(ready)) for reader, ready in zip(readers, readies, strict=True)]
     for ready in readies:
         await ready.wait()
     await asyncio.sleep(0.3)
@@ -195,13 +249,16 @@ async def run_load(
     sent = report["sent"]
     index = {name: i for i, name in enumerate(names)}
     latencies: list[float] = []
+    by_url: dict[int, list[float]] = {}
     for reader in readers:
         s = index[reader.session]
-        for low, high, arrived in reader.arrivals:
-            for seq in range(low, high + 1):
-                n = ((seq - reader.first) // BATCH) * len(names) + s
-                latencies.append((arrived - sent[n]) / 1e6)
-    latencies.sort()
+        own = [
+            (arrived - sent[((seq - reader.first) // BATCH) * len(names) + s]) / 1e6
+            for low, high, arrived in reader.arrivals
+            for seq in range(low, high + 1)
+        ]
+        latencies.extend(own)
+        by_url.setdefault(reader.port, []).extend(own)
     last_arrival = max((arrived for reader in readers for _, _, arrived in reader.arrivals), default=sent[0])
     events = batches * BATCH
     undelivered = sum(max(0, reader.total - reader.expected) for reader in readers)
@@ -214,9 +271,11 @@ async def run_load(
         "deliveries": len(latencies),
         # Over the time deliveries took (first append sent to last frame read), not the append window.
         "deliveriesPerSec": round(len(latencies) / max((last_arrival - sent[0]) / 1e9, 1e-9)) if latencies else 0,
-        "p50Ms": round(latencies[len(latencies) // 2], 2) if latencies else None,
-        "p99Ms": round(latencies[int(len(latencies) * 0.99)], 2) if latencies else None,
-        "maxMs": round(latencies[-1], 2) if latencies else None,
+        **_percentiles(latencies),
+        "byFollowerUrl": {
+            url: _percentiles(by_url.get(_port(url), [])) | {"followers": sum(r.port == _port(url) for r in readers)}
+            for url in urls
+        },
         "lost": sum(reader.lost for reader in readers),
         "duplicated": sum(reader.duplicated for reader in readers),
         "undeliveredAtTimeout": undelivered,

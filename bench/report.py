@@ -209,6 +209,42 @@ def _goals(transport: dict[str, dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def _follow_scale_section(entry: dict[str, Any]) -> list[str]:
+    machine = entry["machine"]
+    lines = [
+        "## Follow across two processes on one PostgreSQL",
+        "",
+        f"{machine['seconds']} s per cell; the producer appends through process A. Latency is from sending an append "
+        "to reading its frame; followers on B hear of it only through PostgreSQL's head notices. "
+        f"Open-file limit raised from {machine['nofileBefore']:,} to {machine['nofileAfter']:,}.",
+        "",
+        "| placement | followers | target ev/s | achieved ev/s | p50 ms | p99 ms | max ms | p99 ms per process "
+        "| lost | dup |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for c in entry["cells"]:
+        per = ", ".join(f"{v['p99Ms']} ({v['followers']})" for v in c["byFollowerUrl"].values())
+        lines.append(
+            f"| {c['placement']} | {c['followers']} | {c['targetEventsPerSec']:,} | {c['achievedEventsPerSec']:,} | "
+            f"{c['p50Ms']} | {c['p99Ms']} | {c['maxMs']} | {per} | {c['lost']} | {c['duplicated']} |"
+        )
+    capacity = entry.get("capacity")
+    if capacity:
+        load = capacity["activeLoad"]
+        lines += [
+            "",
+            f"Capacity: {capacity['idleFollowers']:,} idle followers over {capacity['sessions']} sessions, split "
+            f"across two processes ({capacity['stillOpen']:,} still open at the end).",
+            "",
+            "| bytes per follower (A, B) | page p50 ms | page p99 ms | 500 ev/s on "
+            f"{load['sessions']} sessions: p50 ms | p99 ms | lost | dup |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            f"| {', '.join(f'{b:,}' for b in capacity['bytesPerFollower'])} | {capacity['pageP50Ms']} | "
+            f"{capacity['pageP99Ms']} | {load['p50Ms']} | {load['p99Ms']} | {load['lost']} | {load['duplicated']} |",
+        ]
+    return [*lines, ""]
+
+
 def render_markdown(results: dict[str, list[Any]], *, command: str, source: str) -> str:
     transport = {r["fixture"]["name"]: r for r in results.get("TRANSPORT_PERF", [])}
     any_result = next(iter(transport.values()), None)
@@ -259,6 +295,8 @@ def render_markdown(results: dict[str, list[Any]], *, command: str, source: str)
                 f"{c['duplicated']} | {c['undeliveredAtTimeout']} |"
             )
         lines.append("")
+    for entry in results.get("FOLLOW_SCALE", []):
+        lines.extend(_follow_scale_section(entry))
     for name, title in (("WHITESPACE_PREFIX_PERF", "exact decode"), ("JOINED_TEXT_PERF", "joined-text view")):
         for entry in results.get(name, []):
             lines += [

@@ -30,13 +30,25 @@ import anyio.abc
 
 from codec import Event, encode
 from persistence import HistoryStore, SessionInfo, StoreError
+from persistence.base import events_in
 from persistence.notify import HeadListener
+from persistence.stored import StoredRecord, is_row_line
 
-__all__ = ["CATCH_UP_WINDOW", "Channel", "Hub", "Subscription", "event_frame", "sse_frame"]
+__all__ = [
+    "CATCH_UP_WINDOW",
+    "PING_SLOTS",
+    "Channel",
+    "Hub",
+    "Subscription",
+    "event_frame",
+    "sse_frame",
+    "stored_frames",
+]
 
 logger = logging.getLogger(__name__)
 
 CATCH_UP_WINDOW: Final = 2000
+PING_SLOTS: Final = 16
 
 Snapshot = Callable[[SessionInfo], Awaitable[bytes]]
 
@@ -51,11 +63,30 @@ def event_frame(event: Event) -> bytes:
     return sse_frame("event", encode(event), event_id=event.seq)
 
 
+def stored_frames(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[bytes]:
+    """The event frames of ``[from_seq, to_seq)`` from the stored records that cover it.
+
+    A stored event's line is its canonical JSON, so it goes into its frame as it is; only a
+    packed row is decoded, to expand its members.
+    """
+    frames = []
+    for record in stored:
+        seq, members, line = record
+        if seq + members <= from_seq or seq >= to_seq:
+            continue
+        if members == 1 and not is_row_line(line):
+            frames.append(sse_frame("event", line, event_id=seq))
+        else:
+            frames.extend(map(event_frame, events_in([record], from_seq, to_seq)))
+    return frames
+
+
 class Channel:
     """The recent frames of one session, seq contiguous, the newest head heard of, and a wake-up."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, slot: int = 0) -> None:
         self._capacity = capacity
+        self.slot = slot
         self._frames: list[bytes] = []
         self.first_seq = 0
         self.followers = 0
@@ -127,6 +158,7 @@ class Hub:
         self.store = store
         self._capacity = capacity
         self._channels: dict[str, Channel] = {}
+        self._created = 0
         self._tasks: anyio.abc.TaskGroup | None = None
         self._listener: HeadListener | None = store.listener()
         self.closing = anyio.Event()
@@ -156,11 +188,17 @@ class Hub:
         self._tasks = None
 
     async def _ticker(self) -> None:
-        # One timer for every channel, instead of one per waiting follower.
+        # One timer for every channel, instead of one per waiting follower. Channels are woken in
+        # turns, twice per ping interval each, so thousands of idle streams never ping in one burst
+        # that would stall every other request.
+        tick = 0
         while True:
-            await anyio.sleep(self.ping_interval)
+            await anyio.sleep(self.ping_interval / PING_SLOTS)
+            tick += 1
+            turn = tick % (PING_SLOTS // 2)
             for channel in list(self._channels.values()):
-                channel.wake()
+                if channel.slot % (PING_SLOTS // 2) == turn:
+                    channel.wake()
 
     def publish(self, session_id: str, events: Sequence[Event]) -> None:
         """Frames for durable events appended through this process."""
@@ -193,15 +231,22 @@ class Hub:
         channel.fetching = True
         self._tasks.start_soon(self._read_into, session_id, channel)
 
+    async def read_frames(self, session_id: str, from_seq: int, to_seq: int) -> list[bytes]:
+        """The event frames of ``[from_seq, to_seq)``, read from the store (clipped to its head)."""
+        return stored_frames(await self.store.read_stored(session_id, from_seq, to_seq), from_seq, to_seq)
+
     async def _read_into(self, session_id: str, channel: Channel) -> None:
         # One store read per channel, not per follower; a notice that lands meanwhile extends the loop.
         try:
             while channel.known_head >= channel.next_seq and not self.closing.is_set():
-                upper = min(channel.known_head + 1, channel.next_seq + CATCH_UP_WINDOW)
-                events = await self.store.read_events(session_id, channel.next_seq, upper)
-                if not events:
+                if channel.interval < self.coalesce / 4:
+                    # A busy session: let a few more notices gather, so one read carries them all.
+                    await anyio.sleep(self.coalesce / 4)
+                first = channel.next_seq
+                frames = await self.read_frames(session_id, first, min(channel.known_head + 1, first + CATCH_UP_WINDOW))
+                if not frames:
                     break
-                channel.publish(events[0].seq, [event_frame(e) for e in events])
+                channel.publish(first, frames)
         except StoreError as exc:
             logger.warning("cannot read new events of %r: %s", session_id, exc)
         finally:
@@ -221,7 +266,8 @@ class Hub:
         """
         channel = self._channels.get(session_id)
         if channel is None:
-            channel = self._channels[session_id] = Channel(self._capacity)
+            self._created += 1
+            channel = self._channels[session_id] = Channel(self._capacity, self._created)
         channel.followers += 1
         try:
             info = await self.store.get_session(session_id)
@@ -300,11 +346,11 @@ class Subscription:
                 upper = min(head + 1, next_seq + CATCH_UP_WINDOW)
                 if next_seq < channel.first_seq:
                     upper = min(upper, channel.first_seq)
-                events = await hub.store.read_events(self._session_id, next_seq, upper)
-                if not events:
+                caught_up = await hub.read_frames(self._session_id, next_seq, upper)
+                if not caught_up:
                     break
-                next_seq = events[-1].seq + 1
-                yield b"".join(event_frame(e) for e in events)
+                next_seq += len(caught_up)
+                yield b"".join(caught_up)
                 last_sent = anyio.current_time()
             else:
                 await channel.wait()

@@ -3,7 +3,10 @@
 A store whose appends can come from other processes offers a `HeadListener`. On
 PostgreSQL every append sends ``NOTIFY`` on one channel inside its own transaction, so a
 notice is sent exactly when the append commits; `PostgresListener` holds one connection
-per process that ``LISTEN``s on it, whatever the number of sessions.
+per process that ``LISTEN``s on it, whatever the number of sessions. A notice names the
+store instance that sent it, and a listener passes on only other instances' notices: a
+process publishes its own appends from memory, and re-reading them would double the
+database's work.
 
 Notices can be lost: the connection drops, or the server restarts. The listener therefore
 reconnects with backoff and, after every (re)connect, asks its owner to re-read the head
@@ -27,7 +30,7 @@ __all__ = ["NOTIFY_CHANNEL", "HeadListener", "PostgresListener", "notice"]
 logger = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL: Final = "history_heads"
-_NOTICE: Final = msgspec.json.Decoder(tuple[str, int])
+_NOTICE: Final = msgspec.json.Decoder(tuple[str, int, str])
 _BACKOFF_BASE: Final = 0.1
 _BACKOFF_CAP: Final = 5.0
 
@@ -35,9 +38,9 @@ OnHead = Callable[[str, int], None]
 OnConnect = Callable[[], Awaitable[None]]
 
 
-def notice(session_id: str, head: int) -> str:
-    """The payload of one head notice: the session id and its new head seq, as JSON (well under 8,000 bytes)."""
-    return msgspec.json.encode((session_id, head)).decode()
+def notice(session_id: str, head: int, origin: str) -> str:
+    """One head notice: the session id, its new head seq and the sending store's origin, as JSON (under 8,000 bytes)."""
+    return msgspec.json.encode((session_id, head, origin)).decode()
 
 
 class HeadListener(ABC):
@@ -54,10 +57,14 @@ class HeadListener(ABC):
 
 
 class PostgresListener(HeadListener):
-    """One ``LISTEN`` connection per process, reconnected with jittered exponential backoff."""
+    """One ``LISTEN`` connection per process, reconnected with jittered exponential backoff.
 
-    def __init__(self, conninfo: str) -> None:
+    Notices whose origin is ``own`` (the store this listener serves) are not passed on.
+    """
+
+    def __init__(self, conninfo: str, own: str) -> None:
         self._conninfo = conninfo
+        self._own = own
 
     async def run(self, on_head: OnHead, on_connect: OnConnect) -> None:
         failures = 0
@@ -70,11 +77,12 @@ class PostgresListener(HeadListener):
                     await on_connect()
                     async for message in conn.notifies():
                         try:
-                            session_id, head = _NOTICE.decode(message.payload)
+                            session_id, head, origin = _NOTICE.decode(message.payload)
                         except msgspec.DecodeError:
                             logger.warning("ignoring a malformed head notice %r", message.payload[:200])
                             continue
-                        on_head(session_id, head)
+                        if origin != self._own:
+                            on_head(session_id, head)
             except psycopg.Error as exc:
                 failures += 1
                 delay = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (failures - 1)) * (0.5 + random.random() / 2)

@@ -19,6 +19,7 @@ processes never duplicate or skip a seq; the loser of a race gets `SeqConflictEr
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
@@ -160,6 +161,11 @@ def _sqlite_setup(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _dense(events: Sequence[Event]) -> bool:
+    first = events[0].seq
+    return all(event.seq == first + i for i, event in enumerate(events))
+
+
 class SqlStore(HistoryStore):
     """A store on a SQLAlchemy engine. Open it with `SqlStore.open`; blocking work runs in worker threads."""
 
@@ -167,6 +173,7 @@ class SqlStore(HistoryStore):
         self._engine = engine
         self._sqlite = engine.dialect.name == "sqlite"
         self._listener: HeadListener | None = None
+        self._origin = uuid.uuid4().hex[:12]
         self._compressor = zstandard.ZstdCompressor(level=3)
         self._decompressor = zstandard.ZstdDecompressor()
 
@@ -342,6 +349,11 @@ class SqlStore(HistoryStore):
 
     def _append_sync(self, session_id: str, events: Sequence[Event]) -> AppendResult:
         with self._write() as conn:
+            if events and _dense(events) and self._advance(conn, session_id, events[0].seq - 1, events[-1].seq):
+                # The usual case, in one round trip fewer: the head was just before the batch, and the
+                # row is now locked by this transaction's update.
+                self._insert(conn, session_id, events)
+                return AppendResult(events[0].seq, events[-1].seq)
             head = conn.execute(
                 sa.select(sessions_table.c.head_seq).where(sessions_table.c.id == session_id).with_for_update()
             ).scalar()
@@ -354,30 +366,40 @@ class SqlStore(HistoryStore):
                 stored = events_in(self._stored(conn, session_id, first, to_seq), first, to_seq)
                 is_resend(session_id, events, stored, head)
                 return AppendResult(first, head, idempotent=True)
-            batch = prepare_batch(events)
+            if not self._advance(conn, session_id, head, to_seq - 1):
+                raise AssertionError("the locked head moved")
+            self._insert(conn, session_id, events)
+        return AppendResult(first, to_seq - 1)
+
+    def _advance(self, conn: Connection, session_id: str, expected: int, new_head: int) -> bool:
+        """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""
+        c = sessions_table.c
+        update = sa.update(sessions_table).where(c.id == session_id, c.head_seq == expected).values(head_seq=new_head)
+        if not self._sqlite:
+            # In the transaction and the same round trip: delivered at commit, never for a rollback.
+            payload = notice(session_id, new_head, self._origin)
+            update = update.returning(sa.func.pg_notify(NOTIFY_CHANNEL, payload))
+        return conn.execute(update).rowcount == 1
+
+    def _insert(self, conn: Connection, session_id: str, events: Sequence[Event]) -> None:
+        batch = prepare_batch(events)
+        conn.execute(
+            sa.insert(records_table),
+            [
+                {"session_id": session_id, "seq": r.seq, "members": r.members, **self._pack_line(r.line)}
+                for r in batch.records
+            ],
+        )
+        if batch.messages:
             conn.execute(
-                sa.insert(records_table),
-                [
-                    {"session_id": session_id, "seq": r.seq, "members": r.members, **self._pack_line(r.line)}
-                    for r in batch.records
-                ],
+                sa.insert(messages_table),
+                [{"session_id": session_id, "seq": m.seq, "group_start": m.group_start} for m in batch.messages],
             )
-            if batch.messages:
-                conn.execute(
-                    sa.insert(messages_table),
-                    [{"session_id": session_id, "seq": m.seq, "group_start": m.group_start} for m in batch.messages],
-                )
-            if batch.hidden:
-                conn.execute(
-                    sa.insert(hidden_table),
-                    [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
-                )
-            new_head = to_seq - 1
-            conn.execute(sa.update(sessions_table).where(sessions_table.c.id == session_id).values(head_seq=new_head))
-            if not self._sqlite:
-                # Inside the transaction: PostgreSQL delivers it at commit, and never for a rollback.
-                conn.execute(sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, notice(session_id, new_head))))
-        return AppendResult(first, new_head)
+        if batch.hidden:
+            conn.execute(
+                sa.insert(hidden_table),
+                [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
+            )
 
     def _pack_line(self, line: bytes) -> dict[str, Any]:
         if len(line) >= COMPRESS_AT:
@@ -465,7 +487,7 @@ class SqlStore(HistoryStore):
             return None
         if self._listener is None:
             url = self._engine.url.set(drivername="postgresql")
-            self._listener = PostgresListener(url.render_as_string(hide_password=False))
+            self._listener = PostgresListener(url.render_as_string(hide_password=False), self._origin)
         return self._listener
 
     async def close(self) -> None:

@@ -6,12 +6,13 @@ import anyio
 import httpx
 import pytest
 
-from codec import Event, SessionHeader
+from codec import SessionHeader
 from history_service.app import create_app
 from history_service.follow import Channel, Hub
 from history_service.settings import Settings
 from history_service.shutdown import Shutdown
 from persistence import MemoryStore, SessionInfo
+from persistence.stored import StoredRecord
 from tests.codec.helpers import plain
 from tests.history_service.conftest import seed, serving
 
@@ -74,15 +75,15 @@ def test_a_channel_skips_what_it_holds_and_learns_the_head() -> None:
 
 
 class CountingStore(MemoryStore):
-    """A memory store that counts reads of logical events, as a channel or a follower makes them."""
+    """A memory store that counts reads of stored records, as a channel or a follower makes them."""
 
     def __init__(self) -> None:
         super().__init__()
         self.reads = 0
 
-    async def read_events(self, session_id: str, from_seq: int, to_seq: int) -> list[Event]:
+    async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         self.reads += 1
-        return await super().read_events(session_id, from_seq, to_seq)
+        return await super().read_stored(session_id, from_seq, to_seq)
 
 
 async def test_a_head_notice_is_read_from_the_store_once_for_every_follower() -> None:

@@ -18,8 +18,8 @@ pytestmark = [
 
 
 def test_a_notice_is_small_json() -> None:
-    payload = notice("{{sessionId}}.child-1", 2**53 - 1)
-    assert payload == '["{{sessionId}}.child-1",9007199254740991]' and len(payload.encode()) < 8000
+    payload = notice("{{sessionId}}.child-1", 2**53 - 1, "0123456789ab")
+    assert payload == '["{{sessionId}}.child-1",9007199254740991,"0123456789ab"]' and len(payload.encode()) < 8000
 
 
 async def listen(listener: HeadListener, heard: list[tuple[str, int]], connects: list[int]) -> None:
@@ -35,7 +35,7 @@ async def wait_for(condition: object, seconds: float = 30) -> None:
             await anyio.sleep(0.01)
 
 
-async def test_appends_from_another_store_are_heard_once_each_and_a_rollback_is_not() -> None:
+async def test_appends_from_another_store_are_heard_once_each_and_a_rollback_is_not_nor_its_own() -> None:
     assert PG_URL
     writer = await fresh_postgres_store(PG_URL)
     reader = await SqlStore.open(PG_URL)
@@ -52,6 +52,7 @@ async def test_appends_from_another_store_are_heard_once_each_and_a_rollback_is_
             with pytest.raises(SeqConflictError):
                 await writer.append("s", [Event("x", 5, 0, 5)])
             await writer.append("s", [Event("x", 2, 0, 2)])
+            await reader.append("s", [Event("x", 3, 0, 3)])  # the listener's own store: published from memory
             await wait_for(lambda: len(heard) >= 2)
             await anyio.sleep(0.2)
             tasks.cancel_scope.cancel()
@@ -81,7 +82,7 @@ async def test_a_terminated_listen_connection_reconnects_and_asks_for_a_resync()
                     )
                 await wait_for(lambda cut=cut: len(connects) > cut)
             with engine.begin() as conn:
-                conn.execute(sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, notice("s", 7))))
+                conn.execute(sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, notice("s", 7, "elsewhere"))))
             await wait_for(lambda: ("s", 7) in heard)
             tasks.cancel_scope.cancel()
     finally:
