@@ -161,6 +161,34 @@ def _sqlite_setup(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+# Every table's insert is gated on the head having moved, so the statement does all of it or nothing; the
+# NOTIFY rides the update, so PostgreSQL sends it at commit and never for a rollback.
+_PG_APPEND: Final = """
+WITH moved AS (
+    UPDATE history_sessions SET head_seq = %(head)s
+    WHERE id = %(session)s AND head_seq = %(expected)s
+    RETURNING pg_notify(%(channel)s, %(notice)s)
+), records AS (
+    INSERT INTO history_records (session_id, seq, members, compressed, data)
+    SELECT %(session)s, r.seq, r.members, r.compressed, r.data
+    FROM unnest(%(seqs)s::bigint[], %(members)s::integer[], %(compressed)s::boolean[], %(datas)s::bytea[])
+        AS r(seq, members, compressed, data)
+    WHERE EXISTS (SELECT 1 FROM moved)
+), messages AS (
+    INSERT INTO history_messages (session_id, seq, group_start)
+    SELECT %(session)s, m.seq, m.group_start
+    FROM unnest(%(message_seqs)s::bigint[], %(groups)s::bigint[]) AS m(seq, group_start)
+    WHERE EXISTS (SELECT 1 FROM moved)
+), hidden AS (
+    INSERT INTO history_hidden (session_id, seq, start, "end")
+    SELECT %(session)s, h.seq, h.start, h.stop
+    FROM unnest(%(hidden_at)s::bigint[], %(starts)s::bigint[], %(ends)s::bigint[]) AS h(seq, start, stop)
+    WHERE EXISTS (SELECT 1 FROM moved)
+)
+SELECT count(*) FROM moved
+"""
+
+
 def _dense(events: Sequence[Event]) -> bool:
     first = events[0].seq
     return all(event.seq == first + i for i, event in enumerate(events))
@@ -348,6 +376,8 @@ class SqlStore(HistoryStore):
         return await self._run(self._append_sync, session_id, events)
 
     def _append_sync(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+        if events and not self._sqlite and _dense(events) and self._append_in_one_statement(session_id, events):
+            return AppendResult(events[0].seq, events[-1].seq)
         with self._write() as conn:
             if events and _dense(events) and self._advance(conn, session_id, events[0].seq - 1, events[-1].seq):
                 # The usual case, in one round trip fewer: the head was just before the batch, and the
@@ -370,6 +400,38 @@ class SqlStore(HistoryStore):
                 raise AssertionError("the locked head moved")
             self._insert(conn, session_id, events)
         return AppendResult(first, to_seq - 1)
+
+    def _append_in_one_statement(self, session_id: str, events: Sequence[Event]) -> bool:
+        """PostgreSQL's usual case in one round trip.
+
+        One statement, so one transaction, moves the head from just before the batch, writes the
+        batch and sends the notice; ``False``, changing nothing, when the head was elsewhere.
+        """
+        batch = prepare_batch(events)
+        packed = [self._pack_line(r.line) for r in batch.records]
+        new_head = events[-1].seq
+        params = {
+            "session": session_id,
+            "expected": events[0].seq - 1,
+            "head": new_head,
+            "channel": NOTIFY_CHANNEL,
+            "notice": notice(session_id, new_head, self._origin),
+            "seqs": [r.seq for r in batch.records],
+            "members": [r.members for r in batch.records],
+            "compressed": [p["compressed"] for p in packed],
+            "datas": [p["data"] for p in packed],
+            "message_seqs": [m.seq for m in batch.messages],
+            "groups": [m.group_start for m in batch.messages],
+            "hidden_at": [h.at for h in batch.hidden],
+            "starts": [h.start for h in batch.hidden],
+            "ends": [h.end for h in batch.hidden],
+        }
+        try:
+            with self._engine.connect() as conn:
+                moved = conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(_PG_APPEND, params)
+                return bool(moved.scalar())
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"store unavailable: {exc.orig}") from exc
 
     def _advance(self, conn: Connection, session_id: str, expected: int, new_head: int) -> bool:
         """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""
