@@ -336,6 +336,8 @@ class Subscription:
                     pause = hub.coalesce - (anyio.current_time() - last_sent)
                     if pause > 0:
                         await anyio.sleep(pause)
+                        # The buffer may have moved on meanwhile (a gap, or its bound): look again.
+                        continue
                 frames = channel.frames_from(next_seq)
                 next_seq = channel.next_seq
                 yield frames or b""

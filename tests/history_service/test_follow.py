@@ -136,3 +136,53 @@ async def test_an_idle_sessions_channel_is_released() -> None:
         assert hub.followed == 1
     hub.publish("s", [plain(0)])
     assert hub.followed == 0
+
+
+async def test_a_follower_pausing_to_coalesce_skips_nothing_when_the_buffer_moves_meanwhile() -> None:
+    """While a busy channel makes a follower wait to coalesce writes, another process's events land in the store
+    and this process publishes later ones: the buffer jumps, and the follower must fetch what it jumped over."""
+    store = MemoryStore()
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", [plain(0)])
+    hub = Hub(store, 64, ping_interval=30, coalesce=0.5)
+
+    async def snapshot(info: SessionInfo) -> bytes:
+        raise AssertionError("resumed")
+
+    seqs: list[int] = []
+
+    async def follow(ready: anyio.Event) -> None:
+        async with hub.subscribe("s", after=0, snapshot=snapshot, retry_ms=1000) as subscription:
+            ready.set()
+            async for chunk in subscription:
+                seqs.extend(int(line[4:]) for line in chunk.decode().split("\n") if line.startswith("id: "))
+                if seqs[-1:] == [30]:
+                    return
+
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(hub.run)
+        ready = anyio.Event()
+        tasks.start_soon(follow, ready)
+        await ready.wait()
+        for seq in range(1, 11):  # a busy session: publishes far closer together than the coalesce interval
+            event = plain(seq)
+            await store.append("s", [event])
+            hub.publish("s", [event])
+            await anyio.sleep(0.001)
+        with anyio.fail_after(30):
+            while not seqs:
+                await anyio.sleep(0.001)
+        # One more publish makes the follower pause to coalesce. Meanwhile seqs 12-20 land from elsewhere,
+        # unannounced, and this process publishes 21-30: the buffer starts over at 21.
+        await store.append("s", [plain(11)])
+        hub.publish("s", [plain(11)])
+        await anyio.sleep(0.05)
+        await store.append("s", [plain(seq) for seq in range(12, 21)])
+        later = [plain(seq) for seq in range(21, 31)]
+        await store.append("s", later)
+        hub.publish("s", later)
+        with anyio.fail_after(30):
+            while seqs[-1:] != [30]:
+                await anyio.sleep(0.01)
+        hub.close()
+    assert seqs == list(range(1, 31))
