@@ -38,10 +38,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy $(PACKAGES) tests bench
+	$(BIN)/mypy $(PACKAGES) testing tests bench
 
 # The bench suites that have a smoke mode run here too, so they cannot rot.
-SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_history_transport.py \
+SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_history_transport.py bench/test_page_path.py \
 	bench/test_follow_load.py bench/test_follow_scale.py bench/test_report.py
 
 unit: $(STAMP)

@@ -11,6 +11,7 @@ import msgspec
 
 from codec import DeltaData, Event, ReasoningDelta, TextDelta, ToolCallDelta
 from history_service.scenarios import TIME_ZERO, dsh_synthetic, dsh_token
+from persistence.message_index import index_entries, select_cuts
 
 __all__ = [
     "DSH_DELTA_RUNS",
@@ -31,6 +32,7 @@ __all__ = [
     "is_delta",
     "long_session",
     "realistic",
+    "tail_cut",
 ]
 
 DSH_LOGICAL_EVENTS: Final = 416_756
@@ -273,3 +275,9 @@ def long_session(*, scale: int = 1, repeat: int = 10) -> list[Event]:
                 )
             )
     return out
+
+
+def tail_cut(events: list[Event], max_messages: int) -> int:
+    """Where the tail page of ``events`` with ``max_messages`` messages starts, as the store selects it."""
+    messages, hidden = index_entries(events)
+    return select_cuts(reversed(messages), hidden, to_seq=len(events), max_messages=max_messages)[-1]

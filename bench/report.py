@@ -245,6 +245,77 @@ def _follow_scale_section(entry: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _page_path_section(entry: dict[str, Any], transport: dict[str, dict[str, Any]]) -> list[str]:
+    """The page path's goals (docs/protocol.md §7.4) and the append rates behind them."""
+    page, cold, service, appends = entry["page"], entry["cold"], entry["service"], entry["appends"]
+    lines = [
+        "## The page path",
+        "",
+        f"The `realistic` tail page: {page['events']:,} events in {page['records']:,} records, "
+        f"{page['packedBytes']:,} B packed ({page['rawBytes']:,} B raw). Cold pages come from a new store "
+        "instance in fresh host processes; service times from a real server process on the SQLite store.",
+        "",
+        "| goal | target | measured | |",
+        "|---|---|---|---|",
+    ]
+
+    def row(name: str, target: str, value: str, ok: bool) -> None:
+        lines.append(f"| {name} | {target} | {value} | {'met' if ok else '**missed**'} |")
+
+    for backend, limit in (("sqlite", 25), ("jsonl", 25), ("jsonl-zstd", 25), ("postgresql", 40)):
+        if backend in cold:
+            value = cold[backend]["packedColdMs"]
+            row(f"cold tail page, {backend}, identity", f"≤ {limit} ms", f"{n(value)} ms", value <= limit)
+    versus = cold["sqliteVsRawEvents"]
+    row("the same from SQLite, vs the raw-events SQLite host", "≥ 15× faster", f"{versus:.1f}×", versus >= 15)
+    row(
+        "tail page through the service, identity (`Server-Timing`)",
+        "≤ 30 ms",
+        f"{n(service['identityServerMs'])} ms",
+        service["identityServerMs"] <= 30,
+    )
+    row(
+        "tail page through the service, zstd, end to end",
+        "≤ 60 ms",
+        f"{n(service['zstdMs'])} ms",
+        service["zstdMs"] <= 60,
+    )
+    long = transport.get("long-session", {}).get("store", {}).get("versusRealistic")
+    if long is not None:
+        row(
+            "long-session tail page vs realistic (SQLite, alternating)",
+            "≤ 1.1×",
+            f"{long['ratio']:.2f}×",
+            long["ratio"] <= 1.1,
+        )
+    heap = max(cold[backend]["heapOverPage"] for backend in appends)
+    row("host heap peak on a page read, worst backend", "≤ 2× the page", f"{heap:.2f}×", heap <= 2)
+    raw = service["rawServerOverColdPageRaw"]
+    row(
+        f"`?expand=raw` through the service ({n(service['rawServerMs'])} ms) vs `bench/cold_page.py` raw "
+        f"({n(service['coldPageRawMs'])} ms)",
+        "≤ 1.2×",
+        f"{raw:.2f}×",
+        raw <= 1.2,
+    )
+    for backend in ("sqlite", "jsonl"):
+        rate = appends[backend]["batchEventsPerSec"]
+        row(f"appends with sealing, {backend}, 512-event batches", "≥ 150k events/s", f"{rate:,}/s", rate >= 150_000)
+    lines += [
+        "",
+        "| backend | cold page ms | heap peak / page | 512-event batches, events/s | 1-event batches, events/s "
+        "| ms per 1-event append | write + fsync ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for backend, a in appends.items():
+        c = cold[backend]
+        lines.append(
+            f"| {backend} | {n(c['packedColdMs'])} | {c['heapOverPage']:.2f} | {a['batchEventsPerSec']:,} | "
+            f"{a['singleEventsPerSec']:,} | {a['singleAppendMs']} | {a['fsyncMs']} |"
+        )
+    return [*lines, ""]
+
+
 def render_markdown(results: dict[str, list[Any]], *, command: str, source: str) -> str:
     transport = {r["fixture"]["name"]: r for r in results.get("TRANSPORT_PERF", [])}
     any_result = next(iter(transport.values()), None)
@@ -276,6 +347,8 @@ def render_markdown(results: dict[str, list[Any]], *, command: str, source: str)
         "## Fixtures",
         "",
     ]
+    for entry in results.get("PAGE_PATH_PERF", []):
+        lines.extend(_page_path_section(entry, transport))
     for result in transport.values():
         lines.extend(_fixture_section(result))
     for entry in results.get("FOLLOW_LOAD", []):

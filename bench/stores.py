@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Final
 
-__all__ = ["BACKENDS", "PG_URL", "reset", "url_for"]
+from testing.postgres import PG_URL, drop_tables
 
-PG_URL: Final = os.environ.get("HISTORY_TEST_PG_URL")
+__all__ = ["BACKENDS", "reset", "url_for"]
+
 BACKENDS: Final = ["sqlite", "jsonl", "jsonl-zstd"] + (["postgresql"] if PG_URL else [])
 
 
@@ -27,12 +27,4 @@ def url_for(backend: str, root: Path) -> str:
 async def reset(url: str) -> None:
     """Drop our tables from a PostgreSQL store; other stores start empty already."""
     if url.startswith("postgresql"):
-        import sqlalchemy as sa
-
-        from persistence.sql import metadata
-
-        engine = sa.create_engine(url)
-        with engine.begin() as conn:
-            metadata.drop_all(conn)
-            conn.execute(sa.text("DROP TABLE IF EXISTS history_meta"))
-        engine.dispose()
+        drop_tables(url)

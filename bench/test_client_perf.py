@@ -30,7 +30,7 @@ from bench.machine import emit, machine
 from codec import Event, SessionHeader
 from history_client import HistoryClient, read_page
 from persistence import open_store
-from tests.servers import ServerProcess
+from testing.servers import ServerProcess
 
 ROUNDS = 7
 EVERYTHING = {"maxBytes": 1_000_000_000}  # one page holds the whole session, packed or raw

@@ -22,7 +22,7 @@ import pytest
 
 from bench.follow_load import run_load
 from bench.machine import emit, machine
-from tests.servers import ServerProcess
+from testing.servers import ServerProcess
 
 SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
 FOLLOWERS = [1, 5] if SMOKE else [1, 10, 50, 200]

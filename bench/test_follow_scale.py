@@ -35,8 +35,8 @@ from bench.machine import emit, machine
 from codec import SessionHeader
 from history_service.scenarios import multi_turn
 from persistence import open_store
-from tests.persistence.conftest import PG_URL, fresh_postgres_store
-from tests.servers import ServerProcess
+from testing.postgres import PG_URL, empty_postgres
+from testing.servers import ServerProcess
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set; run under scripts/with-postgres")
 
@@ -70,7 +70,7 @@ def processes(limits: dict[str, int]) -> Iterator[list[ServerProcess]]:
     assert PG_URL
 
     async def prepare() -> None:
-        await (await fresh_postgres_store(PG_URL)).close()
+        await empty_postgres(PG_URL)
         store = await open_store(PG_URL)
         for name in [f"load-{n}" for n in range(1)] + [f"cap-{n}" for n in range(IDLE_SESSIONS)] + ["page"]:
             await store.create_session(SessionHeader(id=name, createdAt=0))

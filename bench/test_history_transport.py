@@ -34,13 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import hashlib
-import json
 import os
 import socket
-import sqlite3
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -58,6 +54,7 @@ import pytest
 import uvicorn
 import zstandard
 
+from bench.cold_page import fill_raw_events, in_host
 from bench.fixtures import (
     REALISTIC_LOGICAL_EVENTS,
     REALISTIC_ORDINARY_EVENTS,
@@ -68,14 +65,15 @@ from bench.fixtures import (
     is_delta,
     long_session,
     realistic,
+    tail_cut,
 )
 from bench.fold import digest, fold_events, fold_records
 from bench.machine import emit, machine
 from bench.stores import BACKENDS, reset, url_for
-from codec import Event, Page, PageRecord, SessionHeader, encode, pack, page_record
+from codec import Event, Page, PageRecord, SessionHeader, encode, pack
+from codec.pages import page_record
 from history_client import read_page
 from persistence import open_store
-from persistence.message_index import index_entries, select_cuts
 
 SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
 SCALE = 100 if SMOKE else 1
@@ -148,11 +146,6 @@ def page_json(records: list[PageRecord], from_seq: int, to_seq: int) -> bytes:
     return encode(Page(records, from_seq > 0, from_seq, to_seq))
 
 
-def select(events: list[Event], max_messages: int) -> int:
-    messages, hidden = index_entries(events)
-    return select_cuts(reversed(messages), hidden, to_seq=len(events), max_messages=max_messages)[-1]
-
-
 # --- the sections -----------------------------------------------------------------------
 
 
@@ -197,7 +190,7 @@ def bytes_section(bodies: dict[str, bytes]) -> dict[str, Any]:
 
 def host_section(events: list[Event], page: list[Event], max_messages: int, bodies: dict[str, bytes]) -> dict[str, Any]:
     from_seq, to_seq = page[0].seq, page[-1].seq + 1
-    select_ms, select_samples, cut = timed(lambda: select(events, max_messages))
+    select_ms, select_samples, cut = timed(lambda: tail_cut(events, max_messages))
     assert cut == from_seq
     wrap_ms, _, raw_records = timed(lambda: [PageRecord(event=event) for event in page])
     pack_ms, _, packed = timed(lambda: pack(page))
@@ -319,15 +312,15 @@ def store_section(
         section: dict[str, Any] = {}
         for kind in ("raw", "packed"):
             progress(name, f"store {backend}: cold {kind} tail pages")
-            samples = _cold_in_host(url, kind, str(max_messages), bodies[kind])
+            samples = in_host(url, kind, str(max_messages), bodies[kind], ROUNDS)
             section[f"{kind}ColdMs"] = r2(statistics.median(samples))
             section[f"{kind}ColdSamplesMs"] = samples
         section["speedup"] = r2(section["rawColdMs"] / section["packedColdMs"])
         out[backend] = section
     progress(name, "store sqlite-raw-events: a table of one raw event per row")
     raw_db = root / name / "raw-events.db"
-    _fill_raw_events(raw_db, events)
-    samples = _cold_in_host(str(raw_db), "raw-events", f"{from_seq}:{to_seq}", bodies["raw"])
+    fill_raw_events(raw_db, events)
+    samples = in_host(str(raw_db), "raw-events", f"{from_seq}:{to_seq}", bodies["raw"], ROUNDS)
     out["sqlite-raw-events"] = {"rawColdMs": r2(statistics.median(samples)), "rawColdSamplesMs": samples}
     out["sqlite"]["vsRawEventsStore"] = r2(out["sqlite-raw-events"]["rawColdMs"] / out["sqlite"]["packedColdMs"])
     SQLITE_PAGES[name] = (url_for("sqlite", root / name / "sqlite"), max_messages, bodies["packed"])
@@ -348,7 +341,7 @@ def _side_by_side(base: tuple[str, int, bytes], other: tuple[str, int, bytes]) -
     other_samples: list[float] = []
     for _ in range(SIDE_BY_SIDE_PAIRS):
         for (url, max_messages, body), samples in ((base, base_samples), (other, other_samples)):
-            samples.extend(_cold_in_host(url, "packed", str(max_messages), body, rounds=3))
+            samples.extend(in_host(url, "packed", str(max_messages), body, 3))
     base_ms, other_ms = statistics.median(base_samples), statistics.median(other_samples)
     return {
         "realisticPackedColdMs": r2(base_ms),
@@ -357,27 +350,6 @@ def _side_by_side(base: tuple[str, int, bytes], other: tuple[str, int, bytes]) -
         "realisticSamplesMs": base_samples,
         "samplesMs": other_samples,
     }
-
-
-def _fill_raw_events(path: Path, events: list[Event]) -> None:
-    """The host the seed started from: every logical event stored as its own JSON row."""
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, data BLOB NOT NULL)")
-        db.executemany("INSERT INTO events VALUES (?, ?)", ((event.seq, encode(event)) for event in events))
-    db.close()
-
-
-def _cold_in_host(url: str, kind: str, limit: str, expected: bytes, rounds: int = ROUNDS) -> list[float]:
-    """Cold page samples from a fresh host process (`bench.cold_page`), its body checked against ours."""
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.cold_page", url, kind, limit, str(rounds)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result = json.loads(run.stdout)
-    assert result["sha256"] == hashlib.sha256(expected).hexdigest(), f"{url} {kind} page differs from ours"
-    return [float(sample) for sample in result["samplesMs"]]
 
 
 class _Bodies:
@@ -470,7 +442,7 @@ def test_history_transport(
     start = time.perf_counter()
     events = build()
     build_ms = r2((time.perf_counter() - start) * 1000)
-    page = events[select(events, max_messages) :]
+    page = events[tail_cut(events, max_messages) :]
     from_seq, to_seq = page[0].seq, page[-1].seq + 1
     packed_records = [page_record(record) for record in pack(page)]
     projection = completed_step_projection(page)

@@ -29,7 +29,8 @@ import pytest
 from bench.fixtures import DSH_LOGICAL_EVENTS, dsh_synthetic
 from bench.follow_load import run_load
 from bench.machine import emit, machine
-from codec import SessionHeader, check_page, decode_page, decompress
+from codec import SessionHeader, check_page, decode_page
+from history_service.encoding import decompress
 from persistence import open_store
 
 CODINGS = ["identity", "zstd", "br", "gzip"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, repeat
 from operator import sub
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -40,7 +40,11 @@ from codec.events import (
 
 __all__ = [
     "MIN_RUN",
+    "REASONING_BLOCK",
     "ROW_TAGS",
+    "TEXT_BLOCK",
+    "TOOL_BLOCK",
+    "Block",
     "ChunkRow",
     "ReasoningChunks",
     "StorageRecord",
@@ -48,6 +52,7 @@ __all__ = [
     "TextRowData",
     "ToolCallChunks",
     "ToolCallRowData",
+    "block_of",
     "check_row",
     "continues_run",
     "decode_storage_record",
@@ -57,13 +62,30 @@ __all__ = [
     "member_count",
     "pack",
     "record_range",
+    "row_block",
     "row_from_value",
 ]
 
 MIN_RUN: Final = 3
+TEXT_BLOCK: Final = 1
+REASONING_BLOCK: Final = 2
+TOOL_BLOCK: Final = 3
 ROW_TAGS: Final = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
 
 Number = int | float
+
+
+class Block(NamedTuple):
+    """The block a delta belongs to: its kind (`TEXT_BLOCK`, `REASONING_BLOCK`, `TOOL_BLOCK`) and its key.
+
+    The key is the canonical JSON object of the block's ``turn, step, index`` and, for a
+    tool call, ``id`` and ``name`` when present: the bytes a row writes once for all members.
+    """
+
+    kind: int
+    key: bytes
+
+
 Members = Annotated[list[str], Meta(min_length=1)]
 
 
@@ -229,10 +251,56 @@ def decode_storage_record(value: object) -> list[Any]:
     return [value]
 
 
+class _BlockKey(Struct, frozen=True, gc=False):
+    turn: Number
+    step: Number
+    index: Number
+
+
+class _ToolBlockKey(Struct, frozen=True, gc=False, kw_only=True):
+    turn: Number
+    step: Number
+    index: Number
+    id: str
+    name: str | UnsetType = UNSET
+
+
+_KEY_ENCODER: Final = msgspec.json.Encoder()
+_BLOCK_KINDS: Final[dict[type[Any], int]] = {
+    TextDelta: TEXT_BLOCK,
+    ReasoningDelta: REASONING_BLOCK,
+    ToolCallDelta: TOOL_BLOCK,
+}
+
+
+def block_of(member: DeltaData) -> Block:
+    """The block a delta belongs to: its kind and the canonical JSON of its ``turn, step, index`` (and ``id, name``).
+
+    Keys compare as bytes, so ``1`` and ``1.0``, or ``0.0`` and ``-0.0``, are different
+    blocks: a row keeps one spelling for all its members, and expansion must give each
+    member back its own.
+    """
+    chunk = member.chunk
+    if type(chunk) is ToolCallDelta:
+        key = _ToolBlockKey(turn=member.turn, step=member.step, index=chunk.index, id=chunk.id, name=chunk.name)
+        return Block(TOOL_BLOCK, _KEY_ENCODER.encode(key))
+    return Block(_BLOCK_KINDS[type(chunk)], _KEY_ENCODER.encode(_BlockKey(member.turn, member.step, chunk.index)))
+
+
+def row_block(row: ChunkRow) -> Block:
+    """The block of a row's members: what `block_of` gives for each of them."""
+    data = row.data
+    if isinstance(data, ToolCallRowData):
+        key = _ToolBlockKey(turn=data.turn, step=data.step, index=data.index, id=data.id, name=data.name)
+        return Block(TOOL_BLOCK, _KEY_ENCODER.encode(key))
+    kind = TEXT_BLOCK if type(row) is TextChunks else REASONING_BLOCK
+    return Block(kind, _KEY_ENCODER.encode(_BlockKey(data.turn, data.step, data.index)))
+
+
 def delta_member(event: Event) -> DeltaData | None:
     """The delta payload of ``event`` if it may join a row (exact keys, valid seq and time), else ``None``.
 
-    This is the per-event half of `pack`'s rule; the other half compares neighbours.
+    This is the per-event half of the run rule; `continues_run` is the other half.
     """
     raw = event.data
     data: DeltaData | None = raw if type(raw) is DeltaData else as_delta_data(raw, any_order=True)
@@ -253,124 +321,61 @@ def delta_member(event: Event) -> DeltaData | None:
     return data
 
 
-def continues_run(last: DeltaData, last_seq: int, last_time: int, next_: DeltaData, seq: int, time: int) -> bool:
-    """Whether a delta at ``seq``/``time`` may follow ``last`` in one row (the neighbour half of `pack`'s rule)."""
-    a, b = last.chunk, next_.chunk
-    return (
-        seq == last_seq + 1
-        and type(a) is type(b)
-        and a.index == b.index
-        and last.turn == next_.turn
-        and last.step == next_.step
-        and type(a.index) is type(b.index)
-        and type(last.turn) is type(next_.turn)
-        and type(last.step) is type(next_.step)
-        and -MAX_SAFE_INTEGER <= time - last_time <= MAX_SAFE_INTEGER
-        and (type(a) is not ToolCallDelta or (a.id == b.id and a.name == b.name))  # type: ignore[union-attr]
-    )
+def continues_run(block: Block, last_seq: int, last_time: int, next_block: Block, seq: int, time: int) -> bool:
+    """Whether a delta of ``next_block`` at ``seq``/``time`` may follow a run of ``block`` that ends at ``last_seq``.
+
+    The one rule for joining: `pack` applies it to events and the page splice to stored
+    records. Same block, the next seq, and a gap ``dt`` that is a safe integer.
+    """
+    return seq == last_seq + 1 and next_block == block and -MAX_SAFE_INTEGER <= time - last_time <= MAX_SAFE_INTEGER
 
 
 def pack(events: Iterable[Event], *, max_members: int | None = None) -> list[StorageRecord]:
     """Pack logical events into storage records: verbatim events and chunk rows.
 
-    A run of at least `MIN_RUN` delta events becomes a row when every member has exactly
-    the keys ``type, seq, time, data``, the same delta kind, ``turn``, ``step`` and
-    ``index`` (same value and JSON type), dense seqs, safe-integer time gaps and, for tool
-    calls, the same ``id`` and the same presence and value of ``name``. ``max_members``
-    caps a row's length (stores use it to bound their lookback); the remainder of a run
-    shorter than `MIN_RUN` stays verbatim.
+    A run of at least `MIN_RUN` delta events (`delta_member`) becomes a row when each
+    continues the one before (`continues_run`): the same delta kind, ``turn``, ``step`` and
+    ``index`` spelt the same (and for tool calls the same ``id`` and the same presence and
+    value of ``name``), dense seqs and safe-integer time gaps. ``max_members`` caps a row's
+    length; the remainder of a run shorter than `MIN_RUN` stays verbatim.
     """
     if max_members is not None and max_members < MIN_RUN:
         raise ValueError(f"max_members must be at least {MIN_RUN}")
     out: list[StorageRecord] = []
     run: list[Event] = []
     deltas: list[DeltaData] = []
-    kind: type[Any] = type(None)
-    turn: Any = None
-    step: Any = None
-    index: Any = None
-    call_id: Any = None
-    name: Any = None
+    block = Block(0, b"")
+    last: DeltaData | None = None
     last_seq = last_time = 0
-    index_type: type[Any] = type(None)
-    turn_type: type[Any] = type(None)
-    step_type: type[Any] = type(None)
     for event in events:
-        data = event.data
-        if type(data) is DeltaData and run:
-            # Fast path: a delta that continues the current run (most events in a long session).
-            chunk = data.chunk
-            seq, time = event.seq, event.time
-            if (
-                seq == last_seq + 1
-                and type(chunk) is kind
-                and chunk.index == index
-                and data.turn == turn
-                and data.step == step
-                and type(chunk.index) is index_type
-                and type(data.turn) is turn_type
-                and type(data.step) is step_type
-                and event.type == CHUNK_EVENT_TYPE
-                and event.ignorable is UNSET
-                and event.sourceEventSeqs is UNSET
-                and event.surfaceOp is UNSET
-                and event.conversationOp is UNSET
-                and type(seq) is int
-                and seq <= MAX_SAFE_INTEGER
-                and type(time) is int
-                and -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
-                and -MAX_SAFE_INTEGER <= time - last_time <= MAX_SAFE_INTEGER
-                and (type(chunk) is not ToolCallDelta or (chunk.id == call_id and chunk.name == name))
-            ):
-                run.append(event)
-                deltas.append(data)
-                last_seq, last_time = seq, time
-                continue
-        # The same test as delta_member, inlined: a call per event costs ~10% of pack's time.
-        if type(data) is not DeltaData:
-            data = as_delta_data(data, any_order=True) if type(data) is dict else None
-        seq, time = event.seq, event.time
-        if (
-            data is None
-            or event.type != CHUNK_EVENT_TYPE
-            or event.ignorable is not UNSET
-            or event.sourceEventSeqs is not UNSET
-            or event.surfaceOp is not UNSET
-            or event.conversationOp is not UNSET
-            or type(seq) is not int
-            or type(time) is not int
-            or not 0 <= seq <= MAX_SAFE_INTEGER
-            or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
-        ):
+        member = delta_member(event)
+        if member is None:
             if run:
                 _flush(run, deltas, out, max_members)
                 run, deltas = [], []
             out.append(event)
+            last = None
             continue
-        chunk = data.chunk
-        # Types are compared too: 1 and 1.0 are one JS number but two JSON spellings.
-        if run and not (
-            seq == last_seq + 1
-            and type(chunk) is kind
-            and chunk.index == index
-            and data.turn == turn
-            and data.step == step
-            and type(chunk.index) is type(index)
-            and type(data.turn) is type(turn)
-            and type(data.step) is type(step)
-            and -MAX_SAFE_INTEGER <= time - last_time <= MAX_SAFE_INTEGER
-            and (kind is not ToolCallDelta or (chunk.id == call_id and chunk.name == name))
+        chunk = member.chunk
+        if (
+            last is not None
+            and type(chunk) is type(last.chunk)
+            and member.turn is last.turn
+            and member.step is last.step
+            and chunk.index is last.chunk.index
+            and (type(chunk) is not ToolCallDelta or (chunk.id == last.chunk.id and chunk.name == last.chunk.name))  # type: ignore[union-attr]
         ):
+            # block_of is pure: the very same field objects (and equal strings) give the same block.
+            member_block = block
+        else:
+            member_block = block_of(member)
+        if run and not continues_run(block, last_seq, last_time, member_block, event.seq, event.time):
             _flush(run, deltas, out, max_members)
             run, deltas = [], []
-        if not run:
-            kind, turn, step, index = type(chunk), data.turn, data.step, chunk.index
-            index_type, turn_type, step_type = type(index), type(turn), type(step)
-            if kind is ToolCallDelta:
-                call_id, name = chunk.id, chunk.name
+        block, last = member_block, member
         run.append(event)
-        deltas.append(data)
-        last_seq, last_time = seq, time
+        deltas.append(member)
+        last_seq, last_time = event.seq, event.time
     if run:
         _flush(run, deltas, out, max_members)
     return out

@@ -9,9 +9,7 @@ is a `CodecError`, so callers catch one type at the package boundary::
     ├── RowFormatError           a chunk row breaks §3 ("malformed <tag> row: <why>")
     ├── RecordFormatError        a storage line, a page record or page body has the wrong shape
     │   └── InvalidJsonError     bytes that are not JSON (syntax, invalid UTF-8, nesting)
-    ├── BatchTooLargeError       an append body that stands for too many logical events
-    └── ContentEncodingError     a compressed body is corrupt or unsupported
-        └── ContentTooLargeError a compressed body decodes past its size limit
+    └── BatchTooLargeError       an append body that stands for too many logical events
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from __future__ import annotations
 __all__ = [
     "BatchTooLargeError",
     "CodecError",
-    "ContentEncodingError",
-    "ContentTooLargeError",
     "EventValidationError",
     "InvalidJsonError",
     "RecordFormatError",
@@ -55,11 +51,3 @@ class InvalidJsonError(RecordFormatError):
 
 class BatchTooLargeError(CodecError):
     """Raised when an append body stands for more logical events than allowed, before any item is decoded."""
-
-
-class ContentEncodingError(CodecError):
-    """Raised when a body cannot be decoded with its content coding."""
-
-
-class ContentTooLargeError(ContentEncodingError):
-    """Raised when a compressed body decodes to more than its size limit; decoding stops there."""

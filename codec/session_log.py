@@ -15,8 +15,8 @@ import msgspec
 from codec._paths import describe
 from codec.chunk_rows import ROW_TAGS, StorageRecord, expand_records, row_from_value
 from codec.errors import EventValidationError, RecordFormatError, RowFormatError
+from codec.event_json import decode_json, event_from_value
 from codec.events import Event, SessionHeader, check_depth
-from codec.wire import decode_json, event_from_value
 
 __all__ = ["SessionLog", "read_header", "read_session_log", "record_from_value"]
 

@@ -33,10 +33,9 @@ from codec import (
     CodecError,
     Event,
     PageRecord,
-    decode_event,
     decode_follow_snapshot,
     decode_json,
-    decode_page_record,
+    decode_live_record,
     expand_row,
     record_seq_range,
 )
@@ -265,10 +264,7 @@ class _Journal:
 
 
 def _live_record(data: bytes) -> PageRecord:
-    """A live frame's record: a bare event, or (tolerated, as it is lossless) a wrapped page record."""
     try:
-        if data.startswith((b'{"chunks"', b'{"event"')):
-            return decode_page_record(data)
-        return PageRecord(event=decode_event(data, where="live event"))
+        return decode_live_record(data)
     except CodecError as exc:
         raise ProtocolError(f"invalid live frame: {exc}") from exc

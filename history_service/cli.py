@@ -21,7 +21,7 @@ from history_service.settings import DEFAULT_STORE, Settings, read_token_file
 try:
     import anyio
 
-    from history_service.pages import PageQuery, build_page
+    from history_service.pages import PageQuery, PageReader
     from history_service.scenarios import TIME_ZERO, multi_turn
     from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store, subagent_parent
     from persistence.url import describe_url
@@ -345,7 +345,7 @@ async def _page(store: HistoryStore, args: argparse.Namespace, settings: Setting
         max_messages=args.max_messages,
         max_bytes=args.max_bytes or settings.default_max_bytes,
     )
-    body, _, _ = await build_page(store, args.session_id, head, query)
+    body, _, _ = await PageReader(store).body(args.session_id, head, query)
     out.write(body.decode() + "\n")
 
 

@@ -9,8 +9,9 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from codec import CODINGS, MAX_SAFE_INTEGER, choose_encoding, encode
+from codec import MAX_SAFE_INTEGER, encode
 from history_service.auth import principal
+from history_service.encoding import CODINGS, choose_encoding
 from history_service.errors import ApiError
 from history_service.pages import PageQuery
 from history_service.requests import (
@@ -23,6 +24,7 @@ from history_service.requests import (
     path_session_id,
     read_json_body,
 )
+from history_service.responses import PartsResponse
 from history_service.service import HistoryService
 
 __all__ = [
@@ -145,14 +147,14 @@ async def page(request: Request) -> Response:
     headers = {"Vary": "Accept-Encoding", "Server-Timing": f"app;dur={(time.perf_counter() - started) * 1000:.2f}"}
     if served.coding != "identity":
         headers["Content-Encoding"] = served.coding
-    if query.through is not None:
+    if served.etag is not None:
         headers.update({"ETag": served.etag, "Cache-Control": IMMUTABLE})
         matches = {tag.strip() for tag in request.headers.get("if-none-match", "").split(",")}
         if served.etag in matches or "*" in matches:
             return Response(status_code=304, headers=headers)
     else:
         headers["Cache-Control"] = "no-cache"
-    return Response(served.body, media_type="application/json", headers=headers)
+    return PartsResponse(served.body.parts, served.body.size, media_type="application/json", headers=headers)
 
 
 async def follow(request: Request) -> Response:

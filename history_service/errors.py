@@ -1,8 +1,11 @@
 """HTTP errors: ``{"error": {"code", "message", ...}}`` with stable codes.
 
-    ApiError(Exception)          carries status, code, message and extra fields
+    ServiceError(Exception)
+    ├── ApiError                 carries status, code, message and extra fields
+    └── ContentEncodingError     a compressed request body is corrupt or unsupported
+        └── ContentTooLargeError it decodes past its size limit
 
-Store and codec errors are translated into `ApiError` at the endpoint boundary.
+Store, codec and content-coding errors are translated into `ApiError` at the endpoint boundary.
 """
 
 from __future__ import annotations
@@ -14,10 +17,29 @@ from starlette.responses import Response
 
 from codec import encode
 
-__all__ = ["ApiError", "error_response", "handle_api_error"]
+__all__ = [
+    "ApiError",
+    "ContentEncodingError",
+    "ContentTooLargeError",
+    "ServiceError",
+    "error_response",
+    "handle_api_error",
+]
 
 
-class ApiError(Exception):
+class ServiceError(Exception):
+    """Base class for the service's own errors."""
+
+
+class ContentEncodingError(ServiceError, ValueError):
+    """Raised when a body cannot be decoded with its content coding."""
+
+
+class ContentTooLargeError(ContentEncodingError):
+    """Raised when a compressed body decodes to more than its size limit; decoding stops there."""
+
+
+class ApiError(ServiceError):
     """Raised by endpoints to answer with a JSON error body."""
 
     def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:

@@ -28,11 +28,9 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from codec import Event, encode
+from codec import Event, StoredRecord, encode, event_lines
 from persistence import HistoryStore, SessionInfo, StoreError
-from persistence.base import events_in
 from persistence.notify import HeadListener
-from persistence.stored import StoredRecord, is_row_line
 
 __all__ = [
     "CATCH_UP_WINDOW",
@@ -66,19 +64,14 @@ def event_frame(event: Event) -> bytes:
 def stored_frames(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[bytes]:
     """The event frames of ``[from_seq, to_seq)`` from the stored records that cover it.
 
-    A stored event's line is its canonical JSON, so it goes into its frame as it is; only a
-    packed row is decoded, to expand its members.
+    A stored event's line is its canonical JSON and goes into its frame as it is; a row's
+    members get their lines from the codec without becoming events.
     """
-    frames = []
-    for record in stored:
-        seq, members, line = record
-        if seq + members <= from_seq or seq >= to_seq:
-            continue
-        if members == 1 and not is_row_line(line):
-            frames.append(sse_frame("event", line, event_id=seq))
-        else:
-            frames.extend(map(event_frame, events_in([record], from_seq, to_seq)))
-    return frames
+    return [
+        sse_frame("event", line, event_id=seq + i)
+        for seq, lines in event_lines(stored, from_seq, to_seq)
+        for i, line in enumerate(lines)
+    ]
 
 
 class Channel:

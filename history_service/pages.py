@@ -1,27 +1,41 @@
-"""``session.page`` bodies (docs/protocol.md §4): selection over logical events, then packing, then encoding.
+"""``session.page`` (docs/protocol.md §4): the cut, one store read, the byte target, the coding and the cache.
 
-The cut comes from the store's message index. With a byte target, candidates are measured
-with the real builder, by bisection, so a page exceeds the target only when its newest
-message group alone does. Packing and content coding of large bodies run in worker threads.
+A `PageReader` serves a page in four steps:
+
+1. the candidate starts (message-aligned cuts) come from the store's message index;
+2. one store read covers the largest candidate, and the codec splices its records;
+3. each candidate's size is then a subtraction, so the oldest start whose page fits
+   ``maxBytes`` is found without reading again; a page exceeds the target only when its
+   newest message group alone does;
+4. the body gets its validator, and is compressed once per coding and kept when immutable.
+
+A page that is not kept is served as the parts the codec spliced, the stored records'
+own bytes, so it never exists as one more copy of them. Large pages are spliced and
+compressed in worker threads, so the event loop keeps serving meanwhile.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections import OrderedDict
-from typing import Final
+from collections.abc import Sequence
+from typing import Final, NamedTuple
 
 import anyio.to_thread
 import msgspec
 
-from codec import compress, encode
-from persistence import HistoryStore
-from persistence.page_builder import records_body
+from codec import SplicedRecords, StoredRecord, page_parts, page_size, raw_records, splice
+from codec.stored import Part
+from history_service.encoding import compress
+from persistence import HistoryStore, SessionInfo
 
-__all__ = ["EncodedPage", "PageCache", "PageQuery", "build_page", "encode_page"]
+__all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
 
 MIN_COMPRESS: Final = 1024
 _THREAD_AT: Final = 256 * 1024
+# Splicing this many stored records, or expanding any, runs in a worker thread.
+_SPLICE_IN_THREAD: Final = 64
 
 
 class PageQuery(msgspec.Struct, frozen=True):
@@ -34,43 +48,27 @@ class PageQuery(msgspec.Struct, frozen=True):
     raw: bool = False
 
 
-def _body(records: bytes, from_seq: int, to_seq: int) -> bytes:
-    has_more = b"true" if from_seq > 0 else b"false"
-    return b'{"records":%b,"hasMore":%b,"fromSeq":%d,"toSeq":%d}' % (records, has_more, from_seq, to_seq)
+class PageBody(NamedTuple):
+    """A body as parts in order, and its size in bytes."""
+
+    parts: list[Part]
+    size: int
+
+    @classmethod
+    def of(cls, body: bytes) -> PageBody:
+        return cls([body], len(body))
+
+    def join(self) -> bytes:
+        only = self.parts[0] if len(self.parts) == 1 else None
+        return only if isinstance(only, bytes) else b"".join(self.parts)
 
 
-async def _records(store: HistoryStore, session_id: str, from_seq: int, to_seq: int, raw: bool) -> bytes:
-    if raw:
-        events = await store.read_events(session_id, from_seq, to_seq)
-        return records_body([b'{"event":' + encode(event) + b"}" for event in events])
-    return records_body(await store.page_records(session_id, from_seq, to_seq))
+class ServedPage(NamedTuple):
+    """A page body in the content coding it is sent with, and its strong validator when it has one."""
 
-
-async def build_page(store: HistoryStore, session_id: str, head: int, query: PageQuery) -> tuple[bytes, int, int]:
-    """The page body and its ``(fromSeq, toSeq)``; ``head`` is the session's head at request time."""
-    to_seq = head + 1 if query.through is None else query.through + 1
-    if query.before is not None:
-        to_seq = min(to_seq, query.before)
-    if to_seq <= 0:
-        return _body(b"[]", 0, 0), 0, 0
-    cuts = await store.page_cuts(session_id, to_seq=to_seq, max_messages=query.max_messages)
-    oldest = await _records(store, session_id, cuts[-1], to_seq, query.raw)
-    if len(_body(oldest, cuts[-1], to_seq)) <= query.max_bytes or len(cuts) == 1:
-        return _body(oldest, cuts[-1], to_seq), cuts[-1], to_seq
-    # Sizes grow with each older candidate; find the oldest that fits, but keep at least the newest.
-    low, high = 0, len(cuts) - 1
-    best: tuple[bytes, int] | None = None
-    while low < high:
-        middle = (low + high) // 2
-        body = _body(await _records(store, session_id, cuts[middle], to_seq, query.raw), cuts[middle], to_seq)
-        if len(body) <= query.max_bytes:
-            best, low = (body, cuts[middle]), middle + 1
-        else:
-            high = middle
-    if best is None:
-        first = cuts[0]
-        best = (_body(await _records(store, session_id, first, to_seq, query.raw), first, to_seq), first)
-    return best[0], best[1], to_seq
+    body: PageBody
+    coding: str
+    etag: str | None
 
 
 class EncodedPage(msgspec.Struct):
@@ -87,28 +85,6 @@ class EncodedPage(msgspec.Struct):
 
 def encode_page(body: bytes) -> EncodedPage:
     return EncodedPage(body, '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"', {})
-
-
-async def encoded_body(page: EncodedPage, coding: str) -> tuple[bytes, int]:
-    """The page in ``coding`` (``identity``, or one of codec.CODINGS), compressed once and kept.
-
-    Returns the body and how many bytes the page grew by (0 when the encoding was already kept).
-    """
-    if coding == "identity" or len(page.identity) < MIN_COMPRESS:
-        return page.identity, 0
-    body = page.encoded.get(coding)
-    if body is not None:
-        return body, 0
-    if len(page.identity) >= _THREAD_AT:
-        body = await anyio.to_thread.run_sync(compress, page.identity, coding)
-        # Another request may have made the same encoding meanwhile: keep one, count it once.
-        kept = page.encoded.get(coding)
-        if kept is not None:
-            return kept, 0
-    else:
-        body = compress(page.identity, coding)
-    page.encoded[coding] = body
-    return body, len(body)
 
 
 class PageCache:
@@ -156,3 +132,96 @@ class PageCache:
         while self._pages and (self._bytes > self._max_bytes or len(self._pages) > self._max_entries):
             _, evicted = self._pages.popitem(last=False)
             self._bytes -= evicted.size
+
+
+def _records(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, raw: bool) -> SplicedRecords:
+    return raw_records(stored, from_seq, to_seq) if raw else splice(stored, from_seq, to_seq)
+
+
+def choose_body(
+    stored: Sequence[StoredRecord], cuts: Sequence[int], to_seq: int, max_bytes: int, raw: bool
+) -> tuple[PageBody, int]:
+    """The body of the oldest of ``cuts`` (newest first) whose page fits ``max_bytes``, else the newest; and its start.
+
+    ``stored`` covers the oldest cut's interval. The records are spliced once; every later
+    start's page is a suffix of them, except where a start falls inside a run, whose
+    cut record alone is spliced again.
+    """
+    records = _records(stored, cuts[-1], to_seq, raw)
+    for cut in reversed(cuts):
+        page, first = _from(stored, records, cut, to_seq, raw)
+        size = page_size(page, first, cut, to_seq)
+        if size <= max_bytes or cut == cuts[0]:
+            return PageBody(page_parts(page, first, cut, to_seq), size), cut
+    raise AssertionError("cuts is empty")
+
+
+def _from(
+    stored: Sequence[StoredRecord], records: SplicedRecords, cut: int, to_seq: int, raw: bool
+) -> tuple[SplicedRecords, int]:
+    """The records of ``[cut, to_seq)``: ``records`` from an index on, after a re-splice of the one ``cut`` falls in."""
+    i = bisect.bisect_left(records.starts, cut)
+    if i == len(records.starts) or records.starts[i] == cut:
+        return records, i
+    end = records.starts[i]
+    return _records(stored, cut, end, raw).followed_by(records, i), 0
+
+
+class PageReader:
+    """Serves pages of one store, through an optional cache of immutable pages."""
+
+    def __init__(self, store: HistoryStore, cache: PageCache | None = None) -> None:
+        self._store = store
+        self._cache = cache
+
+    async def body(self, session_id: str, head: int, query: PageQuery) -> tuple[bytes, int, int]:
+        """The identity body and its ``(fromSeq, toSeq)``; ``head`` is the session's head at request time."""
+        body, from_seq, to_seq = await self.parts(session_id, head, query)
+        return body.join(), from_seq, to_seq
+
+    async def parts(self, session_id: str, head: int, query: PageQuery) -> tuple[PageBody, int, int]:
+        """The identity body as spliced parts, and its ``(fromSeq, toSeq)``."""
+        to_seq = head + 1 if query.through is None else query.through + 1
+        if query.before is not None:
+            to_seq = min(to_seq, query.before)
+        if to_seq <= 0:
+            empty = page_parts(SplicedRecords(), 0, 0, 0)
+            return PageBody(empty, sum(map(len, empty))), 0, 0
+        cuts = await self._store.page_cuts(session_id, to_seq=to_seq, max_messages=query.max_messages)
+        stored = await self._store.read_stored(session_id, cuts[-1], to_seq)
+        if len(stored) < _SPLICE_IN_THREAD and not query.raw:
+            body, cut = choose_body(stored, cuts, to_seq, query.max_bytes, query.raw)
+        else:
+            body, cut = await anyio.to_thread.run_sync(choose_body, stored, cuts, to_seq, query.max_bytes, query.raw)
+        return body, cut, to_seq
+
+    async def page(self, info: SessionInfo, query: PageQuery, coding: str = "identity") -> ServedPage:
+        """The page in ``coding`` (or identity when too small to pay); immutable pages are validated and kept."""
+        if query.through is None:
+            parts, _, _ = await self.parts(info.header.id, info.head_seq, query)
+            if coding == "identity" or parts.size < MIN_COMPRESS:
+                return ServedPage(parts, "identity", None)
+            return ServedPage(PageBody.of(await _compressed(parts, coding)), coding, None)
+        key = (info.header.id, query)
+        page = self._cache.get(key) if self._cache is not None else None
+        if page is None:
+            body, _, _ = await self.body(info.header.id, info.head_seq, query)
+            page = encode_page(body) if len(body) < _THREAD_AT else await anyio.to_thread.run_sync(encode_page, body)
+            if self._cache is not None:
+                self._cache.put(key, page)
+        if coding == "identity" or len(page.identity) < MIN_COMPRESS:
+            return ServedPage(PageBody.of(page.identity), "identity", page.etag)
+        body = page.encoded.get(coding) or await _compressed(PageBody.of(page.identity), coding)
+        if coding not in page.encoded:
+            # Another request may have made the same encoding meanwhile: keep one, count it once.
+            page.encoded[coding] = body
+            if self._cache is not None:
+                self._cache.grew(key, page, len(body))
+        return ServedPage(PageBody.of(page.encoded[coding]), coding, f'{page.etag[:-1]}-{coding}"')
+
+
+async def _compressed(body: PageBody, coding: str) -> bytes:
+    """``body`` in ``coding``, off the event loop when it is large."""
+    if body.size >= _THREAD_AT:
+        return await anyio.to_thread.run_sync(compress, body.parts, coding)
+    return compress(body.parts, coding)

@@ -23,8 +23,6 @@ from codec import (
     MAX_SAFE_INTEGER,
     BatchTooLargeError,
     CodecError,
-    ContentEncodingError,
-    ContentTooLargeError,
     Event,
     InvalidJsonError,
     SessionHeader,
@@ -33,12 +31,12 @@ from codec import (
     decode_header,
     decode_json,
     decode_storage_line,
-    decompress,
     expand_records,
     split_batch,
     values_within,
 )
-from history_service.errors import ApiError
+from history_service.encoding import decompress
+from history_service.errors import ApiError, ContentEncodingError, ContentTooLargeError
 from history_service.settings import Settings
 from persistence import SessionKey
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from typing import Final, NamedTuple
+from typing import Final
 
 import anyio
 
-from codec import Event, SessionHeader, encode
+from codec import Event, SessionHeader, encode, snapshot_body
 from history_service.errors import ApiError
 from history_service.follow import Hub, sse_frame
-from history_service.pages import PageCache, PageQuery, build_page, encode_page, encoded_body
+from history_service.pages import PageCache, PageQuery, PageReader, ServedPage
 from history_service.settings import Settings
 from persistence import (
     AppendResult,
@@ -35,19 +35,11 @@ from persistence import (
     subagent_parent,
 )
 
-__all__ = ["HistoryService", "ServedPage", "unavailable"]
+__all__ = ["HistoryService", "unavailable"]
 
 logger = logging.getLogger(__name__)
 
 _OWNER_CACHE: Final = 100_000
-
-
-class ServedPage(NamedTuple):
-    """A page body in the content coding it is sent with, and its strong validator."""
-
-    body: bytes
-    coding: str
-    etag: str
 
 
 def unavailable(exc: StoreError, doing: str) -> ApiError:
@@ -73,6 +65,7 @@ class HistoryService:
             coalesce=settings.follow_coalesce_ms / 1000,
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
+        self.pages = PageReader(store, self.cache)
         self._append_locks: dict[str, anyio.Lock] = {}
         # Owner and header never change once a session exists, so appends need not ask the store.
         self._owners: OrderedDict[str, tuple[str, SessionHeader]] = OrderedDict()
@@ -164,26 +157,12 @@ class HistoryService:
 
     async def page(self, info: SessionInfo, query: PageQuery, coding: str = "identity") -> ServedPage:
         """The page in ``coding``; immutable pages (explicit ``through``) come from and go to the cache."""
-        session_id = info.header.id
         if query.through is not None and query.through > info.head_seq:
             raise ApiError(400, "invalid_parameter", f"through {query.through} is beyond the head {info.head_seq}")
-        key = (session_id, query)
-        immutable = query.through is not None
-        page = self.cache.get(key) if immutable else None
-        if page is None:
-            try:
-                body, _, _ = await build_page(self.store, session_id, info.head_seq, query)
-            except StoreError as exc:
-                raise unavailable(exc, f"reading a page of session {session_id!r}") from exc
-            page = encode_page(body)
-            if immutable:
-                self.cache.put(key, page)
-        body, added = await encoded_body(page, coding)
-        if added and immutable:
-            self.cache.grew(key, page, added)
-        if body is page.identity:
-            return ServedPage(body, "identity", page.etag)
-        return ServedPage(body, coding, f'{page.etag[:-1]}-{coding}"')
+        try:
+            return await self.pages.page(info, query, coding)
+        except StoreError as exc:
+            raise unavailable(exc, f"reading a page of session {info.header.id!r}") from exc
 
     async def follow(self, session_id: str, *, after: int | None, max_messages: int) -> AsyncIterator[bytes]:
         """The follow stream of a session the caller may read: opening frames, then events, until shutdown."""
@@ -193,8 +172,7 @@ class HistoryService:
             query = PageQuery(
                 through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
             )
-            page = (await self.page(info, query)).body
-            return b'{"header":%b,"cursor":%d,%b' % (encode(info.header), info.head_seq, page[1:])
+            return snapshot_body(info.header, info.head_seq, (await self.page(info, query)).body.join())
 
         try:
             async with self.hub.subscribe(

@@ -19,6 +19,7 @@ __all__ = [
     "fsync_dir",
     "locked",
     "pread",
+    "pread_path",
     "read_head",
     "truncate",
     "write_at",
@@ -56,15 +57,20 @@ def pread(log: Any, start: int, end: int) -> bytes:
     return os.pread(log.fileno(), end - start, start)
 
 
+def pread_path(path: Path, start: int, end: int) -> bytes:
+    with open(path, "rb") as handle:
+        return pread(handle, start, end)
+
+
 @contextlib.contextmanager
-def locked(directory: Path, session_id: str) -> Iterator[None]:
-    """An exclusive lock on the session across processes."""
+def locked(directory: Path, session_id: str, *, shared: bool = False) -> Iterator[None]:
+    """A lock on the session across processes and threads: exclusive to write, ``shared`` to read."""
     try:
         fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     except FileNotFoundError:
         raise SessionNotFoundError(session_id) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

@@ -1,26 +1,23 @@
 """The store contract (docs/protocol.md §6-§7), shared by every backend.
 
-A backend implements a few primitives over *stored records* (canonical JSON lines, see
-`persistence.stored`); the logical reads and the packed page records are built from them
-here, the same way for every backend, so that the same session gives byte-identical pages
-from any store.
+A backend implements a few primitives over *stored records* (`codec.StoredRecord`: each
+record's canonical JSON line and its join columns); the service splices pages from them
+(`codec.splice`), the same way for every backend, so that the same session gives
+byte-identical pages from any store. Appends seal runs as they close (`persistence.sealing`).
 """
 
 from __future__ import annotations
 
 import heapq
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
-import anyio.to_thread
 from msgspec import Struct
 
-from codec import Event, SessionHeader, decode_storage_line, encode, expand_row
+from codec import Event, SessionHeader, StoredRecord, decode_event, encode, event_lines
 from persistence.errors import SeqConflictError
 from persistence.notify import HeadListener
-from persistence.page_builder import build_page_records
-from persistence.stored import StoredRecord
 
 __all__ = [
     "DEFAULT_OWNER",
@@ -36,7 +33,6 @@ __all__ = [
 ]
 
 DEFAULT_OWNER: Final = "local"
-_BUILD_IN_THREAD: Final = 64
 
 
 class SessionInfo(Struct, frozen=True):
@@ -137,25 +133,7 @@ def newest_first(headers: Iterable[SessionHeader], *, limit: int, before: Sessio
 
 def events_in(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[Event]:
     """The logical events in ``[from_seq, to_seq)`` from stored records that cover it."""
-    events: list[Event] = []
-    for seq, count, line in stored:
-        if seq + count <= from_seq or seq >= to_seq:
-            continue
-        record = decode_storage_line(line)
-        if count == 1 and type(record) is Event:
-            events.append(record)
-        else:
-            members = expand_row(record)  # type: ignore[arg-type]
-            events.extend(members[max(0, from_seq - seq) : to_seq - seq])
-    return events
-
-
-def _draining(items: list[StoredRecord]) -> Iterator[StoredRecord]:
-    # Hand records over one by one and drop each line once consumed: the page, not the
-    # stored lines plus the page, bounds the read's memory.
-    items.reverse()
-    while items:
-        yield items.pop()
+    return [decode_event(line) for _, lines in event_lines(stored, from_seq, to_seq) for line in lines]
 
 
 class HistoryStore(ABC):
@@ -182,7 +160,8 @@ class HistoryStore(ABC):
     async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         """The stored records covering ``[from_seq, to_seq)`` in seq order, including a row that starts before it.
 
-        Reads touch only those records (and the bounded row lookback), never the whole session.
+        Reads touch only those records, never the whole session; an unknown session raises
+        `SessionNotFoundError`.
         """
 
     @abstractmethod
@@ -227,18 +206,3 @@ class HistoryStore(ABC):
             await self.get_session(session_id)
             return []
         return events_in(await self.read_stored(session_id, from_seq, to_seq), from_seq, to_seq)
-
-    async def page_records(self, session_id: str, from_seq: int, to_seq: int) -> list[bytes]:
-        """Packed page records for ``[from_seq, to_seq)``, each as JSON bytes.
-
-        Byte-identical to ``pack_page(events)`` over the same events, built from stored rows
-        without expanding them.
-        """
-        if to_seq <= from_seq:
-            await self.get_session(session_id)
-            return []
-        stored = await self.read_stored(session_id, from_seq, to_seq)
-        if len(stored) < _BUILD_IN_THREAD:
-            return build_page_records(_draining(stored), from_seq, to_seq)
-        # A large page would hold the event loop (and every follow stream) for tens of ms.
-        return await anyio.to_thread.run_sync(build_page_records, _draining(stored), from_seq, to_seq)

@@ -7,12 +7,18 @@ Layout under the root::
                                  (session.jsonl.zst in zstd mode: one checksummed frame per batch)
     <encoded id>/index.jsonl     sidecar index: a JSON head line, then one binary entry per batch
     <encoded id>/owner           the owner principal
+    <encoded id>/journal         the rollback journal of a sealing rewrite (empty when none is under way)
 
 An append writes its index entry first and fsyncs it, then writes the batch to the log
 and fsyncs that. So on open, a last index entry that reaches past the end of the log
 marks a torn batch, which is cut whole; a committed batch is never dropped. Bytes after
 the last indexed batch (written by another tool) are scanned and kept, and a missing or
 unreadable index is rebuilt from the log: the log always wins.
+
+An append that seals the open run (`persistence.sealing`) rewrites the log from the start
+of the batch that holds the run's first piece; a rollback journal (`jsonl_journal`) makes
+that all or nothing. Writers hold the session's lock exclusively and readers share it, so
+no read sees a log mid-rewrite.
 
 A log placed in a root by hand (a recorded fixture, say) is served as it is: lines that
 omit ``seq``/``time`` get them rebuilt when read, and its owner is `DEFAULT_OWNER`.
@@ -27,6 +33,7 @@ import hashlib
 import logging
 import os
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -41,13 +48,15 @@ from codec import (
     CodecError,
     Event,
     SessionHeader,
+    StoredRecord,
     decode_json,
     encode,
     expand_records,
-    member_count,
     read_header,
     record_from_value,
+    stored_record,
 )
+from persistence import jsonl_journal
 from persistence._files import fsync_dir, locked, pread, read_head, truncate, write_at, write_atomic, write_file
 from persistence.base import (
     DEFAULT_OWNER,
@@ -73,6 +82,7 @@ from persistence.errors import (
 from persistence.jsonl_index import (
     INDEX_VERSION,
     Entry,
+    IndexedRecord,
     IndexHead,
     SessionState,
     block_ranges,
@@ -84,8 +94,9 @@ from persistence.jsonl_index import (
     read_last_entry,
     windows,
 )
-from persistence.message_index import index_entries
-from persistence.stored import StoredRecord, prepare_batch
+from persistence.message_index import MessageEntry, index_entries
+from persistence.sealing import MAX_TAIL, open_run, plan_append
+from persistence.stored import PreparedBatch, prepare_batch
 
 __all__ = ["FORMAT_VERSION", "JsonlStore", "encode_segment"]
 
@@ -325,13 +336,8 @@ class JsonlStore(HistoryStore):
         """
         state = self._states.get(session_id)
         directory = self._directory(session_id)
-        if state is not None:
-            try:
-                size = os.stat(directory / INDEX_NAME).st_size
-            except FileNotFoundError:
-                size = -1
-            if size == state.index_size:
-                return state
+        if state is not None and _index_size(directory) == state.index_size:
+            return state
         if holding_lock:
             state = self._load(directory, session_id)
         else:
@@ -343,6 +349,8 @@ class JsonlStore(HistoryStore):
     def _load(self, directory: Path, session_id: str) -> SessionState:
         log_path = directory / self._log_name
         try:
+            if jsonl_journal.settle(directory, log_path, directory / INDEX_NAME):
+                logger.warning("session %r: undid a sealing rewrite that a crash interrupted", session_id)
             log_size = log_path.stat().st_size
             first = read_head(log_path, self._zstd)
         except FileNotFoundError:
@@ -428,10 +436,8 @@ class JsonlStore(HistoryStore):
         if state.log_end < log_size:
             truncate(log_path, state.log_end)
 
-    def _scan(
-        self, content: bytes, seq: int, log_path: Path
-    ) -> tuple[list[tuple[int, int, int, int, bool]], list[Event], int]:
-        records: list[tuple[int, int, int, int, bool]] = []
+    def _scan(self, content: bytes, seq: int, log_path: Path) -> tuple[list[IndexedRecord], list[Event], int]:
+        records: list[IndexedRecord] = []
         events: list[Event] = []
         position = 0
         while True:
@@ -443,13 +449,13 @@ class JsonlStore(HistoryStore):
                 record = record_from_value(decode_json(line), seq)
             except CodecError as exc:
                 raise CorruptLogError(f"{log_path}: committed record for seq {seq} is unreadable: {exc}") from exc
-            first = record.seq if type(record) is Event else record.seq0  # type: ignore[union-attr]
-            if first != seq:
-                raise CorruptLogError(f"{log_path}: seq gap in the committed log: expected {seq}, found {first}")
-            members = 1 if type(record) is Event else member_count(record)  # type: ignore[arg-type]
-            records.append((seq, members, position, len(line), encode(record) == line))
+            canonical = encode(record)
+            stored = stored_record(record, canonical)
+            if stored.seq != seq:
+                raise CorruptLogError(f"{log_path}: seq gap in the committed log: expected {seq}, found {stored.seq}")
+            records.append(IndexedRecord(stored._replace(line=b""), position, len(line), canonical == line))
             events.extend(expand_records([record]))
-            seq += members
+            seq += stored.members
             position = newline + 1
 
     @staticmethod
@@ -498,32 +504,86 @@ class JsonlStore(HistoryStore):
                 stored = events_in(self._stored(state, first, to_seq), first, to_seq)
                 is_resend(session_id, events, stored, state.head)
                 return AppendResult(first, state.head, idempotent=True)
-            batch = prepare_batch(events)
-            content = bytearray()
-            records = []
-            for record in batch.records:
-                records.append((record.seq, record.members, len(content), len(record.line), True))
-                content += record.line
-                content += b"\n"
-            block = self._frame(bytes(content))
-            entry = make_entry(state.log_end, state.log_end + len(block), records, batch.messages, batch.hidden)
-            self._commit(state, entry, block)
+            self._write_batch(state, prepare_batch(events))
         return AppendResult(first, state.head)
 
-    def _commit(self, state: SessionState, entry: Entry, block: bytes) -> None:
-        index_path, log_path = state.directory / INDEX_NAME, state.directory / self._log_name
+    def _write_batch(self, state: SessionState, batch: PreparedBatch) -> None:
+        """Append a batch, sealing the open run; the session's lock is held."""
+        count = len(state.starts)
+        tail = open_run([state.record(i) for i in range(max(0, count - MAX_TAIL), count)])
+        keep, records = plan_append(
+            tail, batch.records, lambda pieces: self._stored(state, pieces[0].seq, pieces[-1].end) if pieces else []
+        )
+        at = count - len(tail) + keep
+        if at == count:
+            content, indexed = self._lines_block(b"", records)
+            block = self._frame(content)
+            entry = make_entry(state.log_end, state.log_end + len(block), indexed, batch.messages, batch.hidden)
+            self._commit(state, entry, block)
+            return
+        # Rewrite from the start of the batch that holds record `at`; that batch's earlier lines stay as they are.
+        number = state.blocks[at]
+        old = state.entries[number]
+        first, messages, hidden = state.first(number)
+        with open(state.directory / self._log_name, "rb") as log:
+            if self._zstd:
+                prefix = zstandard.ZstdDecompressor().decompressobj().decompress(pread(log, old.start, old.end))
+                prefix = prefix[: state.offsets[at]]
+            else:
+                prefix = pread(log, old.start, position(state, at))
+            saved = pread(log, old.start, state.log_end)
+        content, indexed = self._lines_block(prefix, records)
+        kept = [
+            IndexedRecord(state.record(i), state.offsets[i], state.lengths[i], bool(state.canonical[i]))
+            for i in range(first, at)
+        ]
+        block = self._frame(content)
+        entry = make_entry(
+            old.start,
+            old.start + len(block),
+            kept + indexed,
+            [*_messages(state, messages), *batch.messages],
+            [*state.messages.hidden[hidden:], *batch.hidden],
+            replaces=number,
+        )
+        journal = jsonl_journal.Journal(old.start, saved, state.index_size, len(block), zlib.crc32(block))
+        self._commit(state, entry, block, journal)
+
+    @staticmethod
+    def _lines_block(prefix: bytes, records: Sequence[StoredRecord]) -> tuple[bytes, list[IndexedRecord]]:
+        content = bytearray(prefix)
+        indexed = []
+        for record in records:
+            indexed.append(IndexedRecord(record._replace(line=b""), len(content), len(record.line), True))
+            content += record.line
+            content += b"\n"
+        return bytes(content), indexed
+
+    def _commit(
+        self, state: SessionState, entry: Entry, block: bytes, journal: jsonl_journal.Journal | None = None
+    ) -> None:
+        directory = state.directory
+        index_path, log_path = directory / INDEX_NAME, directory / self._log_name
         line = index_frame(entry)
         try:
+            if journal is not None:
+                jsonl_journal.write_journal(directory, journal)
             # The index entry first: if the log write tears, the entry marks the batch as torn.
             write_at(index_path, state.index_size, line)
             write_at(log_path, entry.start, block)
         except OSError as exc:
+            self._states.pop(state.header.id, None)
             with contextlib.suppress(OSError):
-                truncate(log_path, entry.start)
-                truncate(index_path, state.index_size)
+                if journal is None:
+                    truncate(log_path, entry.start)
+                    truncate(index_path, state.index_size)
+                else:
+                    jsonl_journal.settle(directory, log_path, index_path)
             raise StoreError(f"append to {log_path} failed: {exc}") from exc
         state.add(entry)
         state.index_size += len(line)
+        if journal is not None:
+            jsonl_journal.clear(directory)
 
     # Reads.
 
@@ -531,7 +591,20 @@ class JsonlStore(HistoryStore):
         return await self._run(self._read_stored_sync, session_id, from_seq, to_seq)
 
     def _read_stored_sync(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
-        return self._stored(self._state(session_id), from_seq, to_seq)
+        with self._reading(session_id) as state:
+            return self._stored(state, from_seq, to_seq)
+
+    @contextlib.contextmanager
+    def _reading(self, session_id: str) -> Iterator[SessionState]:
+        """The session's current state, with the lock shared: no append rewrites the log meanwhile."""
+        directory = self._directory(session_id)
+        while True:
+            state = self._state(session_id)
+            with locked(directory, session_id, shared=True):
+                # The index only grows, except when a crash is undone, which restores an earlier state.
+                if _index_size(directory) == state.index_size:
+                    yield state
+                    return
 
     def _stored(self, state: SessionState, from_seq: int, to_seq: int) -> list[StoredRecord]:
         first = max(0, bisect.bisect_right(state.starts, from_seq) - 1)
@@ -554,17 +627,34 @@ class JsonlStore(HistoryStore):
                 for i in range(lo, hi):
                     offset = (state.offsets[i] if self._zstd else position(state, i)) - base
                     line = content[offset : offset + state.lengths[i]]
-                    seq = state.starts[i]
                     if not state.canonical[i]:
-                        line = encode(record_from_value(decode_json(line), seq))
-                    out.append(StoredRecord(seq, state.members[i], line))
+                        line = encode(record_from_value(decode_json(line), state.starts[i]))
+                    out.append(state.record(i, line))
         return out
 
     async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
-        state = await self._run(self._state, session_id)
-        return state.messages.cuts(to_seq, max_messages)
+        return await self._run(self._cuts_sync, session_id, to_seq, max_messages)
+
+    def _cuts_sync(self, session_id: str, to_seq: int, max_messages: int) -> list[int]:
+        with self._reading(session_id) as state:
+            return state.messages.cuts(to_seq, max_messages)
 
     async def close(self) -> None:
         self._states.clear()
         self._headers.clear()
         self._owners.clear()
+
+
+def _messages(state: SessionState, first: int) -> list[MessageEntry]:
+    return [
+        MessageEntry(seq, group)
+        for seq, group in zip(state.messages.seqs[first:], state.messages.groups[first:], strict=True)
+    ]
+
+
+def _index_size(directory: Path) -> int:
+    """The index file's size, or -1 when it is gone."""
+    try:
+        return os.stat(directory / INDEX_NAME).st_size
+    except FileNotFoundError:
+        return -1

@@ -3,8 +3,10 @@
 The index file is a JSON head line, then one binary entry per append batch:
 ``[u32 length][u32 crc32][msgpack Entry]``. An entry holds the batch's byte span in the log
 and columns of little-endian int64s (first seq, member count, offset and length of each
-record's line), so a session loads with one bulk copy per column, whatever its length.
-The log always wins: a missing, older or garbled index is rebuilt from the log.
+record's line, and the join columns of `codec.StoredRecord`), so a session loads with one
+bulk copy per column, whatever its length. The index only grows: an append that seals
+the open run rewrites the log from an earlier batch on, and its entry says which entries
+it replaces. The log always wins: a missing, older or garbled index is rebuilt from the log.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 import msgspec
 
-from codec import SessionHeader
+from codec import SessionHeader, StoredRecord
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "TAIL_WINDOW",
     "Entry",
     "IndexHead",
+    "IndexedRecord",
     "SessionState",
     "block_ranges",
     "index_frame",
@@ -39,7 +42,7 @@ __all__ = [
     "windows",
 ]
 
-INDEX_VERSION: Final = 2
+INDEX_VERSION: Final = 3
 READ_WINDOW: Final = 1 << 20
 TAIL_WINDOW: Final = 64 * 1024
 
@@ -56,8 +59,10 @@ class Entry(msgspec.Struct, frozen=True, array_like=True):
     """One batch: its byte span in the log, and columns of little-endian int64s.
 
     Per record: first seq, member count, offset and length of its line within the batch,
-    and a byte that is 1 when the line is canonical JSON. Columns load without a Python
-    loop, so opening a long session costs little more than opening a short one.
+    a byte that is 1 when the line is canonical JSON, and the join columns (kind byte,
+    key, first and last member time). Columns load without a Python loop, so opening a
+    long session costs little more than opening a short one. ``replaces`` is -1, or the
+    number of the first earlier entry this one replaces: it starts where that one started.
     """
 
     start: int
@@ -70,6 +75,11 @@ class Entry(msgspec.Struct, frozen=True, array_like=True):
     message_seqs: bytes
     message_groups: bytes
     hidden: list[tuple[int, int, int]]
+    kinds: bytes
+    keys: list[bytes]
+    time0s: bytes
+    time1s: bytes
+    replaces: int = -1
 
 
 def _column(values: Iterable[int]) -> bytes:
@@ -87,24 +97,40 @@ def _extend(target: array[int], data: bytes) -> None:
     target.extend(column)
 
 
+class IndexedRecord(NamedTuple):
+    """A record as the index keeps it: its stored form (line not kept) and where its line is."""
+
+    record: StoredRecord
+    offset: int
+    length: int
+    canonical: bool
+
+
 def make_entry(
     start: int,
     end: int,
-    records: Sequence[tuple[int, int, int, int, bool]],
+    records: Sequence[IndexedRecord],
     messages: Sequence[MessageEntry],
     hidden: Sequence[HiddenRange],
+    *,
+    replaces: int = -1,
 ) -> Entry:
     return Entry(
         start,
         end,
-        _column(r[0] for r in records),
-        _column(r[1] for r in records),
-        _column(r[2] for r in records),
-        _column(r[3] for r in records),
-        bytes(1 if r[4] else 0 for r in records),
+        _column(r.record.seq for r in records),
+        _column(r.record.members for r in records),
+        _column(r.offset for r in records),
+        _column(r.length for r in records),
+        bytes(1 if r.canonical else 0 for r in records),
         _column(m.seq for m in messages),
         _column(m.group_start for m in messages),
         [(h.at, h.start, h.end) for h in hidden],
+        bytes(r.record.kind for r in records),
+        [r.record.key for r in records],
+        _column(r.record.time0 for r in records),
+        _column(r.record.time1 for r in records),
+        replaces,
     )
 
 
@@ -208,7 +234,11 @@ def last_seq(entry: Entry) -> int | None:
 
 
 class SessionState:
-    """What an open session knows: header, owner and the index, as loaded from disk."""
+    """What an open session knows: header, owner and the index, as loaded from disk.
+
+    ``entries`` are the batches in effect (a replacing entry has dropped the ones it
+    replaces); the columns hold one value per record of those batches, in seq order.
+    """
 
     def __init__(self, directory: Path, header: SessionHeader, owner: str, head: IndexHead) -> None:
         self.directory = directory
@@ -224,32 +254,79 @@ class SessionState:
         self.offsets = array("q")
         self.lengths = array("q")
         self.canonical = bytearray()
+        self.kinds = bytearray()
+        self.keys: list[bytes] = []
+        self.time0s = array("q")
+        self.time1s = array("q")
         self.messages = MessageIndex()
         self.head = -1
+        # Per entry: where its records, messages and hidden ranges begin in the columns.
+        self._first: list[tuple[int, int, int]] = []
 
     def add(self, entry: Entry) -> None:
         self.add_all([entry])
 
     def add_all(self, entries: Sequence[Entry]) -> None:
-        """Index many batches at once: one bulk load per column, whatever the number of batches."""
+        """Index many batches at once: one bulk load per column between replacing entries."""
+        run: list[Entry] = []
+        for entry in entries:
+            if entry.replaces >= 0:
+                self._load(run)
+                run = []
+                self._drop_from(entry.replaces)
+            run.append(entry)
+        self._load(run)
+
+    def _drop_from(self, number: int) -> None:
+        if number >= len(self.entries):
+            return
+        records, messages, hidden = self._first[number]
+        del self.entries[number:], self._first[number:]
+        for column in (self.starts, self.members, self.blocks, self.offsets, self.lengths, self.time0s, self.time1s):
+            del column[records:]
+        del self.canonical[records:], self.kinds[records:], self.keys[records:]
+        del self.messages.seqs[messages:], self.messages.groups[messages:], self.messages.hidden[hidden:]
+        self.head = self.starts[-1] + self.members[-1] - 1 if self.starts else -1
+
+    def _load(self, entries: Sequence[Entry]) -> None:
         if not entries:
             return
         first_block = len(self.entries)
+        records, messages, hidden = len(self.starts), len(self.messages.seqs), len(self.messages.hidden)
+        for entry in entries:
+            self._first.append((records, messages, hidden))
+            records += len(entry.canonical)
+            messages += len(entry.message_seqs) // 8
+            hidden += len(entry.hidden)
         self.entries.extend(entries)
-        before = len(self.starts)
         _extend(self.starts, b"".join(e.seqs for e in entries))
+        _extend(self.messages.seqs, b"".join(e.message_seqs for e in entries))
+        self.messages.hidden.extend(HiddenRange(*h) for e in entries for h in e.hidden)
         _extend(self.members, b"".join(e.members for e in entries))
         _extend(self.offsets, b"".join(e.offsets for e in entries))
         _extend(self.lengths, b"".join(e.lengths for e in entries))
+        _extend(self.time0s, b"".join(e.time0s for e in entries))
+        _extend(self.time1s, b"".join(e.time1s for e in entries))
         self.canonical += b"".join(e.canonical for e in entries)
+        self.kinds += b"".join(e.kinds for e in entries)
+        for entry in entries:
+            self.keys.extend(entry.keys)
         for block, entry in enumerate(entries, start=first_block):
             self.blocks.extend(array("q", [block]) * len(entry.canonical))
-        if len(self.starts) > before:
-            self.head = self.starts[-1] + self.members[-1] - 1
-        _extend(self.messages.seqs, b"".join(e.message_seqs for e in entries))
         _extend(self.messages.groups, b"".join(e.message_groups for e in entries))
-        self.messages.hidden.extend(HiddenRange(*h) for e in entries for h in e.hidden)
+        if self.starts:
+            self.head = self.starts[-1] + self.members[-1] - 1
         self.log_end = entries[-1].end
+
+    def first(self, number: int) -> tuple[int, int, int]:
+        """Where entry ``number``'s records, messages and hidden ranges begin in the columns."""
+        return self._first[number]
+
+    def record(self, i: int, line: bytes = b"") -> StoredRecord:
+        """Record ``i`` in stored form; its line is the caller's to read."""
+        return StoredRecord(
+            self.starts[i], self.members[i], line, self.kinds[i], self.keys[i], self.time0s[i], self.time1s[i]
+        )
 
 
 def block_ranges(state: SessionState, first: int, last: int) -> Iterator[tuple[int, int, int]]:

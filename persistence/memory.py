@@ -6,7 +6,7 @@ import bisect
 from collections import Counter
 from collections.abc import Sequence
 
-from codec import Event, SessionHeader
+from codec import Event, SessionHeader, StoredRecord
 from persistence.base import (
     DEFAULT_OWNER,
     AppendResult,
@@ -22,7 +22,8 @@ from persistence.base import (
 )
 from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
-from persistence.stored import StoredRecord, prepare_batch
+from persistence.sealing import MAX_TAIL, open_run, plan_append
+from persistence.stored import prepare_batch
 
 __all__ = ["MemoryStore", "RecordIndex"]
 
@@ -37,12 +38,18 @@ class RecordIndex:
         self.head = -1
 
     def add(
-        self, records: Sequence[StoredRecord], messages: Sequence[MessageEntry], hidden: Sequence[HiddenRange]
+        self,
+        at: int,
+        records: Sequence[StoredRecord],
+        messages: Sequence[MessageEntry],
+        hidden: Sequence[HiddenRange],
     ) -> None:
+        """Replace the records from index ``at`` on with ``records`` (a sealed tail, then the batch)."""
+        del self.records[at:], self.starts[at:]
         for record in records:
             self.records.append(record)
             self.starts.append(record.seq)
-            self.head = record.seq + record.members - 1
+            self.head = record.end - 1
         self.messages.add(messages, hidden)
 
     def covering(self, from_seq: int, to_seq: int) -> tuple[int, int]:
@@ -92,7 +99,9 @@ class MemoryStore(HistoryStore):
             is_resend(session_id, events, stored, index.head)
             return AppendResult(events[0].seq, index.head, idempotent=True)
         batch = prepare_batch(events)
-        index.add(batch.records, batch.messages, batch.hidden)
+        tail = open_run(index.records[-MAX_TAIL:])
+        keep, records = plan_append(tail, batch.records, list)
+        index.add(len(index.records) - len(tail) + keep, records, batch.messages, batch.hidden)
         return AppendResult(events[0].seq, index.head)
 
     async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:

@@ -4,22 +4,28 @@ Tables, keyed ``(session_id, seq)``:
 
 * ``history_sessions``: header (canonical JSON), owner, parent (for subagent children), the
   header's ``createdAt`` (for listings, indexed by owner) and head seq;
-* ``history_records``: one row per stored record, a packed row at its ``seq0`` with its
-  member count; ``data`` is the canonical JSON line, zstd-compressed when it is at least
-  4 KiB and that is smaller;
+* ``history_records``: one row per stored record (`codec.StoredRecord`), a packed row at its
+  ``seq0``: its member count, its canonical JSON line in ``data``, and the join columns
+  ``kind``, ``key``, ``time0`` and ``time1``. A line of at least 4 KiB is zstd-compressed
+  when that is smaller: measured on the realistic tail page, a cold read costs the same
+  either way (decompressing offsets reading five times the bytes), and the file is a
+  fifth of the size.
 * ``history_messages`` and ``history_hidden``: the message index and ``conversationOp`` ranges;
-* ``history_meta``: the schema version. A version-1 database is upgraded in place when opened;
-  an unknown version refuses to open.
+* ``history_meta``: the schema version. A version-1 or -2 database is upgraded in place when
+  opened; an unknown version refuses to open.
 
 Appends serialize on the session: SQLite takes the write lock up front (``BEGIN
 IMMEDIATE``) and PostgreSQL locks the session row (``SELECT ... FOR UPDATE``), so two
-processes never duplicate or skip a seq; the loser of a race gets `SeqConflictError`.
+processes never duplicate or skip a seq; the loser of a race gets `SeqConflictError`. An
+append seals the session's open run in the same transaction (`persistence.sealing`).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
@@ -33,7 +39,16 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from codec import CodecError, Event, SessionHeader, decode_header, encode
+from codec import (
+    CodecError,
+    Event,
+    SessionHeader,
+    StoredRecord,
+    decode_header,
+    decode_storage_line,
+    encode,
+    stored_record,
+)
 from persistence.base import (
     DEFAULT_OWNER,
     AppendResult,
@@ -55,15 +70,17 @@ from persistence.errors import (
 )
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, PostgresListener, notice
-from persistence.stored import MAX_ROW_MEMBERS, StoredRecord, prepare_batch
+from persistence.sealing import MAX_TAIL, kept, open_run, plan_append
+from persistence.stored import PreparedBatch, prepare_batch
 
 __all__ = ["SCHEMA_VERSION", "SqlStore"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 COMPRESS_AT: Final = 4096
 _MAX_LINE: Final = 256 * 1024 * 1024
 _MESSAGE_PAGE: Final = 256
 _BACKFILL_BATCH: Final = 1000
+_TAILS_KEPT: Final = 4096
 T = TypeVar("T")
 
 
@@ -125,7 +142,12 @@ records_table = sa.Table(
     sa.Column("members", sa.Integer, nullable=False),
     sa.Column("compressed", sa.Boolean, nullable=False),
     sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("kind", sa.SmallInteger, nullable=False),
+    sa.Column("key", sa.LargeBinary, nullable=False),
+    sa.Column("time0", sa.BigInteger, nullable=False),
+    sa.Column("time1", sa.BigInteger, nullable=False),
 )
+_JOIN_COLUMNS: Final = ("kind", "key", "time0", "time1")
 messages_table = sa.Table(
     "history_messages",
     metadata,
@@ -169,10 +191,12 @@ WITH moved AS (
     WHERE id = %(session)s AND head_seq = %(expected)s
     RETURNING pg_notify(%(channel)s, %(notice)s)
 ), records AS (
-    INSERT INTO history_records (session_id, seq, members, compressed, data)
-    SELECT %(session)s, r.seq, r.members, r.compressed, r.data
-    FROM unnest(%(seqs)s::bigint[], %(members)s::integer[], %(compressed)s::boolean[], %(datas)s::bytea[])
-        AS r(seq, members, compressed, data)
+    INSERT INTO history_records (session_id, seq, members, compressed, data, kind, key, time0, time1)
+    SELECT %(session)s, r.seq, r.members, r.compressed, r.data, r.kind, r.key, r.time0, r.time1
+    FROM unnest(
+        %(seqs)s::bigint[], %(members)s::integer[], %(compressed)s::boolean[], %(datas)s::bytea[],
+        %(kinds)s::smallint[], %(keys)s::bytea[], %(time0s)s::bigint[], %(time1s)s::bigint[]
+    ) AS r(seq, members, compressed, data, kind, key, time0, time1)
     WHERE EXISTS (SELECT 1 FROM moved)
 ), messages AS (
     INSERT INTO history_messages (session_id, seq, group_start)
@@ -189,6 +213,12 @@ SELECT count(*) FROM moved
 """
 
 
+def _no_lines(pieces: Sequence[StoredRecord]) -> Sequence[StoredRecord]:
+    if pieces:
+        raise AssertionError("a one-statement append never rewrites stored records")
+    return pieces
+
+
 def _dense(events: Sequence[Event]) -> bool:
     first = events[0].seq
     return all(event.seq == first + i for i, event in enumerate(events))
@@ -202,8 +232,10 @@ class SqlStore(HistoryStore):
         self._sqlite = engine.dialect.name == "sqlite"
         self._listener: HeadListener | None = None
         self._origin = uuid.uuid4().hex[:12]
-        self._compressor = zstandard.ZstdCompressor(level=3)
-        self._decompressor = zstandard.ZstdDecompressor()
+        # zstd contexts are not thread-safe, and the store's work runs in many worker threads.
+        self._contexts = threading.local()
+        # Each session's open run (join columns only) as of the head this process last wrote.
+        self._tails: OrderedDict[str, tuple[int, list[StoredRecord]]] = OrderedDict()
 
     @classmethod
     async def open(cls, url: str) -> SqlStore:
@@ -239,11 +271,14 @@ class SqlStore(HistoryStore):
             ).scalar()
             if version == "1":
                 self._upgrade_from_1(conn)
+                version = "2"
+            if version == "2":
+                self._upgrade_from_2(conn)
                 return
         if version != str(SCHEMA_VERSION):
             raise SchemaVersionError(
                 f"the database has history schema version {version!r}; "
-                f"this build reads version {SCHEMA_VERSION} and upgrades version 1"
+                f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 and 2"
             )
 
     def _upgrade_from_1(self, conn: Connection) -> None:
@@ -266,9 +301,64 @@ class SqlStore(HistoryStore):
             )
             after = rows[-1].id
         listing_index.create(conn)
-        conn.execute(
-            sa.update(meta_table).where(meta_table.c.key == "schema_version").values(value=str(SCHEMA_VERSION))
+        self._set_version(conn, "2")
+
+    def _upgrade_from_2(self, conn: Connection) -> None:
+        """Version 3 adds the join columns to ``history_records``, filled from each record's line."""
+        empty = "X''" if self._sqlite else "''::bytea"
+        for name, kind, default in (
+            ("kind", sa.SmallInteger(), "0"),
+            ("key", sa.LargeBinary(), empty),
+            ("time0", sa.BigInteger(), "0"),
+            ("time1", sa.BigInteger(), "0"),
+        ):
+            column_type = kind.compile(dialect=conn.dialect)
+            conn.exec_driver_sql(
+                f"ALTER TABLE history_records ADD COLUMN {name} {column_type} NOT NULL DEFAULT {default}"
+            )
+        c = records_table.c
+        set_columns = (
+            sa.update(records_table)
+            .where(c.session_id == sa.bindparam("b_session"), c.seq == sa.bindparam("b_seq"))
+            .values({name: sa.bindparam(f"b_{name}") for name in _JOIN_COLUMNS})
         )
+        after: tuple[str, int] | None = None
+        while True:
+            batch = (
+                sa.select(c.session_id, c.seq, c.compressed, c.data)
+                .order_by(c.session_id, c.seq)
+                .limit(_BACKFILL_BATCH)
+            )
+            if after is not None:
+                batch = batch.where(sa.tuple_(c.session_id, c.seq) > sa.tuple_(*after))
+            rows = conn.execute(batch).all()
+            if not rows:
+                break
+            updates = []
+            for row in rows:
+                line = self._unpack_line(row)
+                try:
+                    record = stored_record(decode_storage_line(line), line)
+                except CodecError as exc:
+                    raise CorruptLogError(
+                        f"session {row.session_id!r}: stored record at seq {row.seq} is corrupt: {exc}"
+                    ) from exc
+                if record.kind:
+                    updates.append(
+                        {
+                            "b_session": row.session_id,
+                            "b_seq": row.seq,
+                            **{f"b_{name}": getattr(record, name) for name in _JOIN_COLUMNS},
+                        }
+                    )
+            if updates:
+                conn.execute(set_columns, updates)
+            after = (rows[-1].session_id, rows[-1].seq)
+        self._set_version(conn, "3")
+
+    @staticmethod
+    def _set_version(conn: Connection, version: str) -> None:
+        conn.execute(sa.update(meta_table).where(meta_table.c.key == "schema_version").values(value=version))
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -376,20 +466,21 @@ class SqlStore(HistoryStore):
         return await self._run(self._append_sync, session_id, events)
 
     def _append_sync(self, session_id: str, events: Sequence[Event]) -> AppendResult:
-        if events and not self._sqlite and _dense(events) and self._append_in_one_statement(session_id, events):
+        batch = prepare_batch(events) if events else None
+        if batch and not self._sqlite and _dense(events) and self._append_in_one_statement(session_id, events, batch):
             return AppendResult(events[0].seq, events[-1].seq)
         with self._write() as conn:
-            if events and _dense(events) and self._advance(conn, session_id, events[0].seq - 1, events[-1].seq):
+            if batch and _dense(events) and self._advance(conn, session_id, events[0].seq - 1, events[-1].seq):
                 # The usual case, in one round trip fewer: the head was just before the batch, and the
                 # row is now locked by this transaction's update.
-                self._insert(conn, session_id, events)
+                self._insert(conn, session_id, batch)
                 return AppendResult(events[0].seq, events[-1].seq)
             head = conn.execute(
                 sa.select(sessions_table.c.head_seq).where(sessions_table.c.id == session_id).with_for_update()
             ).scalar()
             if head is None:
                 raise SessionNotFoundError(session_id)
-            if not events:
+            if batch is None:
                 return AppendResult(head + 1, head)
             first, to_seq = events[0].seq, events[-1].seq + 1
             if not check_batch(session_id, events, head):
@@ -398,28 +489,39 @@ class SqlStore(HistoryStore):
                 return AppendResult(first, head, idempotent=True)
             if not self._advance(conn, session_id, head, to_seq - 1):
                 raise AssertionError("the locked head moved")
-            self._insert(conn, session_id, events)
+            self._insert(conn, session_id, batch)
         return AppendResult(first, to_seq - 1)
 
-    def _append_in_one_statement(self, session_id: str, events: Sequence[Event]) -> bool:
+    def _append_in_one_statement(self, session_id: str, events: Sequence[Event], batch: PreparedBatch) -> bool:
         """PostgreSQL's usual case in one round trip.
 
         One statement, so one transaction, moves the head from just before the batch, writes the
-        batch and sends the notice; ``False``, changing nothing, when the head was elsewhere.
+        batch and sends the notice; ``False``, changing nothing, when the head was elsewhere or
+        when the append must rewrite the open run, which needs its stored lines first.
         """
-        batch = prepare_batch(events)
-        packed = [self._pack_line(r.line) for r in batch.records]
+        known = self._tails.get(session_id)
+        expected = events[0].seq - 1
+        if known is None or known[0] != expected:
+            return False
+        if kept(known[1], batch.records) < len(known[1]):
+            return False
+        _, records = plan_append(known[1], batch.records, _no_lines)
         new_head = events[-1].seq
+        rows = [self._row(session_id, record) for record in records]
         params = {
             "session": session_id,
-            "expected": events[0].seq - 1,
+            "expected": expected,
             "head": new_head,
             "channel": NOTIFY_CHANNEL,
             "notice": notice(session_id, new_head, self._origin),
-            "seqs": [r.seq for r in batch.records],
-            "members": [r.members for r in batch.records],
-            "compressed": [p["compressed"] for p in packed],
-            "datas": [p["data"] for p in packed],
+            "seqs": [r.seq for r in records],
+            "members": [r.members for r in records],
+            "compressed": [row["compressed"] for row in rows],
+            "datas": [row["data"] for row in rows],
+            "kinds": [r.kind for r in records],
+            "keys": [r.key for r in records],
+            "time0s": [r.time0 for r in records],
+            "time1s": [r.time1 for r in records],
             "message_seqs": [m.seq for m in batch.messages],
             "groups": [m.group_start for m in batch.messages],
             "hidden_at": [h.at for h in batch.hidden],
@@ -429,9 +531,21 @@ class SqlStore(HistoryStore):
         try:
             with self._engine.connect() as conn:
                 moved = conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(_PG_APPEND, params)
-                return bool(moved.scalar())
+                if not moved.scalar():
+                    return False
         except sa.exc.DBAPIError as exc:
             raise StoreError(f"store unavailable: {exc.orig}") from exc
+        self._remember(session_id, new_head, [*known[1], *records])
+        return True
+
+    def _remember(self, session_id: str, head: int, trailing: Sequence[StoredRecord]) -> None:
+        """Keep the session's open run, columns only, for the next append's plan."""
+        if self._sqlite:
+            return
+        self._tails[session_id] = (head, [record._replace(line=b"") for record in open_run(trailing)])
+        self._tails.move_to_end(session_id)
+        if len(self._tails) > _TAILS_KEPT:
+            self._tails.popitem(last=False)
 
     def _advance(self, conn: Connection, session_id: str, expected: int, new_head: int) -> bool:
         """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""
@@ -443,15 +557,22 @@ class SqlStore(HistoryStore):
             update = update.returning(sa.func.pg_notify(NOTIFY_CHANNEL, payload))
         return conn.execute(update).rowcount == 1
 
-    def _insert(self, conn: Connection, session_id: str, events: Sequence[Event]) -> None:
-        batch = prepare_batch(events)
-        conn.execute(
-            sa.insert(records_table),
-            [
-                {"session_id": session_id, "seq": r.seq, "members": r.members, **self._pack_line(r.line)}
-                for r in batch.records
-            ],
+    def _insert(self, conn: Connection, session_id: str, batch: PreparedBatch) -> None:
+        """Write a batch after the stored head, sealing the open run (the head is locked already)."""
+        c = records_table.c
+        trailing = conn.execute(
+            sa.select(c.seq, c.members, *(c[name] for name in _JOIN_COLUMNS))
+            .where(c.session_id == session_id)
+            .order_by(c.seq.desc())
+            .limit(MAX_TAIL)
+        ).all()
+        tail = open_run(
+            [StoredRecord(r.seq, r.members, b"", r.kind, bytes(r.key), r.time0, r.time1) for r in reversed(trailing)]
         )
+        keep, records = plan_append(tail, batch.records, lambda pieces: self._lines(conn, session_id, pieces))
+        if keep < len(tail):
+            conn.execute(sa.delete(records_table).where(c.session_id == session_id, c.seq >= tail[keep].seq))
+        conn.execute(sa.insert(records_table), [self._row(session_id, record) for record in records])
         if batch.messages:
             conn.execute(
                 sa.insert(messages_table),
@@ -462,19 +583,52 @@ class SqlStore(HistoryStore):
                 sa.insert(hidden_table),
                 [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
             )
+        self._remember(session_id, records[-1].end - 1, [*tail[:keep], *records])
 
-    def _pack_line(self, line: bytes) -> dict[str, Any]:
-        if len(line) >= COMPRESS_AT:
-            packed = self._compressor.compress(line)
-            if len(packed) < len(line):
-                return {"compressed": True, "data": packed}
-        return {"compressed": False, "data": line}
+    def _lines(self, conn: Connection, session_id: str, pieces: Sequence[StoredRecord]) -> list[StoredRecord]:
+        """``pieces`` (trailing records, columns only) with their stored lines."""
+        if not pieces:
+            return []
+        c = records_table.c
+        rows = conn.execute(
+            sa.select(c.seq, c.compressed, c.data)
+            .where(c.session_id == session_id, c.seq >= pieces[0].seq, c.seq <= pieces[-1].seq)
+            .order_by(c.seq)
+        ).all()
+        lines = {row.seq: self._unpack_line(row) for row in rows}
+        return [piece._replace(line=lines[piece.seq]) for piece in pieces]
+
+    def _row(self, session_id: str, record: StoredRecord) -> dict[str, Any]:
+        compressed, data = False, record.line
+        if len(data) >= COMPRESS_AT:
+            packed = self._zstd()[0].compress(data)
+            if len(packed) < len(data):
+                compressed, data = True, packed
+        return {
+            "session_id": session_id,
+            "seq": record.seq,
+            "members": record.members,
+            "compressed": compressed,
+            "data": data,
+            "kind": record.kind,
+            "key": record.key,
+            "time0": record.time0,
+            "time1": record.time1,
+        }
+
+    def _zstd(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+        contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None = getattr(
+            self._contexts, "zstd", None
+        )
+        if contexts is None:
+            contexts = self._contexts.zstd = (zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor())
+        return contexts
 
     def _unpack_line(self, row: Any) -> bytes:
         if not row.compressed:
             return bytes(row.data)
         try:
-            return self._decompressor.decompress(row.data, max_output_size=_MAX_LINE)
+            return self._zstd()[1].decompress(row.data, max_output_size=_MAX_LINE)
         except zstandard.ZstdError as exc:
             raise CorruptLogError(f"stored record at seq {row.seq} does not decompress: {exc}") from exc
 
@@ -492,18 +646,19 @@ class SqlStore(HistoryStore):
 
     def _stored(self, conn: Connection, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         c = records_table.c
-        # The record covering from_seq starts at most MAX_ROW_MEMBERS - 1 seqs before it.
+        # The record covering from_seq: the last one starting at or before it, one index probe.
         base = conn.execute(
-            sa.select(sa.func.max(c.seq)).where(
-                c.session_id == session_id, c.seq <= from_seq, c.seq > from_seq - MAX_ROW_MEMBERS
-            )
+            sa.select(c.seq).where(c.session_id == session_id, c.seq <= from_seq).order_by(c.seq.desc()).limit(1)
         ).scalar()
         rows = conn.execute(
-            sa.select(c.seq, c.members, c.compressed, c.data)
+            sa.select(c.seq, c.members, c.compressed, c.data, *(c[name] for name in _JOIN_COLUMNS))
             .where(c.session_id == session_id, c.seq >= (from_seq if base is None else base), c.seq < to_seq)
             .order_by(c.seq)
         )
-        return [StoredRecord(row.seq, row.members, self._unpack_line(row)) for row in rows]
+        return [
+            StoredRecord(row.seq, row.members, self._unpack_line(row), row.kind, bytes(row.key), row.time0, row.time1)
+            for row in rows
+        ]
 
     def _require(self, conn: Connection, session_id: str) -> None:
         found = conn.execute(sa.select(sessions_table.c.id).where(sessions_table.c.id == session_id)).first()

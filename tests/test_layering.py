@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
 import json, sys
@@ -17,7 +22,7 @@ print(json.dumps([name for name in loaded if name not in sys.stdlib_module_names
 """
 
 # The codec is pure: besides the standard library it loads only these (typing_extensions is msgspec's).
-CODEC_ALLOWED = {"codec", "msgspec", "typing_extensions", "zstandard", "brotli", "_brotli"}
+CODEC_ALLOWED = {"codec", "msgspec", "typing_extensions"}
 
 SERVER_SIDE = {"starlette", "uvicorn", "sqlalchemy", "psycopg", "persistence", "history_service"}
 
@@ -25,6 +30,11 @@ FORBIDDEN = {
     "persistence": {"starlette", "uvicorn", "httpx", "history_service", "history_client"},
     "history_client": SERVER_SIDE,
 }
+
+
+# What pyproject.toml ships; the test and bench helpers stay out of it.
+PRODUCT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+HELPERS = {"testing", "tests", "bench"}
 
 
 def loaded_by(package: str) -> set[str]:
@@ -49,3 +59,62 @@ def test_the_client_loads_only_the_codec_and_httpx_of_our_packages():
     loaded = loaded_by("history_client")
     assert {"codec", "httpx", "history_client"} <= loaded
     assert not loaded & {"persistence", "history_service"}
+
+
+def imported_by(package: str) -> dict[str, set[str]]:
+    """The top-level names each source file of ``package`` imports, wherever the import statement sits."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def test_the_helpers_are_not_shipped():
+    assert PRODUCT and not HELPERS & set(PRODUCT)
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_the_product_never_loads_the_test_or_bench_helpers(package):
+    loaded = loaded_by(package)
+    assert package in loaded and not loaded & HELPERS, f"{package} loads {sorted(loaded & HELPERS)}"
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_no_product_source_imports_the_test_or_bench_helpers(package):
+    """The static twin of the probe above: it also sees imports inside functions, which load only when called."""
+    imports = imported_by(package)
+    assert imports, f"no sources found for {package}"
+    offenders = {path: sorted(names & HELPERS) for path, names in imports.items() if names & HELPERS}
+    assert offenders == {}
+
+
+# The JSON keys of a page, a page record and a follow snapshot (docs/protocol.md §4, §5).
+PAGE_KEYS = ("records", "event", "chunks", "hasMore", "fromSeq", "toSeq", "cursor", "header")
+
+
+def page_key_literals(package: str) -> dict[str, list[str]]:
+    """Byte literals in ``package`` that spell a page key as JSON, e.g. ``b'{"records":['``."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, bytes):
+                hits = [key for key in PAGE_KEYS if b'"%s"' % key.encode() in node.value]
+                if hits:
+                    found.setdefault(str(path.relative_to(ROOT)), []).append(repr(node.value))
+    return found
+
+
+@pytest.mark.parametrize("package", [name for name in PRODUCT if name != "codec"])
+def test_only_the_codec_writes_page_or_record_bytes(package):
+    assert page_key_literals(package) == {}
+
+
+def test_the_page_key_scan_sees_the_codec_writing_them():
+    """The scan above is live: it finds the codec's own page and record templates."""
+    assert any("records" in literal for literals in page_key_literals("codec").values() for literal in literals)

@@ -17,15 +17,14 @@ from codec import (
     TextChunks,
     ToolCallChunks,
     decode_storage_line,
-    decode_storage_record,
     encode,
     encode_lines,
     expand_records,
-    member_count,
     pack,
-    record_range,
 )
-from tests.codec.helpers import chunk_event, plain, reasoning, text, tool
+from codec.chunk_rows import block_of, continues_run, decode_storage_record, delta_member, member_count, record_range
+from testing.events import chunk_event, plain, reasoning, text, tool
+from testing.strategies import batches
 
 T0 = 1_700_000_000_000
 
@@ -455,64 +454,6 @@ def test_max_members_below_min_run_is_refused():
 
 # 10. Properties over random batches.
 
-SAFE = st.integers(min_value=-MAX_SAFE_INTEGER, max_value=MAX_SAFE_INTEGER)
-
-
-def _time(draw: st.DrawFn) -> int:
-    # Mostly close times; one in five anywhere in the safe range, to hit unsafe gaps.
-    return draw(st.integers(min_value=995, max_value=9000)) if draw(st.integers(0, 4)) else draw(SAFE)
-
-
-@st.composite
-def batches(draw: st.DrawFn) -> list[Event]:
-    """Up to ~40 dense events: runs of one delta template (sometimes perturbed), boundary and ordinary events."""
-    from codec import events_from_values
-
-    seq = draw(st.integers(min_value=0, max_value=1000))
-    values: list[dict[str, Any]] = []
-    while len(values) < draw(st.integers(min_value=0, max_value=40)):
-        turn, step, index = draw(st.integers(0, 1)), draw(st.integers(0, 1)), draw(st.integers(0, 2))
-        shape = draw(st.sampled_from(["text", "reasoning", "tool", "tool", "boundary", "ordinary", "extra"]))
-        template: dict[str, Any] = {"type": f"{shape}-delta", "index": index}
-        if shape == "tool":
-            template = {"type": "tool-call-delta", "index": index, "id": draw(st.sampled_from(["c1", "c2"]))}
-            if draw(st.booleans()):
-                template["name"] = draw(st.sampled_from(["bash", "read"]))
-        length = draw(st.integers(1, 8)) if shape in ("text", "reasoning", "tool") else 1
-        for _ in range(length):
-            value: dict[str, Any] = {"type": "assistant/chunk", "seq": seq, "time": _time(draw)}
-            if draw(st.integers(0, 9)) == 0:
-                seq += 1  # an occasional seq gap
-            seq += 1
-            if shape == "ordinary":
-                value["type"] = draw(st.sampled_from(["turn/start", "step/end", "tool/call"]))
-                value["data"] = {
-                    "turn": turn,
-                    "x": draw(st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False))),
-                }
-            elif shape == "boundary":
-                kind = draw(st.sampled_from(["block-start", "block-end", "usage", "finish"]))
-                value["data"] = {"turn": turn, "step": step, "chunk": {"type": kind, "index": index}}
-            elif shape == "extra":
-                value["data"] = {
-                    "turn": turn,
-                    "step": step,
-                    "chunk": {"type": "text-delta", "index": index, "text": "e"},
-                }
-                value["ignorable"] = True
-            else:
-                chunk = dict(template)
-                if shape == "tool":
-                    if draw(st.integers(0, 7)) == 0:
-                        chunk.pop("name", None) if "name" in chunk else chunk.update(name="bash")
-                    chunk["argumentsDelta"] = draw(st.sampled_from(["", "{", '"a"', ":1}", "\\u00e9"]))
-                    chunk = {k: chunk[k] for k in ("type", "index", "id", "name", "argumentsDelta") if k in chunk}
-                else:
-                    chunk["text"] = draw(st.text(max_size=4))
-                value["data"] = {"turn": turn, "step": step, "chunk": chunk}
-            values.append(value)
-    return events_from_values(values)
-
 
 def test_batches_strategy_produces_rows_of_every_kind():
     from hypothesis import find
@@ -551,9 +492,7 @@ def test_json_round_trip_is_value_exact(events, max_members):
 @settings(max_examples=200, deadline=None)
 @given(batches())
 def test_delta_member_and_continues_run_agree_with_pack(events):
-    """A reference packer built from the two public halves of the rule gives pack's runs."""
-    from codec import continues_run, delta_member
-
+    """A reference packer built from the two halves of the rule gives pack's runs."""
     runs: list[list[Event]] = []
     previous = None
     for event in events:
@@ -563,7 +502,7 @@ def test_delta_member_and_continues_run_agree_with_pack(events):
             previous = None
             continue
         if previous is not None and continues_run(
-            previous[0], previous[1].seq, previous[1].time, member, event.seq, event.time
+            block_of(previous[0]), previous[1].seq, previous[1].time, block_of(member), event.seq, event.time
         ):
             runs[-1].append(event)
         else:

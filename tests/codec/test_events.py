@@ -6,7 +6,6 @@ import pytest
 from msgspec import UNSET
 
 from codec import (
-    MAX_DEPTH,
     MAX_SAFE_INTEGER,
     DeltaData,
     Event,
@@ -15,15 +14,13 @@ from codec import (
     SessionIdError,
     TextDelta,
     ToolCallDelta,
-    as_delta_data,
-    canonical_event,
-    check_depth,
     check_session_id,
     decode_event,
-    decode_events,
     decode_header,
     encode,
 )
+from codec.event_json import decode_events
+from codec.events import MAX_DEPTH, as_delta_data, canonical_event, check_depth
 
 
 def test_minimal_event_round_trips_byte_exact():

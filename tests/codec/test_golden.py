@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from codec import encode, encode_lines, expand_records, pack, read_session_log
-from tests.conftest import GOLDEN_DIR, write_golden
+from testing.golden import GOLDEN_DIR, check_golden
 
 SESSIONS = sorted((GOLDEN_DIR / "codec").glob("*.events.jsonl"))
 
@@ -31,10 +31,6 @@ def test_packed_bytes_match_golden(events_path: Path, capsys: pytest.CaptureFixt
     log = read_session_log(events_path.read_bytes())
     packed = encode(log.header) + b"\n" + encode_lines(pack(log.events))
     golden = events_path.with_name(events_path.name.replace(".events.", ".packed."))
-    if write_golden():
-        golden.write_bytes(packed)
-        with capsys.disabled():
-            print(f"\nHISTORY_WRITE_GOLDEN=1: wrote {golden.relative_to(GOLDEN_DIR.parent.parent)}")
-    assert packed == golden.read_bytes()
+    check_golden(golden, packed, capsys)
     assert read_session_log(golden.read_bytes()).events == log.events
     assert expand_records(pack(log.events)) == log.events

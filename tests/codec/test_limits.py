@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 from hypothesis import given, settings, strategies as st
 
-from codec import array_within, record_events, string_count, values_within
+from codec import values_within
+from codec.limits import array_within, record_events, string_count
 
 # Strings full of the bytes a naive count would mistake for structure.
 TRICKY = st.text(alphabet=st.sampled_from(list('ab,[]{}:"\\/ é\n\t😀')), max_size=12)

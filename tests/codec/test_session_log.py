@@ -17,7 +17,7 @@ from codec import (
     pack,
     read_session_log,
 )
-from tests.conftest import corpus_logs
+from testing.corpus import corpus_logs
 
 HEADER = b'{"type":"session","version":0,"id":"s1","createdAt":5,"cwd":"{{cwd}}","delegationDepth":0}\n'
 

@@ -19,8 +19,8 @@ from codec import Event, decode_event, encode
 from history_client import cli, read_page
 from history_service.settings import Settings
 from persistence import MemoryStore
-from tests.history_client.conftest import make_events
-from tests.servers import ServerProcess, ThreadServer, free_port, serve_in_thread
+from testing.events import make_events
+from testing.servers import ServerProcess, ThreadServer, free_port, serve_in_thread
 
 CLI = "import sys; from history_client.cli import main; sys.exit(main())"
 FAST_RETRIES = ("--retry-delay", "0.001", "--max-delay", "0.002")
@@ -35,7 +35,7 @@ def server() -> Iterator[tuple[ThreadServer, list[Event]]]:
         response = httpx.post(f"{running.url}/v1/test-only/seed", json=body, timeout=60)
         assert response.status_code == 201, response.text
         head = response.json()["sessions"][0]["headSeq"]
-        yield running, running.call(store.read_events("cli", 0, head + 1))  # type: ignore[misc]
+        yield running, running.call(store.read_events("cli", 0, head + 1))
 
 
 def run(*argv: str) -> tuple[int, str, str]:

@@ -17,8 +17,8 @@ from history_client import (
     ServiceError,
     TransportError,
 )
-from tests.history_client.conftest import make_events, page_body
-from tests.history_client.test_pages import records_of
+from testing.events import make_events
+from testing.wire import page_body, records_of
 
 LOG = make_events(60)
 

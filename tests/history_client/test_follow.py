@@ -19,7 +19,9 @@ from history_client import (
     StreamOverlapError,
     TransportError,
 )
-from tests.history_client.conftest import Broken, Service, collect, event_frame, make_events, snapshot_frame, sse
+from testing.events import make_events
+from testing.mock_service import Broken, Service, collect
+from testing.wire import event_frame, snapshot_frame, sse
 
 LOG = make_events(200)
 RETRY = b"retry: 1000\n\n"

@@ -10,7 +10,9 @@ import pytest
 
 from history_client import AsyncHistoryClient, HistoryClient, PageContinuityError
 from history_client.history import Emit, Fetch, history_plan
-from tests.history_client.conftest import Service, make_events, page_body
+from testing.events import make_events
+from testing.mock_service import Service
+from testing.wire import page_body
 
 LOG = make_events(95)
 

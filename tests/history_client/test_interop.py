@@ -13,9 +13,10 @@ from codec import SessionHeader, encode, read_session_log
 from history_client import AsyncHistoryClient, read_page
 from history_service.app import create_app
 from persistence import MemoryStore
-from tests.conftest import GOLDEN_DIR, corpus_logs
-from tests.history_service.conftest import SEEDED, seed, serving
-from tests.history_service.test_golden import SCENARIOS
+from testing.asgi import serving
+from testing.corpus import corpus_logs
+from testing.golden import GOLDEN_DIR
+from testing.seeding import SCENARIOS, SEEDED, seed
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,8 @@ import pytest
 from codec import DeltaData, Event, TextDelta, encode
 from history_client import AsyncHistoryClient, Backoff, HistoryClient
 from persistence import MemoryStore
-from tests.history_service.test_golden import SCENARIOS
-from tests.servers import CuttingProxy, ServerProcess, serve_in_thread
+from testing.seeding import SCENARIOS
+from testing.servers import CuttingProxy, ServerProcess, serve_in_thread
 
 TOTAL = 20_000
 

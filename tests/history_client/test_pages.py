@@ -8,17 +8,14 @@ import msgspec
 import pytest
 from hypothesis import given, strategies as st
 
-from codec import Event, PageShell, encode, expand_records, pack_page
+from codec import Event, PageShell, encode, expand_records
 from history_client import HistoryPage, LazyPage, PageContinuityError, ProtocolError, iter_body_events, read_page
 from history_client.pages import check_ranges, expected_to_seq, open_lazy_page
-from tests.codec.test_chunk_rows import batches
-from tests.history_client.conftest import make_events, page_body
+from testing.events import make_events
+from testing.strategies import batches
+from testing.wire import page_body, records_of
 
 LOG = make_events(120)
-
-
-def records_of(events: list[Event]) -> Any:
-    return msgspec.json.decode(encode(pack_page(events)))
 
 
 def test_read_page_keeps_records_and_expands_exactly():

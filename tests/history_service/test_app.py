@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import free_port, wait_healthy
+from testing.servers import free_port, wait_healthy
 
 LAUNCHERS = {
     "history-service": ["-c", "import sys; from history_service.cli import main; sys.exit(main())", "serve"],

@@ -11,12 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from codec import compress, encode
+from codec import encode
 from history_service.app import create_app
+from history_service.encoding import compress
 from history_service.settings import Settings
 from persistence import MemoryStore
-from tests.codec.helpers import plain
-from tests.history_service.conftest import serving
+from testing.asgi import serving
+from testing.events import plain
 
 pytestmark = pytest.mark.anyio
 
@@ -393,7 +394,7 @@ import anyio, sys, httpx
 from history_service.app import create_app
 from history_service.settings import Settings
 from persistence import MemoryStore
-from tests.history_service.conftest import serving
+from testing.asgi import serving
 
 async def main():
     async with serving(create_app(Settings.from_env({}), store=MemoryStore())) as client:

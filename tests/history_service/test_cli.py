@@ -24,13 +24,15 @@ from codec import encode, pack_page, read_session_log
 from history_client import HistoryClient
 from history_service.app import create_app
 from history_service.cli import main
-from history_service.pages import PageQuery, build_page
+from history_service.pages import PageQuery, PageReader
 from history_service.settings import Settings
 from persistence import open_store
-from tests.conftest import GOLDEN_DIR, corpus_dir
-from tests.history_service.conftest import serving
-from tests.persistence.conftest import PG_URL, fresh_postgres_store
-from tests.servers import free_port, wait_healthy
+from testing.asgi import serving
+from testing.corpus import corpus_dir
+from testing.golden import GOLDEN_DIR
+from testing.postgres import PG_URL, empty_postgres
+from testing.servers import free_port, wait_healthy
+from testing.stores import page_records
 
 GOLDEN = GOLDEN_DIR / "codec"
 
@@ -42,13 +44,9 @@ def backend_urls(tmp_path: Path) -> dict[str, str]:
         "jsonl-zstd": f"jsonl:///{tmp_path / 'zstd'}?compression=zstd",
     }
     if PG_URL:
-        anyio.run(_empty_postgres, PG_URL)
+        anyio.run(empty_postgres, PG_URL)
         urls["postgresql"] = PG_URL
     return urls
-
-
-async def _empty_postgres(url: str) -> None:
-    await (await fresh_postgres_store(url)).close()
 
 
 def run(*argv: str) -> tuple[int, str]:
@@ -294,7 +292,7 @@ async def _pages(url: str, logs: list) -> list[list[bytes]]:  # type: ignore[typ
         for log in logs:
             n = len(log.events)
             for start in range(0, n, max(1, n // 5)):
-                out.append(await store.page_records(log.header.id, start, n))
+                out.append(await page_records(store, log.header.id, start, n))
         return out
     finally:
         await store.close()
@@ -398,12 +396,12 @@ async def snapshot_pages(url: str, owner: str) -> dict[str, Any]:
             for query in QUERIES:
                 for before in (None, info.head_seq // 2 or None):
                     bounded = msgspec.structs.replace(query, before=before)
-                    pages.append((await build_page(store, session_id, info.head_seq, bounded))[0])
+                    pages.append((await PageReader(store).body(session_id, info.head_seq, bounded))[0])
             # The raw expansion of the first thousand events: every event, unpacked.
             raw = PageQuery(
                 through=None, before=min(info.head_seq + 1, 1000), max_messages=1000, max_bytes=1 << 30, raw=True
             )
-            pages.append((await build_page(store, session_id, info.head_seq, raw))[0])
+            pages.append((await PageReader(store).body(session_id, info.head_seq, raw))[0])
             found[session_id] = (encode(info.header), info.owner, info.head_seq, pages)
             frontier.extend(child.id for child in await store.children(session_id))
         return found
@@ -445,7 +443,7 @@ def test_export_then_import_is_a_backup_on_every_store(tmp_path: Path, request_b
 
 def wipe(backend: str, url: str) -> None:
     if backend == "postgresql":
-        anyio.run(_empty_postgres, url)
+        anyio.run(empty_postgres, url)
         return
     path = Path(url.split("?")[0].split(":///", 1)[1])
     if path.is_dir():

@@ -10,7 +10,7 @@ import pytest
 from history_service.app import create_app
 from history_service.settings import Settings
 from persistence import HistoryStore
-from tests.history_service.conftest import serving
+from testing.asgi import serving
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,9 @@ import pytest
 from codec import Event, check_page, decode_page, iter_page_events, read_session_log
 from history_service.app import create_app
 from persistence import HistoryStore, MemoryStore
-from tests.conftest import corpus_logs
-from tests.history_service.conftest import SEEDED, seed, serving
+from testing.asgi import serving
+from testing.corpus import corpus_logs
+from testing.seeding import SEEDED, seed
 
 pytestmark = pytest.mark.anyio
 

@@ -6,15 +6,15 @@ import anyio
 import httpx
 import pytest
 
-from codec import SessionHeader
+from codec import SessionHeader, StoredRecord
 from history_service.app import create_app
 from history_service.follow import Channel, Hub
 from history_service.settings import Settings
 from history_service.shutdown import Shutdown
 from persistence import MemoryStore, SessionInfo
-from persistence.stored import StoredRecord
-from tests.codec.helpers import plain
-from tests.history_service.conftest import seed, serving
+from testing.asgi import serving
+from testing.events import plain
+from testing.seeding import seed
 
 pytestmark = pytest.mark.anyio
 

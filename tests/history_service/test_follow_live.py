@@ -15,7 +15,7 @@ import pytest
 
 from codec import DeltaData, Event, TextDelta, check_page, decode_page, encode, iter_page_events
 from history_service.settings import Settings
-from tests.servers import serve_in_thread
+from testing.servers import serve_in_thread
 
 pytestmark = pytest.mark.anyio
 

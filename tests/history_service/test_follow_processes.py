@@ -25,8 +25,8 @@ import sqlalchemy as sa
 from codec import DeltaData, Event, TextDelta, encode
 from history_client import Backoff, HistoryClient
 from history_service.cli import main
-from tests.persistence.conftest import PG_URL, fresh_postgres_store
-from tests.servers import ServerProcess, free_port, wait_healthy
+from testing.postgres import PG_URL, empty_postgres
+from testing.servers import ServerProcess, free_port, wait_healthy
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set; run under scripts/with-postgres")
 
@@ -49,12 +49,8 @@ def make_events(total: int, rand: random.Random) -> list[Event]:
 @pytest.fixture
 def pg() -> str:
     assert PG_URL
-    anyio.run(_empty, PG_URL)
+    anyio.run(empty_postgres, PG_URL)
     return PG_URL
-
-
-async def _empty(url: str) -> None:
-    await (await fresh_postgres_store(url)).close()
 
 
 @pytest.fixture

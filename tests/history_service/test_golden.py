@@ -18,10 +18,10 @@ import pytest
 
 from codec import encode
 from persistence import HistoryStore
-from tests.codec.helpers import plain
-from tests.conftest import GOLDEN_DIR, write_golden
-from tests.history_service.conftest import SEEDED, seed
-from tests.servers import ThreadServer, serve_in_thread
+from testing.events import plain
+from testing.golden import GOLDEN_DIR, check_golden
+from testing.seeding import SCENARIOS, SEEDED, seed
+from testing.servers import ThreadServer, serve_in_thread
 
 pytestmark = pytest.mark.anyio
 
@@ -29,19 +29,6 @@ JSON = {"Content-Type": "application/json"}
 
 GOLDEN = GOLDEN_DIR / "service"
 INLINE_LIMIT = 64 * 1024
-EXPLICIT = (GOLDEN_DIR / "codec" / "text-turn.events.jsonl").read_bytes().splitlines()
-
-SCENARIOS: dict[str, dict[str, Any]] = {
-    "multi-turn": {"scenario": "multi-turn", "seed": 1, "turns": 4},
-    "subagent": {"scenario": "subagent", "seed": 2},
-    "compaction": {"scenario": "compaction", "seed": 3},
-    "explicit": {
-        "scenario": "explicit",
-        "header": json.loads(EXPLICIT[0]),
-        "events": [json.loads(line) for line in EXPLICIT[1:]],
-    },
-    "dsh-synthetic": {"scenario": "dsh-synthetic"},
-}
 
 
 def queries(head: int) -> list[str]:
@@ -62,16 +49,6 @@ def golden_line(path: str, response: httpx.Response) -> bytes:
     if len(body) > INLINE_LIMIT:
         body = encode({"sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body)})
     return b'{"path":%b,"status":%d,"body":%b}\n' % (encode(path), response.status_code, body)
-
-
-def check(name: str, data: bytes, capsys: pytest.CaptureFixture[str]) -> None:
-    path = GOLDEN / name
-    if write_golden():
-        GOLDEN.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        with capsys.disabled():
-            print(f"\nHISTORY_WRITE_GOLDEN=1: wrote tests/golden/service/{name}")
-    assert data == path.read_bytes(), f"{name} differs from its golden"
 
 
 def page_paths(sessions: list[dict[str, Any]]) -> list[tuple[str, int]]:
@@ -101,7 +78,7 @@ async def test_page_responses_match_golden(
             response = await client.get(base + query)
             assert response.status_code == 200, response.text
             lines.append(golden_line(base + query, response))
-    check(f"{scenario}.pages.jsonl", b"".join(lines), capsys)
+    check_golden(GOLDEN / f"{scenario}.pages.jsonl", b"".join(lines), capsys)
 
 
 def shapes(body: bytes) -> list[list[Any]]:
@@ -149,17 +126,16 @@ def live(store: HistoryStore) -> Iterator[ThreadServer]:
 
 async def seed_live(base: str) -> int:
     async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-        response = await http.post("/v1/test-only/seed", json=SCENARIOS["multi-turn"])
-        assert response.status_code == 201, response.text
-        head: int = response.json()["sessions"][0]["headSeq"]
-        return head
+        sessions = await seed(http, **SCENARIOS["multi-turn"])
+    head: int = sessions[0]["headSeq"]
+    return head
 
 
 async def test_follow_frames_match_golden(live: ThreadServer, capsys: pytest.CaptureFixture[str]) -> None:
     head = await seed_live(live.url)
     fresh = await follow_body(live.url, "/v1/sessions/multi-turn-1/follow", head)
     assert fresh.startswith(b"retry: ")
-    check("multi-turn.follow-fresh.json", encode(shapes(fresh)), capsys)
+    check_golden(GOLDEN / "multi-turn.follow-fresh.json", encode(shapes(fresh)), capsys)
 
 
 async def test_resumed_follow_frames_match_golden(live: ThreadServer, capsys: pytest.CaptureFixture[str]) -> None:
@@ -168,7 +144,7 @@ async def test_resumed_follow_frames_match_golden(live: ThreadServer, capsys: py
     resumed = await follow_body(live.url, path, head, {"Last-Event-ID": str(head - 5)})
     ids = [int(line[4:]) for line in resumed.decode().split("\n") if line.startswith("id: ")]
     assert ids == list(range(head - 4, head + 4))
-    check("multi-turn.follow-resume.json", encode(shapes(resumed)), capsys)
+    check_golden(GOLDEN / "multi-turn.follow-resume.json", encode(shapes(resumed)), capsys)
 
 
 def test_golden_files_are_ours() -> None:

@@ -6,9 +6,13 @@ from typing import ClassVar
 
 import httpx
 import pytest
+import zstandard
 
+from codec import Page, PageRecord, SessionHeader, encode, pack_page
 from history_service.pages import EncodedPage, PageCache, encode_page
-from tests.history_service.conftest import seed
+from history_service.scenarios import multi_turn
+from persistence import HistoryStore
+from testing.seeding import seed
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +67,28 @@ async def test_raw_expansion_covers_the_same_interval(client: httpx.AsyncClient)
     assert (raw["fromSeq"], raw["toSeq"]) == (packed["fromSeq"], packed["toSeq"])
     assert all(list(record) == ["event"] for record in raw["records"])
     assert len(raw["records"]) == raw["toSeq"] - raw["fromSeq"]
+
+
+async def test_a_large_page_is_exact_and_its_zstd_body_one_frame(
+    client: httpx.AsyncClient, store: HistoryStore
+) -> None:
+    """A page above the thread and send thresholds, served as parts: exact bytes in every form."""
+    events = multi_turn(seed=9, turns=80, max_run=400)
+    await store.create_session(SessionHeader(id="big", createdAt=0))
+    for start in range(0, len(events), 512):
+        await store.append("big", events[start : start + 512])
+    path = f"/v1/sessions/big/page?maxMessages=1000&maxBytes={1 << 40}"
+    identity = await client.get(path, headers={"Accept-Encoding": "identity"})
+    assert identity.content == encode(Page(pack_page(events), False, 0, len(events)))
+    assert int(identity.headers["content-length"]) == len(identity.content) > 1024 * 1024
+    async with client.stream("GET", path, headers={"Accept-Encoding": "zstd"}) as response:
+        assert response.headers["content-encoding"] == "zstd"
+        frame = b"".join([chunk async for chunk in response.aiter_raw()])
+    assert int(response.headers["content-length"]) == len(frame)
+    assert zstandard.frame_content_size(frame) == len(identity.content)
+    assert zstandard.ZstdDecompressor().decompressobj().decompress(frame) == identity.content
+    raw = await client.get(path + "&expand=raw", headers={"Accept-Encoding": "identity"})
+    assert raw.content == encode(Page([PageRecord(event=event) for event in events], False, 0, len(events)))
 
 
 def test_the_page_cache_evicts_least_recently_used_pages() -> None:

@@ -15,8 +15,8 @@ from codec import encode
 from history_service.errors import ApiError
 from history_service.requests import cursor_for, list_cursor
 from persistence import SessionKey
-from tests.codec.helpers import plain
-from tests.servers import ServerProcess
+from testing.events import plain
+from testing.servers import ServerProcess
 
 JSON = {"Content-Type": "application/json"}
 MEMBERS = 4_000_000

@@ -14,8 +14,6 @@ import httpx
 import pytest
 
 from codec import (
-    MAX_DEPTH,
-    MAX_SESSION_ID,
     Event,
     SessionHeader,
     check_page,
@@ -25,22 +23,17 @@ from codec import (
     iter_page_events,
     read_session_log,
 )
+from codec.events import MAX_DEPTH, MAX_SESSION_ID
 from history_client import HistoryClient
 from history_service.cli import main
 from history_service.settings import Settings
 from persistence import open_store
-from tests.codec.helpers import plain, text
-from tests.persistence.conftest import PG_URL, fresh_postgres_store
-from tests.servers import serve_in_thread
+from testing.events import plain, text
+from testing.postgres import PG_URL, empty_postgres
+from testing.servers import serve_in_thread
+from testing.stores import BACKENDS
 
 JSON = {"Content-Type": "application/json"}
-BACKENDS = [
-    "memory",
-    "sqlite",
-    "jsonl",
-    "jsonl-zstd",
-    pytest.param("postgresql", marks=pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set")),
-]
 # An id of the longest kind the rule allows, whose JSONL directory name would be 1,000 characters escaped.
 LONG_ID = (".:@" * MAX_SESSION_ID)[:MAX_SESSION_ID]
 
@@ -48,7 +41,7 @@ LONG_ID = (".:@" * MAX_SESSION_ID)[:MAX_SESSION_ID]
 def store_url(backend: str, tmp_path: Path) -> str:
     if backend == "postgresql":
         assert PG_URL
-        anyio.run(_empty_postgres, PG_URL)
+        anyio.run(empty_postgres, PG_URL)
         return PG_URL
     return {
         "memory": "memory://",
@@ -56,10 +49,6 @@ def store_url(backend: str, tmp_path: Path) -> str:
         "jsonl": f"jsonl:///{tmp_path / 'logs'}",
         "jsonl-zstd": f"jsonl:///{tmp_path / 'logs'}?compression=zstd",
     }[backend]
-
-
-async def _empty_postgres(url: str) -> None:
-    await (await fresh_postgres_store(url)).close()
 
 
 @pytest.fixture(params=BACKENDS)

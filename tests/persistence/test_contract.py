@@ -1,4 +1,4 @@
-"""The store contract, run against every backend (see conftest.BACKENDS)."""
+"""The store contract, run against every backend (see testing.stores.BACKENDS)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from codec import Event, ReplaceOp, SessionHeader, encode, pack_page
+from codec import Event, ReplaceOp, SessionHeader, encode, pack, pack_page, stored_record
 from history_service.scenarios import compaction, multi_turn
 from persistence.base import HistoryStore, SessionKey, SessionSummary
 from persistence.errors import SeqConflictError, SessionExistsError, SessionNotFoundError
-from tests.codec.helpers import plain, text
+from testing.events import plain, text
+from testing.stores import page_records
 
 pytestmark = pytest.mark.anyio
 
@@ -63,7 +64,7 @@ async def test_unknown_session_raises_not_found_everywhere(store: HistoryStore) 
     with pytest.raises(SessionNotFoundError):
         await store.read_events("nope", 0, 1)
     with pytest.raises(SessionNotFoundError):
-        await store.page_records("nope", 0, 1)
+        await store.read_stored("nope", 0, 1)
     with pytest.raises(SessionNotFoundError):
         await store.page_cuts("nope", to_seq=0, max_messages=50)
     with pytest.raises(SessionNotFoundError):
@@ -74,7 +75,7 @@ async def test_empty_session(store: HistoryStore) -> None:
     await store.create_session(header())
     assert await store.head_seq("s1") == -1
     assert await store.read_events("s1", 0, 0) == []
-    assert await store.page_records("s1", 0, 0) == []
+    assert await store.read_stored("s1", 0, 0) == []
     assert await store.page_cuts("s1", to_seq=0, max_messages=50) == [0]
     result = await store.append("s1", [])
     assert result.head_seq == -1
@@ -152,7 +153,7 @@ async def test_interval_reads_at_every_boundary(store: HistoryStore) -> None:
     for from_seq in range(n + 1):
         for to_seq in range(from_seq, min(n, from_seq + 25) + 1):
             assert await store.read_events("s1", from_seq, to_seq) == events[from_seq:to_seq]
-            records = await store.page_records("s1", from_seq, to_seq)
+            records = await page_records(store, "s1", from_seq, to_seq)
             assert records == [encode(r) for r in pack_page(events[from_seq:to_seq])], (from_seq, to_seq)
 
 
@@ -186,7 +187,7 @@ async def test_reads_starting_inside_long_packed_rows(store: HistoryStore) -> No
                 continue
             assert await store.read_events("s1", from_seq, to_seq) == events[from_seq:to_seq]
             expected = [encode(r) for r in pack_page(events[from_seq:to_seq])]
-            assert await store.page_records("s1", from_seq, to_seq) == expected, (from_seq, to_seq)
+            assert await page_records(store, "s1", from_seq, to_seq) == expected, (from_seq, to_seq)
 
 
 async def test_reads_past_the_head_are_clipped(store: HistoryStore) -> None:
@@ -214,7 +215,30 @@ async def test_layout_blind_reads(store: HistoryStore, layout: str) -> None:
     for from_seq, to_seq in intervals:
         assert await store.read_events("s1", from_seq, to_seq) == events[from_seq:to_seq]
         expected = [encode(r) for r in pack_page(events[from_seq:to_seq])]
-        assert await store.page_records("s1", from_seq, to_seq) == expected
+        assert await page_records(store, "s1", from_seq, to_seq) == expected
+
+
+# Sealing.
+
+
+@pytest.mark.parametrize("layout", ["one-batch", "single-events", "random"])
+async def test_a_closed_run_is_stored_as_the_one_row_pack_builds(store: HistoryStore, layout: str) -> None:
+    events = layered_session()
+    sizes = {"one-batch": [len(events)], "single-events": [1] * len(events)}
+    await write(store, events, sizes.get(layout) or random_sizes(random.Random(7), len(events)))
+    # The session ends with a plain event, so no run is open: every run is sealed.
+    assert await store.read_stored("s1", 0, len(events)) == [stored_record(record) for record in pack(events)]
+
+
+async def test_an_open_run_stays_a_few_records_however_it_is_appended(store: HistoryStore) -> None:
+    events = [plain(0)] + [text(1 + k, 10 + k, f"t{k}") for k in range(1500)]
+    await write(store, events, [1] * len(events))
+    tail = await store.read_stored("s1", 1, len(events))
+    # Compaction keeps about log2(members) rows plus at most two single deltas.
+    assert len(tail) <= (1500).bit_length() + 2
+    assert await page_records(store, "s1", 0, len(events)) == [encode(r) for r in pack_page(events)]
+    await store.append("s1", [plain(len(events))])
+    assert [r.members for r in await store.read_stored("s1", 0, len(events) + 1)] == [1, 1500, 1]
 
 
 # Cut selection.
@@ -280,7 +304,7 @@ async def test_a_message_with_many_sources_pulls_its_chunks_into_one_page(store:
     await write(store, events, [50, 151])
     cuts = await store.page_cuts("s1", to_seq=202, max_messages=1)
     assert cuts == [1]
-    records = await store.page_records("s1", cuts[-1], 202)
+    records = await page_records(store, "s1", cuts[-1], 202)
     assert [r[:10] for r in records] == [b'{"chunks":', b'{"event":{']
 
 

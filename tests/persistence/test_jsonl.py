@@ -11,8 +11,9 @@ from history_service.scenarios import multi_turn
 from persistence.errors import InvalidSessionIdError, SchemaVersionError, StoreError
 from persistence.jsonl import INDEX_NAME, JsonlStore, encode_segment
 from persistence.jsonl_index import TAIL_WINDOW, last_seq, read_index, read_last_entry
-from tests.codec.helpers import plain
-from tests.conftest import corpus_logs
+from testing.corpus import corpus_logs
+from testing.events import plain
+from testing.stores import page_records
 
 pytestmark = pytest.mark.anyio
 
@@ -183,7 +184,7 @@ async def test_a_log_placed_in_the_root_is_served_as_is(tmp_path: Path) -> None:
     info = await store.get_session("fx")
     assert info.head_seq == len(events) - 1 and info.owner == "local"
     assert await store.read_events("fx", 0, len(events)) == events
-    assert await store.page_records("fx", 0, len(events)) == [encode(r) for r in pack_page(events)]
+    assert await page_records(store, "fx", 0, len(events)) == [encode(r) for r in pack_page(events)]
     assert await store.page_cuts("fx", to_seq=len(events), max_messages=1) == [2]
     assert (tmp_path / "fx" / "session.jsonl").read_bytes() == FOREIGN
 
@@ -200,7 +201,7 @@ async def test_corpus_log_in_a_store_root_is_served_exactly(tmp_path: Path, path
     assert await store.read_events(log.header.id, 0, n) == log.events
     for start in range(0, n, max(1, n // 7)):
         expected = [encode(r) for r in pack_page(log.events[start:n])]
-        assert await store.page_records(log.header.id, start, n) == expected
+        assert await page_records(store, log.header.id, start, n) == expected
 
 
 # Listing: head seqs from the index's last entry.

@@ -12,8 +12,8 @@ import pytest
 
 from codec import SessionHeader
 from persistence.url import open_store
-from tests.codec.helpers import plain
-from tests.persistence.conftest import PG_URL, fresh_postgres_store
+from testing.events import plain
+from testing.postgres import PG_URL, empty_postgres
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +62,7 @@ async def url_for(kind: str, tmp_path: Path) -> str:
     if kind == "jsonl":
         return f"jsonl:///{tmp_path / 'jsonl'}"
     assert PG_URL
-    await (await fresh_postgres_store(PG_URL)).close()
+    await empty_postgres(PG_URL)
     return PG_URL
 
 

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from codec import Event, SessionHeader
 from persistence import SeqConflictError, SqlStore
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
-from tests.persistence.conftest import PG_URL, fresh_postgres_store
+from testing.postgres import PG_URL, fresh_postgres_store
 
 pytestmark = [
     pytest.mark.anyio,

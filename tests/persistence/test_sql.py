@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import sqlalchemy as sa
 
-from codec import Event, SessionHeader
+from codec import Event, SessionHeader, StoredRecord, encode, encode_lines, pack, pack_page, stored_record
+from history_service.scenarios import multi_turn
 from persistence.base import SessionKey, SessionSummary
 from persistence.errors import CorruptLogError, SchemaVersionError, StoreError
 from persistence.sql import SqlStore, meta_table, records_table, sessions_table
 from persistence.url import open_store
-from tests.codec.helpers import plain
-from tests.persistence.conftest import PG_URL, fresh_postgres_store
+from testing.events import plain, text
+from testing.postgres import PG_URL, empty_postgres
+from testing.stores import page_records
 
 pytestmark = pytest.mark.anyio
 
@@ -53,10 +59,14 @@ async def test_large_data_is_compressed(tmp_path: Path) -> None:
 
 async def test_data_is_kept_raw_when_compression_does_not_shrink_it(tmp_path: Path) -> None:
     store = await SqlStore.open(f"sqlite:///{tmp_path / 'h.db'}")
+
+    def stored(line: bytes) -> dict[str, object]:
+        return store._row("s", StoredRecord(0, 1, line))
+
     noise = os.urandom(8000)
-    assert store._pack_line(noise) == {"compressed": False, "data": noise}
-    assert store._pack_line(b"a" * 4095) == {"compressed": False, "data": b"a" * 4095}
-    assert store._pack_line(b"a" * 4096)["compressed"] is True
+    assert (stored(noise)["compressed"], stored(noise)["data"]) == (False, noise)
+    assert stored(b"a" * 4095)["compressed"] is False
+    assert stored(b"a" * 4096)["compressed"] is True
     await store.close()
 
 
@@ -68,7 +78,7 @@ async def test_unknown_schema_version_refuses_to_open(tmp_path: Path) -> None:
         conn.execute(sa.update(meta_table).values(value="99"))
     engine.dispose()
     with pytest.raises(
-        SchemaVersionError, match="schema version '99'; this build reads version 2 and upgrades version 1"
+        SchemaVersionError, match="schema version '99'; this build reads version 3 and upgrades versions 1 and 2"
     ):
         await SqlStore.open(url)
 
@@ -108,7 +118,7 @@ async def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         yield f"sqlite:///{tmp_path / 'h.db'}"
     else:
         assert PG_URL
-        await (await fresh_postgres_store(PG_URL)).close()
+        await empty_postgres(PG_URL)
         yield PG_URL
 
 
@@ -132,8 +142,21 @@ def schema_of(url: str) -> tuple[str | None, set[str], set[str | None]]:
     return version, columns, indexes
 
 
+JOIN_COLUMNS = ("kind", "key", "time0", "time1")
+
+
+def to_version_2(url: str) -> None:
+    """Turn a version-3 database into the version-2 shape: records without their join columns."""
+    execute(
+        url,
+        *(f"ALTER TABLE history_records DROP COLUMN {name}" for name in JOIN_COLUMNS),
+        sa.update(meta_table).values(value="2"),
+    )
+
+
 def to_version_1(url: str) -> None:
-    """Turn a version-2 database into the version-1 shape: no created_at column, no listing index."""
+    """Turn a version-3 database into the version-1 shape: no join columns, no created_at, no listing index."""
+    to_version_2(url)
     execute(
         url,
         f"DROP INDEX {LISTING_INDEX}",
@@ -160,7 +183,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
 
     store = await SqlStore.open(sql_url)
     assert schema_of(sql_url) == (
-        "2",
+        "3",
         {"id", "header", "owner", "parent_id", "head_seq", "created_at"},
         {"ix_history_sessions_parent_id", LISTING_INDEX},
     )
@@ -177,7 +200,36 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
     ]
     await store.close()
     await (await SqlStore.open(sql_url)).close()
-    assert schema_of(sql_url)[0] == "2"
+    assert schema_of(sql_url)[0] == "3"
+
+
+async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url: str) -> None:
+    events = multi_turn(seed=4, turns=4) + [text(10_000 + k, k, "x" * 300) for k in range(40)]
+    events = [msgspec.structs.replace(event, seq=seq) for seq, event in enumerate(events)]
+    store = await SqlStore.open(sql_url)
+    await store.create_session(SessionHeader(id="s", createdAt=1))
+    for start in range(0, len(events), 7):
+        await store.append("s", events[start : start + 7])
+    before = await store.read_stored("s", 0, len(events))
+    await store.close()
+    # Version 2 compressed long lines too: the upgrade must read them.
+    assert any(row.compressed for row in rows_of(sql_url))
+    to_version_2(sql_url)
+
+    store = await SqlStore.open(sql_url)
+    assert schema_of(sql_url)[0] == "3"
+    assert await store.read_stored("s", 0, len(events)) == before
+    assert await page_records(store, "s", 0, len(events)) == [encode(r) for r in pack_page(events)]
+    await store.append("s", [plain(len(events))])
+    await store.close()
+
+
+def rows_of(url: str) -> list[Any]:
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        rows = list(conn.execute(sa.select(records_table.c.seq, records_table.c.compressed)).all())
+    engine.dispose()
+    return rows
 
 
 async def test_failed_upgrade_leaves_the_version_1_database_as_it_was(sql_url: str) -> None:
@@ -225,3 +277,70 @@ async def test_listing_is_a_backward_scan_of_the_listing_index(sql_url: str) -> 
             assert ("TEMP B-TREE" if sqlite else "Sort") not in plan, plan
             assert "ix_history_sessions_parent_id" in plan, plan
     engine.dispose()
+
+
+CRASHING_APPENDER = """
+import os, signal, sys
+import anyio
+from codec import decode_event
+from persistence import sql
+from persistence.sealing import plan_append
+
+url, kill_at, when = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+events = [decode_event(line) for line in sys.stdin.buffer.read().splitlines()]
+sealing = []
+
+def plan(tail, batch, load):
+    keep, records = plan_append(tail, batch, load)
+    sealing.append(batch[0].seq >= kill_at and keep < len(tail))
+    if sealing[-1] and when == "planned":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return keep, records
+
+insert = sql.SqlStore._insert
+
+def insert_then_die(self, conn, session_id, batch):
+    insert(self, conn, session_id, batch)
+    if sealing[-1]:
+        # The pieces are deleted and the sealed row written, in a transaction not yet committed.
+        os.kill(os.getpid(), signal.SIGKILL)
+
+sql.plan_append = plan
+sql.SqlStore._insert = insert_then_die
+
+async def main():
+    store = await sql.SqlStore.open(url)
+    for event in events:
+        await store.append("s", [event])
+        print(event.seq, flush=True)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize("when", ["planned", "written"])
+@pytest.mark.parametrize("kill_at", [3, 40, 77])
+async def test_sqlite_killed_while_sealing_loses_nothing_committed(tmp_path: Path, kill_at: int, when: str) -> None:
+    events = multi_turn(seed=2, turns=3)
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    store = await SqlStore.open(url)
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.close()
+    child = subprocess.run(
+        [sys.executable, "-c", CRASHING_APPENDER, url, str(kill_at), when],
+        input=encode_lines(events),
+        capture_output=True,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    acknowledged = [int(line) for line in child.stdout.split()]
+    assert acknowledged and acknowledged[-1] >= kill_at - 1
+    store = await SqlStore.open(url)
+    head = await store.head_seq("s")
+    assert head == acknowledged[-1]
+    assert await store.read_events("s", 0, head + 1) == events[: head + 1]
+    assert await page_records(store, "s", 0, head + 1) == [encode(r) for r in pack_page(events[: head + 1])]
+    for event in events[head + 1 :]:
+        await store.append("s", [event])
+    assert await store.read_stored("s", 0, len(events)) == [stored_record(r) for r in pack(events)]
+    await store.close()

@@ -1,65 +1,18 @@
-"""Wire-building helpers for client tests: pages, follow frames and mock services."""
+"""A scripted service for ``httpx.MockTransport``, and a follow through it with either client."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import anyio
 import httpx
 
-from codec import DeltaData, Event, ReasoningDelta, SessionHeader, TextDelta, encode, pack_page
+from codec import Event
+from history_client import AsyncHistoryClient, Backoff, HistoryClient
+from testing.wire import page_body
 
-__all__ = ["Broken", "Service", "collect", "event_frame", "make_events", "page_body", "snapshot_frame", "sse"]
-
-
-def make_events(count: int, *, start: int = 0) -> list[Event]:
-    """A user message every 40 seqs, then text and reasoning delta runs (so pages carry rows)."""
-    events = []
-    for seq in range(start, start + count):
-        phase = seq % 40
-        if phase == 0:
-            events.append(Event("user/message", seq, 1000 + seq, {"text": f"q{seq}"}, surfaceOp="append"))
-        elif phase < 25:
-            events.append(Event("assistant/chunk", seq, 1000 + seq, DeltaData(1, 1, TextDelta(0, f" t{seq}"))))
-        elif phase < 38:
-            events.append(Event("assistant/chunk", seq, 1000 + seq, DeltaData(1, 1, ReasoningDelta(1, f"r{seq}"))))
-        else:
-            events.append(Event("tool/result", seq, 1000 + seq, {"ok": True, "seq": seq}))
-    return events
-
-
-def page_body(
-    events: Sequence[Event], *, from_seq: int | None = None, to_seq: int | None = None, records: Any = None
-) -> bytes:
-    first = events[0].seq if events else 0 if from_seq is None else from_seq
-    from_seq = first if from_seq is None else from_seq
-    to_seq = (events[-1].seq + 1 if events else from_seq) if to_seq is None else to_seq
-    body = {
-        "records": pack_page(events) if records is None else records,
-        "hasMore": from_seq > 0,
-        "fromSeq": from_seq,
-        "toSeq": to_seq,
-    }
-    return encode(body)
-
-
-def sse(event: str, data: bytes, event_id: int | None = None) -> bytes:
-    head = b"" if event_id is None else b"id: %d\n" % event_id
-    return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
-
-
-def event_frame(event: Event) -> bytes:
-    return sse("event", encode(event), event.seq)
-
-
-def snapshot_frame(events: Sequence[Event], cursor: int, *, session: str = "s") -> bytes:
-    page = page_body(events, to_seq=cursor + 1)
-    header = encode(SessionHeader(id=session, createdAt=0))
-    data = b'{"header":%b,"cursor":%d,%b' % (header, cursor, page[1:])
-    return sse("snapshot", data, cursor)
-
-
-Handler = Callable[[httpx.Request], httpx.Response]
+__all__ = ["Broken", "Service", "collect"]
 
 
 class Service:
@@ -117,8 +70,6 @@ def collect(
     **options: Any,
 ) -> list[Event]:
     """Follow through the scripted service until ``limit`` events arrive; errors propagate."""
-    from history_client import AsyncHistoryClient, Backoff, HistoryClient
-
     service.asynchronous = mode == "async"
     if backoff is None:
         backoff = Backoff(base=0.001, cap=0.002, max_retries=options.pop("max_retries", 3))
@@ -130,8 +81,6 @@ def collect(
                 if len(received) == limit:
                     break
         return received
-
-    import anyio
 
     async def run() -> None:
         transport = httpx.MockTransport(service)

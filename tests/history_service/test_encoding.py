@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import gzip
 import os
+from itertools import pairwise
 
 import brotli
 import pytest
 import zstandard
 
-from codec import CODINGS, ContentEncodingError, ContentTooLargeError, choose_encoding, compress, decompress
+from history_service.encoding import CODINGS, choose_encoding, compress, decompress
+from history_service.errors import ContentEncodingError, ContentTooLargeError
 
 BODY = b'{"records":[' + b'{"event":{"type":"x","seq":1,"time":2,"data":"hello"}},' * 500 + b"]}"
 
@@ -26,6 +28,23 @@ def test_bodies_interoperate_with_the_reference_libraries():
     assert brotli.decompress(compress(BODY, "br")) == BODY
     assert gzip.decompress(compress(BODY, "gzip")) == BODY
     assert decompress(zstandard.ZstdCompressor(level=19).compress(BODY), "zstd") == BODY
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+def test_parts_compress_as_their_join_does(coding):
+    cut = [0, 7, 700, 701, len(BODY) // 2, len(BODY)]
+    parts = [BODY[a:b] if i % 2 else memoryview(BODY)[a:b] for i, (a, b) in enumerate(pairwise(cut))]
+    assert decompress(compress(parts, coding), coding) == BODY
+    if coding != "gzip":
+        assert compress(parts, coding) == compress(BODY, coding)
+
+
+def test_a_zstd_body_of_parts_is_one_frame_with_its_size():
+    parts = [BODY[i : i + 1000] for i in range(0, len(BODY), 1000)]
+    frame = compress(parts, "zstd")
+    assert zstandard.frame_content_size(frame) == len(BODY)
+    # A decoder that stops after the first frame still gets the whole body.
+    assert zstandard.ZstdDecompressor().decompressobj().decompress(frame) == BODY
 
 
 def test_zstd_window_stays_within_eight_mib():
@@ -120,3 +139,9 @@ def test_a_hundred_thousand_members_decode_in_one_pass(coding):
     empty = gzip.compress(b"") if coding == "gzip" else zstandard.ZstdCompressor().compress(b"")
     one = gzip.compress(b"x") if coding == "gzip" else zstandard.ZstdCompressor().compress(b"x")
     assert decompress(empty * 100_000 + one, coding) == b"x"
+
+
+def test_zstd_wins_over_br_at_equal_q():
+    assert choose_encoding("br, zstd", CODINGS) == "zstd"
+    assert choose_encoding("gzip;q=0.8, br;q=0.8, zstd;q=0.8", CODINGS) == "zstd"
+    assert choose_encoding("br;q=1, zstd;q=0.9", CODINGS) == "br"

@@ -1,4 +1,4 @@
-"""Real servers for live tests: uvicorn in a thread, the service as a restartable process, a cutting proxy."""
+"""Real servers for live tests and benchmarks: uvicorn in a thread, the service as a process, a cutting proxy."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import uvicorn
@@ -26,15 +26,17 @@ from persistence import HistoryStore
 
 __all__ = ["CuttingProxy", "ServerProcess", "ThreadServer", "free_port", "serve_in_thread", "wait_healthy"]
 
+T = TypeVar("T")
+
 
 @dataclass
 class ThreadServer:
     url: str
     loop: asyncio.AbstractEventLoop
 
-    def call(self, coroutine: object, timeout: float = 60) -> object:
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout: float = 60) -> T:
         """Run a coroutine on the server's own loop (e.g. a store read) and return its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
 
 @contextlib.contextmanager
@@ -182,6 +184,3 @@ class CuttingProxy:
                 await writer.drain()
         with contextlib.suppress(OSError, RuntimeError):
             writer.write_eof()
-
-
-SIGKILL = signal.SIGKILL

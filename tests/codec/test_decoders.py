@@ -1,4 +1,4 @@
-"""Wire decoders: strict, and every failure is a CodecError, whatever the input."""
+"""Every decoder of the codec is strict, and every failure is a CodecError, whatever the input."""
 
 from __future__ import annotations
 
@@ -9,14 +9,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from codec import (
-    ROW_TAGS,
     CodecError,
     Event,
     InvalidJsonError,
-    RecordFormatError,
     RowFormatError,
     decode_event,
-    decode_events,
     decode_follow_snapshot,
     decode_header,
     decode_json,
@@ -25,14 +22,10 @@ from codec import (
     decode_page_shell,
     decode_record_range,
     decode_storage_line,
-    decode_storage_record,
     encode,
-    encode_lines,
-    events_from_values,
-    pack,
-    pack_page,
 )
-from tests.codec.helpers import plain, text
+from codec.chunk_rows import ROW_TAGS, decode_storage_record
+from codec.event_json import decode_events
 
 DECODERS: list[Callable[[bytes], object]] = [
     decode_storage_line,
@@ -122,17 +115,6 @@ def test_deeply_nested_json_is_a_codec_error_not_a_crash():
             decoder(body)
 
 
-@pytest.mark.parametrize("line", [b"", b"not json", b"[1,2]", b'"text"', b'{"type":"x"', b"\xff\xfe"])
-def test_storage_line_rejects_non_objects(line):
-    with pytest.raises(CodecError):
-        decode_storage_line(line)
-
-
-def test_storage_line_refuses_a_header():
-    with pytest.raises(RecordFormatError, match="session header"):
-        decode_storage_line(b'{"type":"session","version":0,"id":"s","createdAt":0}')
-
-
 def test_oversize_integer_anywhere_is_a_codec_error():
     with pytest.raises(CodecError):
         decode_storage_line(b'{"type":"x","seq":99999999999999999999999999,"time":0,"data":1}')
@@ -140,49 +122,6 @@ def test_oversize_integer_anywhere_is_a_codec_error():
         decode_storage_line(
             b'{"type":"text-chunks","seq0":0,"time0":0,"data":{"turn":1,"step":1,"index":0,"dt":[1e999],"texts":["a","b"]}}'
         )
-
-
-def test_encode_lines_frames_each_record():
-    records = pack([text(0, 0, "a"), text(1, 0, "b"), text(2, 0, "c"), plain(3)])
-    lines = encode_lines(records)
-    assert lines.count(b"\n") == 2 and lines.endswith(b"\n")
-    assert [decode_storage_line(line) for line in lines.splitlines()] == records
-
-
-def test_events_from_values_validates_like_the_byte_decoder():
-    assert events_from_values([{"type": "x", "seq": 0, "time": 0, "data": 1}]) == [Event("x", 0, 0, 1)]
-    with pytest.raises(CodecError, match=r"^batch\[0\]\.seq"):
-        events_from_values([{"type": "x", "seq": "0", "time": 0, "data": 1}], where="batch")
-
-
-def _page_bytes() -> bytes:
-    events = [plain(0), *(text(seq, 1000 + seq, f"t{seq}") for seq in range(1, 9)), plain(9)]
-    return encode({"records": pack_page(events), "hasMore": False, "fromSeq": 0, "toSeq": 10})
-
-
-def test_record_at_a_time_decoding_matches_whole_page_decoding():
-    body = _page_bytes()
-    shell = decode_page_shell(body)
-    page = decode_page(body)
-    assert (shell.fromSeq, shell.toSeq, shell.hasMore) == (page.fromSeq, page.toSeq, page.hasMore)
-    assert [decode_page_record(raw, index=i) for i, raw in enumerate(shell.records)] == page.records
-    assert [decode_record_range(raw) for raw in shell.records] == [(0, 0), (1, 8), (9, 9)]
-
-
-def test_a_single_record_error_names_its_index_and_field():
-    row = bytes(decode_page_shell(_page_bytes()).records[1]).replace(b'"seq0":1', b'"seq0":"1"')
-    with pytest.raises(RowFormatError, match=r"records\[4\]\.chunks: malformed text-chunks row: row\.seq0"):
-        decode_page_record(row, index=4)
-    with pytest.raises(RecordFormatError, match=r"records\[2\]: expected exactly one"):
-        decode_record_range(b'{"event":{"seq":1},"chunks":{"seq0":1,"data":{"dt":[]}}}', index=2)
-
-
-def test_follow_snapshot_keeps_header_cursor_and_raw_records():
-    body = _page_bytes()
-    snapshot = decode_follow_snapshot(b'{"header":{"type":"session","id":"s","createdAt":0},"cursor":9,' + body[1:])
-    assert (snapshot.header.id, snapshot.cursor, len(snapshot.records), snapshot.toSeq) == ("s", 9, 3, 10)
-    with pytest.raises(RecordFormatError, match="snapshot"):
-        decode_follow_snapshot(b'{"header":{"id":"s","createdAt":0},"cursor":-2,' + body[1:])
 
 
 INVALID_UTF8 = b"\xff\xfe\xc3"

@@ -1,0 +1,102 @@
+"""The rollback journal of a JSONL rewrite: sealing never loses a committed record.
+
+An append that seals the open run rewrites the log from the start of an earlier batch. It
+first saves, and fsyncs, a journal: the log bytes it will overwrite, the index's size, and
+the new bytes' length and CRC. Then it appends the index entry and overwrites the log. On
+open, a journal left behind is settled before anything else is read:
+
+* a journal that is torn or garbled was never complete, so nothing was overwritten yet;
+* if the log holds the new bytes in full, the rewrite finished (old bytes past them are cut);
+* otherwise the old log bytes are written back and the index cut to its old size.
+
+So the store is what it was before the append, or what it is after it, never between.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from persistence._files import fsync_dir, pread_path, truncate, write_at, write_file
+
+__all__ = ["JOURNAL_NAME", "Journal", "clear", "settle", "write_journal"]
+
+JOURNAL_NAME: Final = "journal"
+_HEAD: Final = struct.Struct("<II")
+
+
+class Journal(msgspec.Struct, frozen=True, array_like=True):
+    """What a rewrite needs to be undone: where it starts, the bytes it overwrites, and how to recognise it done."""
+
+    log_at: int
+    old: bytes
+    index_size: int
+    new_length: int
+    new_crc: int
+
+
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_DECODER: Final = msgspec.msgpack.Decoder(Journal)
+
+
+def write_journal(directory: Path, journal: Journal) -> None:
+    """Save ``journal`` durably, before the rewrite touches the log or the index."""
+    path = directory / JOURNAL_NAME
+    created = not path.exists()
+    payload = _ENCODER.encode(journal)
+    write_file(path, _HEAD.pack(len(payload), zlib.crc32(payload)) + payload)
+    if created:
+        fsync_dir(directory)
+
+
+def clear(directory: Path) -> None:
+    """Empty the journal, durably, once the rewrite is done: a journal on disk then always means a crash during it."""
+    truncate(directory / JOURNAL_NAME, 0)
+
+
+def _read(path: Path) -> Journal | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(data) < _HEAD.size:
+        return None
+    length, checksum = _HEAD.unpack_from(data)
+    payload = data[_HEAD.size : _HEAD.size + length]
+    if len(payload) != length or zlib.crc32(payload) != checksum:
+        return None
+    try:
+        return _DECODER.decode(payload)
+    except msgspec.DecodeError:
+        return None
+
+
+def settle(directory: Path, log_path: Path, index_path: Path) -> bool:
+    """Finish or undo a rewrite a crash interrupted; ``True`` if the old bytes were put back."""
+    path = directory / JOURNAL_NAME
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    journal = _read(path)
+    restored = False
+    if journal is not None:
+        if _done(log_path, journal):
+            # The crash may have come before the old bytes past the new end were cut.
+            truncate(log_path, journal.log_at + journal.new_length)
+        else:
+            write_at(log_path, journal.log_at, journal.old)
+            truncate(index_path, journal.index_size)
+            restored = True
+    truncate(path, 0)
+    return restored
+
+
+def _done(log_path: Path, journal: Journal) -> bool:
+    end = journal.log_at + journal.new_length
+    if os.stat(log_path).st_size < end:
+        return False
+    return zlib.crc32(pread_path(log_path, journal.log_at, end)) == journal.new_crc

@@ -1,0 +1,103 @@
+"""Sealing: how an append keeps a session's runs in the one row `pack` would build.
+
+Appends store a run of deltas in pieces: each batch packs what it holds. The *open run* is
+the session's trailing run, the only one a later append can continue. On each append:
+
+* a run that the batch closes (something that does not continue it follows) is sealed:
+  its pieces are replaced by `codec.join` of them, the row `pack` builds;
+* the open run is compacted like a binary counter: single deltas before a row, or three
+  single deltas, merge; two rows merge when the later holds at least as many members as
+  the earlier. So an open run is at most about log2(members) + 2 records, and each member
+  is rewritten O(log members) times however the producer batches.
+
+Reads join whatever pieces remain (`codec.runs`), so sealing changes how fast a page is
+spliced, never what it holds: a crash that loses a seal loses nothing.
+
+Planning reads only the join columns. `plan_append` first finds which tail records must be
+rewritten, then asks the store for just their lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from codec import StoredRecord, join, runs
+
+__all__ = ["MAX_TAIL", "kept", "open_run", "plan_append"]
+
+# A store reads at most this many trailing records as the open run; compaction keeps real runs far shorter.
+MAX_TAIL: Final = 64
+_MIN_RUN: Final = 3
+
+Merge = Callable[[Sequence[StoredRecord]], list[StoredRecord]]
+
+
+def open_run(trailing: Sequence[StoredRecord]) -> list[StoredRecord]:
+    """The open run among a session's trailing records (in seq order): the last run, if it is one of deltas."""
+    groups = list(runs(trailing))
+    return groups[-1] if groups and groups[-1][0].kind else []
+
+
+def _merge_columns(group: Sequence[StoredRecord]) -> list[StoredRecord]:
+    """What `join` gives, from the columns alone: enough to see which records a plan rewrites."""
+    first, last = group[0], group[-1]
+    members = last.end - first.seq
+    if len(group) == 1 and (not first.is_row or first.members >= _MIN_RUN):
+        return [first]
+    if members < _MIN_RUN:
+        return list(group) if not any(record.is_row for record in group) else [record._replace() for record in group]
+    return [StoredRecord(first.seq, members, b"", first.kind & 3, first.key, first.time0, last.time1)]
+
+
+def _compact(group: list[StoredRecord], merge: Merge) -> list[StoredRecord]:
+    out = list(group)
+    while len(out) >= 2:
+        last, before = out[-1], out[-2]
+        if last.is_row and not before.is_row:
+            cut = len(out) - 2
+        elif len(out) >= 3 and not any(record.is_row for record in out[-3:]):
+            cut = len(out) - 3
+        elif last.is_row and before.is_row and last.members >= before.members:
+            cut = len(out) - 2
+        else:
+            break
+        out[cut:] = merge(out[cut:])
+    return out
+
+
+def _plan(tail: Sequence[StoredRecord], batch: Sequence[StoredRecord], merge: Merge) -> tuple[int, list[StoredRecord]]:
+    records = [*tail, *batch]
+    groups = list(runs(records))
+    planned: list[StoredRecord] = []
+    for i, group in enumerate(groups):
+        if i == len(groups) - 1 and group[0].kind:
+            planned.extend(_compact(group, merge))
+        elif len(group) > 1:
+            planned.extend(merge(group))
+        else:
+            planned.extend(group)
+    keep = 0
+    while keep < len(tail) and keep < len(planned) and planned[keep] is records[keep]:
+        keep += 1
+    return keep, planned[keep:]
+
+
+def kept(tail: Sequence[StoredRecord], batch: Sequence[StoredRecord]) -> int:
+    """How many records of the open run ``tail`` an append of ``batch`` leaves as they are; columns suffice."""
+    return _plan(tail, batch, _merge_columns)[0]
+
+
+def plan_append(
+    tail: Sequence[StoredRecord],
+    batch: Sequence[StoredRecord],
+    load: Callable[[Sequence[StoredRecord]], Sequence[StoredRecord]],
+) -> tuple[int, list[StoredRecord]]:
+    """Seal and compact for an append of ``batch`` after the open run ``tail`` (see `open_run`).
+
+    Returns ``(keep, records)``: keep ``tail[:keep]`` as stored, and replace the rest of the
+    tail with ``records``, which end with the batch's own. ``tail`` needs only its join
+    columns; ``load`` is asked for the lines of the tail records that are rewritten.
+    """
+    keep = kept(tail, batch)
+    return _plan([*tail[:keep], *load(tail[keep:])], batch, join)

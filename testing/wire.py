@@ -1,0 +1,48 @@
+"""Hand-built wire bytes of the service: page bodies and follow (SSE) frames."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from codec import Event, SessionHeader, encode, pack_page
+
+__all__ = ["event_frame", "page_body", "records_of", "snapshot_frame", "sse"]
+
+
+def records_of(events: list[Event]) -> Any:
+    """The packed page records of ``events`` as plain JSON values, ready to edit into a broken page."""
+    return msgspec.json.decode(encode(pack_page(events)))
+
+
+def page_body(
+    events: Sequence[Event], *, from_seq: int | None = None, to_seq: int | None = None, records: Any = None
+) -> bytes:
+    first = events[0].seq if events else 0 if from_seq is None else from_seq
+    from_seq = first if from_seq is None else from_seq
+    to_seq = (events[-1].seq + 1 if events else from_seq) if to_seq is None else to_seq
+    body = {
+        "records": pack_page(events) if records is None else records,
+        "hasMore": from_seq > 0,
+        "fromSeq": from_seq,
+        "toSeq": to_seq,
+    }
+    return encode(body)
+
+
+def sse(event: str, data: bytes, event_id: int | None = None) -> bytes:
+    head = b"" if event_id is None else b"id: %d\n" % event_id
+    return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def event_frame(event: Event) -> bytes:
+    return sse("event", encode(event), event.seq)
+
+
+def snapshot_frame(events: Sequence[Event], cursor: int, *, session: str = "s") -> bytes:
+    page = page_body(events, to_seq=cursor + 1)
+    header = encode(SessionHeader(id=session, createdAt=0))
+    data = b'{"header":%b,"cursor":%d,%b' % (header, cursor, page[1:])
+    return sse("snapshot", data, cursor)

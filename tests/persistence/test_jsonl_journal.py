@@ -1,0 +1,138 @@
+"""A sealing rewrite of a JSONL log is all or nothing: a crash at any byte loses no committed record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from codec import Event, SessionHeader, encode, pack_page
+from persistence import jsonl_journal
+from persistence.jsonl import INDEX_NAME, JsonlStore
+from testing.events import plain, text
+from testing.stores import page_records
+
+pytestmark = pytest.mark.anyio
+
+COMMITTED = [plain(0), *(text(k, 10 + k, f"a{k}") for k in range(1, 6))]
+# Continues the open run with as many members as its stored row holds: compaction merges the two.
+SEALING = [text(k, 10 + k, f"b{k}") for k in range(6, 11)]
+
+
+class Files:
+    """A session directory's log, index and journal."""
+
+    def __init__(self, directory: Path, log_name: str) -> None:
+        self.directory = directory
+        self.log = directory / log_name
+        self.index = directory / INDEX_NAME
+        self.journal = directory / jsonl_journal.JOURNAL_NAME
+
+    def read(self) -> tuple[bytes, bytes]:
+        return self.log.read_bytes(), self.index.read_bytes()
+
+    def write(self, log: bytes, index: bytes, journal: bytes) -> None:
+        self.log.write_bytes(log)
+        self.index.write_bytes(index)
+        self.journal.write_bytes(journal)
+
+
+async def sealing_write(
+    root: Path, compression: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Files, dict[str, bytes]]:
+    """Commit COMMITTED, then append SEALING; return the files before, after, and the journal it wrote."""
+    store = await JsonlStore.open(root, compression=compression)
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", COMMITTED)
+    files = Files(
+        next(p for p in root.iterdir() if p.is_dir()), "session.jsonl.zst" if compression == "zstd" else "session.jsonl"
+    )
+    old_log, old_index = files.read()
+    kept: list[bytes] = []
+    monkeypatch.setattr(jsonl_journal, "clear", lambda directory: kept.append((directory / "journal").read_bytes()))
+    await store.append("s", SEALING)
+    monkeypatch.undo()
+    await store.close()
+    new_log, new_index = files.read()
+    assert len(kept) == 1, "the append did not rewrite the log"
+    return files, {
+        "old_log": old_log,
+        "old_index": old_index,
+        "new_log": new_log,
+        "new_index": new_index,
+        "journal": kept[0],
+    }
+
+
+async def reopened(root: Path) -> list[Event]:
+    store = await JsonlStore.open(root)
+    head = await store.head_seq("s")
+    events = await store.read_events("s", 0, head + 1)
+    assert await page_records(store, "s", 0, head + 1) == [encode(r) for r in pack_page(events)]
+    await store.close()
+    return events
+
+
+def crash_states(found: dict[str, bytes]) -> list[tuple[str, bytes, bytes, bytes, bool]]:
+    """Every state a crash can leave: (what, log, index, journal, whether the append survives)."""
+    old_log, old_index, new_log, new_index, journal = (
+        found[key] for key in ("old_log", "old_index", "new_log", "new_index", "journal")
+    )
+    at = next(i for i in range(min(len(old_log), len(new_log))) if old_log[i] != new_log[i])
+    states = [(f"journal[:{i}]", old_log, old_index, journal[:i], False) for i in range(len(journal))]
+    states += [(f"index[:{i}]", old_log, new_index[:i], journal, False) for i in range(len(old_index), len(new_index))]
+    for j in range(at, len(new_log) + 1):
+        # The log is overwritten in place: bytes past the written prefix are still the old ones.
+        log = new_log[:j] + old_log[j:]
+        states.append((f"log[:{j}]", log, new_index, journal, j == len(new_log)))
+    return states
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+async def test_a_crash_at_any_byte_of_a_sealing_write_loses_nothing(
+    tmp_path: Path, compression: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files, found = await sealing_write(tmp_path / "root", compression, monkeypatch)
+    assert await reopened(tmp_path / "root") == COMMITTED + SEALING
+    states = crash_states(found)
+    assert len(states) > 100
+    for what, log, index, journal, survives in states:
+        files.write(log, index, journal)
+        assert await reopened(tmp_path / "root") == (COMMITTED + SEALING if survives else COMMITTED), what
+        assert files.journal.read_bytes() == b"", what
+        assert files.log.read_bytes() == (found["new_log"] if survives else found["old_log"]), what
+
+
+async def test_the_store_keeps_working_after_an_undone_rewrite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files, found = await sealing_write(tmp_path / "root", "none", monkeypatch)
+    files.write(found["new_log"][: len(found["new_log"]) - 3], found["new_index"], found["journal"])
+    store = await JsonlStore.open(tmp_path / "root")
+    assert await store.read_events("s", 0, 11) == COMMITTED
+    await store.append("s", SEALING)
+    await store.close()
+    assert await reopened(tmp_path / "root") == COMMITTED + SEALING
+    assert files.read() == (found["new_log"], found["new_index"])
+
+
+async def test_readers_never_see_a_log_mid_rewrite(tmp_path: Path) -> None:
+    """Readers share the session's lock and a sealing append holds it: reads racing appends stay exact."""
+    store = await JsonlStore.open(tmp_path)
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    events = [plain(0)] + [text(k, k, f"t{k}") for k in range(1, 400)]
+    done = anyio.Event()
+
+    async def append() -> None:
+        for k in range(len(events)):
+            await store.append("s", events[k : k + 1])
+        done.set()
+
+    async def read() -> None:
+        while not done.is_set():
+            head = await store.head_seq("s")
+            assert await page_records(store, "s", 0, head + 1) == [encode(r) for r in pack_page(events[: head + 1])]
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(append)
+        group.start_soon(read)
+    await store.close()
