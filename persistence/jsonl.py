@@ -515,43 +515,48 @@ class JsonlStore(HistoryStore):
             tail, batch.records, lambda pieces: self._stored(state, pieces[0].seq, pieces[-1].end) if pieces else []
         )
         at = count - len(tail) + keep
+        content, indexed = self._lines_block(records)
+        block = self._frame(content)
         if at == count:
-            content, indexed = self._lines_block(b"", records)
-            block = self._frame(content)
             entry = make_entry(state.log_end, state.log_end + len(block), indexed, batch.messages, batch.hidden)
-            self._commit(state, entry, block)
+            self._commit(state, [entry], state.log_end, block)
             return
-        # Rewrite from the start of the batch that holds record `at`; that batch's earlier lines stay as they are.
+        # The batch that holds record `at` is split there: its earlier records keep their lines
+        # (re-framed under zstd) in an entry of their own, and the rewrite starts at `at`. So a
+        # rewrite never carries the records before the open run, and stays as small as the run.
         number = state.blocks[at]
         old = state.entries[number]
         first, messages, hidden = state.first(number)
-        with open(state.directory / self._log_name, "rb") as log:
-            if self._zstd:
-                prefix = zstandard.ZstdDecompressor().decompressobj().decompress(pread(log, old.start, old.end))
-                prefix = prefix[: state.offsets[at]]
-            else:
-                prefix = pread(log, old.start, position(state, at))
-            saved = pread(log, old.start, state.log_end)
-        content, indexed = self._lines_block(prefix, records)
+        old_messages, old_hidden = _messages(state, messages), state.messages.hidden[hidden:]
         kept = [
             IndexedRecord(state.record(i), state.offsets[i], state.lengths[i], bool(state.canonical[i]))
             for i in range(first, at)
         ]
-        block = self._frame(content)
-        entry = make_entry(
-            old.start,
-            old.start + len(block),
-            kept + indexed,
-            [*_messages(state, messages), *batch.messages],
-            [*state.messages.hidden[hidden:], *batch.hidden],
-            replaces=number,
-        )
-        journal = jsonl_journal.Journal(old.start, saved, state.index_size, len(block), zlib.crc32(block))
-        self._commit(state, entry, block, journal)
+        with open(state.directory / self._log_name, "rb") as log:
+            if self._zstd:
+                start, kept_block = old.start, b""
+                if kept:
+                    prefix = zstandard.ZstdDecompressor().decompressobj().decompress(pread(log, old.start, old.end))
+                    kept_block = self._frame(prefix[: state.offsets[at]])
+            else:
+                start, kept_block = position(state, at), b""
+            saved = pread(log, start, state.log_end)
+        split = start + len(kept_block)
+        if kept:
+            entries = [
+                make_entry(old.start, split, kept, old_messages, old_hidden, replaces=number),
+                make_entry(split, split + len(block), indexed, batch.messages, batch.hidden),
+            ]
+        else:
+            both = ([*old_messages, *batch.messages], [*old_hidden, *batch.hidden])
+            entries = [make_entry(split, split + len(block), indexed, *both, replaces=number)]
+        written = kept_block + block
+        journal = jsonl_journal.Journal(start, saved, state.index_size, len(written), zlib.crc32(written))
+        self._commit(state, entries, start, written, journal)
 
     @staticmethod
-    def _lines_block(prefix: bytes, records: Sequence[StoredRecord]) -> tuple[bytes, list[IndexedRecord]]:
-        content = bytearray(prefix)
+    def _lines_block(records: Sequence[StoredRecord]) -> tuple[bytes, list[IndexedRecord]]:
+        content = bytearray()
         indexed = []
         for record in records:
             indexed.append(IndexedRecord(record._replace(line=b""), len(content), len(record.line), True))
@@ -560,27 +565,33 @@ class JsonlStore(HistoryStore):
         return bytes(content), indexed
 
     def _commit(
-        self, state: SessionState, entry: Entry, block: bytes, journal: jsonl_journal.Journal | None = None
+        self,
+        state: SessionState,
+        entries: list[Entry],
+        start: int,
+        block: bytes,
+        journal: jsonl_journal.Journal | None = None,
     ) -> None:
+        """Write ``entries`` to the index, then ``block`` to the log at ``start``; a journal makes it undoable."""
         directory = state.directory
         index_path, log_path = directory / INDEX_NAME, directory / self._log_name
-        line = index_frame(entry)
+        line = b"".join(map(index_frame, entries))
         try:
             if journal is not None:
                 jsonl_journal.write_journal(directory, journal)
             # The index entry first: if the log write tears, the entry marks the batch as torn.
             write_at(index_path, state.index_size, line)
-            write_at(log_path, entry.start, block)
+            write_at(log_path, start, block)
         except OSError as exc:
             self._states.pop(state.header.id, None)
             with contextlib.suppress(OSError):
                 if journal is None:
-                    truncate(log_path, entry.start)
+                    truncate(log_path, start)
                     truncate(index_path, state.index_size)
                 else:
                     jsonl_journal.settle(directory, log_path, index_path)
             raise StoreError(f"append to {log_path} failed: {exc}") from exc
-        state.add(entry)
+        state.add_all(entries)
         state.index_size += len(line)
         if journal is not None:
             jsonl_journal.clear(directory)

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from codec import SessionHeader, encode, pack_page, read_session_log
+from codec import SessionHeader, encode, pack, pack_page, read_session_log
 from history_service.scenarios import multi_turn
+from persistence import open_store
 from persistence.errors import InvalidSessionIdError, SchemaVersionError, StoreError
 from persistence.jsonl import INDEX_NAME, JsonlStore, encode_segment
 from persistence.jsonl_index import TAIL_WINDOW, last_seq, read_index, read_last_entry
+from persistence.sealing import MAX_TAIL
 from testing.corpus import corpus_logs
 from testing.events import plain
 from testing.stores import page_records
@@ -286,3 +288,23 @@ async def test_a_log_in_a_directory_its_id_does_not_name_is_not_listed(tmp_path:
     await store.create_session(HEADER)
     (tmp_path / "s1").rename(tmp_path / "elsewhere")
     assert await store.list_sessions("local", limit=10) == []
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+async def test_rewrites_stay_as_small_as_the_open_run(tmp_path: Path, compression: str) -> None:
+    """A seal splits the batch it starts in, so no entry carries the records before the open run again."""
+    events = multi_turn(seed=3, turns=40, max_run=200)
+    suffix = "?compression=zstd" if compression == "zstd" else ""
+    store = await open_store(f"jsonl:///{tmp_path}/j{suffix}", create=True)
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    batches = 0
+    for start in range(0, len(events), 37):
+        await store.append("s", events[start : start + 37])
+        batches += 1
+    assert await store.read_events("s", 0, len(events)) == events
+    await store.close()
+    loaded = read_index(tmp_path / "j" / "s" / "index.jsonl")
+    assert loaded is not None
+    listed = sum(len(entry.seqs) // 8 for entry in loaded[1])
+    # Each batch lists its new records plus at most the open run's log2-bounded pieces.
+    assert listed <= batches * (MAX_TAIL.bit_length() + 4) + len(pack(events))
