@@ -189,6 +189,22 @@ class _RowLine(msgspec.Struct, gc=False):
 _ROW_BODY: Final = msgspec.json.Decoder(_RowLine)
 
 
+class _SingleChunk(msgspec.Struct, gc=False):
+    text: msgspec.Raw = msgspec.Raw(b"")
+    argumentsDelta: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _SingleData(msgspec.Struct, gc=False):
+    chunk: _SingleChunk
+
+
+class _SingleLine(msgspec.Struct, gc=False):
+    data: _SingleData
+
+
+_SINGLE_LINE: Final = msgspec.json.Decoder(_SingleLine)
+
+
 def _members(record: StoredRecord) -> tuple[list[int], list[str]]:
     """A stored row's ``dt`` and member strings, decoded; stored lines are canonical and trusted."""
     body = _ROW_BODY.decode(record.line).data
@@ -200,8 +216,10 @@ def _piece(record: StoredRecord, lo: int, hi: int) -> _Piece:
     line = record.line
     view = memoryview(line)
     if not record.is_row:
-        start = line.index(_MEMBER_KEY[record.kind & 3]) + len(_MEMBER_KEY[record.kind & 3])
-        return _Piece(record.seq, record.time0, record.time1, b"", view[start:-3])
+        # A single delta keeps the key order it was sent in (docs/protocol.md §2.2), so its
+        # member is found by decoding, never by its place in the line.
+        chunk = _SINGLE_LINE.decode(line).data.chunk
+        return _Piece(record.seq, record.time0, record.time1, b"", bytes(chunk.argumentsDelta or chunk.text))
     start, stop = max(lo, record.seq) - record.seq, min(hi, record.end) - record.seq
     if start == 0 and stop == record.members:
         dt_start = line.index(_DT) + len(_DT)

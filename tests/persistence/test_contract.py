@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from codec import Event, ReplaceOp, SessionHeader, encode, pack, pack_page, stored_record
+from codec import Event, ReplaceOp, SessionHeader, decode_event, encode, expand_records, pack, pack_page, stored_record
 from history_service.scenarios import compaction, multi_turn
 from persistence.base import HistoryStore, SessionKey, SessionSummary
 from persistence.errors import SeqConflictError, SessionExistsError, SessionNotFoundError
@@ -239,6 +239,27 @@ async def test_an_open_run_stays_a_few_records_however_it_is_appended(store: His
     assert await page_records(store, "s1", 0, len(events)) == [encode(r) for r in pack_page(events)]
     await store.append("s1", [plain(len(events))])
     assert [r.members for r in await store.read_stored("s1", 0, len(events) + 1)] == [1, 1500, 1]
+
+
+@pytest.mark.parametrize("shape", ["chunk-first", "data-first"])
+async def test_a_delta_sent_in_another_key_order_joins_its_run_exactly(store: HistoryStore, shape: str) -> None:
+    """Its line keeps the order it was sent in (§2.2) until a later batch seals it into a row."""
+    chunk = {"text": 'a \u00e9 "q" %', "type": "text-delta", "index": 1}
+    data = (
+        {"turn": 1, "step": 1, "chunk": chunk}
+        if shape == "chunk-first"
+        else {"chunk": {"type": "text-delta", "index": 1, "text": "b"}, "turn": 1, "step": 1}
+    )
+    odd = decode_event(encode(Event("assistant/chunk", 1, 11, data)))
+    events = [plain(0), odd, text(2, 12, "x"), text(3, 13, "y"), text(4, 14, "z"), plain(5)]
+    await write(store, events, [2, 1, 1, 1, 1])
+    assert await page_records(store, "s1", 0, 6) == [encode(r) for r in pack_page(events)]
+    # Sealed into a row, the delta reads back in canonical form, whatever the interval.
+    stored = expand_records(pack(events))
+    assert await store.read_events("s1", 0, 6) == stored
+    for from_seq, to_seq in [(1, 5), (1, 2), (2, 6), (0, 4)]:
+        expected = [encode(r) for r in pack_page(stored[from_seq:to_seq])]
+        assert await page_records(store, "s1", from_seq, to_seq) == expected, (from_seq, to_seq)
 
 
 # Cut selection.
