@@ -646,13 +646,12 @@ class SqlStore(HistoryStore):
 
     def _stored(self, conn: Connection, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         c = records_table.c
-        # The record covering from_seq: the last one starting at or before it, one index probe.
-        base = conn.execute(
-            sa.select(c.seq).where(c.session_id == session_id, c.seq <= from_seq).order_by(c.seq.desc()).limit(1)
-        ).scalar()
+        # From the record covering from_seq (the last one starting at or before it, one index
+        # probe), in one statement: a seal that commits between two statements would move it.
+        base = sa.select(sa.func.max(c.seq)).where(c.session_id == session_id, c.seq <= from_seq).scalar_subquery()
         rows = conn.execute(
             sa.select(c.seq, c.members, c.compressed, c.data, *(c[name] for name in _JOIN_COLUMNS))
-            .where(c.session_id == session_id, c.seq >= (from_seq if base is None else base), c.seq < to_seq)
+            .where(c.session_id == session_id, c.seq >= sa.func.coalesce(base, from_seq), c.seq < to_seq)
             .order_by(c.seq)
         )
         return [

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from itertools import pairwise
 
+import anyio
 import pytest
 
 from codec import Event, ReplaceOp, SessionHeader, decode_event, encode, expand_records, pack, pack_page, stored_record
@@ -260,6 +262,35 @@ async def test_a_delta_sent_in_another_key_order_joins_its_run_exactly(store: Hi
     for from_seq, to_seq in [(1, 5), (1, 2), (2, 6), (0, 4)]:
         expected = [encode(r) for r in pack_page(stored[from_seq:to_seq])]
         assert await page_records(store, "s1", from_seq, to_seq) == expected, (from_seq, to_seq)
+
+
+async def test_reads_racing_seals_always_cover_their_interval(store: HistoryStore) -> None:
+    """Every append seals or compacts the open run, which moves the record a read starts from."""
+    events = [plain(0)] + [text(1 + k, 10 + k, f"t{k}") for k in range(400)] + [plain(401)]
+    await write(store, events[:1], [1])
+    done = anyio.Event()
+    checked = 0
+
+    async def reader() -> None:
+        nonlocal checked
+        rand = random.Random(5)
+        while not done.is_set():
+            head = await store.head_seq("s1")
+            low = rand.randint(0, head)
+            stored = await store.read_stored("s1", low, head + 1)
+            assert stored and stored[0].seq <= low and stored[-1].end > head, (low, head)
+            assert all(a.end == b.seq for a, b in pairwise(stored)), (low, head)
+            checked += 1
+            await anyio.sleep(0)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(reader)
+        for event in events[1:]:
+            await store.append("s1", [event])
+            await anyio.sleep(0)  # the memory store never yields by itself, nor lets others run
+        done.set()
+    assert checked > 0
+    assert await page_records(store, "s1", 0, len(events)) == [encode(r) for r in pack_page(events)]
 
 
 # Cut selection.
