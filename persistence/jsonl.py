@@ -495,7 +495,12 @@ class JsonlStore(HistoryStore):
             return await self._run(self._append_sync, session_id, events)
 
     def _append_sync(self, session_id: str, events: Sequence[Event]) -> AppendResult:
-        with locked(self._directory(session_id), session_id):
+        directory = self._directory(session_id)
+        with locked(directory, session_id):
+            if jsonl_journal.pending(directory):
+                # A writer died after its journal and before its index entry, so the index
+                # looks unchanged; settle before appending, or a later settle would undo this.
+                self._states.pop(session_id, None)
             state = self._state(session_id, holding_lock=True)
             if not events:
                 return AppendResult(state.head + 1, state.head)

@@ -24,7 +24,7 @@ import msgspec
 
 from persistence._files import fsync_dir, pread_path, truncate, write_at, write_file
 
-__all__ = ["JOURNAL_NAME", "Journal", "clear", "settle", "write_journal"]
+__all__ = ["JOURNAL_NAME", "Journal", "clear", "pending", "settle", "write_journal"]
 
 JOURNAL_NAME: Final = "journal"
 _HEAD: Final = struct.Struct("<II")
@@ -76,10 +76,18 @@ def _read(path: Path) -> Journal | None:
         return None
 
 
+def pending(directory: Path) -> bool:
+    """Whether a rewrite's journal is left over: a crash came before it was cleared."""
+    try:
+        return (directory / JOURNAL_NAME).stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
 def settle(directory: Path, log_path: Path, index_path: Path) -> bool:
     """Finish or undo a rewrite a crash interrupted; ``True`` if the old bytes were put back."""
     path = directory / JOURNAL_NAME
-    if not path.exists() or path.stat().st_size == 0:
+    if not pending(directory):
         return False
     journal = _read(path)
     restored = False

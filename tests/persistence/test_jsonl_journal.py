@@ -136,3 +136,20 @@ async def test_readers_never_see_a_log_mid_rewrite(tmp_path: Path) -> None:
         group.start_soon(append)
         group.start_soon(read)
     await store.close()
+
+
+async def test_a_journal_left_without_its_index_entry_is_settled_before_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process died after writing its journal: the index looks unchanged, so a cached state is reused."""
+    files, found = await sealing_write(tmp_path / "root", "none", monkeypatch)
+    files.write(found["old_log"], found["old_index"], b"")
+    store = await JsonlStore.open(tmp_path / "root")
+    assert await store.read_events("s", 0, 6) == COMMITTED
+    files.journal.write_bytes(found["journal"])
+    # The open run is one row already, so closing it rewrites nothing and writes no journal of its own.
+    await store.append("s", [plain(6)])
+    await store.append("s", [plain(7)])
+    await store.close()
+    assert files.journal.read_bytes() == b""
+    assert await reopened(tmp_path / "root") == [*COMMITTED, plain(6), plain(7)]
