@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from codec import StoredRecord, join, runs
+from codec.chunk_rows import MIN_RUN
 
 __all__ = ["MAX_TAIL", "kept", "open_run", "plan_append"]
 
 # A store reads at most this many trailing records as the open run; compaction keeps real runs far shorter.
 MAX_TAIL: Final = 64
-_MIN_RUN: Final = 3
 
 Merge = Callable[[Sequence[StoredRecord]], list[StoredRecord]]
 
@@ -43,9 +43,9 @@ def _merge_columns(group: Sequence[StoredRecord]) -> list[StoredRecord]:
     """What `join` gives, from the columns alone: enough to see which records a plan rewrites."""
     first, last = group[0], group[-1]
     members = last.end - first.seq
-    if len(group) == 1 and (not first.is_row or first.members >= _MIN_RUN):
+    if len(group) == 1 and (not first.is_row or first.members >= MIN_RUN):
         return [first]
-    if members < _MIN_RUN:
+    if members < MIN_RUN:
         return list(group) if not any(record.is_row for record in group) else [record._replace() for record in group]
     return [StoredRecord(first.seq, members, b"", first.kind & 3, first.key, first.time0, last.time1)]
 
@@ -100,4 +100,8 @@ def plan_append(
     columns; ``load`` is asked for the lines of the tail records that are rewritten.
     """
     keep = kept(tail, batch)
-    return _plan([*tail[:keep], *load(tail[keep:])], batch, join)
+    joined, records = _plan([*tail[:keep], *load(tail[keep:])], batch, join)
+    # The kept records have no lines: a plan that rewrote one would write a corrupt row.
+    if joined != keep:
+        raise AssertionError(f"sealing plans disagree: kept {keep} records from the columns, {joined} from the lines")
+    return keep, records
