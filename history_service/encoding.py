@@ -12,9 +12,8 @@ the last one is refused, never ignored.
 
 from __future__ import annotations
 
-import gzip
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 import brotli
@@ -22,7 +21,7 @@ import zstandard
 
 from history_service.errors import ContentEncodingError, ContentTooLargeError
 
-__all__ = ["CODINGS", "DEFAULT_MAX_DECODED_SIZE", "choose_encoding", "compress", "decompress"]
+__all__ = ["CODINGS", "DEFAULT_MAX_DECODED_SIZE", "choose_encoding", "compress", "decompress", "gather"]
 
 CODINGS: Final = ("zstd", "br", "gzip")
 DEFAULT_MAX_DECODED_SIZE: Final = 64 * 1024 * 1024
@@ -35,27 +34,45 @@ _GZIP_MAGIC: Final = b"\x1f\x8b"
 # Input is fed a slice at a time: what a decoder leaves over is then at most a slice, never the
 # rest of the body copied once per gzip member or zstd frame.
 _FEED: Final = 64 * 1024
+# Parts are compressed in slices of this size: brotli emits a block per call, so small slices cost ratio.
+_COMPRESS_SLICE: Final = 1024 * 1024
+
+
+def gather(parts: Iterable[bytes | memoryview], size: int) -> Iterator[bytes]:
+    """``parts`` joined into bytes of about ``size`` each, made one at a time (a larger part stays whole)."""
+    group: list[bytes | memoryview] = []
+    total = 0
+    for part in parts:
+        group.append(part)
+        total += len(part)
+        if total >= size:
+            yield b"".join(group)
+            group, total = [], 0
+    if group:
+        yield b"".join(group)
 
 
 def compress(body: bytes | Sequence[bytes | memoryview], coding: str) -> bytes:
     """Compress ``body``, one buffer or parts in order, with one of `CODINGS`.
 
-    Parts are fed to one compressor in turn, so they are never joined first and a zstd
-    body is still one frame, with its content size.
+    Parts are fed to one compressor a gathered slice at a time, so they are never joined
+    whole and a zstd body is still one frame, with its content size.
     """
     parts = [body] if isinstance(body, bytes) else body
+    slices = gather(parts, _COMPRESS_SLICE)
     if coding == "zstd":
         size = sum(map(len, parts))
         params = zstandard.ZstdCompressionParameters.from_level(_ZSTD_LEVEL, source_size=size)
         if params.window_log > 23:
             params = zstandard.ZstdCompressionParameters.from_level(_ZSTD_LEVEL, window_log=23)
         compressor = zstandard.ZstdCompressor(compression_params=params).compressobj(size=size)
-        return b"".join([*map(compressor.compress, parts), compressor.flush()])
+        return b"".join([*map(compressor.compress, slices), compressor.flush()])
     if coding == "br":
         encoder = brotli.Compressor(quality=_BROTLI_QUALITY)
-        return b"".join([*map(encoder.process, parts), encoder.finish()])
+        return b"".join([*map(encoder.process, slices), encoder.finish()])
     if coding == "gzip":
-        return gzip.compress(b"".join(parts), compresslevel=_GZIP_LEVEL, mtime=0)
+        deflate = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 31)
+        return b"".join([*map(deflate.compress, slices), deflate.flush()])
     raise ContentEncodingError(f"unsupported content coding {coding!r}")
 
 

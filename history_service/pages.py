@@ -33,9 +33,8 @@ from persistence import HistoryStore, SessionInfo
 __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
 
 MIN_COMPRESS: Final = 1024
+# Hashing, compressing or splicing this many bytes runs in a worker thread.
 _THREAD_AT: Final = 256 * 1024
-# Splicing this many stored records, or expanding any, runs in a worker thread.
-_SPLICE_IN_THREAD: Final = 64
 
 
 class PageQuery(msgspec.Struct, frozen=True):
@@ -189,7 +188,9 @@ class PageReader:
             return PageBody(empty, sum(map(len, empty))), 0, 0
         cuts = await self._store.page_cuts(session_id, to_seq=to_seq, max_messages=query.max_messages)
         stored = await self._store.read_stored(session_id, cuts[-1], to_seq)
-        if len(stored) < _SPLICE_IN_THREAD and not query.raw:
+        # Splicing is cheap but for rows it decodes (cut at an edge, or every row when raw),
+        # whose cost follows their bytes; large reads go to a worker thread.
+        if not query.raw and sum(len(record.line) for record in stored) < _THREAD_AT:
             body, cut = choose_body(stored, cuts, to_seq, query.max_bytes, query.raw)
         else:
             body, cut = await anyio.to_thread.run_sync(choose_body, stored, cuts, to_seq, query.max_bytes, query.raw)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from starlette.responses import Response
+
+from history_service.encoding import gather
 
 __all__ = ["PartsResponse"]
 
@@ -29,20 +31,6 @@ class PartsResponse(Response):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         if scope.get("method") != "HEAD":
-            for chunk in _sends(self.parts):
+            for chunk in gather(self.parts, SEND_SIZE):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _sends(parts: Sequence[bytes | memoryview]) -> Iterator[bytes]:
-    """``parts`` as bytes of about `SEND_SIZE` each, made one at a time (a larger part stays whole)."""
-    group: list[bytes | memoryview] = []
-    size = 0
-    for part in parts:
-        group.append(part)
-        size += len(part)
-        if size >= SEND_SIZE:
-            yield b"".join(group)
-            group, size = [], 0
-    if group:
-        yield b"".join(group)
