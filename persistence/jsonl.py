@@ -58,6 +58,7 @@ from codec import (
 )
 from persistence import jsonl_journal
 from persistence._files import fsync_dir, locked, pread, read_head, truncate, write_at, write_atomic, write_file
+from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
     AppendResult,
@@ -108,6 +109,7 @@ ROOT_MARKER: Final = ".history-store.json"
 INDEX_NAME: Final = "index.jsonl"
 OWNER_NAME: Final = "owner"
 _MAX_DIR_NAME: Final = 240
+_FEED: Final = 64 * 1024
 _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 T = TypeVar("T")
 
@@ -149,6 +151,7 @@ class JsonlStore(HistoryStore):
     def __init__(self, root: Path, compression: str) -> None:
         self._root = root
         self._zstd = compression == "zstd"
+        self._contexts = ZstdContexts(level=3, write_checksum=True)
         self._log_name = "session.jsonl.zst" if self._zstd else "session.jsonl"
         self._states: dict[str, SessionState] = {}
         self._headers: dict[str, SessionHeader | None] = {}
@@ -397,7 +400,7 @@ class JsonlStore(HistoryStore):
     def _header_end(self, first: bytes, header_block: bytes) -> int:
         if not self._zstd:
             return header_block.index(b"\n") + 1
-        frame = zstandard.ZstdDecompressor().decompressobj()
+        frame = self._contexts.decompressor().decompressobj()
         frame.decompress(first)
         return len(first) - len(frame.unused_data)
 
@@ -458,32 +461,38 @@ class JsonlStore(HistoryStore):
             seq += stored.members
             position = newline + 1
 
-    @staticmethod
-    def _split_frames(data: bytes) -> list[tuple[int, int, bytes]]:
+    def _split_frames(self, data: bytes) -> list[tuple[int, int, bytes]]:
+        """The complete zstd frames at the start of ``data``: each one's span and content."""
         frames = []
         position = 0
+        view = memoryview(data)
         while position < len(data):
-            frame = zstandard.ZstdDecompressor().decompressobj()
+            frame = self._contexts.decompressor().decompressobj()
+            content: list[bytes] = []
+            end = position
             try:
-                content = frame.decompress(data[position:])
+                # Fed a slice at a time, so what is left over is at most a slice, never the rest of the log.
+                while not frame.eof and end < len(data):
+                    piece = view[end : end + _FEED]
+                    content.append(frame.decompress(piece))
+                    end += len(piece) - len(frame.unused_data)
             except zstandard.ZstdError:
                 break
             if not frame.eof:
                 break
-            end = len(data) - len(frame.unused_data)
-            frames.append((position, end, content))
+            frames.append((position, end, b"".join(content)))
             position = end
         return frames
 
     def _frame(self, content: bytes) -> bytes:
         if not self._zstd:
             return content
-        return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(content)
+        return self._contexts.compress(content)
 
     def _unframe_first(self, data: bytes) -> bytes:
         if not self._zstd:
             return data
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        return self._contexts.decompressor().decompressobj().decompress(data)
 
     # Appends.
 
@@ -541,7 +550,7 @@ class JsonlStore(HistoryStore):
             if self._zstd:
                 start, kept_block = old.start, b""
                 if kept:
-                    prefix = zstandard.ZstdDecompressor().decompressobj().decompress(pread(log, old.start, old.end))
+                    prefix = self._contexts.decompressor().decompressobj().decompress(pread(log, old.start, old.end))
                     kept_block = self._frame(prefix[: state.offsets[at]])
             else:
                 start, kept_block = position(state, at), b""
@@ -634,7 +643,7 @@ class JsonlStore(HistoryStore):
                 if self._zstd:
                     entry = state.entries[start]
                     content = (
-                        zstandard.ZstdDecompressor().decompressobj().decompress(pread(log, entry.start, entry.end))
+                        self._contexts.decompressor().decompressobj().decompress(pread(log, entry.start, entry.end))
                     )
                     base = 0
                 else:

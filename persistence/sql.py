@@ -23,7 +23,6 @@ append seals the session's open run in the same transaction (`persistence.sealin
 from __future__ import annotations
 
 import functools
-import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -49,6 +48,7 @@ from codec import (
     encode,
     stored_record,
 )
+from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
     AppendResult,
@@ -233,7 +233,7 @@ class SqlStore(HistoryStore):
         self._listener: HeadListener | None = None
         self._origin = uuid.uuid4().hex[:12]
         # zstd contexts are not thread-safe, and the store's work runs in many worker threads.
-        self._contexts = threading.local()
+        self._zstd = ZstdContexts(level=3)
         # Each session's open run (join columns only) as of the head this process last wrote.
         self._tails: OrderedDict[str, tuple[int, list[StoredRecord]]] = OrderedDict()
 
@@ -601,7 +601,7 @@ class SqlStore(HistoryStore):
     def _row(self, session_id: str, record: StoredRecord) -> dict[str, Any]:
         compressed, data = False, record.line
         if len(data) >= COMPRESS_AT:
-            packed = self._zstd()[0].compress(data)
+            packed = self._zstd.compress(data)
             if len(packed) < len(data):
                 compressed, data = True, packed
         return {
@@ -616,19 +616,11 @@ class SqlStore(HistoryStore):
             "time1": record.time1,
         }
 
-    def _zstd(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-        contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None = getattr(
-            self._contexts, "zstd", None
-        )
-        if contexts is None:
-            contexts = self._contexts.zstd = (zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor())
-        return contexts
-
     def _unpack_line(self, row: Any) -> bytes:
         if not row.compressed:
             return bytes(row.data)
         try:
-            return self._zstd()[1].decompress(row.data, max_output_size=_MAX_LINE)
+            return self._zstd.decompressor().decompress(row.data, max_output_size=_MAX_LINE)
         except zstandard.ZstdError as exc:
             raise CorruptLogError(f"stored record at seq {row.seq} does not decompress: {exc}") from exc
 
