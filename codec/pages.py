@@ -31,8 +31,8 @@ from codec.chunk_rows import (
     ToolCallRowData,
     check_row,
     expand_row,
-    member_count,
     pack,
+    record_range,
     row_from_value,
 )
 from codec.errors import CodecError, InvalidJsonError, RecordFormatError, RowFormatError
@@ -101,11 +101,7 @@ def pack_page(events: Iterable[Event]) -> list[PageRecord]:
 
 def record_seq_range(record: PageRecord) -> tuple[int, int]:
     """The inclusive ``(first, last)`` seq range of a page record."""
-    event = record.event
-    if event is not UNSET:
-        return event.seq, event.seq
-    row: ChunkRow = record.chunks  # type: ignore[assignment]
-    return row.seq0, row.seq0 + member_count(row) - 1
+    return record_range(record.event if record.event is not UNSET else record.chunks)  # type: ignore[arg-type]
 
 
 def check_page(page: Page) -> Page:
