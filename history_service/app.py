@@ -52,7 +52,11 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdow
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         stopping = shutdown if shutdown is not None else Shutdown()
-        opened = store if store is not None else await open_store(settings.store_url, create=True)
+        opened = (
+            store
+            if store is not None
+            else await open_store(settings.store_url, create=True, session_cache=settings.session_cache)
+        )
         service = HistoryService(settings, opened)
         try:
             async with anyio.create_task_group() as tasks:

@@ -142,8 +142,7 @@ async def page(request: Request) -> Response:
     coding = choose_encoding(request.headers.get("accept-encoding"), CODINGS)
     if coding is None:
         raise ApiError(406, "not_acceptable", "no acceptable content coding; identity is refused")
-    info = await service.readable(who, *_address(request))
-    served = await service.page(info, query, coding)
+    served = await service.page(who, *_address(request), query, coding)
     headers = {"Vary": "Accept-Encoding", "Server-Timing": f"app;dur={(time.perf_counter() - started) * 1000:.2f}"}
     if served.coding != "identity":
         headers["Content-Encoding"] = served.coding

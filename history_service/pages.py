@@ -28,7 +28,7 @@ import msgspec
 from codec import SplicedRecords, StoredRecord, page_parts, page_size, raw_records, splice
 from codec.stored import Part
 from history_service.encoding import compress
-from persistence import HistoryStore, SessionInfo
+from persistence import HistoryStore, PageRead, SessionInfo
 
 __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
 
@@ -173,6 +173,17 @@ class PageReader:
         self._store = store
         self._cache = cache
 
+    async def read(self, session_id: str, query: PageQuery, head: int | None = None) -> PageRead:
+        """The store's read for the page: the session, and the page's cuts and records.
+
+        A page without ``through`` ends at ``head`` when it is given (the head at request
+        time), else at the head the store reads.
+        """
+        through = head if query.through is None else query.through
+        return await self._store.read_page(
+            session_id, through=through, before=query.before, max_messages=query.max_messages
+        )
+
     async def body(self, session_id: str, head: int, query: PageQuery) -> tuple[bytes, int, int]:
         """The identity body and its ``(fromSeq, toSeq)``; ``head`` is the session's head at request time."""
         body, from_seq, to_seq = await self.parts(session_id, head, query)
@@ -180,36 +191,42 @@ class PageReader:
 
     async def parts(self, session_id: str, head: int, query: PageQuery) -> tuple[PageBody, int, int]:
         """The identity body as spliced parts, and its ``(fromSeq, toSeq)``."""
-        to_seq = head + 1 if query.through is None else query.through + 1
-        if query.before is not None:
-            to_seq = min(to_seq, query.before)
-        if to_seq <= 0:
-            empty = page_parts(SplicedRecords(), 0, 0, 0)
-            return PageBody(empty, sum(map(len, empty))), 0, 0
-        cuts = await self._store.page_cuts(session_id, to_seq=to_seq, max_messages=query.max_messages)
-        stored = await self._store.read_stored(session_id, cuts[-1], to_seq)
-        # Splicing is cheap but for rows it decodes (cut at an edge, or every row when raw),
-        # whose cost follows their bytes; large reads go to a worker thread.
-        if not query.raw and sum(len(record.line) for record in stored) < _THREAD_AT:
-            body, cut = choose_body(stored, cuts, to_seq, query.max_bytes, query.raw)
-        else:
-            body, cut = await anyio.to_thread.run_sync(choose_body, stored, cuts, to_seq, query.max_bytes, query.raw)
-        return body, cut, to_seq
+        read = await self.read(session_id, query, head)
+        body, cut = await _chosen(read, query)
+        return body, cut, read.to_seq
+
+    async def cached(self, session_id: str, query: PageQuery, coding: str) -> ServedPage | None:
+        """The immutable page from the cache, in ``coding``, or ``None`` when it is not kept."""
+        if self._cache is None or query.through is None:
+            return None
+        key = (session_id, query)
+        page = self._cache.get(key)
+        return None if page is None else await self._encoded(key, page, coding)
+
+    async def serve(self, read: PageRead, query: PageQuery, coding: str = "identity") -> ServedPage:
+        """The page of ``read`` in ``coding`` (identity when too small to pay); immutable pages are kept."""
+        body, _ = await _chosen(read, query)
+        if query.through is None:
+            if coding == "identity" or body.size < MIN_COMPRESS:
+                return ServedPage(body, "identity", None)
+            return ServedPage(PageBody.of(await _compressed(body, coding)), coding, None)
+        identity = body.join()
+        page = (
+            encode_page(identity) if body.size < _THREAD_AT else await anyio.to_thread.run_sync(encode_page, identity)
+        )
+        key = (read.info.header.id, query)
+        if self._cache is not None:
+            self._cache.put(key, page)
+        return await self._encoded(key, page, coding)
 
     async def page(self, info: SessionInfo, query: PageQuery, coding: str = "identity") -> ServedPage:
-        """The page in ``coding`` (or identity when too small to pay); immutable pages are validated and kept."""
-        if query.through is None:
-            parts, _, _ = await self.parts(info.header.id, info.head_seq, query)
-            if coding == "identity" or parts.size < MIN_COMPRESS:
-                return ServedPage(parts, "identity", None)
-            return ServedPage(PageBody.of(await _compressed(parts, coding)), coding, None)
-        key = (info.header.id, query)
-        page = self._cache.get(key) if self._cache is not None else None
-        if page is None:
-            body, _, _ = await self.body(info.header.id, info.head_seq, query)
-            page = encode_page(body) if len(body) < _THREAD_AT else await anyio.to_thread.run_sync(encode_page, body)
-            if self._cache is not None:
-                self._cache.put(key, page)
+        """The page of a session whose head the caller read: from the cache when immutable and kept, else read."""
+        served = await self.cached(info.header.id, query, coding)
+        if served is None:
+            served = await self.serve(await self.read(info.header.id, query, info.head_seq), query, coding)
+        return served
+
+    async def _encoded(self, key: tuple[object, ...], page: EncodedPage, coding: str) -> ServedPage:
         if coding == "identity" or len(page.identity) < MIN_COMPRESS:
             return ServedPage(PageBody.of(page.identity), "identity", page.etag)
         body = page.encoded.get(coding) or await _compressed(PageBody.of(page.identity), coding)
@@ -219,6 +236,19 @@ class PageReader:
             if self._cache is not None:
                 self._cache.grew(key, page, len(body))
         return ServedPage(PageBody.of(page.encoded[coding]), coding, f'{page.etag[:-1]}-{coding}"')
+
+
+async def _chosen(read: PageRead, query: PageQuery) -> tuple[PageBody, int]:
+    """The page body of ``read`` and its start; splicing that decodes many bytes runs in a worker thread."""
+    if not read.cuts:
+        empty = page_parts(SplicedRecords(), 0, 0, 0)
+        return PageBody(empty, sum(map(len, empty))), 0
+    # Splicing is cheap but for rows it decodes (cut at an edge, or every row when raw),
+    # whose cost follows their bytes; large reads go to a worker thread.
+    stored, cuts = read.stored, read.cuts
+    if not query.raw and sum(len(record.line) for record in stored) < _THREAD_AT:
+        return choose_body(stored, cuts, read.to_seq, query.max_bytes, query.raw)
+    return await anyio.to_thread.run_sync(choose_body, stored, cuts, read.to_seq, query.max_bytes, query.raw)
 
 
 async def _compressed(body: PageBody, coding: str) -> bytes:

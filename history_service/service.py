@@ -11,11 +11,7 @@ failed, with file paths and driver messages, goes to the server log, never to th
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from typing import Final
-
-import anyio
 
 from codec import Event, SessionHeader, encode, snapshot_body
 from history_service.errors import ApiError
@@ -25,6 +21,7 @@ from history_service.settings import Settings
 from persistence import (
     AppendResult,
     HistoryStore,
+    PageRead,
     SeqConflictError,
     SessionExistsError,
     SessionInfo,
@@ -34,12 +31,12 @@ from persistence import (
     StoreError,
     subagent_parent,
 )
+from persistence.locks import KeyedLocks
+from persistence.lru import Lru
 
 __all__ = ["HistoryService", "unavailable"]
 
 logger = logging.getLogger(__name__)
-
-_OWNER_CACHE: Final = 100_000
 
 
 def unavailable(exc: StoreError, doing: str) -> ApiError:
@@ -50,6 +47,30 @@ def unavailable(exc: StoreError, doing: str) -> ApiError:
 
 def _not_found(session_id: str) -> ApiError:
     return ApiError(404, "session_not_found", f"no session {session_id!r}")
+
+
+def _check_visible(principal: str, session_id: str, child: str | None, info: SessionInfo) -> None:
+    """Refuse, as §8 says, a session ``info`` that the address ``session_id`` (and ``child``) may not show the caller.
+
+    For a child address the parent is checked apart; ``info`` is then the child's.
+    """
+    if child is None:
+        if info.owner != principal:
+            raise _not_found(session_id)
+        parent = subagent_parent(info.header)
+        if parent is not None:
+            raise ApiError(
+                403,
+                "subagent_child",
+                f"session {session_id!r} is a subagent child; read it through "
+                f"/v1/sessions/{parent}/subagents/{session_id}",
+            )
+    elif subagent_parent(info.header) != session_id:
+        if info.owner == principal:
+            raise ApiError(
+                403, "not_a_direct_child", f"session {child!r} is not a direct subagent child of {session_id!r}"
+            )
+        raise _not_found(child)
 
 
 class HistoryService:
@@ -66,9 +87,22 @@ class HistoryService:
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
         self.pages = PageReader(store, self.cache)
-        self._append_locks: dict[str, anyio.Lock] = {}
+        self._append_locks = KeyedLocks()
         # Owner and header never change once a session exists, so appends need not ask the store.
-        self._owners: OrderedDict[str, tuple[str, SessionHeader]] = OrderedDict()
+        self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
+
+    @property
+    def sessions_known(self) -> int:
+        """How many sessions' owner and header this process keeps (at most ``settings.session_cache``)."""
+        return len(self._owners)
+
+    @property
+    def sessions_appending(self) -> int:
+        """How many sessions have an append lock: those with an append in flight or waiting."""
+        return len(self._append_locks)
+
+    def _learn(self, info: SessionInfo) -> None:
+        self._owners.put(info.header.id, (info.owner, info.header))
 
     async def _session(self, session_id: str) -> SessionInfo | None:
         try:
@@ -88,34 +122,19 @@ class HistoryService:
         info = await self._session(session_id)
         if info is None or info.owner != principal:
             raise _not_found(session_id)
-        self._owners[session_id] = (info.owner, info.header)
-        if len(self._owners) > _OWNER_CACHE:
-            self._owners.popitem(last=False)
+        self._learn(info)
         return info
 
     async def readable(self, principal: str, session_id: str, child: str | None = None) -> SessionInfo:
         """The session a page or follow address names, if the caller may read it."""
-        info = await self._owned(principal, session_id)
-        if child is None:
-            parent = subagent_parent(info.header)
-            if parent is not None:
-                raise ApiError(
-                    403,
-                    "subagent_child",
-                    f"session {session_id!r} is a subagent child; read it through "
-                    f"/v1/sessions/{parent}/subagents/{session_id}",
-                )
-            return info
-        target = await self._session(child)
-        if target is None:
-            raise _not_found(child)
-        if subagent_parent(target.header) == session_id:
-            return target
-        if target.owner == principal:
-            raise ApiError(
-                403, "not_a_direct_child", f"session {child!r} is not a direct subagent child of {session_id!r}"
-            )
-        raise _not_found(child)
+        if child is not None:
+            await self._owned(principal, session_id, need_head=False)
+        info = await self._session(child or session_id)
+        if info is None:
+            raise _not_found(child or session_id)
+        self._learn(info)
+        _check_visible(principal, session_id, child, info)
+        return info
 
     async def sessions(self, principal: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
         """Up to ``limit`` of the caller's own sessions that are not children, newest first, after ``before``."""
@@ -142,9 +161,8 @@ class HistoryService:
 
     async def append(self, principal: str, session_id: str, events: Sequence[Event]) -> AppendResult:
         await self._owned(principal, session_id, need_head=False)
-        lock = self._append_locks.setdefault(session_id, anyio.Lock())
         # Publishing under the lock keeps each session's frames in seq order.
-        async with lock:
+        async with self._append_locks.hold(session_id):
             try:
                 result = await self.store.append(session_id, events)
             except SeqConflictError as exc:
@@ -155,14 +173,42 @@ class HistoryService:
                 self.hub.publish(session_id, events)
         return result
 
-    async def page(self, info: SessionInfo, query: PageQuery, coding: str = "identity") -> ServedPage:
-        """The page in ``coding``; immutable pages (explicit ``through``) come from and go to the cache."""
-        if query.through is not None and query.through > info.head_seq:
-            raise ApiError(400, "invalid_parameter", f"through {query.through} is beyond the head {info.head_seq}")
+    async def page(
+        self, principal: str, session_id: str, child: str | None, query: PageQuery, coding: str = "identity"
+    ) -> ServedPage:
+        """The page an address names, if the caller may read it, in one store read.
+
+        The store returns the session with the page, and access is decided on that; an
+        immutable page (explicit ``through``) of a session whose owner is known comes from
+        the cache without a read.
+        """
+        if child is not None:
+            await self._owned(principal, session_id, need_head=False)
+        target = child or session_id
+        known = self._owners.get(target)
+        if query.through is not None and known is not None:
+            _check_visible(principal, session_id, child, SessionInfo(known[1], known[0], -1))
+            cached = await self.pages.cached(target, query, coding)
+            if cached is not None:
+                return cached
         try:
-            return await self.pages.page(info, query, coding)
+            read = await self.pages.read(target, query)
+        except SessionNotFoundError:
+            raise _not_found(target) from None
         except StoreError as exc:
-            raise unavailable(exc, f"reading a page of session {info.header.id!r}") from exc
+            raise unavailable(exc, f"reading a page of session {target!r}") from exc
+        self._learn(read.info)
+        _check_visible(principal, session_id, child, read.info)
+        return await self._served(read, query, coding)
+
+    async def _served(self, read: PageRead, query: PageQuery, coding: str) -> ServedPage:
+        head = read.info.head_seq
+        if query.through is not None and query.through > head:
+            raise ApiError(400, "invalid_parameter", f"through {query.through} is beyond the head {head}")
+        try:
+            return await self.pages.serve(read, query, coding)
+        except StoreError as exc:
+            raise unavailable(exc, f"reading a page of session {read.info.header.id!r}") from exc
 
     async def follow(self, session_id: str, *, after: int | None, max_messages: int) -> AsyncIterator[bytes]:
         """The follow stream of a session the caller may read: opening frames, then events, until shutdown."""
@@ -172,7 +218,10 @@ class HistoryService:
             query = PageQuery(
                 through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
             )
-            return snapshot_body(info.header, info.head_seq, (await self.page(info, query)).body.join())
+            served = await self.pages.cached(info.header.id, query, "identity")
+            if served is None:
+                served = await self._served(await self.pages.read(info.header.id, query), query, "identity")
+            return snapshot_body(info.header, info.head_seq, served.body.join())
 
         try:
             async with self.hub.subscribe(

@@ -9,6 +9,8 @@ from typing import Final, Literal
 
 import msgspec
 
+from persistence import DEFAULT_SESSION_CACHE
+
 __all__ = ["DEFAULT_STORE", "Settings"]
 
 DEFAULT_STORE: Final = "sqlite:///history.db"
@@ -28,6 +30,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         max_body_values: most JSON values a request body may hold, counted before it is decoded (413 beyond).
         default_max_bytes: the page byte target when a request gives no ``maxBytes``.
         page_cache_bytes, page_cache_entries: bounds of the cache of encoded immutable pages (explicit ``through``).
+        session_cache: most sessions whose state each process keeps while they are idle (owner and
+            header; the JSONL store's loaded index; the SQL store's open run); the least recently
+            used beyond it are released, and read again when next used.
         ping_interval: seconds between ``: ping`` comments on an idle follow stream.
         retry_ms: the ``retry:`` a follow stream advertises.
         follow_buffer: recent events kept per session for followers; a follower further
@@ -57,6 +62,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     default_max_bytes: int = 16 * 1024 * 1024
     page_cache_bytes: int = 64 * 1024 * 1024
     page_cache_entries: int = 10_000
+    session_cache: int = DEFAULT_SESSION_CACHE
     ping_interval: float = 15.0
     retry_ms: int = 1000
     follow_buffer: int = 8192
@@ -77,6 +83,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "max_body_values",
             "default_max_bytes",
             "follow_buffer",
+            "session_cache",
             "retry_ms",
             "ping_interval",
             "timeout_keep_alive",
@@ -118,6 +125,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "HISTORY_DEFAULT_MAX_BYTES": ("default_max_bytes", int),
             "HISTORY_PAGE_CACHE_BYTES": ("page_cache_bytes", int),
             "HISTORY_PAGE_CACHE_ENTRIES": ("page_cache_entries", int),
+            "HISTORY_SESSION_CACHE": ("session_cache", int),
             "HISTORY_PING_INTERVAL": ("ping_interval", float),
             "HISTORY_RETRY_MS": ("retry_ms", int),
             "HISTORY_FOLLOW_BUFFER": ("follow_buffer", int),

@@ -63,14 +63,17 @@ def pread_path(path: Path, start: int, end: int) -> bytes:
 
 
 @contextlib.contextmanager
-def locked(directory: Path, session_id: str, *, shared: bool = False) -> Iterator[None]:
-    """A lock on the session across processes and threads: exclusive to write, ``shared`` to read."""
+def locked(directory: Path, session_id: str, *, shared: bool = False, wait: bool = True) -> Iterator[None]:
+    """A lock on the session across processes and threads: exclusive to write, ``shared`` to read.
+
+    Without ``wait``, a lock another holder keeps raises `BlockingIOError` at once.
+    """
     try:
         fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     except FileNotFoundError:
         raise SessionNotFoundError(session_id) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
         yield
     finally:
         os.close(fd)

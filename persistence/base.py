@@ -21,18 +21,23 @@ from persistence.notify import HeadListener
 
 __all__ = [
     "DEFAULT_OWNER",
+    "DEFAULT_SESSION_CACHE",
     "AppendResult",
     "HistoryStore",
+    "PageRead",
     "SessionInfo",
     "SessionKey",
     "SessionSummary",
     "check_batch",
     "events_in",
     "newest_first",
+    "page_end",
     "subagent_parent",
 ]
 
 DEFAULT_OWNER: Final = "local"
+# How many idle sessions' state a store or service keeps by default (see `persistence.lru`).
+DEFAULT_SESSION_CACHE: Final = 10_000
 
 
 class SessionInfo(Struct, frozen=True):
@@ -74,6 +79,26 @@ class AppendResult(Struct, frozen=True):
     first_seq: int
     head_seq: int
     idempotent: bool = False
+
+
+class PageRead(Struct, frozen=True):
+    """What a page needs from the store, read at once: the session, the page's end, its candidate starts and records.
+
+    ``to_seq`` is the exclusive end (see `page_end`). ``cuts`` are the candidate starts,
+    newest first, and ``stored`` covers the oldest of them; both are empty when the page is
+    empty (``to_seq <= 0``) or when ``through`` is beyond the head, which the caller refuses.
+    """
+
+    info: SessionInfo
+    to_seq: int
+    cuts: list[int]
+    stored: list[StoredRecord]
+
+
+def page_end(head_seq: int, through: int | None, before: int | None) -> int:
+    """The exclusive end of a page: after ``through`` (else after the head), and no later than ``before``."""
+    to_seq = head_seq + 1 if through is None else through + 1
+    return to_seq if before is None else min(to_seq, before)
 
 
 def check_batch(session_id: str, events: Sequence[Event], head_seq: int) -> bool:
@@ -184,6 +209,21 @@ class HistoryStore(ABC):
         parent's owner creates children through the API, so the count is the parent's business.
         Ids compare by code point, as Python compares ``str``, in every backend.
         """
+
+    async def read_page(
+        self, session_id: str, *, through: int | None, before: int | None, max_messages: int
+    ) -> PageRead:
+        """The session and, unless the page is empty or ``through`` is beyond the head, its cuts and records.
+
+        Raises `SessionNotFoundError` for an unknown id. Backends override this to read it all
+        in one round trip; this composition of the primitives is the reference.
+        """
+        info = await self.get_session(session_id)
+        to_seq = page_end(info.head_seq, through, before)
+        if to_seq <= 0 or (through is not None and through > info.head_seq):
+            return PageRead(info, to_seq, [], [])
+        cuts = await self.page_cuts(session_id, to_seq=to_seq, max_messages=max_messages)
+        return PageRead(info, to_seq, cuts, await self.read_stored(session_id, cuts[-1], to_seq))
 
     def listener(self) -> HeadListener | None:
         """Head notices from other processes that append to this store, or ``None`` when no other process can.

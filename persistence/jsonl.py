@@ -61,8 +61,10 @@ from persistence._files import fsync_dir, locked, pread, read_head, truncate, wr
 from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
+    DEFAULT_SESSION_CACHE,
     AppendResult,
     HistoryStore,
+    PageRead,
     SessionInfo,
     SessionKey,
     SessionSummary,
@@ -70,6 +72,7 @@ from persistence.base import (
     events_in,
     is_resend,
     newest_first,
+    page_end,
     subagent_parent,
 )
 from persistence.errors import (
@@ -95,6 +98,8 @@ from persistence.jsonl_index import (
     read_last_entry,
     windows,
 )
+from persistence.locks import KeyedLocks
+from persistence.lru import Lru
 from persistence.message_index import MessageEntry, index_entries
 from persistence.sealing import MAX_TAIL, open_run, plan_append
 from persistence.stored import PreparedBatch, prepare_batch
@@ -109,6 +114,8 @@ ROOT_MARKER: Final = ".history-store.json"
 INDEX_NAME: Final = "index.jsonl"
 OWNER_NAME: Final = "owner"
 _MAX_DIR_NAME: Final = 240
+# A page whose records span more log bytes than this is read in a worker thread, off the event loop.
+INLINE_BYTES: Final = 256 * 1024
 _FEED: Final = 64 * 1024
 _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 T = TypeVar("T")
@@ -148,18 +155,22 @@ _MARKER: Final = msgspec.json.Decoder(_RootMarker)
 class JsonlStore(HistoryStore):
     """Sessions as JSONL logs under one root directory. Open it with `JsonlStore.open`."""
 
-    def __init__(self, root: Path, compression: str) -> None:
+    def __init__(self, root: Path, compression: str, *, session_cache: int = DEFAULT_SESSION_CACHE) -> None:
         self._root = root
         self._zstd = compression == "zstd"
         self._contexts = ZstdContexts(level=3, write_checksum=True)
         self._log_name = "session.jsonl.zst" if self._zstd else "session.jsonl"
-        self._states: dict[str, SessionState] = {}
-        self._headers: dict[str, SessionHeader | None] = {}
-        self._owners: dict[str, str] = {}
-        self._locks: dict[str, anyio.Lock] = {}
+        # Loaded state of the sessions used last; an evicted one is loaded again from its index when next used.
+        self._states: Lru[str, SessionState] = Lru(session_cache)
+        # Headers and owners (by directory name) never change: these only save re-reading them for listings.
+        self._headers: Lru[str, tuple[SessionHeader | None]] = Lru(session_cache)
+        self._owners: Lru[str, str] = Lru(session_cache)
+        self._locks = KeyedLocks()
 
     @classmethod
-    async def open(cls, root: str | Path, *, compression: str | None = None) -> JsonlStore:
+    async def open(
+        cls, root: str | Path, *, compression: str | None = None, session_cache: int = DEFAULT_SESSION_CACHE
+    ) -> JsonlStore:
         """Open (creating if needed) a root; a root keeps the compression mode it was created with.
 
         ``None`` takes the mode the root records (``none`` for a new root); a mode that differs
@@ -167,10 +178,10 @@ class JsonlStore(HistoryStore):
         """
         if compression is not None and compression not in MODES:
             raise StoreError(f"unknown JSONL compression {compression!r}; expected one of {', '.join(MODES)}")
-        return await anyio.to_thread.run_sync(cls._open_sync, Path(root), compression)
+        return await anyio.to_thread.run_sync(cls._open_sync, Path(root), compression, session_cache)
 
     @classmethod
-    def _open_sync(cls, root: Path, compression: str | None) -> JsonlStore:
+    def _open_sync(cls, root: Path, compression: str | None, session_cache: int) -> JsonlStore:
         root.mkdir(parents=True, exist_ok=True)
         marker = root / ROOT_MARKER
         if marker.exists():
@@ -191,7 +202,7 @@ class JsonlStore(HistoryStore):
         else:
             compression = compression or "none"
             write_atomic(marker, encode(_RootMarker(FORMAT_VERSION, compression)))
-        return cls(root, compression)
+        return cls(root, compression, session_cache=session_cache)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(functools.partial(fn, *args))
@@ -231,8 +242,17 @@ class JsonlStore(HistoryStore):
         return SessionInfo(header, owner, -1)
 
     async def get_session(self, session_id: str) -> SessionInfo:
-        state = await self._run(self._state, session_id)
+        state = self._fresh(session_id)
+        if state is None:
+            state = await self._run(self._state, session_id)
         return SessionInfo(state.header, state.owner, state.head)
+
+    def _fresh(self, session_id: str) -> SessionState | None:
+        """The loaded state when its index has not grown since, found without leaving the event loop; else ``None``."""
+        state = self._states.get(session_id)
+        if state is None or _index_size(state.directory) != state.index_size:
+            return None
+        return state
 
     async def children(self, parent_id: str) -> list[SessionHeader]:
         return await self._run(self._children_sync, parent_id)
@@ -247,9 +267,11 @@ class JsonlStore(HistoryStore):
             for entry in entries:
                 if entry.name.startswith(".") or not entry.is_dir():
                     continue
-                if entry.name not in self._headers:
-                    self._headers[entry.name] = self._peek_header(Path(entry.path))
-                header = self._headers[entry.name]
+                known = self._headers.get(entry.name)
+                if known is None:
+                    known = (self._peek_header(Path(entry.path)),)
+                    self._headers.put(entry.name, known)
+                header = known[0]
                 if header is not None:
                     yield entry.name, header
 
@@ -296,7 +318,7 @@ class JsonlStore(HistoryStore):
                 owner = (self._root / name / OWNER_NAME).read_text()
             except FileNotFoundError:
                 owner = DEFAULT_OWNER
-            self._owners[name] = owner
+            self._owners.put(name, owner)
         return owner
 
     @staticmethod
@@ -346,7 +368,7 @@ class JsonlStore(HistoryStore):
         else:
             with locked(directory, session_id):
                 state = self._load(directory, session_id)
-        self._states[session_id] = state
+        self._states.put(session_id, state)
         return state
 
     def _load(self, directory: Path, session_id: str) -> SessionState:
@@ -496,11 +518,8 @@ class JsonlStore(HistoryStore):
 
     # Appends.
 
-    def _lock(self, session_id: str) -> anyio.Lock:
-        return self._locks.setdefault(session_id, anyio.Lock())
-
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
-        async with self._lock(session_id):
+        async with self._locks.hold(session_id):
             return await self._run(self._append_sync, session_id, events)
 
     def _append_sync(self, session_id: str, events: Sequence[Event]) -> AppendResult:
@@ -509,7 +528,7 @@ class JsonlStore(HistoryStore):
             if jsonl_journal.pending(directory):
                 # A writer died after its journal and before its index entry, so the index
                 # looks unchanged; settle before appending, or a later settle would undo this.
-                self._states.pop(session_id, None)
+                self._states.pop(session_id)
             state = self._state(session_id, holding_lock=True)
             if not events:
                 return AppendResult(state.head + 1, state.head)
@@ -597,7 +616,7 @@ class JsonlStore(HistoryStore):
             write_at(index_path, state.index_size, line)
             write_at(log_path, start, block)
         except OSError as exc:
-            self._states.pop(state.header.id, None)
+            self._states.pop(state.header.id)
             with contextlib.suppress(OSError):
                 if journal is None:
                     truncate(log_path, start)
@@ -656,6 +675,60 @@ class JsonlStore(HistoryStore):
                         line = encode(record_from_value(decode_json(line), state.starts[i]))
                     out.append(state.record(i, line))
         return out
+
+    async def read_page(
+        self, session_id: str, *, through: int | None, before: int | None, max_messages: int
+    ) -> PageRead:
+        # A loaded session's small page is read on the event loop: the index is in memory and the
+        # records are one pread, which costs less than the hop to a worker thread.
+        read = self._page_inline(session_id, through, before, max_messages)
+        if read is None:
+            read = await self._run(self._page_sync, session_id, through, before, max_messages)
+        return read
+
+    def _page_inline(
+        self, session_id: str, through: int | None, before: int | None, max_messages: int
+    ) -> PageRead | None:
+        state = self._states.get(session_id)
+        if state is None:
+            return None
+        try:
+            # Never wait on the event loop: a writer holding the lock sends the read to a worker thread.
+            with locked(state.directory, session_id, shared=True, wait=False):
+                if _index_size(state.directory) != state.index_size:
+                    return None
+                return self._page_of(state, through, before, max_messages, INLINE_BYTES)
+        except (BlockingIOError, SessionNotFoundError):
+            return None
+
+    def _page_sync(self, session_id: str, through: int | None, before: int | None, max_messages: int) -> PageRead:
+        with self._reading(session_id) as state:
+            read = self._page_of(state, through, before, max_messages, None)
+        assert read is not None
+        return read
+
+    def _page_of(
+        self, state: SessionState, through: int | None, before: int | None, max_messages: int, limit: int | None
+    ) -> PageRead | None:
+        """The page's read from a state the caller holds the lock on; ``None`` if its records pass ``limit`` bytes."""
+        info = SessionInfo(state.header, state.owner, state.head)
+        to_seq = page_end(state.head, through, before)
+        if to_seq <= 0 or (through is not None and through > state.head):
+            return PageRead(info, to_seq, [], [])
+        cuts = state.messages.cuts(to_seq, max_messages)
+        if limit is not None and self._span(state, cuts[-1], to_seq) > limit:
+            return None
+        return PageRead(info, to_seq, cuts, self._stored(state, cuts[-1], to_seq))
+
+    def _span(self, state: SessionState, from_seq: int, to_seq: int) -> int:
+        """The log bytes a read of ``[from_seq, to_seq)`` covers."""
+        first = max(0, bisect.bisect_right(state.starts, from_seq) - 1)
+        last = bisect.bisect_left(state.starts, to_seq)
+        if first >= last:
+            return 0
+        if self._zstd:
+            return state.entries[state.blocks[last - 1]].end - state.entries[state.blocks[first]].start
+        return position(state, last - 1) + state.lengths[last - 1] - position(state, first)
 
     async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
         return await self._run(self._cuts_sync, session_id, to_seq, max_messages)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from persistence.base import HistoryStore
+from persistence.base import DEFAULT_SESSION_CACHE, HistoryStore
 from persistence.errors import SchemaVersionError, StoreError, StoreNotFoundError
 from persistence.jsonl import ROOT_MARKER, JsonlStore
 from persistence.memory import MemoryStore
@@ -30,24 +30,25 @@ _KNOWN = frozenset({"memory", "sqlite", "postgresql", "postgres", "postgresql+ps
 _SCHEMES = "use sqlite:///path.db, postgresql+psycopg://user@host/db, jsonl:///dir or memory://"
 
 
-async def open_store(url: str, *, create: bool = False) -> HistoryStore:
+async def open_store(url: str, *, create: bool = False, session_cache: int = DEFAULT_SESSION_CACHE) -> HistoryStore:
     """Open the store a URL names; raise `StoreError` for an unknown scheme, bad options or a missing store.
 
     With ``create``, a SQLite file or JSONL directory that does not exist is made, in a
     directory that must exist; without it, a missing one raises `StoreNotFoundError`.
-    Every failure to open names the URL and, for a file store, the path.
+    Every failure to open names the URL and, for a file store, the path. ``session_cache``
+    bounds the idle sessions whose state the store keeps.
     """
     if urlsplit(url).scheme.lower() not in _KNOWN:
         raise StoreError(f"unsupported store URL {_shown(url)}; {_SCHEMES}")
     try:
-        return await _open(url, create)
+        return await _open(url, create, session_cache)
     except (StoreNotFoundError, SchemaVersionError):
         raise
     except StoreError as exc:
         raise StoreError(f"cannot open {describe_url(url)}: {exc}") from exc
 
 
-async def _open(url: str, create: bool) -> HistoryStore:
+async def _open(url: str, create: bool, session_cache: int) -> HistoryStore:
     scheme = urlsplit(url).scheme.lower()
     if scheme == "memory":
         return MemoryStore()
@@ -55,14 +56,14 @@ async def _open(url: str, create: bool) -> HistoryStore:
         path = _sqlite_path(url)
         if path is not None:
             _check_location(path, create, what="SQLite database", url=url)
-        return await SqlStore.open(url)
+        return await SqlStore.open(url, session_cache=session_cache)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        return await SqlStore.open("postgresql+psycopg://" + url.split("://", 1)[1])
+        return await SqlStore.open("postgresql+psycopg://" + url.split("://", 1)[1], session_cache=session_cache)
     if scheme == "jsonl":
         root, compression = _jsonl(url)
         if not (root / ROOT_MARKER).exists():
             _check_location(root / ROOT_MARKER, create, what="JSONL store", url=url, shown=root)
-        return await JsonlStore.open(root, compression=compression)
+        return await JsonlStore.open(root, compression=compression, session_cache=session_cache)
     raise AssertionError(scheme)
 
 

@@ -11,9 +11,9 @@ from persistence.base import HistoryStore
 from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.sql import SqlStore
-from testing.postgres import PG_URL, PG_URL_ENV, fresh_postgres_store
+from testing.postgres import PG_URL, PG_URL_ENV, empty_postgres, fresh_postgres_store
 
-__all__ = ["BACKENDS", "open_backend", "page_records"]
+__all__ = ["BACKENDS", "backend_url", "emptied_backend_url", "open_backend", "page_records"]
 
 BACKENDS = [
     "memory",
@@ -22,6 +22,27 @@ BACKENDS = [
     "jsonl-zstd",
     pytest.param("postgresql", marks=pytest.mark.skipif(not PG_URL, reason=f"{PG_URL_ENV} is not set")),
 ]
+
+
+def backend_url(name: str, root: Path) -> str:
+    """The URL of a store of backend ``name`` under ``root``; PostgreSQL's is the one shared test database."""
+    if name == "postgresql":
+        assert PG_URL
+        return PG_URL
+    return {
+        "memory": "memory://",
+        "sqlite": f"sqlite:///{root / 'history.db'}",
+        "jsonl": f"jsonl:///{root / 'jsonl'}",
+        "jsonl-zstd": f"jsonl:///{root / 'jsonl'}?compression=zstd",
+    }[name]
+
+
+async def emptied_backend_url(name: str, root: Path) -> str:
+    """`backend_url`, with the shared PostgreSQL database emptied first."""
+    if name == "postgresql":
+        assert PG_URL
+        await empty_postgres(PG_URL)
+    return backend_url(name, root)
 
 
 async def open_backend(name: str, tmp_path: Path) -> HistoryStore:

@@ -26,12 +26,13 @@ from codec import (
 from codec.events import MAX_DEPTH, MAX_SESSION_ID
 from history_client import HistoryClient
 from history_service.cli import main
+from history_service.pages import PageQuery
+from history_service.service import HistoryService
 from history_service.settings import Settings
-from persistence import open_store
+from persistence import JsonlStore, open_store
 from testing.events import plain, text
-from testing.postgres import PG_URL, empty_postgres
 from testing.servers import serve_in_thread
-from testing.stores import BACKENDS
+from testing.stores import BACKENDS, emptied_backend_url
 
 JSON = {"Content-Type": "application/json"}
 # An id of the longest kind the rule allows, whose JSONL directory name would be 1,000 characters escaped.
@@ -39,16 +40,7 @@ LONG_ID = (".:@" * MAX_SESSION_ID)[:MAX_SESSION_ID]
 
 
 def store_url(backend: str, tmp_path: Path) -> str:
-    if backend == "postgresql":
-        assert PG_URL
-        anyio.run(empty_postgres, PG_URL)
-        return PG_URL
-    return {
-        "memory": "memory://",
-        "sqlite": f"sqlite:///{tmp_path / 'h.db'}",
-        "jsonl": f"jsonl:///{tmp_path / 'logs'}",
-        "jsonl-zstd": f"jsonl:///{tmp_path / 'logs'}?compression=zstd",
-    }[backend]
+    return anyio.run(emptied_backend_url, backend, tmp_path)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -180,3 +172,62 @@ def test_an_export_of_depth_limited_data_imports_back(tmp_path: Path) -> None:
     assert main(["export", "--store", target, "deep"], out=again, err=io.StringIO()) == 0
     assert again.getvalue() == exported.getvalue()
     assert read_session_log(again.getvalue().encode()).events[0].data == nested(MAX_DEPTH)
+
+
+# Per-session state is bounded (issue 13): idle sessions give theirs back.
+
+CACHE = 20
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_idle_session_state_is_evicted_past_its_bound(backend: str, tmp_path: Path) -> None:
+    url = await emptied_backend_url(backend, tmp_path)
+    store = await open_store(url, create=True, session_cache=CACHE)
+    service = HistoryService(Settings(store_url=url, session_cache=CACHE), store)
+    latest = PageQuery(through=None, before=None, max_messages=5, max_bytes=1 << 20)
+    fixed = PageQuery(through=0, before=None, max_messages=5, max_bytes=1 << 20)
+    try:
+        for k in range(10 * CACHE):
+            await service.create("local", SessionHeader(id=f"s{k}", createdAt=k))
+            await service.append("local", f"s{k}", [plain(0, "user/message", {"text": f"q{k}"}, surfaceOp="append")])
+            await service.page("local", f"s{k}", None, latest)
+            await service.page("local", f"s{k}", None, fixed)
+        assert service.sessions_known <= CACHE
+        assert service.sessions_appending == 0 and service.hub.followed == 0
+        kept = {"JsonlStore": ("_states", "_headers", "_owners"), "SqlStore": ("_tails",)}
+        for name in kept.get(type(store).__name__, ()):
+            assert len(getattr(store, name)) <= CACHE, name
+        if isinstance(store, JsonlStore):
+            assert len(store._locks) == 0
+        # An evicted session reads back whole, and takes an append where it left off.
+        await service.append("local", "s0", [plain(1)])
+        page = decode_page((await service.page("local", "s0", None, latest)).body.join())
+        assert [(e.seq, e.type) for e in iter_page_events(page.records)] == [(0, "user/message"), (1, "turn/start")]
+    finally:
+        await store.close()
+
+
+@pytest.mark.anyio
+async def test_eviction_never_breaks_an_open_follow(tmp_path: Path) -> None:
+    settings = Settings(store_url=f"jsonl:///{tmp_path / 'logs'}", session_cache=1, ping_interval=0.5)
+    with serve_in_thread(settings) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            for name in ("followed", "other0", "other1", "other2"):
+                assert (await client.post("/v1/sessions", json={"id": name, "createdAt": 0})).status_code == 201
+            async with client.stream("GET", "/v1/sessions/followed/follow") as stream:
+                lines = stream.aiter_lines()
+                assert await anext(lines) == "retry: 1000"
+                while not (await anext(lines)).startswith("data: "):
+                    pass
+                # Other sessions push the followed one's state out of every cache.
+                for name in ("other0", "other1", "other2"):
+                    body = encode({"events": [plain(0)]})
+                    assert (await client.post(f"/v1/sessions/{name}/events", content=body, headers=JSON)).is_success
+                    assert (await client.get(f"/v1/sessions/{name}/page")).status_code == 200
+                body = encode({"events": [plain(0, "note", {"n": 7})]})
+                assert (await client.post("/v1/sessions/followed/events", content=body, headers=JSON)).is_success
+                async for line in lines:
+                    if line.startswith("data: "):
+                        assert json.loads(line[6:])["data"] == {"n": 7}
+                        break

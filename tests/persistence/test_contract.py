@@ -9,9 +9,20 @@ from itertools import pairwise
 import anyio
 import pytest
 
-from codec import Event, ReplaceOp, SessionHeader, decode_event, encode, expand_records, pack, pack_page, stored_record
+from codec import (
+    Event,
+    ReplaceOp,
+    SessionHeader,
+    decode_event,
+    encode,
+    expand_records,
+    pack,
+    pack_page,
+    splice,
+    stored_record,
+)
 from history_service.scenarios import compaction, multi_turn
-from persistence.base import HistoryStore, SessionKey, SessionSummary
+from persistence.base import HistoryStore, PageRead, SessionKey, SessionSummary
 from persistence.errors import SeqConflictError, SessionExistsError, SessionNotFoundError
 from testing.events import plain, text
 from testing.stores import page_records
@@ -280,6 +291,10 @@ async def test_reads_racing_seals_always_cover_their_interval(store: HistoryStor
             stored = await store.read_stored("s1", low, head + 1)
             assert stored and stored[0].seq <= low and stored[-1].end > head, (low, head)
             assert all(a.end == b.seq for a, b in pairwise(stored)), (low, head)
+            read = await store.read_page("s1", through=None, before=None, max_messages=1 + low % 3)
+            # A store whose statements read their own snapshots may find the head's record sealed meanwhile.
+            assert read.stored[0].seq <= read.cuts[-1] and read.stored[-1].end >= read.to_seq, (low, read.to_seq)
+            assert all(a.end == b.seq for a, b in pairwise(read.stored)), read.to_seq
             checked += 1
             await anyio.sleep(0)
 
@@ -291,6 +306,50 @@ async def test_reads_racing_seals_always_cover_their_interval(store: HistoryStor
         done.set()
     assert checked > 0
     assert await page_records(store, "s1", 0, len(events)) == [encode(r) for r in pack_page(events)]
+
+
+# One read per page.
+
+
+async def reference_read(store: HistoryStore, through: int | None, before: int | None, max_messages: int) -> PageRead:
+    """The page read composed of the store's own primitives, one call each."""
+    return await HistoryStore.read_page(store, "s1", through=through, before=before, max_messages=max_messages)
+
+
+@pytest.mark.parametrize("scenario", ["multi-turn", "compaction", "large"])
+async def test_read_page_is_the_primitives_read_at_once(store: HistoryStore, scenario: str) -> None:
+    if scenario == "large":
+        # Tool outputs that pass the stores' inline-read budget, so the rest is read in a worker thread.
+        big = "x" * 200_000
+        events = [plain(0, "user/message", {"text": "q"}, surfaceOp="append")]
+        events += [plain(1 + k, "tool/result", {"output": big + str(k)}) for k in range(4)]
+        events += [plain(5, "assistant/message", {"text": "a"}, surfaceOp="append")]
+    else:
+        events = multi_turn(seed=21, turns=5) if scenario == "multi-turn" else compaction(seed=22)
+    await write(store, events, random_sizes(random.Random(4), len(events)))
+    head = len(events) - 1
+    bounds = [(None, None), (head, None), (head // 2, None), (None, head // 3 + 1), (-1, None), (None, 0)]
+    for through, before in bounds:
+        for max_messages in (1, 3, 50):
+            read = await store.read_page("s1", through=through, before=before, max_messages=max_messages)
+            expected = await reference_read(store, through, before, max_messages)
+            assert (read.info, read.to_seq, read.cuts) == (expected.info, expected.to_seq, expected.cuts)
+            if read.cuts:
+                assert list(splice(read.stored, read.cuts[-1], read.to_seq)) == list(
+                    splice(expected.stored, expected.cuts[-1], expected.to_seq)
+                ), (through, before, max_messages)
+            else:
+                assert read.stored == []
+
+
+async def test_read_page_of_an_unknown_session_or_beyond_the_head(store: HistoryStore) -> None:
+    with pytest.raises(SessionNotFoundError):
+        await store.read_page("nope", through=None, before=None, max_messages=5)
+    await write(store, [plain(0), plain(1)], [2])
+    read = await store.read_page("s1", through=5, before=None, max_messages=5)
+    assert (read.info.head_seq, read.to_seq, read.cuts, read.stored) == (1, 6, [], [])
+    empty = await store.read_page("s1", through=None, before=0, max_messages=5)
+    assert (empty.to_seq, empty.cuts, empty.stored) == (0, [], [])
 
 
 # Cut selection.

@@ -13,7 +13,8 @@ import pytest
 from codec import SessionHeader
 from persistence.url import open_store
 from testing.events import plain
-from testing.postgres import PG_URL, empty_postgres
+from testing.postgres import PG_URL
+from testing.stores import emptied_backend_url
 
 pytestmark = pytest.mark.anyio
 
@@ -56,19 +57,9 @@ def store_urls() -> list[object]:
     ]
 
 
-async def url_for(kind: str, tmp_path: Path) -> str:
-    if kind == "sqlite":
-        return f"sqlite:///{tmp_path / 'shared.db'}"
-    if kind == "jsonl":
-        return f"jsonl:///{tmp_path / 'jsonl'}"
-    assert PG_URL
-    await empty_postgres(PG_URL)
-    return PG_URL
-
-
 @pytest.mark.parametrize("kind", store_urls())
 async def test_two_processes_append_to_one_session(tmp_path: Path, kind: str) -> None:
-    url = await url_for(kind, tmp_path)
+    url = await emptied_backend_url(kind, tmp_path)
     store = await open_store(url, create=True)
     await store.create_session(SessionHeader(id="shared", createdAt=0))
     workers = [
@@ -99,17 +90,17 @@ KILLER = textwrap.dedent(
     from persistence.url import open_store
 
     calls = 0
-    original = sql.sa.update
+    original = sql.SqlStore._remember
 
-    def update_then_die(*args, **kwargs):
-        # Dies inside the third append's transaction, after its rows were inserted.
+    def remember_then_die(self, *args, **kwargs):
+        # Dies inside the third append's transaction, after its rows were inserted, before the commit.
         global calls
         calls += 1
         if calls == 3:
             os._exit(17)
-        return original(*args, **kwargs)
+        return original(self, *args, **kwargs)
 
-    sql.sa.update = update_then_die
+    sql.SqlStore._remember = remember_then_die
 
     async def main(url):
         store = await open_store(url)

@@ -1,0 +1,57 @@
+"""Per-key async locks that exist only while someone holds or waits for them."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import anyio
+
+__all__ = ["KeyedLocks"]
+
+
+class KeyedLocks:
+    """One `anyio.Lock` per key, released on last use: idle keys cost nothing, however many were seen."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, _Held] = {}
+
+    def __len__(self) -> int:
+        """How many keys have a holder or a waiter."""
+        return len(self._locks)
+
+    def hold(self, key: str) -> _Held:
+        """``async with locks.hold(key):`` runs its body with the key's lock held."""
+        held = self._locks.get(key)
+        if held is None:
+            held = self._locks[key] = _Held(self, key)
+        held.users += 1
+        return held
+
+
+class _Held:
+    __slots__ = ("_key", "_lock", "_owner", "users")
+
+    def __init__(self, owner: KeyedLocks, key: str) -> None:
+        self._owner = owner
+        self._key = key
+        # Uncontended, the lock is taken without a trip through the event loop.
+        self._lock = anyio.Lock(fast_acquire=True)
+        self.users = 0
+
+    async def __aenter__(self) -> None:
+        try:
+            await self._lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            del self._owner._locks[self._key]
