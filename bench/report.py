@@ -316,6 +316,96 @@ def _page_path_section(entry: dict[str, Any], transport: dict[str, dict[str, Any
     return [*lines, ""]
 
 
+THROUGHPUT_STORES: Final = {"sqlite": "SQLite", "jsonl": "JSONL", "postgresql": "PostgreSQL"}
+# Goals of issue 13 at 50 connections: page share of memory's, and durable 1-event appends/s.
+THROUGHPUT_PAGE_SHARE: Final = {"sqlite": 0.6, "jsonl": 0.6, "postgresql": 0.4}
+THROUGHPUT_APPENDS: Final = {"sqlite": 2500, "jsonl": 1500, "postgresql": 2000}
+
+
+def _throughput_section(entry: dict[str, Any]) -> list[str]:
+    """Many small requests (issue 13): goals, then pages and appends per store beside memory's."""
+    machine, stores = entry["machine"], entry["stores"]
+    lines = [
+        "## Many small requests",
+        "",
+        f"{machine['seconds']} s per cell, closed loop: each of N keep-alive connections from one asyncio process "
+        "owns one session and sends one request at a time. Pages are `maxMessages="
+        f"{machine['pageMessages']}` of a {machine['seedEvents']}-event session; appends are durable one-event "
+        "batches. Each cell runs on a memory-store service and then on the store's, back to back; server time is "
+        "the median `Server-Timing`, and CPU is each process's share of one core over the window.",
+        "",
+        "| goal | target | measured | |",
+        "|---|---|---|---|",
+    ]
+
+    def row(name: str, target: str, value: str, ok: bool | None) -> None:
+        mark = "" if ok is None else "met" if ok else "**missed**"
+        lines.append(f"| {name} | {target} | {value} | {mark} |")
+
+    for store, label in THROUGHPUT_STORES.items():
+        cells = stores.get(store)
+        target = THROUGHPUT_PAGE_SHARE[store]
+        if cells is None:
+            row(f"{label} pages/s vs memory's, 50 connections", f"≥ {target:.0%}", "not run", None)
+            continue
+        share = cells["share"]
+        at = "" if share["connections"] == 50 else f" (at {share['connections']})"
+        pair = cells["page"][str(share["connections"])]
+        value = f"{share['page']:.0%}: {pair['store']['perSec']:,} vs {pair['memory']['perSec']:,}/s{at}"
+        row(f"{label} pages/s vs memory's, 50 connections", f"≥ {target:.0%}", value, share["page"] >= target)
+    for store, label in THROUGHPUT_STORES.items():
+        cells = stores.get(store)
+        target = THROUGHPUT_APPENDS[store]
+        name = f"{label} durable 1-event appends/s, 50 sessions"
+        if cells is None:
+            row(name, f"≥ {target:,}/s", "not run", None)
+            continue
+        most = str(cells["share"]["connections"])
+        rate = cells["append"][most]["store"]["perSec"]
+        at = "" if most == "50" else f" (at {most})"
+        row(name, f"≥ {target:,}/s", f"{rate:,}/s{at}", rate >= target)
+    sqlite = stores.get("sqlite")
+    if sqlite is None:
+        row("SQLite small-page server time, 1 connection", "≤ 0.5 ms", "not run", None)
+    else:
+        server = sqlite["page"]["1"]["store"]["serverP50Ms"]
+        row("SQLite small-page server time, 1 connection", "≤ 0.5 ms", f"{server} ms", server <= 0.5)
+    bounded = entry.get("bounded")
+    if bounded is None:
+        row("RSS growth over 100,000 touched sessions", "≤ 50 MB", "not run", None)
+    else:
+        sessions = "" if bounded["sessions"] == 100_000 else f" (over {bounded['sessions']:,})"
+        growth = bounded["growthMb"]
+        row("RSS growth over 100,000 touched sessions", "≤ 50 MB", f"{growth} MB{sessions}", growth <= 50)
+    for workload, title in (("page", "pages"), ("append", "appends")):
+        server = " | server p50 ms (memory)" if workload == "page" else ""
+        lines += [
+            "",
+            f"| store | connections | {title}/s | memory {title}/s | store / memory | p50 ms (memory) "
+            f"| p99 ms (memory){server} | CPU client, server (memory) |",
+            "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if server else "") + "---|",
+        ]
+        for store, label in THROUGHPUT_STORES.items():
+            for connections, pair in stores.get(store, {}).get(workload, {}).items():
+                s, m = pair["store"], pair["memory"]
+                timing = f" | {s['serverP50Ms']} ({m['serverP50Ms']})" if server else ""
+                lines.append(
+                    f"| {label} | {connections} | {s['perSec']:,} | {m['perSec']:,} | "
+                    f"{s['perSec'] / m['perSec']:.0%} | {s['p50Ms']} ({m['p50Ms']}) | {s['p99Ms']} ({m['p99Ms']})"
+                    f"{timing} | {s['clientCpu']}, {s['serverCpu']} ({m['clientCpu']}, {m['serverCpu']}) |"
+                )
+    if bounded is not None:
+        lines += [
+            "",
+            f"Bounded state ({bounded['store']}): {bounded['sessions']:,} new sessions, each created, appended to "
+            f"once and paged once, over {bounded['connections']} connections in {bounded['seconds']} s "
+            f"({bounded['sessionsPerSec']:,} sessions/s; request p50 {bounded['p50Ms']} ms, p99 "
+            f"{bounded['p99Ms']} ms). Server RSS {bounded['rssFirstMb']} MB after the first "
+            f"{bounded['firstSessions']:,}, {bounded['rssEndMb']} MB at the end: {bounded['growthMb']} MB more.",
+        ]
+    return [*lines, ""]
+
+
 def render_markdown(results: dict[str, list[Any]], *, command: str, source: str) -> str:
     transport = {r["fixture"]["name"]: r for r in results.get("TRANSPORT_PERF", [])}
     any_result = next(iter(transport.values()), None)
@@ -349,6 +439,8 @@ def render_markdown(results: dict[str, list[Any]], *, command: str, source: str)
     ]
     for entry in results.get("PAGE_PATH_PERF", []):
         lines.extend(_page_path_section(entry, transport))
+    for entry in results.get("THROUGHPUT_PERF", []):
+        lines.extend(_throughput_section(entry))
     for result in transport.values():
         lines.extend(_fixture_section(result))
     for entry in results.get("FOLLOW_LOAD", []):

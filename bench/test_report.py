@@ -1,13 +1,14 @@
-"""The report renders the committed run: every section, the seed beside ours, and a well-formed chart."""
+"""The report renders the committed run: every section, the seed beside ours, a well-formed chart, and the goals."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench.report import main, read_results
+from bench.report import main, read_results, render_markdown
 
 RESULTS = sorted(Path(__file__).parent.joinpath("results").glob("*.txt"))
 
@@ -30,3 +31,69 @@ def test_report_refuses_a_file_without_transport_results(tmp_path: Path) -> None
     empty.write_text("HISTORY_FOLLOW_LOAD_RESULT {}\nnot a result line\n")
     assert main([str(empty), "--docs", str(tmp_path)]) == 1
     assert read_results(empty) == {"FOLLOW_LOAD": [{}]}
+
+
+def throughput_cell(per_sec: int, **extra: float) -> dict[str, Any]:
+    cell = {"perSec": per_sec, "p50Ms": 1.0, "p99Ms": 2.0, "clientCpu": 0.1, "serverCpu": 0.9}
+    return {**cell, **extra}
+
+
+def throughput_entry(connections: int, stores: dict[str, tuple[int, int, int, int]]) -> dict[str, Any]:
+    """A result line's value: per store, (store pages/s, memory pages/s, store appends/s, memory appends/s)."""
+    cells: dict[str, Any] = {}
+    for store, (page, memory_page, append, memory_append) in stores.items():
+        cells[store] = {
+            "page": {
+                str(n): {
+                    "store": throughput_cell(page, serverP50Ms=0.4),
+                    "memory": throughput_cell(memory_page, serverP50Ms=0.1),
+                }
+                for n in (1, connections)
+            },
+            "append": {
+                str(n): {"store": throughput_cell(append), "memory": throughput_cell(memory_append)}
+                for n in (1, connections)
+            },
+            "share": {"connections": connections, "page": page / memory_page, "append": append / memory_append},
+        }
+    machine = {"seconds": 5, "pageMessages": 5, "seedEvents": 79}
+    bounded = {
+        "store": "sqlite",
+        "sessions": 100_000,
+        "connections": 50,
+        "firstSessions": 1000,
+        "seconds": 80.0,
+        "sessionsPerSec": 1250,
+        "p50Ms": 3.0,
+        "p99Ms": 9.0,
+        "rssFirstMb": 70.0,
+        "rssEndMb": 82.0,
+        "growthMb": 12.0,
+    }
+    return {"machine": machine, "stores": cells, "bounded": bounded}
+
+
+def test_report_renders_throughput_goals_beside_memory() -> None:
+    entry = throughput_entry(50, {"sqlite": (700, 1000, 3000, 4000), "jsonl": (500, 1000, 1000, 4000)})
+    text = render_markdown({"THROUGHPUT_PERF": [entry]}, command="make bench", source="run.txt")
+    section = text.split("## Many small requests", 1)[1]
+    for needle in (
+        "| SQLite pages/s vs memory's, 50 connections | ≥ 60% | 70%: 700 vs 1,000/s | met |",
+        "| JSONL pages/s vs memory's, 50 connections | ≥ 60% | 50%: 500 vs 1,000/s | **missed** |",
+        "| PostgreSQL pages/s vs memory's, 50 connections | ≥ 40% | not run |  |",
+        "| SQLite durable 1-event appends/s, 50 sessions | ≥ 2,500/s | 3,000/s | met |",
+        "| JSONL durable 1-event appends/s, 50 sessions | ≥ 1,500/s | 1,000/s | **missed** |",
+        "| SQLite small-page server time, 1 connection | ≤ 0.5 ms | 0.4 ms | met |",
+        "| RSS growth over 100,000 touched sessions | ≤ 50 MB | 12.0 MB | met |",
+        "| SQLite | 50 | 700 | 1,000 | 70% |",
+        "| JSONL | 1 | 1,000 | 4,000 | 25% |",
+        "70.0 MB after the first 1,000, 82.0 MB at the end: 12.0 MB more",
+    ):
+        assert needle in section, needle
+
+
+def test_report_names_the_connections_of_a_smaller_throughput_run() -> None:
+    entry = throughput_entry(10, {"sqlite": (500, 1000, 2000, 4000)})
+    text = render_markdown({"THROUGHPUT_PERF": [entry]}, command="make bench", source="run.txt")
+    assert "| SQLite pages/s vs memory's, 50 connections | ≥ 60% | 50%: 500 vs 1,000/s (at 10) | **missed** |" in text
+    assert "| SQLite durable 1-event appends/s, 50 sessions | ≥ 2,500/s | 2,000/s (at 10) | **missed** |" in text
