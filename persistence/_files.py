@@ -25,6 +25,7 @@ __all__ = [
     "write_at",
     "write_atomic",
     "write_file",
+    "write_unsynced",
 ]
 
 LOCK_NAME = "lock"
@@ -109,6 +110,23 @@ def write_at(path: Path, offset: int, data: bytes) -> None:
         handle.truncate()
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def write_unsynced(path: Path, offset: int, data: bytes) -> Any:
+    """`write_at` without the fsync: the open file, which the caller syncs (in a group's barrier) and closes."""
+    handle = open(path, "r+b", buffering=0)  # noqa: SIM115 - the caller closes it
+    try:
+        handle.seek(offset)
+        view = memoryview(data)
+        while view:
+            view = view[handle.write(view) :]
+        # Cut only what a failed write left behind: a truncate to the same size still costs a journal entry.
+        if os.fstat(handle.fileno()).st_size > offset + len(data):
+            handle.truncate()
+    except BaseException:
+        handle.close()
+        raise
+    return handle
 
 
 def truncate(path: Path, size: int) -> None:

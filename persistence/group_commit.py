@@ -1,12 +1,12 @@
 """Group commit: writes that arrive together share one transaction, so one commit and one fsync.
 
-A `GroupCommit` owns one writer thread and its own DBAPI connection. Callers hand it a
-unit of work, a function of a cursor; the thread takes every unit waiting when it wakes
-(up to `MAX_GROUP`), runs each inside its own savepoint, and commits once. A unit that
-fails (a seq conflict, an unknown session, a driver error) is rolled back to its
-savepoint alone and fails alone; the others commit. Every caller is answered only after
-the commit returns, that is once the store has made the whole group durable at its
-configured level, so grouping gives up no durability: it only shares the fsync.
+A `GroupCommit` owns one writer thread. Callers hand it a unit of work; the thread takes
+every unit waiting when it wakes (up to `MAX_GROUP`) and has the store commit them as one
+group. On SQL (`SqlGroups`) a group is one transaction, each unit in a savepoint of its
+own, so a unit that fails (a seq conflict, an unknown session, a driver error) is rolled
+back alone and the others commit. Every caller is answered only after the group is
+durable at the store's configured level, so grouping gives up no durability: it only
+shares the fsync.
 
 While one group commits, the next gathers in the queue, so the group size follows the
 load by itself: one unit at a time when idle, many under concurrency, with no timer.
@@ -25,7 +25,7 @@ import anyio
 
 from persistence.errors import StoreError
 
-__all__ = ["MAX_GROUP", "GroupCommit"]
+__all__ = ["MAX_GROUP", "GroupCommit", "SqlGroups", "unavailable"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,23 +45,16 @@ class _Unit(Generic[T]):
 class GroupCommit:
     """A writer thread that commits the units of work waiting for it together.
 
-    ``connect`` opens the writer's connection (in the writer thread); ``begin`` is the SQL
-    that opens a write transaction (``None`` when the driver opens one implicitly); and
-    ``aborted`` is called in the writer thread when a whole group is rolled back, so the
-    store can forget what it learned from that group's units.
+    ``commit_group`` runs one group: it takes the units' work functions, in arrival
+    order, and returns each one's outcome, ``(True, result)`` or ``(False, exception)``,
+    once the whole group is durable. The store decides what a unit is handed and how the
+    group is made durable (`SqlGroups` for the SQL store).
     """
 
     def __init__(
-        self,
-        connect: Callable[[], Any],
-        *,
-        begin: str | None,
-        aborted: Callable[[], None],
-        name: str = "history-writer",
+        self, commit_group: Callable[[list[Callable[[Any], Any]]], list[tuple[bool, Any]]], *, name: str
     ) -> None:
-        self._connect = connect
-        self._begin = begin
-        self._aborted = aborted
+        self._commit_group = commit_group
         self._name = name
         self._queue: queue.SimpleQueue[_Unit[Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -71,11 +64,11 @@ class GroupCommit:
         self.units = 0
 
     async def run(self, work: Callable[[Any], T]) -> T:
-        """Run ``work(cursor)`` in the next group; its result once the group has committed.
+        """Run ``work`` in the next group; its result once the group is durable.
 
         Raises what ``work`` raised (as `StoreError` when it is not one already), or
-        `StoreError` when the group's commit failed. Cancellation waits for the outcome, as
-        a worker-thread hop does: the work may already be committed.
+        `StoreError` when the group as a whole failed. Cancellation waits for the outcome,
+        as a worker-thread hop does: the work may already be committed.
         """
         if self._closed:
             raise StoreError("the store is closed")
@@ -95,71 +88,91 @@ class GroupCommit:
                 self._thread.start()
 
     def close(self) -> None:
-        """Finish the units already queued, then stop the thread and close its connection."""
+        """Finish the units already queued, then stop the thread."""
         self._closed = True
         self._queue.put(None)
         if self._thread is not None:
             self._thread.join()
 
     def _serve(self) -> None:
-        connection: Any = None
-        try:
-            while True:
-                first = self._queue.get()
-                if first is None:
-                    return
-                group: list[_Unit[Any]] = [first]
-                stop = False
-                while len(group) < MAX_GROUP:
-                    try:
-                        unit = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if unit is None:
-                        stop = True
-                        break
-                    group.append(unit)
-                connection = self._commit(connection, group)
-                if stop:
-                    return
-        finally:
-            if connection is not None:
-                _quietly(connection.close)
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            group: list[_Unit[Any]] = [first]
+            stop = False
+            while len(group) < MAX_GROUP:
+                try:
+                    unit = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if unit is None:
+                    stop = True
+                    break
+                group.append(unit)
+            try:
+                outcomes = self._commit_group([unit.work for unit in group])
+            except Exception as exc:
+                logger.error("a group of %d writes failed: %s", len(group), exc, exc_info=exc)
+                outcomes = [(False, unavailable(exc))] * len(group)
+            self.groups += 1
+            self.units += len(group)
+            _deliver(group, outcomes)
+            if stop:
+                return
 
-    def _commit(self, connection: Any, group: list[_Unit[Any]]) -> Any:
-        """Run and commit one group; the connection to use next (``None`` after a failure)."""
+
+class SqlGroups:
+    """A group as one transaction on one DBAPI connection, each unit in a savepoint of its own.
+
+    A unit is handed the cursor. One that fails (a seq conflict, an unknown session, a
+    driver error) is rolled back to its savepoint alone; the others commit together.
+    ``begin`` is the SQL that opens a write transaction (``None`` when the driver opens one
+    implicitly); ``aborted`` is called when a whole group is rolled back, so the store can
+    forget what it learned from that group's units. The connection is opened in the
+    writer thread, and again after a failure.
+    """
+
+    def __init__(self, connect: Callable[[], Any], *, begin: str | None, aborted: Callable[[], None]) -> None:
+        self._connect = connect
+        self._begin = begin
+        self._aborted = aborted
+        self._connection: Any = None
+
+    def __call__(self, works: list[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
         outcomes: list[tuple[bool, Any]] = []
         try:
-            if connection is None:
-                connection = self._connect()
-            cursor = connection.cursor()
+            if self._connection is None:
+                self._connection = self._connect()
+            cursor = self._connection.cursor()
             if self._begin is not None:
                 cursor.execute(self._begin)
-            for unit in group:
+            for work in works:
                 cursor.execute("SAVEPOINT history_unit")
                 try:
-                    outcomes.append((True, unit.work(cursor)))
+                    outcomes.append((True, work(cursor)))
                 except Exception as exc:
                     cursor.execute("ROLLBACK TO SAVEPOINT history_unit")
-                    outcomes.append((False, exc if isinstance(exc, StoreError) else _unavailable(exc)))
+                    outcomes.append((False, exc if isinstance(exc, StoreError) else unavailable(exc)))
                 cursor.execute("RELEASE SAVEPOINT history_unit")
-            connection.commit()
-        except Exception as exc:
-            logger.error("a group of %d writes was rolled back: %s", len(group), exc, exc_info=exc)
-            if connection is not None:
-                _quietly(connection.rollback)
-                _quietly(connection.close)
-            connection = None
+            self._connection.commit()
+        except Exception:
+            if self._connection is not None:
+                _quietly(self._connection.rollback)
+                self.close()
             self._aborted()
-            failure = _unavailable(exc)
-            outcomes = [(False, failure)] * len(group)
-        self.groups += 1
-        self.units += len(group)
-        _deliver(group, outcomes)
-        return connection
+            raise
+        return outcomes
+
+    def close(self) -> None:
+        """Close the connection (the writer thread must have stopped)."""
+        if self._connection is not None:
+            _quietly(self._connection.close)
+            self._connection = None
 
 
-def _unavailable(exc: BaseException) -> StoreError:
+def unavailable(exc: BaseException) -> StoreError:
+    """A driver or OS failure as the `StoreError` a caller sees, caused by it."""
     error = StoreError(f"store unavailable: {exc}")
     error.__cause__ = exc
     return error

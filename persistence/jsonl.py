@@ -57,7 +57,16 @@ from codec import (
     stored_record,
 )
 from persistence import jsonl_journal
-from persistence._files import fsync_dir, locked, pread, read_head, truncate, write_at, write_atomic, write_file
+from persistence._files import (
+    fsync_dir,
+    locked,
+    pread,
+    read_head,
+    truncate,
+    write_atomic,
+    write_file,
+    write_unsynced,
+)
 from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
@@ -83,6 +92,8 @@ from persistence.errors import (
     SessionNotFoundError,
     StoreError,
 )
+from persistence.file_groups import FileGroup, FileGroups, Staged, Step
+from persistence.group_commit import GroupCommit
 from persistence.jsonl_index import (
     INDEX_VERSION,
     Entry,
@@ -102,7 +113,7 @@ from persistence.locks import KeyedLocks
 from persistence.lru import Lru
 from persistence.message_index import MessageEntry, index_entries
 from persistence.sealing import MAX_TAIL, open_run, plan_append
-from persistence.stored import PreparedBatch, prepare_batch
+from persistence.stored import PreparedBatch, prepared
 
 __all__ = ["FORMAT_VERSION", "JsonlStore", "encode_segment"]
 
@@ -166,6 +177,8 @@ class JsonlStore(HistoryStore):
         self._headers: Lru[str, tuple[SessionHeader | None]] = Lru(session_cache)
         self._owners: Lru[str, str] = Lru(session_cache)
         self._locks = KeyedLocks()
+        self._groups = FileGroups()
+        self._writer = GroupCommit(self._groups, name="history-jsonl-writer")
 
     @classmethod
     async def open(
@@ -520,28 +533,72 @@ class JsonlStore(HistoryStore):
 
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
         async with self._locks.hold(session_id):
-            return await self._run(self._append_sync, session_id, events)
+            batch = await prepared(events)
+            return await self._writer.run(lambda group: self._append_unit(group, session_id, events, batch))
 
-    def _append_sync(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+    def _append_unit(
+        self, group: FileGroup, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
+    ) -> AppendResult:
+        """One append, in the writer thread: checked now, staged for the group's two barriers."""
         directory = self._directory(session_id)
-        with locked(directory, session_id):
-            if jsonl_journal.pending(directory):
-                # A writer died after its journal and before its index entry, so the index
-                # looks unchanged; settle before appending, or a later settle would undo this.
-                self._states.pop(session_id)
-            state = self._state(session_id, holding_lock=True)
-            if not events:
-                return AppendResult(state.head + 1, state.head)
-            first, to_seq = events[0].seq, events[-1].seq + 1
-            if not check_batch(session_id, events, state.head):
-                stored = events_in(self._stored(state, first, to_seq), first, to_seq)
-                is_resend(session_id, events, stored, state.head)
-                return AppendResult(first, state.head, idempotent=True)
-            self._write_batch(state, prepare_batch(events))
-        return AppendResult(first, state.head)
+        # Held until the group is durable: no reader or other process sees the session mid-append.
+        group.hold(locked(directory, session_id))
+        if jsonl_journal.pending(directory):
+            # A writer died after its journal and before its index entry, so the index
+            # looks unchanged; settle before appending, or a later settle would undo this.
+            self._states.pop(session_id)
+        state = self._state(session_id, holding_lock=True)
+        if batch is None:
+            return AppendResult(state.head + 1, state.head)
+        first, to_seq = events[0].seq, events[-1].seq + 1
+        if not check_batch(session_id, events, state.head):
+            stored = events_in(self._stored(state, first, to_seq), first, to_seq)
+            is_resend(session_id, events, stored, state.head)
+            return AppendResult(first, state.head, idempotent=True)
+        entries, start, block, journal = self._write_plan(state, batch)
+        line = b"".join(map(index_frame, entries))
+        index_at = state.index_size
+        index_path, log_path = directory / INDEX_NAME, directory / self._log_name
+        # The index entry before the log bytes: if the log write tears, the entry marks the batch as torn.
+        steps: list[Step | None] = [
+            None,
+            lambda: write_unsynced(index_path, index_at, line),
+            lambda: write_unsynced(log_path, start, block),
+            None,
+        ]
+        failed = functools.partial(self._undo, state, start, index_at)
+        if journal is not None:
+            # A sealing rewrite: its journal is durable before anything is overwritten, and cleared after.
+            jsonl_journal.ready(directory)
+            steps[0] = functools.partial(jsonl_journal.written, directory, journal)
+            steps[3] = functools.partial(jsonl_journal.cleared, directory)
+            failed = functools.partial(self._settle_failed, state)
+        durable = functools.partial(self._applied, state, entries, len(line))
+        group.stage(Staged(tuple(steps), log_path, durable, failed))
+        return AppendResult(first, to_seq - 1)
 
-    def _write_batch(self, state: SessionState, batch: PreparedBatch) -> None:
-        """Append a batch, sealing the open run; the session's lock is held."""
+    @staticmethod
+    def _applied(state: SessionState, entries: list[Entry], size: int) -> None:
+        state.add_all(entries)
+        state.index_size += size
+
+    def _settle_failed(self, state: SessionState) -> None:
+        """Undo a failed rewrite from its journal, as far as the files let us; the state is read again."""
+        self._states.pop(state.header.id)
+        with contextlib.suppress(OSError):
+            jsonl_journal.settle(state.directory, state.directory / self._log_name, state.directory / INDEX_NAME)
+
+    def _undo(self, state: SessionState, start: int, index_size: int) -> None:
+        """Put a failed append's files back as they were, as far as they let us; the state is read again."""
+        self._states.pop(state.header.id)
+        with contextlib.suppress(OSError):
+            truncate(state.directory / self._log_name, start)
+            truncate(state.directory / INDEX_NAME, index_size)
+
+    def _write_plan(
+        self, state: SessionState, batch: PreparedBatch
+    ) -> tuple[list[Entry], int, bytes, jsonl_journal.Journal | None]:
+        """The entries, log offset and bytes that append a batch, sealing the open run; a journal for a rewrite."""
         count = len(state.starts)
         tail = open_run([state.record(i) for i in range(max(0, count - MAX_TAIL), count)])
         keep, records = plan_append(
@@ -552,8 +609,7 @@ class JsonlStore(HistoryStore):
         block = self._frame(content)
         if at == count:
             entry = make_entry(state.log_end, state.log_end + len(block), indexed, batch.messages, batch.hidden)
-            self._commit(state, [entry], state.log_end, block)
-            return
+            return [entry], state.log_end, block, None
         # The batch that holds record `at` is split there: its earlier records keep their lines
         # (re-framed under zstd) in an entry of their own, and the rewrite starts at `at`. So a
         # rewrite never carries the records before the open run, and stays as small as the run.
@@ -585,7 +641,7 @@ class JsonlStore(HistoryStore):
             entries = [make_entry(split, split + len(block), indexed, *both, replaces=number)]
         written = kept_block + block
         journal = jsonl_journal.Journal(start, saved, state.index_size, len(written), zlib.crc32(written))
-        self._commit(state, entries, start, written, journal)
+        return entries, start, written, journal
 
     @staticmethod
     def _lines_block(records: Sequence[StoredRecord]) -> tuple[bytes, list[IndexedRecord]]:
@@ -596,38 +652,6 @@ class JsonlStore(HistoryStore):
             content += record.line
             content += b"\n"
         return bytes(content), indexed
-
-    def _commit(
-        self,
-        state: SessionState,
-        entries: list[Entry],
-        start: int,
-        block: bytes,
-        journal: jsonl_journal.Journal | None = None,
-    ) -> None:
-        """Write ``entries`` to the index, then ``block`` to the log at ``start``; a journal makes it undoable."""
-        directory = state.directory
-        index_path, log_path = directory / INDEX_NAME, directory / self._log_name
-        line = b"".join(map(index_frame, entries))
-        try:
-            if journal is not None:
-                jsonl_journal.write_journal(directory, journal)
-            # The index entry first: if the log write tears, the entry marks the batch as torn.
-            write_at(index_path, state.index_size, line)
-            write_at(log_path, start, block)
-        except OSError as exc:
-            self._states.pop(state.header.id)
-            with contextlib.suppress(OSError):
-                if journal is None:
-                    truncate(log_path, start)
-                    truncate(index_path, state.index_size)
-                else:
-                    jsonl_journal.settle(directory, log_path, index_path)
-            raise StoreError(f"append to {log_path} failed: {exc}") from exc
-        state.add_all(entries)
-        state.index_size += len(line)
-        if journal is not None:
-            jsonl_journal.clear(directory)
 
     # Reads.
 
@@ -738,6 +762,8 @@ class JsonlStore(HistoryStore):
             return state.messages.cuts(to_seq, max_messages)
 
     async def close(self) -> None:
+        await anyio.to_thread.run_sync(self._writer.close)
+        self._groups.close()
         self._states.clear()
         self._headers.clear()
         self._owners.clear()

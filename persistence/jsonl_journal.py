@@ -18,13 +18,24 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
-from persistence._files import fsync_dir, pread_path, truncate, write_at, write_file
+from persistence._files import fsync_dir, pread_path, truncate, write_at, write_file, write_unsynced
 
-__all__ = ["JOURNAL_NAME", "Journal", "clear", "pending", "settle", "write_journal"]
+__all__ = [
+    "JOURNAL_NAME",
+    "Journal",
+    "clear",
+    "cleared",
+    "encoded",
+    "pending",
+    "ready",
+    "settle",
+    "write_journal",
+    "written",
+]
 
 JOURNAL_NAME: Final = "journal"
 _HEAD: Final = struct.Struct("<II")
@@ -46,12 +57,36 @@ _DECODER: Final = msgspec.msgpack.Decoder(Journal)
 
 def write_journal(directory: Path, journal: Journal) -> None:
     """Save ``journal`` durably, before the rewrite touches the log or the index."""
-    path = directory / JOURNAL_NAME
-    created = not path.exists()
-    payload = _ENCODER.encode(journal)
-    write_file(path, _HEAD.pack(len(payload), zlib.crc32(payload)) + payload)
+    created = ready(directory)
+    write_file(directory / JOURNAL_NAME, encoded(journal))
     if created:
         fsync_dir(directory)
+
+
+def ready(directory: Path) -> bool:
+    """Make sure the journal file exists, durably; ``True`` if it had to be created."""
+    path = directory / JOURNAL_NAME
+    if path.exists():
+        return False
+    write_file(path, b"")
+    fsync_dir(directory)
+    return True
+
+
+def encoded(journal: Journal) -> bytes:
+    """The journal file's content: a length and CRC-32 head, then the journal."""
+    payload = _ENCODER.encode(journal)
+    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def written(directory: Path, journal: Journal) -> Any:
+    """Write ``journal`` (the file exists, see `ready`) and return the open file for the caller to sync."""
+    return write_unsynced(directory / JOURNAL_NAME, 0, encoded(journal))
+
+
+def cleared(directory: Path) -> Any:
+    """Empty the journal and return the open file for the caller to sync: `clear` in a group's barrier."""
+    return write_unsynced(directory / JOURNAL_NAME, 0, b"")
 
 
 def clear(directory: Path) -> None:

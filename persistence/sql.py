@@ -72,13 +72,13 @@ from persistence.errors import (
     SessionNotFoundError,
     StoreError,
 )
-from persistence.group_commit import GroupCommit
+from persistence.group_commit import GroupCommit, SqlGroups
 from persistence.lru import Lru
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, PostgresListener, notice
 from persistence.prepared import Prepared
 from persistence.sealing import MAX_TAIL, kept, open_run, plan_append
-from persistence.stored import PreparedBatch, prepare_batch
+from persistence.stored import PreparedBatch, prepared
 
 __all__ = ["INLINE_BYTES", "SCHEMA_VERSION", "SqlStore"]
 
@@ -90,8 +90,6 @@ _BACKFILL_BATCH: Final = 1000
 # A SQLite read whose records' stored bytes pass this is finished in a worker thread, off the event loop.
 INLINE_BYTES: Final = 256 * 1024
 _READERS_KEPT: Final = 8
-# Batches of more events are packed in a worker thread.
-_PACK_INLINE: Final = 64
 T = TypeVar("T")
 
 
@@ -320,9 +318,10 @@ class SqlStore(HistoryStore):
         # only the writer thread touches it.
         self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
         self._readers: list[Any] = []
-        self._writer = GroupCommit(
+        self._groups = SqlGroups(
             self._connect_writer, begin="BEGIN IMMEDIATE" if self._sqlite else None, aborted=self._tails.clear
         )
+        self._writer = GroupCommit(self._groups, name="history-sql-writer")
 
     @classmethod
     async def open(cls, url: str, *, session_cache: int = DEFAULT_SESSION_CACHE) -> SqlStore:
@@ -600,13 +599,8 @@ class SqlStore(HistoryStore):
     # Appends.
 
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
-        batch = None
-        if events:
-            # Packing is pure work: a large batch's is done beside the writer, never inside its transaction.
-            if len(events) <= _PACK_INLINE:
-                batch = prepare_batch(events)
-            else:
-                batch = await anyio.to_thread.run_sync(prepare_batch, events)
+        # Packing is pure work: done before the writer, never inside its transaction.
+        batch = await prepared(events)
         return await self._writer.run(lambda cursor: self._append_unit(cursor, session_id, events, batch))
 
     def _append_unit(
@@ -848,6 +842,7 @@ class SqlStore(HistoryStore):
 
     def _close_sync(self) -> None:
         self._writer.close()
+        self._groups.close()
         while self._readers:
             with contextlib.suppress(Exception):
                 self._readers.pop().close()

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
+
+import anyio.to_thread
 
 from codec import Event, StoredRecord, stored_batch
 from persistence.message_index import HiddenRange, MessageEntry, index_entries
 
-__all__ = ["PreparedBatch", "prepare_batch"]
+__all__ = ["PreparedBatch", "prepare_batch", "prepared"]
+
+# Batches of more events are packed in a worker thread, off the event loop.
+PACK_INLINE: Final = 64
 
 
 class PreparedBatch(NamedTuple):
@@ -23,3 +28,12 @@ def prepare_batch(events: Sequence[Event]) -> PreparedBatch:
     """Pack a dense batch into stored records and derive its index entries."""
     messages, hidden = index_entries(events)
     return PreparedBatch(stored_batch(events), messages, hidden)
+
+
+async def prepared(events: Sequence[Event]) -> PreparedBatch | None:
+    """`prepare_batch` of a non-empty batch (``None`` for an empty one), in a worker thread when it is large."""
+    if not events:
+        return None
+    if len(events) <= PACK_INLINE:
+        return prepare_batch(events)
+    return await anyio.to_thread.run_sync(prepare_batch, events)

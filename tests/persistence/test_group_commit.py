@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from codec import Event, encode
 from persistence.errors import SeqConflictError, StoreError
-from persistence.group_commit import GroupCommit
+from persistence.group_commit import GroupCommit, SqlGroups
 from persistence.url import open_store
 from testing.events import plain, text
 from testing.postgres import PG_URL, PG_URL_ENV
@@ -263,7 +263,7 @@ def _sqlite_writer(tmp_path: Path, aborted: list[int] | None = None) -> tuple[Gr
         if aborted is not None:
             aborted.append(1)
 
-    return GroupCommit(connect, begin="BEGIN IMMEDIATE", aborted=on_abort), path
+    return GroupCommit(SqlGroups(connect, begin="BEGIN IMMEDIATE", aborted=on_abort), name="test-writer"), path
 
 
 def _rows(path: Path) -> dict[str, int]:

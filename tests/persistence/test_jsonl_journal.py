@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -50,7 +51,13 @@ async def sealing_write(
     )
     old_log, old_index = files.read()
     kept: list[bytes] = []
-    monkeypatch.setattr(jsonl_journal, "clear", lambda directory: kept.append((directory / "journal").read_bytes()))
+    clearing = jsonl_journal.cleared
+
+    def keep_then_clear(directory: Path) -> Any:
+        kept.append((directory / "journal").read_bytes())
+        return clearing(directory)
+
+    monkeypatch.setattr(jsonl_journal, "cleared", keep_then_clear)
     await store.append("s", SEALING)
     monkeypatch.undo()
     await store.close()

@@ -1,0 +1,127 @@
+"""Group commit for appends to files: every index entry of a group, one barrier, then every log write, another.
+
+A JSONL append must make its index entry durable before its log bytes are written, so
+that a torn batch is found and cut whole (docs/protocol.md §7.2). Alone, that costs two
+fsyncs per append, one after the other. A group keeps the order for all of its appends
+at once: it writes every index entry, fsyncs those files, writes every log block, and
+fsyncs those. Each barrier's fsyncs run concurrently, `SYNC_THREADS` at a time, so the
+device can serve their flushes together: measured on this machine's ext4, 50 appends
+took 16.4 ms with their fsyncs one after the other, and 5.2 ms eight at a time.
+
+Each append is still its own: one whose write or fsync fails is undone and fails alone.
+A sealing rewrite stages two more barriers around those: its rollback journal before
+them, and the journal's clearing after. A unit that stages nothing (a conflict, a
+re-send) finishes inside its work function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, ExitStack
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+from persistence.errors import StoreError
+from persistence.group_commit import unavailable
+
+__all__ = ["SYNC_THREADS", "FileGroup", "FileGroups", "Staged", "Step"]
+
+SYNC_THREADS: Final = 8
+
+
+Step = Callable[[], Any]
+"""A write of one staged append that returns the open file, for its barrier to fsync."""
+
+
+class Staged(NamedTuple):
+    """One append's writes, one per barrier in order (``None`` to skip one), and what to do after them.
+
+    ``durable`` runs once every write is synced; ``failed`` undoes what was written when one
+    write or sync failed; ``name`` names the log in the error.
+    """
+
+    steps: tuple[Step | None, ...]
+    name: Path
+    durable: Callable[[], None]
+    failed: Callable[[], None]
+
+
+class FileGroup:
+    """What the units of one group staged, and the locks they hold until it is durable."""
+
+    def __init__(self, locks: ExitStack) -> None:
+        self._locks = locks
+        self.staged: list[tuple[int, Staged]] = []
+        self.unit = 0
+
+    def hold(self, lock: AbstractContextManager[Any]) -> None:
+        """Enter ``lock`` and keep it until the whole group is durable or has failed."""
+        self._locks.enter_context(lock)
+
+    def stage(self, append: Staged) -> None:
+        """Have the group write and sync ``append`` for the current unit."""
+        self.staged.append((self.unit, append))
+
+
+class FileGroups:
+    """The ``commit_group`` of a `GroupCommit` for a file store: a unit is handed the `FileGroup`."""
+
+    def __init__(self) -> None:
+        self._syncs = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="history-fsync")
+
+    def close(self) -> None:
+        self._syncs.shutdown()
+
+    def __call__(self, works: list[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any]] = []
+        with ExitStack() as locks:
+            group = FileGroup(locks)
+            for number, work in enumerate(works):
+                group.unit = number
+                try:
+                    outcomes.append((True, work(group)))
+                except Exception as exc:
+                    outcomes.append((False, exc if isinstance(exc, StoreError) else unavailable(exc)))
+            failed = self._commit(group.staged)
+            for number, append in group.staged:
+                if number in failed:
+                    append.failed()
+                    outcomes[number] = (False, failed[number])
+                else:
+                    append.durable()
+        return outcomes
+
+    def _commit(self, staged: list[tuple[int, Staged]]) -> dict[int, StoreError]:
+        """Run every staged append's writes, barrier after barrier; the failures, by unit."""
+        failed: dict[int, StoreError] = {}
+        for barrier in range(max((len(append.steps) for _, append in staged), default=0)):
+            handles: list[tuple[int, Staged, Any]] = []
+            try:
+                for number, append in staged:
+                    step = append.steps[barrier] if barrier < len(append.steps) else None
+                    if step is None or number in failed:
+                        continue
+                    try:
+                        handles.append((number, append, step()))
+                    except OSError as exc:
+                        failed[number] = StoreError(f"append to {append.name} failed: {exc}")
+                errors = self._syncs.map(_fsync, [handle for _, _, handle in handles])
+                for (number, append, _), error in zip(handles, errors, strict=True):
+                    if error is not None:
+                        failed[number] = StoreError(f"append to {append.name} failed: {error}")
+            finally:
+                for _, _, handle in handles:
+                    with contextlib.suppress(OSError):
+                        handle.close()
+        return failed
+
+
+def _fsync(handle: Any) -> OSError | None:
+    try:
+        os.fsync(handle.fileno())
+    except OSError as exc:
+        return exc
+    return None

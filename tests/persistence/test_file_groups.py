@@ -1,0 +1,107 @@
+"""Group commit for file appends: barrier after barrier, each append failing alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from persistence._files import write_unsynced
+from persistence.errors import SeqConflictError, StoreError
+from persistence.file_groups import FileGroup, FileGroups, Staged
+
+
+def staging(path: Path, data: bytes, calls: list[str], done: list[str], undone: list[str]) -> Any:
+    name = path.name
+
+    def step(stage: str) -> Any:
+        def write() -> Any:
+            calls.append(f"{stage}:{name}")
+            return write_unsynced(path, 0, data + stage.encode())
+
+        return write
+
+    def work(group: FileGroup) -> str:
+        group.stage(
+            Staged(
+                (step("first"), None, step("second")),
+                path,
+                lambda: done.append(name),
+                lambda: undone.append(name),
+            )
+        )
+        return name
+
+    return work
+
+
+def test_every_write_of_a_barrier_comes_before_the_next_barrier(tmp_path: Path) -> None:
+    calls: list[str] = []
+    done: list[str] = []
+    groups = FileGroups()
+    paths = [tmp_path / f"f{k}" for k in range(5)]
+    for path in paths:
+        path.write_bytes(b"")
+    outcomes = groups([staging(path, b"x", calls, done, []) for path in paths])
+    groups.close()
+    assert outcomes == [(True, path.name) for path in paths]
+    assert [call.split(":")[0] for call in calls] == ["first"] * 5 + ["second"] * 5
+    assert done == [path.name for path in paths]
+    assert all(path.read_bytes() == b"xsecond" for path in paths)
+
+
+def test_a_failed_write_fails_its_own_append_and_no_other(tmp_path: Path) -> None:
+    calls: list[str] = []
+    done: list[str] = []
+    undone: list[str] = []
+    good = tmp_path / "good"
+    good.write_bytes(b"")
+    missing = tmp_path / "gone" / "log"
+
+    def refused(group: FileGroup) -> None:
+        raise SeqConflictError("refused", session_id="s", head_seq=1)
+
+    groups = FileGroups()
+    outcomes = groups([staging(good, b"g", calls, done, undone), staging(missing, b"m", calls, done, undone), refused])
+    groups.close()
+    assert outcomes[0] == (True, "good")
+    assert not outcomes[1][0] and isinstance(outcomes[1][1], StoreError) and "gone" in str(outcomes[1][1])
+    assert not outcomes[2][0] and isinstance(outcomes[2][1], SeqConflictError)
+    assert done == ["good"] and undone == ["log"]
+    # The failed append's later barrier was never tried.
+    assert calls == ["first:good", "first:log", "second:good"]
+    assert good.read_bytes() == b"gsecond"
+
+
+def test_locks_are_held_until_the_group_is_durable(tmp_path: Path) -> None:
+    held: list[str] = []
+
+    class Lock:
+        def __enter__(self) -> None:
+            held.append("taken")
+
+        def __exit__(self, *exc: object) -> None:
+            held.append("released")
+
+    path = tmp_path / "f"
+    path.write_bytes(b"")
+
+    def work(group: FileGroup) -> None:
+        group.hold(Lock())
+        group.stage(
+            Staged((lambda: write_unsynced(path, 0, b"y"),), path, lambda: held.append("durable"), lambda: None)
+        )
+
+    groups = FileGroups()
+    assert groups([work]) == [(True, None)]
+    groups.close()
+    assert held == ["taken", "durable", "released"]
+
+
+@pytest.mark.parametrize("size", [0, 10])
+def test_write_unsynced_cuts_only_what_lies_past_its_end(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"z" * size)
+    write_unsynced(path, 2, b"ab").close()
+    assert path.read_bytes() == (b"zzab" if size else b"\0\0ab")
