@@ -222,6 +222,23 @@ SELECT count(*) FROM moved
 """
 
 
+# The page's head read on PostgreSQL: the session row, its hidden ranges and its newest
+# messages (a page of them) below the page's bound, as arrays, in one round trip.
+_PG_PAGE_HEAD: Final = """
+SELECT s.header, s.owner, s.head_seq,
+    ARRAY(
+        SELECT ARRAY[h.seq, h.start, h."end"] FROM history_hidden h
+        WHERE h.session_id = s.id AND h.seq < %(bound)s ORDER BY h.seq
+    ),
+    ARRAY(
+        SELECT ARRAY[m.seq, m.group_start] FROM history_messages m
+        WHERE m.session_id = s.id AND m.seq < %(bound)s ORDER BY m.seq DESC LIMIT %(messages)s
+    )
+FROM history_sessions s WHERE s.id = %(id)s
+"""
+_NO_BOUND: Final = 1 << 62
+
+
 def _no_lines(pieces: Sequence[StoredRecord]) -> Sequence[StoredRecord]:
     if pieces:
         raise AssertionError("a one-statement append never rewrites stored records")
@@ -318,6 +335,7 @@ class SqlStore(HistoryStore):
         # only the writer thread touches it.
         self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
         self._readers: list[Any] = []
+        self._read_threads: anyio.CapacityLimiter | None = None
         self._groups = SqlGroups(
             self._connect_writer, begin="BEGIN IMMEDIATE" if self._sqlite else None, aborted=self._tails.clear
         )
@@ -523,7 +541,10 @@ class SqlStore(HistoryStore):
         return await self._in_thread(work, *args)
 
     async def _in_thread(self, work: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(functools.partial(self._reading, work, *args))
+        if self._read_threads is None:
+            # As many reads at once as connections are kept, so no read opens a connection of its own.
+            self._read_threads = anyio.CapacityLimiter(_READERS_KEPT)
+        return await anyio.to_thread.run_sync(functools.partial(self._reading, work, *args), limiter=self._read_threads)
 
     # Sessions.
 
@@ -761,11 +782,17 @@ class SqlStore(HistoryStore):
         self, cursor: Any, session_id: str, through: int | None, before: int | None, max_messages: int, inline: bool
     ) -> tuple[PageRead, bool]:
         """The page's read in one transaction; ``False`` when its records are too large to read ``inline``."""
-        info = self._info(cursor, session_id)
-        to_seq = page_end(info.head_seq, through, before)
-        if to_seq <= 0 or (through is not None and through > info.head_seq):
-            return PageRead(info, to_seq, [], []), True
-        cuts = self._cuts(cursor, session_id, to_seq, max_messages)
+        if self._sqlite:
+            info = self._info(cursor, session_id)
+            to_seq = page_end(info.head_seq, through, before)
+            if to_seq <= 0 or (through is not None and through > info.head_seq):
+                return PageRead(info, to_seq, [], []), True
+            cuts = self._cuts(cursor, session_id, to_seq, max_messages)
+        else:
+            found = self._pg_page_head(cursor, session_id, through, before, max_messages)
+            if isinstance(found, PageRead):
+                return found, True
+            info, to_seq, cuts = found
         if inline and self._stored_bytes(cursor, session_id, cuts[-1], to_seq) > INLINE_BYTES:
             return PageRead(info, to_seq, cuts, []), False
         return PageRead(info, to_seq, cuts, self._stored(cursor, session_id, cuts[-1], to_seq)), True
@@ -818,8 +845,40 @@ class SqlStore(HistoryStore):
             self._messages_desc(cursor, session_id, to_seq), hidden, to_seq=to_seq, max_messages=max_messages
         )
 
-    def _messages_desc(self, cursor: Any, session_id: str, to_seq: int) -> Iterator[MessageEntry]:
-        below = to_seq
+    def _pg_page_head(
+        self, cursor: Any, session_id: str, through: int | None, before: int | None, max_messages: int
+    ) -> PageRead | tuple[SessionInfo, int, list[int]]:
+        """On PostgreSQL, the session, its hidden ranges and newest messages in one round trip; then the cuts."""
+        bound = min(_NO_BOUND if through is None else through + 1, _NO_BOUND if before is None else before)
+        cursor.execute(_PG_PAGE_HEAD, {"id": session_id, "bound": bound, "messages": _MESSAGE_PAGE})
+        row = cursor.fetchone()
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        header, owner, head, hidden_rows, message_rows = row
+        info = SessionInfo(self._header(header, session_id), owner, head)
+        to_seq = page_end(head, through, before)
+        if to_seq <= 0 or (through is not None and through > head):
+            return PageRead(info, to_seq, [], [])
+        # Each statement reads its own snapshot: what a later append added past the head is left out.
+        hidden = [HiddenRange(*entry) for entry in hidden_rows if entry[0] < to_seq]
+        first = [MessageEntry(*entry) for entry in message_rows if entry[0] < to_seq]
+        more = len(message_rows) == _MESSAGE_PAGE
+        messages = self._messages_desc(cursor, session_id, to_seq, first, more)
+        return info, to_seq, select_cuts(messages, hidden, to_seq=to_seq, max_messages=max_messages)
+
+    def _messages_desc(
+        self,
+        cursor: Any,
+        session_id: str,
+        to_seq: int,
+        first: Sequence[MessageEntry] = (),
+        more: bool = True,
+    ) -> Iterator[MessageEntry]:
+        """Counted messages below ``to_seq``, newest first: ``first``, then, if ``more``, read a page at a time."""
+        yield from first
+        if not more:
+            return
+        below = first[-1].seq if first else to_seq
         while True:
             rows = self._sql.messages.run(cursor, id=session_id, below=below).fetchall()
             for seq, group_start in rows:
