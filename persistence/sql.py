@@ -76,6 +76,7 @@ from persistence.group_commit import GroupCommit, SqlGroups
 from persistence.lru import Lru
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, PostgresListener, notice
+from persistence.pg_readers import AsyncReaders
 from persistence.prepared import Prepared
 from persistence.sealing import MAX_TAIL, kept, open_run, plan_append
 from persistence.stored import PreparedBatch, prepared
@@ -239,6 +240,11 @@ FROM history_sessions s WHERE s.id = %(id)s
 _NO_BOUND: Final = 1 << 62
 
 
+def _pg_head_params(session_id: str, through: int | None, before: int | None) -> dict[str, Any]:
+    bound = min(_NO_BOUND if through is None else through + 1, _NO_BOUND if before is None else before)
+    return {"id": session_id, "bound": bound, "messages": _MESSAGE_PAGE}
+
+
 def _no_lines(pieces: Sequence[StoredRecord]) -> Sequence[StoredRecord]:
     if pieces:
         raise AssertionError("a one-statement append never rewrites stored records")
@@ -336,6 +342,7 @@ class SqlStore(HistoryStore):
         self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
         self._readers: list[Any] = []
         self._read_threads: anyio.CapacityLimiter | None = None
+        self._async_readers: AsyncReaders | None = None
         self._groups = SqlGroups(
             self._connect_writer, begin="BEGIN IMMEDIATE" if self._sqlite else None, aborted=self._tails.clear
         )
@@ -772,6 +779,8 @@ class SqlStore(HistoryStore):
     async def read_page(
         self, session_id: str, *, through: int | None, before: int | None, max_messages: int
     ) -> PageRead:
+        if not self._sqlite:
+            return await self._pg_read_page(session_id, through, before, max_messages)
         read, complete = await self._read_any(self._page_sync, session_id, through, before, max_messages, self._sqlite)
         if complete:
             return read
@@ -822,7 +831,9 @@ class SqlStore(HistoryStore):
         return int(row[0])
 
     def _stored(self, cursor: Any, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
-        rows = self._sql.stored.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchall()
+        return self._records(self._sql.stored.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchall())
+
+    def _records(self, rows: Sequence[Any]) -> list[StoredRecord]:
         return [
             StoredRecord(seq, members, self._unpack_line(seq, compressed, data), kind, bytes(key), time0, time1)
             for seq, members, compressed, data, kind, key, time0, time1 in rows
@@ -849,9 +860,18 @@ class SqlStore(HistoryStore):
         self, cursor: Any, session_id: str, through: int | None, before: int | None, max_messages: int
     ) -> PageRead | tuple[SessionInfo, int, list[int]]:
         """On PostgreSQL, the session, its hidden ranges and newest messages in one round trip; then the cuts."""
-        bound = min(_NO_BOUND if through is None else through + 1, _NO_BOUND if before is None else before)
-        cursor.execute(_PG_PAGE_HEAD, {"id": session_id, "bound": bound, "messages": _MESSAGE_PAGE})
-        row = cursor.fetchone()
+        cursor.execute(_PG_PAGE_HEAD, _pg_head_params(session_id, through, before))
+        head = self._pg_head(cursor.fetchone(), session_id, through, before)
+        if isinstance(head, PageRead):
+            return head
+        info, to_seq, hidden, first, more = head
+        messages = self._messages_desc(cursor, session_id, to_seq, first, more)
+        return info, to_seq, select_cuts(messages, hidden, to_seq=to_seq, max_messages=max_messages)
+
+    def _pg_head(
+        self, row: Any, session_id: str, through: int | None, before: int | None
+    ) -> PageRead | tuple[SessionInfo, int, list[HiddenRange], list[MessageEntry], bool]:
+        """A `_PG_PAGE_HEAD` row as the session, the page's end, hidden ranges, newest messages, and if more exist."""
         if row is None:
             raise SessionNotFoundError(session_id)
         header, owner, head, hidden_rows, message_rows = row
@@ -862,9 +882,36 @@ class SqlStore(HistoryStore):
         # Each statement reads its own snapshot: what a later append added past the head is left out.
         hidden = [HiddenRange(*entry) for entry in hidden_rows if entry[0] < to_seq]
         first = [MessageEntry(*entry) for entry in message_rows if entry[0] < to_seq]
-        more = len(message_rows) == _MESSAGE_PAGE
-        messages = self._messages_desc(cursor, session_id, to_seq, first, more)
-        return info, to_seq, select_cuts(messages, hidden, to_seq=to_seq, max_messages=max_messages)
+        return info, to_seq, hidden, first, len(message_rows) == _MESSAGE_PAGE
+
+    async def _pg_read_page(
+        self, session_id: str, through: int | None, before: int | None, max_messages: int
+    ) -> PageRead:
+        """`read_page` on PostgreSQL, on the event loop: two statements for any page of fewer than 256 messages."""
+        async with self._pg_readers().cursor() as cursor:
+            await cursor.execute(_PG_PAGE_HEAD, _pg_head_params(session_id, through, before))
+            head = self._pg_head(await cursor.fetchone(), session_id, through, before)
+            if isinstance(head, PageRead):
+                return head
+            info, to_seq, hidden, first, more = head
+            if not more:
+                cuts = select_cuts(first, hidden, to_seq=to_seq, max_messages=max_messages)
+                values = {"id": session_id, "from_seq": cuts[-1], "to_seq": to_seq}
+                await cursor.execute(self._sql.stored.sql, self._sql.stored.params(values))
+                rows: list[Any] = await cursor.fetchall()
+        if more:
+            # More messages than one read brings: page through them in a worker thread.
+            read, _ = await self._in_thread(self._page_sync, session_id, through, before, max_messages, False)
+            return read
+        if sum(len(row[3]) for row in rows) < INLINE_BYTES:
+            return PageRead(info, to_seq, cuts, self._records(rows))
+        return PageRead(info, to_seq, cuts, await anyio.to_thread.run_sync(self._records, rows))
+
+    def _pg_readers(self) -> AsyncReaders:
+        if self._async_readers is None:
+            url = self._engine.url.set(drivername="postgresql")
+            self._async_readers = AsyncReaders(url.render_as_string(hide_password=False), _READERS_KEPT)
+        return self._async_readers
 
     def _messages_desc(
         self,
@@ -897,6 +944,8 @@ class SqlStore(HistoryStore):
         return self._listener
 
     async def close(self) -> None:
+        if self._async_readers is not None:
+            await self._async_readers.close()
         await anyio.to_thread.run_sync(self._close_sync)
 
     def _close_sync(self) -> None:

@@ -316,9 +316,12 @@ async def reference_read(store: HistoryStore, through: int | None, before: int |
     return await HistoryStore.read_page(store, "s1", through=through, before=before, max_messages=max_messages)
 
 
-@pytest.mark.parametrize("scenario", ["multi-turn", "compaction", "large"])
+@pytest.mark.parametrize("scenario", ["multi-turn", "compaction", "large", "many-messages"])
 async def test_read_page_is_the_primitives_read_at_once(store: HistoryStore, scenario: str) -> None:
-    if scenario == "large":
+    if scenario == "many-messages":
+        # More messages than a store reads in one go (256), so a page's cut needs the next ones.
+        events = [plain(k, "user/message", {"text": f"m{k}"}, surfaceOp="append") for k in range(300)]
+    elif scenario == "large":
         # Tool outputs that pass the stores' inline-read budget, so the rest is read in a worker thread.
         big = "x" * 200_000
         events = [plain(0, "user/message", {"text": "q"}, surfaceOp="append")]
@@ -330,7 +333,7 @@ async def test_read_page_is_the_primitives_read_at_once(store: HistoryStore, sce
     head = len(events) - 1
     bounds = [(None, None), (head, None), (head // 2, None), (None, head // 3 + 1), (-1, None), (None, 0)]
     for through, before in bounds:
-        for max_messages in (1, 3, 50):
+        for max_messages in (1, 3, 50, 280):
             read = await store.read_page("s1", through=through, before=before, max_messages=max_messages)
             expected = await reference_read(store, through, before, max_messages)
             assert (read.info, read.to_seq, read.cuts) == (expected.info, expected.to_seq, expected.cuts)
