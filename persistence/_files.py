@@ -112,21 +112,22 @@ def write_at(path: Path, offset: int, data: bytes) -> None:
         os.fsync(handle.fileno())
 
 
-def write_unsynced(path: Path, offset: int, data: bytes) -> Any:
-    """`write_at` without the fsync: the open file, which the caller syncs (in a group's barrier) and closes."""
-    handle = open(path, "r+b", buffering=0)  # noqa: SIM115 - the caller closes it
+def write_unsynced(path: Path, offset: int, data: bytes) -> int:
+    """`write_at` without the fsync: the open descriptor, which the caller syncs (in a group's barrier) and closes."""
+    fd = os.open(path, os.O_WRONLY)
     try:
-        handle.seek(offset)
         view = memoryview(data)
+        at = offset
         while view:
-            view = view[handle.write(view) :]
+            written = os.pwrite(fd, view, at)
+            view, at = view[written:], at + written
         # Cut only what a failed write left behind: a truncate to the same size still costs a journal entry.
-        if os.fstat(handle.fileno()).st_size > offset + len(data):
-            handle.truncate()
+        if os.fstat(fd).st_size > at:
+            os.ftruncate(fd, at)
     except BaseException:
-        handle.close()
+        os.close(fd)
         raise
-    return handle
+    return fd
 
 
 def truncate(path: Path, size: int) -> None:

@@ -32,8 +32,8 @@ __all__ = ["SYNC_THREADS", "FileGroup", "FileGroups", "Staged", "Step"]
 SYNC_THREADS: Final = 8
 
 
-Step = Callable[[], Any]
-"""A write of one staged append that returns the open file, for its barrier to fsync."""
+Step = Callable[[], int]
+"""A write of one staged append that returns the open descriptor, for its barrier to fsync and close."""
 
 
 class Staged(NamedTuple):
@@ -98,7 +98,7 @@ class FileGroups:
         """Run every staged append's writes, barrier after barrier; the failures, by unit."""
         failed: dict[int, StoreError] = {}
         for barrier in range(max((len(append.steps) for _, append in staged), default=0)):
-            handles: list[tuple[int, Staged, Any]] = []
+            handles: list[tuple[int, Staged, int]] = []
             try:
                 for number, append in staged:
                     step = append.steps[barrier] if barrier < len(append.steps) else None
@@ -115,13 +115,13 @@ class FileGroups:
             finally:
                 for _, _, handle in handles:
                     with contextlib.suppress(OSError):
-                        handle.close()
+                        os.close(handle)
         return failed
 
 
-def _fsync(handle: Any) -> OSError | None:
+def _fsync(fd: int) -> OSError | None:
     try:
-        os.fsync(handle.fileno())
+        os.fsync(fd)
     except OSError as exc:
         return exc
     return None

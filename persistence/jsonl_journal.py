@@ -18,7 +18,7 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -79,13 +79,13 @@ def encoded(journal: Journal) -> bytes:
     return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
-def written(directory: Path, journal: Journal) -> Any:
-    """Write ``journal`` (the file exists, see `ready`) and return the open file for the caller to sync."""
+def written(directory: Path, journal: Journal) -> int:
+    """Write ``journal`` (the file exists, see `ready`) and return the open descriptor for the caller to sync."""
     return write_unsynced(directory / JOURNAL_NAME, 0, encoded(journal))
 
 
-def cleared(directory: Path) -> Any:
-    """Empty the journal and return the open file for the caller to sync: `clear` in a group's barrier."""
+def cleared(directory: Path) -> int:
+    """Empty the journal and return the open descriptor for the caller to sync: `clear` in a group's barrier."""
     return write_unsynced(directory / JOURNAL_NAME, 0, b"")
 
 

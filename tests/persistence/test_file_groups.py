@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -103,5 +104,5 @@ def test_locks_are_held_until_the_group_is_durable(tmp_path: Path) -> None:
 def test_write_unsynced_cuts_only_what_lies_past_its_end(tmp_path: Path, size: int) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"z" * size)
-    write_unsynced(path, 2, b"ab").close()
+    os.close(write_unsynced(path, 2, b"ab"))
     assert path.read_bytes() == (b"zzab" if size else b"\0\0ab")

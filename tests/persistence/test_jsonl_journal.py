@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -53,7 +52,7 @@ async def sealing_write(
     kept: list[bytes] = []
     clearing = jsonl_journal.cleared
 
-    def keep_then_clear(directory: Path) -> Any:
+    def keep_then_clear(directory: Path) -> int:
         kept.append((directory / "journal").read_bytes())
         return clearing(directory)
 
