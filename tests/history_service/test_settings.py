@@ -28,6 +28,7 @@ def test_defaults_and_environment() -> None:
     assert Settings.from_env({"HISTORY_ENABLE_TEST_SEED": "1"}).enable_test_seed
     assert not Settings.from_env({"HISTORY_ENABLE_TEST_SEED": "true"}).enable_test_seed
     assert Settings.from_env({"HISTORY_STORE": "a"}, store_url="b", auth=None).store_url == "b"
+    assert Settings.from_env({"HISTORY_SESSION_CACHE": "50"}).session_cache == 50
 
 
 @pytest.mark.parametrize(
@@ -40,6 +41,7 @@ def test_defaults_and_environment() -> None:
         ({"HISTORY_MAX_BODY_BYTES": "lots"}, "is not a valid int"),
         ({"HISTORY_MAX_BODY_BYTES": "0"}, "max_body_bytes must be positive"),
         ({"HISTORY_PING_INTERVAL": "-1"}, "ping_interval must be positive"),
+        ({"HISTORY_SESSION_CACHE": "0"}, "session_cache must be positive"),
     ],
 )
 def test_bad_values_are_refused_at_startup(environ: dict[str, str], message: str) -> None:
