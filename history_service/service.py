@@ -153,11 +153,13 @@ class HistoryService:
                     raise
                 raise ApiError(422, "invalid_parent", f"no session {parent!r} to be the parent") from None
         try:
-            return await self.store.create_session(header, owner=principal)
+            info = await self.store.create_session(header, owner=principal)
         except SessionExistsError as exc:
             raise ApiError(409, "session_exists", f"session {header.id!r} already exists") from exc
         except StoreError as exc:
             raise unavailable(exc, f"creating session {header.id!r}") from exc
+        self._learn(info)
+        return info
 
     async def append(self, principal: str, session_id: str, events: Sequence[Event]) -> AppendResult:
         await self._owned(principal, session_id, need_head=False)
@@ -176,18 +178,25 @@ class HistoryService:
     async def page(
         self, principal: str, session_id: str, child: str | None, query: PageQuery, coding: str = "identity"
     ) -> ServedPage:
-        """The page an address names, if the caller may read it, in one store read.
+        """The page an address names, if the caller may read it: one store read once its owner is known.
 
-        The store returns the session with the page, and access is decided on that; an
-        immutable page (explicit ``through``) of a session whose owner is known comes from
-        the cache without a read.
+        Access is decided on the session's owner and header, which never change and are
+        kept once read, before any record is read; an immutable page (explicit ``through``)
+        then comes from the cache when it is there.
         """
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
         target = child or session_id
         known = self._owners.get(target)
-        if query.through is not None and known is not None:
-            _check_visible(principal, session_id, child, SessionInfo(known[1], known[0], -1))
+        if known is None:
+            # Who may read it is settled before any record is read: a caller who may not costs one row.
+            info = await self._session(target)
+            if info is None:
+                raise _not_found(target)
+            self._learn(info)
+            known = (info.owner, info.header)
+        _check_visible(principal, session_id, child, SessionInfo(known[1], known[0], -1))
+        if query.through is not None:
             cached = await self.pages.cached(target, query, coding)
             if cached is not None:
                 return cached
@@ -197,8 +206,6 @@ class HistoryService:
             raise _not_found(target) from None
         except StoreError as exc:
             raise unavailable(exc, f"reading a page of session {target!r}") from exc
-        self._learn(read.info)
-        _check_visible(principal, session_id, child, read.info)
         return await self._served(read, query, coding)
 
     async def _served(self, read: PageRead, query: PageQuery, coding: str) -> ServedPage:

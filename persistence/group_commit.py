@@ -34,10 +34,13 @@ T = TypeVar("T")
 
 
 class _Unit(Generic[T]):
-    __slots__ = ("future", "loop", "work")
+    __slots__ = ("future", "key", "loop", "work")
 
-    def __init__(self, work: Callable[[Any], T], loop: asyncio.AbstractEventLoop, future: asyncio.Future[T]) -> None:
+    def __init__(
+        self, work: Callable[[Any], T], key: str, loop: asyncio.AbstractEventLoop, future: asyncio.Future[T]
+    ) -> None:
         self.work = work
+        self.key = key
         self.loop = loop
         self.future = future
 
@@ -63,8 +66,12 @@ class GroupCommit:
         self.groups = 0
         self.units = 0
 
-    async def run(self, work: Callable[[Any], T]) -> T:
+    async def run(self, work: Callable[[Any], T], key: str = "") -> T:
         """Run ``work`` in the next group; its result once the group is durable.
+
+        ``key`` names what the unit locks (its session). A group runs its units in key order,
+        arrival order within a key, so that two processes' groups take their locks in one
+        order and never wait on each other in a cycle.
 
         Raises what ``work`` raised (as `StoreError` when it is not one already), or
         `StoreError` when the group as a whole failed. Cancellation waits for the outcome,
@@ -74,7 +81,7 @@ class GroupCommit:
             raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Unit(work, loop, future))
+        self._queue.put(_Unit(work, key, loop, future))
         if self._thread is None:
             self._start()
         with anyio.CancelScope(shield=True):
@@ -110,6 +117,7 @@ class GroupCommit:
                     stop = True
                     break
                 group.append(unit)
+            group.sort(key=_key)
             try:
                 outcomes = self._commit_group([unit.work for unit in group])
             except Exception as exc:
@@ -169,6 +177,10 @@ class SqlGroups:
         if self._connection is not None:
             _quietly(self._connection.close)
             self._connection = None
+
+
+def _key(unit: _Unit[Any]) -> str:
+    return unit.key
 
 
 def unavailable(exc: BaseException) -> StoreError:

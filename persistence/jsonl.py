@@ -534,7 +534,10 @@ class JsonlStore(HistoryStore):
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
         async with self._locks.hold(session_id):
             batch = await prepared(events)
-            return await self._writer.run(lambda group: self._append_unit(group, session_id, events, batch))
+            if self._fresh(session_id) is None:
+                # Load a cold session here, in a worker thread, not in the writer that every session waits on.
+                await self._run(self._state, session_id)
+            return await self._writer.run(lambda group: self._append_unit(group, session_id, events, batch), session_id)
 
     def _append_unit(
         self, group: FileGroup, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
@@ -714,7 +717,8 @@ class JsonlStore(HistoryStore):
         self, session_id: str, through: int | None, before: int | None, max_messages: int
     ) -> PageRead | None:
         state = self._states.get(session_id)
-        if state is None:
+        if state is None or self._zstd:
+            # A zstd frame may decompress to any size: those reads go to a worker thread.
             return None
         try:
             # Never wait on the event loop: a writer holding the lock sends the read to a worker thread.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
@@ -12,13 +13,17 @@ V = TypeVar("V")
 
 
 class Lru(Generic[K, V]):
-    """At most ``bound`` entries; `get` and `put` make an entry the most recent, `put` evicts the least."""
+    """At most ``bound`` entries; `get` and `put` make an entry the most recent, `put` evicts the least.
+
+    Safe to share between threads (a store's event loop, its worker threads and its writer).
+    """
 
     def __init__(self, bound: int) -> None:
         if bound < 1:
             raise ValueError("an Lru bound must be positive")
         self.bound = bound
         self._entries: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -27,19 +32,23 @@ class Lru(Generic[K, V]):
         return key in self._entries
 
     def get(self, key: K) -> V | None:
-        value = self._entries.get(key)
-        if value is not None:
-            self._entries.move_to_end(key)
-        return value
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
 
     def put(self, key: K, value: V) -> None:
-        self._entries[key] = value
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.bound:
-            self._entries.popitem(last=False)
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.bound:
+                self._entries.popitem(last=False)
 
     def pop(self, key: K) -> V | None:
-        return self._entries.pop(key, None)
+        with self._lock:
+            return self._entries.pop(key, None)
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()

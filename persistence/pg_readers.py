@@ -44,7 +44,13 @@ class AsyncReaders:
                 if connection is not None:
                     await connection.close()
                 raise StoreError(f"store unavailable: {exc}") from exc
+            except Exception:
+                # The store's own refusal (an unknown session, a corrupt header): the connection is sound.
+                if connection is not None:
+                    self._free.append(connection)
+                raise
             except BaseException:
+                # Cancelled mid-statement: the connection's state is unknown.
                 if connection is not None:
                     await connection.close()
                 raise

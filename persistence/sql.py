@@ -88,9 +88,11 @@ COMPRESS_AT: Final = 4096
 _MAX_LINE: Final = 256 * 1024 * 1024
 _MESSAGE_PAGE: Final = 256
 _BACKFILL_BATCH: Final = 1000
-# A SQLite read whose records' stored bytes pass this is finished in a worker thread, off the event loop.
+# A read whose records' stored bytes pass this, or hold a compressed line, is finished in a worker thread.
 INLINE_BYTES: Final = 256 * 1024
 _READERS_KEPT: Final = 8
+# Message-index pages a read on the event loop may walk to find its cut (a page is 256 messages).
+_INLINE_MESSAGE_PAGES: Final = 4
 T = TypeVar("T")
 
 
@@ -245,6 +247,17 @@ def _pg_head_params(session_id: str, through: int | None, before: int | None) ->
     return {"id": session_id, "bound": bound, "messages": _MESSAGE_PAGE}
 
 
+class _LongWalk(Exception):
+    """A cut that needs more of the message index than an event-loop read may walk."""
+
+
+def _newest(first: Sequence[MessageEntry], more: bool) -> Iterator[MessageEntry]:
+    """``first``, then `_LongWalk` if the index holds more messages than it and the cut needs them."""
+    yield from first
+    if more:
+        raise _LongWalk
+
+
 def _no_lines(pieces: Sequence[StoredRecord]) -> Sequence[StoredRecord]:
     if pieces:
         raise AssertionError("a one-statement append never rewrites stored records")
@@ -303,8 +316,14 @@ class _Statements:
             .where(*where)
             .order_by(r.seq)
         )
-        # The stored size of those records, from each row's header: no record is read.
-        self.stored_bytes = prepared(sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(r.data)), 0)).where(*where))
+        # The stored size of those records, and whether any is compressed, from each row's header:
+        # no record is read. (SQLite only: its reads alone may run on the event loop.)
+        self.stored_bytes = prepared(
+            sa.select(
+                sa.func.coalesce(sa.func.sum(sa.func.length(r.data)), 0),
+                sa.func.coalesce(sa.func.max(r.compressed), 0),
+            ).where(*where)
+        )
         self.hidden = prepared(sa.select(h.seq, h.start, h.end).where(h.session_id == b("id"), h.seq < b("to_seq")))
         self.messages = prepared(
             sa.select(m.seq, m.group_start)
@@ -564,7 +583,7 @@ class SqlStore(HistoryStore):
             "head_seq": -1,
             "created_at": header.createdAt,
         }
-        await self._writer.run(lambda cursor: self._create_unit(cursor, row))
+        await self._writer.run(lambda cursor: self._create_unit(cursor, row), header.id)
         return SessionInfo(header, owner, -1)
 
     def _create_unit(self, cursor: Any, row: dict[str, Any]) -> None:
@@ -629,7 +648,7 @@ class SqlStore(HistoryStore):
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
         # Packing is pure work: done before the writer, never inside its transaction.
         batch = await prepared(events)
-        return await self._writer.run(lambda cursor: self._append_unit(cursor, session_id, events, batch))
+        return await self._writer.run(lambda cursor: self._append_unit(cursor, session_id, events, batch), session_id)
 
     def _append_unit(
         self, cursor: Any, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
@@ -781,8 +800,12 @@ class SqlStore(HistoryStore):
     ) -> PageRead:
         if not self._sqlite:
             return await self._pg_read_page(session_id, through, before, max_messages)
-        read, complete = await self._read_any(self._page_sync, session_id, through, before, max_messages, self._sqlite)
+        read, complete = await self._read_any(self._page_sync, session_id, through, before, max_messages, True)
         if complete:
+            return read
+        if not read.cuts:
+            # The cut needs a long walk through the message index: all of the read goes to a worker thread.
+            read, _ = await self._in_thread(self._page_sync, session_id, through, before, max_messages, False)
             return read
         stored = await self._in_thread(self._stored, session_id, read.cuts[-1], read.to_seq)
         return PageRead(read.info, read.to_seq, read.cuts, stored)
@@ -796,13 +819,16 @@ class SqlStore(HistoryStore):
             to_seq = page_end(info.head_seq, through, before)
             if to_seq <= 0 or (through is not None and through > info.head_seq):
                 return PageRead(info, to_seq, [], []), True
-            cuts = self._cuts(cursor, session_id, to_seq, max_messages)
+            try:
+                cuts = self._cuts(cursor, session_id, to_seq, max_messages, _INLINE_MESSAGE_PAGES if inline else None)
+            except _LongWalk:
+                return PageRead(info, to_seq, [], []), False
         else:
             found = self._pg_page_head(cursor, session_id, through, before, max_messages)
             if isinstance(found, PageRead):
                 return found, True
             info, to_seq, cuts = found
-        if inline and self._stored_bytes(cursor, session_id, cuts[-1], to_seq) > INLINE_BYTES:
+        if inline and not self._inline(cursor, session_id, cuts[-1], to_seq):
             return PageRead(info, to_seq, cuts, []), False
         return PageRead(info, to_seq, cuts, self._stored(cursor, session_id, cuts[-1], to_seq)), True
 
@@ -819,16 +845,22 @@ class SqlStore(HistoryStore):
         self, cursor: Any, session_id: str, from_seq: int, to_seq: int, inline: bool
     ) -> list[StoredRecord] | None:
         """The records, or ``None`` when they are too large to read ``inline``; an unknown session raises."""
-        if inline and self._stored_bytes(cursor, session_id, from_seq, to_seq) > INLINE_BYTES:
+        if inline and not self._inline(cursor, session_id, from_seq, to_seq):
             return None
         stored = self._stored(cursor, session_id, from_seq, to_seq)
         if not stored:
             self._require(cursor, session_id)
         return stored
 
-    def _stored_bytes(self, cursor: Any, session_id: str, from_seq: int, to_seq: int) -> int:
-        row = self._sql.stored_bytes.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchone()
-        return int(row[0])
+    def _inline(self, cursor: Any, session_id: str, from_seq: int, to_seq: int) -> bool:
+        """Whether the records may be read on the event loop: few stored bytes, none of them to decompress.
+
+        A compressed line may decompress to any size, so a read holding one goes to a worker thread.
+        """
+        size, compressed = self._sql.stored_bytes.run(
+            cursor, id=session_id, from_seq=from_seq, to_seq=to_seq
+        ).fetchone()
+        return int(size) <= INLINE_BYTES and not compressed
 
     def _stored(self, cursor: Any, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         return self._records(self._sql.stored.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchall())
@@ -850,11 +882,13 @@ class SqlStore(HistoryStore):
         self._require(cursor, session_id)
         return self._cuts(cursor, session_id, to_seq, max_messages)
 
-    def _cuts(self, cursor: Any, session_id: str, to_seq: int, max_messages: int) -> list[int]:
+    def _cuts(
+        self, cursor: Any, session_id: str, to_seq: int, max_messages: int, pages: int | None = None
+    ) -> list[int]:
+        """The candidate cuts; with ``pages``, raise `_LongWalk` rather than read more message pages than that."""
         hidden = [HiddenRange(*row) for row in self._sql.hidden.run(cursor, id=session_id, to_seq=to_seq).fetchall()]
-        return select_cuts(
-            self._messages_desc(cursor, session_id, to_seq), hidden, to_seq=to_seq, max_messages=max_messages
-        )
+        messages = self._messages_desc(cursor, session_id, to_seq, pages=pages)
+        return select_cuts(messages, hidden, to_seq=to_seq, max_messages=max_messages)
 
     def _pg_page_head(
         self, cursor: Any, session_id: str, through: int | None, before: int | None, max_messages: int
@@ -887,23 +921,26 @@ class SqlStore(HistoryStore):
     async def _pg_read_page(
         self, session_id: str, through: int | None, before: int | None, max_messages: int
     ) -> PageRead:
-        """`read_page` on PostgreSQL, on the event loop: two statements for any page of fewer than 256 messages."""
+        """`read_page` on PostgreSQL, on the event loop: two statements when the newest 256 messages hold the cut."""
         async with self._pg_readers().cursor() as cursor:
             await cursor.execute(_PG_PAGE_HEAD, _pg_head_params(session_id, through, before))
             head = self._pg_head(await cursor.fetchone(), session_id, through, before)
             if isinstance(head, PageRead):
                 return head
             info, to_seq, hidden, first, more = head
-            if not more:
-                cuts = select_cuts(first, hidden, to_seq=to_seq, max_messages=max_messages)
+            try:
+                cuts = select_cuts(_newest(first, more), hidden, to_seq=to_seq, max_messages=max_messages)
+            except _LongWalk:
+                cuts = []
+            if cuts:
                 values = {"id": session_id, "from_seq": cuts[-1], "to_seq": to_seq}
                 await cursor.execute(self._sql.stored.sql, self._sql.stored.params(values))
                 rows: list[Any] = await cursor.fetchall()
-        if more:
-            # More messages than one read brings: page through them in a worker thread.
+        if not cuts:
+            # The cut needs more messages than one read brings: page through them in a worker thread.
             read, _ = await self._in_thread(self._page_sync, session_id, through, before, max_messages, False)
             return read
-        if sum(len(row[3]) for row in rows) < INLINE_BYTES:
+        if sum(len(row[3]) for row in rows) < INLINE_BYTES and not any(row[2] for row in rows):
             return PageRead(info, to_seq, cuts, self._records(rows))
         return PageRead(info, to_seq, cuts, await anyio.to_thread.run_sync(self._records, rows))
 
@@ -920,13 +957,21 @@ class SqlStore(HistoryStore):
         to_seq: int,
         first: Sequence[MessageEntry] = (),
         more: bool = True,
+        pages: int | None = None,
     ) -> Iterator[MessageEntry]:
-        """Counted messages below ``to_seq``, newest first: ``first``, then, if ``more``, read a page at a time."""
+        """Counted messages below ``to_seq``, newest first: ``first``, then, if ``more``, read a page at a time.
+
+        With ``pages``, reading more message pages than that raises `_LongWalk`.
+        """
         yield from first
         if not more:
             return
         below = first[-1].seq if first else to_seq
         while True:
+            if pages is not None:
+                if pages == 0:
+                    raise _LongWalk
+                pages -= 1
             rows = self._sql.messages.run(cursor, id=session_id, below=below).fetchall()
             for seq, group_start in rows:
                 yield MessageEntry(seq, group_start)

@@ -26,10 +26,11 @@ from codec import (
 from codec.events import MAX_DEPTH, MAX_SESSION_ID
 from history_client import HistoryClient
 from history_service.cli import main
+from history_service.errors import ApiError
 from history_service.pages import PageQuery
 from history_service.service import HistoryService
 from history_service.settings import Settings
-from persistence import JsonlStore, open_store
+from persistence import JsonlStore, MemoryStore, open_store
 from testing.events import plain, text
 from testing.servers import serve_in_thread
 from testing.stores import BACKENDS, emptied_backend_url
@@ -231,3 +232,26 @@ async def test_eviction_never_breaks_an_open_follow(tmp_path: Path) -> None:
                     if line.startswith("data: "):
                         assert json.loads(line[6:])["data"] == {"n": 7}
                         break
+
+
+@pytest.mark.anyio
+async def test_a_caller_who_may_not_read_a_session_costs_no_record_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = MemoryStore()
+    reads: list[str] = []
+    original = store.read_page
+
+    async def counted(session_id: str, **bounds: Any) -> Any:
+        reads.append(session_id)
+        return await original(session_id, **bounds)
+
+    monkeypatch.setattr(store, "read_page", counted)
+    latest = PageQuery(through=None, before=None, max_messages=5, max_bytes=1 << 20)
+    await HistoryService(Settings(), store).create("bob", SessionHeader(id="b", createdAt=0))
+    # A fresh service knows no owner yet, and one that has learnt it: neither reads bob's records for alice.
+    for service in (HistoryService(Settings(), store),) * 2:
+        with pytest.raises(ApiError) as refused:
+            await service.page("alice", "b", None, latest)
+        assert refused.value.status == 404
+    assert reads == []
+    await HistoryService(Settings(), store).page("bob", "b", None, latest)
+    assert reads == ["b"]

@@ -27,7 +27,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from codec import Event, encode
+from codec import Event, SessionHeader, encode
 from persistence.errors import SeqConflictError, StoreError
 from persistence.group_commit import GroupCommit, SqlGroups
 from persistence.url import open_store
@@ -356,3 +356,64 @@ async def test_a_closed_writer_refuses_new_work(tmp_path: Path) -> None:
     writer.close()
     with pytest.raises(StoreError, match="closed"):
         await writer.run(_insert("b", 2))
+
+
+# Two processes' groups take their locks in one order.
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "postgresql"])
+def test_two_processes_groups_never_wait_on_each_other(kind: str, tmp_path: Path) -> None:
+    """Two stores on one root or database (as two processes) append to the same sessions at once.
+
+    A group holds its sessions' locks (a JSONL ``flock``, a PostgreSQL row lock) until it is
+    durable, so two groups taking them in different orders would wait on each other for ever
+    (JSONL) or be failed by the deadlock detector (PostgreSQL). Every append ends in 201 or
+    409. The stores run in a thread of their own, so a hang fails the test instead of hanging it.
+    """
+    if kind == "postgresql" and not PG_URL:
+        pytest.skip(f"{PG_URL_ENV} is not set; run under scripts/with-postgres")
+    sessions = ["a", "b", "c", "d"]
+    outcomes: dict[str, int] = {"appended": 0, "conflict": 0}
+    heads: list[int] = []
+
+    async def writer(store: Any, number: int) -> None:
+        rand = random.Random(number)
+        for attempt in range(150):
+            session = rand.choice(sessions)
+            head = await store.head_seq(session)
+            try:
+                # Content of its own, so a lost race is a conflict, never an idempotent re-send.
+                await store.append(session, [plain(head + 1, "note", {"writer": number, "attempt": attempt})])
+                outcomes["appended"] += 1
+            except SeqConflictError:
+                outcomes["conflict"] += 1
+
+    async def scenario() -> None:
+        url = await emptied_backend_url(kind, tmp_path)
+        stores = [await open_store(url, create=True), await open_store(url)]
+        for session in sessions:
+            await stores[0].create_session(SessionHeader(id=session, createdAt=T0))
+        try:
+            async with anyio.create_task_group() as group:
+                for number in range(16):
+                    group.start_soon(writer, stores[number % 2], number)
+            heads.extend([await stores[0].head_seq(session) for session in sessions])
+        finally:
+            for store in stores:
+                await store.close()
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            anyio.run(scenario)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG_GUARD)
+    assert not thread.is_alive(), f"the two stores' groups are waiting on each other: {outcomes}"
+    assert not errors, errors
+    assert sum(outcomes.values()) == 16 * 150
+    assert sum(head + 1 for head in heads) == outcomes["appended"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from persistence.lru import Lru
@@ -26,3 +28,25 @@ def test_pop_and_clear_and_a_bound_that_must_be_positive() -> None:
     assert len(cache) == 0
     with pytest.raises(ValueError, match="positive"):
         Lru(0)
+
+
+def test_threads_may_share_one() -> None:
+    cache: Lru[int, int] = Lru(8)
+    errors: list[BaseException] = []
+
+    def churn(offset: int) -> None:
+        try:
+            for k in range(20_000):
+                cache.put(offset + k % 50, k)
+                cache.get(offset + (k * 7) % 50)
+                if k % 13 == 0:
+                    cache.pop(offset + k % 50)
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=churn, args=(offset,)) for offset in (0, 25, 0, 25)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == [] and len(cache) <= 8

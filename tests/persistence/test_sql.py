@@ -14,7 +14,17 @@ import msgspec
 import pytest
 import sqlalchemy as sa
 
-from codec import Event, SessionHeader, StoredRecord, encode, encode_lines, pack, pack_page, stored_record
+from codec import (
+    Event,
+    SessionHeader,
+    StoredRecord,
+    decode_event,
+    encode,
+    encode_lines,
+    pack,
+    pack_page,
+    stored_record,
+)
 from history_service.scenarios import multi_turn
 from persistence.base import SessionKey, SessionSummary
 from persistence.errors import CorruptLogError, SchemaVersionError, StoreError
@@ -55,6 +65,35 @@ async def test_large_data_is_compressed(tmp_path: Path) -> None:
     by_seq = {seq: (compressed, size) for seq, compressed, size in rows}
     assert by_seq[0][0] is False
     assert by_seq[1][0] is True and by_seq[1][1] < 1000
+
+
+@pytest.mark.parametrize(
+    ("text", "in_thread"),
+    [("a" * 100, False), ("a" * 100_000, True), ("".join(f"{k:07d}" for k in range(40_000)), True)],
+    ids=["small", "compressed", "large"],
+)
+async def test_sqlite_reads_on_the_event_loop_only_what_is_small_and_plain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, in_thread: bool
+) -> None:
+    """A compressed line may decompress to any size, so, like a large read, it is read in a worker thread."""
+    store = await SqlStore.open(f"sqlite:///{tmp_path / 'h.db'}")
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    events = [plain(0, "user/message", {"text": "q"}, surfaceOp="append"), Event("tool/result", 1, 0, {"text": text})]
+    await store.append("s", events)
+    hops: list[str] = []
+    original = SqlStore._in_thread
+
+    async def counted(self: SqlStore, work: Any, *args: Any) -> Any:
+        hops.append(work.__name__)
+        return await original(self, work, *args)
+
+    monkeypatch.setattr(SqlStore, "_in_thread", counted)
+    read = await store.read_page("s", through=None, before=None, max_messages=5)
+    stored = await store.read_stored("s", 0, 2)
+    await store.close()
+    assert [record.line for record in read.stored] == [record.line for record in stored]
+    assert [decode_event(record.line) for record in stored] == events
+    assert hops == (["_stored", "_stored_checked"] if in_thread else [])
 
 
 async def test_data_is_kept_raw_when_compression_does_not_shrink_it(tmp_path: Path) -> None:
