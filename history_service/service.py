@@ -21,7 +21,6 @@ from history_service.settings import Settings
 from persistence import (
     AppendResult,
     HistoryStore,
-    PageRead,
     SeqConflictError,
     SessionExistsError,
     SessionInfo,
@@ -206,16 +205,13 @@ class HistoryService:
             raise _not_found(target) from None
         except StoreError as exc:
             raise unavailable(exc, f"reading a page of session {target!r}") from exc
-        return await self._served(read, query, coding)
-
-    async def _served(self, read: PageRead, query: PageQuery, coding: str) -> ServedPage:
         head = read.info.head_seq
         if query.through is not None and query.through > head:
             raise ApiError(400, "invalid_parameter", f"through {query.through} is beyond the head {head}")
         try:
             return await self.pages.serve(read, query, coding)
         except StoreError as exc:
-            raise unavailable(exc, f"reading a page of session {read.info.header.id!r}") from exc
+            raise unavailable(exc, f"reading a page of session {target!r}") from exc
 
     async def follow(self, session_id: str, *, after: int | None, max_messages: int) -> AsyncIterator[bytes]:
         """The follow stream of a session the caller may read: opening frames, then events, until shutdown."""
@@ -225,10 +221,7 @@ class HistoryService:
             query = PageQuery(
                 through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
             )
-            served = await self.pages.cached(info.header.id, query, "identity")
-            if served is None:
-                served = await self._served(await self.pages.read(info.header.id, query), query, "identity")
-            return snapshot_body(info.header, info.head_seq, served.body.join())
+            return snapshot_body(info.header, info.head_seq, (await self.pages.page(info, query)).body.join())
 
         try:
             async with self.hub.subscribe(

@@ -748,14 +748,13 @@ class JsonlStore(HistoryStore):
             return None
         return PageRead(info, to_seq, cuts, self._stored(state, cuts[-1], to_seq))
 
-    def _span(self, state: SessionState, from_seq: int, to_seq: int) -> int:
-        """The log bytes a read of ``[from_seq, to_seq)`` covers."""
+    @staticmethod
+    def _span(state: SessionState, from_seq: int, to_seq: int) -> int:
+        """The bytes of a plain log that a read of ``[from_seq, to_seq)`` covers."""
         first = max(0, bisect.bisect_right(state.starts, from_seq) - 1)
         last = bisect.bisect_left(state.starts, to_seq)
         if first >= last:
             return 0
-        if self._zstd:
-            return state.entries[state.blocks[last - 1]].end - state.entries[state.blocks[first]].start
         return position(state, last - 1) + state.lengths[last - 1] - position(state, first)
 
     async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:

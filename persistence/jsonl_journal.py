@@ -27,13 +27,11 @@ from persistence._files import fsync_dir, pread_path, truncate, write_at, write_
 __all__ = [
     "JOURNAL_NAME",
     "Journal",
-    "clear",
     "cleared",
     "encoded",
     "pending",
     "ready",
     "settle",
-    "write_journal",
     "written",
 ]
 
@@ -53,14 +51,6 @@ class Journal(msgspec.Struct, frozen=True, array_like=True):
 
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _DECODER: Final = msgspec.msgpack.Decoder(Journal)
-
-
-def write_journal(directory: Path, journal: Journal) -> None:
-    """Save ``journal`` durably, before the rewrite touches the log or the index."""
-    created = ready(directory)
-    write_file(directory / JOURNAL_NAME, encoded(journal))
-    if created:
-        fsync_dir(directory)
 
 
 def ready(directory: Path) -> bool:
@@ -85,13 +75,8 @@ def written(directory: Path, journal: Journal) -> int:
 
 
 def cleared(directory: Path) -> int:
-    """Empty the journal and return the open descriptor for the caller to sync: `clear` in a group's barrier."""
+    """Empty the journal (the rewrite is done) and return the open descriptor for the caller to sync."""
     return write_unsynced(directory / JOURNAL_NAME, 0, b"")
-
-
-def clear(directory: Path) -> None:
-    """Empty the journal, durably, once the rewrite is done: a journal on disk then always means a crash during it."""
-    truncate(directory / JOURNAL_NAME, 0)
 
 
 def _read(path: Path) -> Journal | None:
