@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from codec import MAX_SAFE_INTEGER, DeltaData, Event, StoredRecord, stored_batch
 from codec.event_json import events_from_values
 
-__all__ = ["batches", "layouts", "sessions", "stored_in"]
+__all__ = ["batches", "json_number_texts", "json_values", "layouts", "sessions", "stored_in"]
 
 SAFE = st.integers(min_value=-MAX_SAFE_INTEGER, max_value=MAX_SAFE_INTEGER)
 
@@ -106,3 +106,29 @@ def stored_in(events: list[Event], sizes: list[int]) -> list[StoredRecord]:
         out += stored_batch(events[at : at + size])
         at += size
     return out
+
+
+# Keys that JavaScript objects would list first ("0", "17") mixed with ordinary ones.
+_KEYS = st.one_of(st.text(max_size=6), st.integers(0, 99).map(str))
+_FLOATS = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(-(2**60), 2**60).map(float),  # integral floats: 3.0, -0.0 stays rare otherwise
+    st.sampled_from([0.0, -0.0, 1e16, 1e-5, 1e-6, 5e-324, 1.7976931348623157e308]),
+)
+
+
+def json_values(*, max_leaves: int = 12) -> st.SearchStrategy[Any]:
+    """JSON values as msgspec decodes them: ints of any size, finite floats (integral ones
+    too), text, and objects with integer-like keys in any position."""
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(), _FLOATS, st.text(max_size=8))
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=4)),
+        max_leaves=max_leaves,
+    )
+
+
+def json_number_texts() -> st.SearchStrategy[str]:
+    """JSON number literals in any valid spelling: signs, leading zeros of fractions, exponents
+    of either case, and sizes beyond a float's range."""
+    return st.from_regex(r"-?(0|[1-9][0-9]{0,30})(\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?", fullmatch=True)
