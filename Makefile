@@ -11,7 +11,10 @@ export HISTORY_CORPUS_DIR
 
 PACKAGES := codec persistence history_service history_client
 
-.PHONY: serve test lint typecheck unit bench venv clean
+.PHONY: serve test lint typecheck typecheck-js unit bench venv clean
+
+JS := clients/js
+JS_STAMP := $(JS)/node_modules/.installed
 
 venv: $(STAMP)
 
@@ -37,8 +40,20 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: $(STAMP) typecheck-js
 	$(BIN)/mypy $(PACKAGES) testing tests bench
+
+# The JavaScript package is JSDoc-typed JavaScript, checked by tsc (a dev
+# dependency of clients/js, pinned by its package-lock.json). Without npm this step says so.
+$(JS_STAMP): $(JS)/package-lock.json
+	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(JS_STAMP)
+
+typecheck-js:
+	@if command -v npm >/dev/null; then \
+		$(MAKE) --no-print-directory $(JS_STAMP) && \
+		$(JS)/node_modules/.bin/tsc --noEmit -p $(JS); \
+	else echo "typecheck-js: skipped: npm is not on PATH (scripts/with-node installs it)"; fi
 
 # The bench suites that have a smoke mode run here too, so they cannot rot.
 SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_history_transport.py bench/test_page_path.py \

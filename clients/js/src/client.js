@@ -1,0 +1,421 @@
+/**
+ * `HistoryClient`: exact pages, exact history and exactly-once live follow over `fetch`,
+ * for browsers and Node. The twin of history_client/client.py and the plans beside it
+ * (history.py, follow.py): the same requests, the same error mapping, the same
+ * continuity rules. As in Python, this module is the I/O shell; the follow rules (the
+ * reconnect backoff, the journal, the stream's frames and errors) are in follow.js.
+ *
+ * `follow` reads the event stream through `fetch` rather than `EventSource`, so it can send
+ * `Authorization` and `X-Principal`, and so it decides itself when and from where to
+ * reconnect.
+ */
+
+import { checkSessionId, readPage } from "./codec.js";
+import { ClientError, ProtocolError, ServiceError, TransportError, describe } from "./client-errors.js";
+import { Backoff, Disconnected, Frames, Journal, streamError } from "./follow.js";
+
+export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js";
+
+/** @typedef {import("./codec.js").Event} Event */
+/** @typedef {import("./codec.js").ReadPage} Page */
+/** @typedef {import("./sse.js").ServerSentEvent} ServerSentEvent */
+
+/**
+ * A follow connection is about to be opened: `after` is the `Last-Event-ID` it sends
+ * (`null` for a fresh open, which starts with a snapshot), `failures` the failed attempts
+ * in a row before it.
+ *
+ * @typedef {{type: "connecting", failures: number, after: number | null}} Connecting
+ */
+/**
+ * The follow stream opened. `failures > 0` means it opened again after that many failed
+ * attempts in a row (Python's `Reconnected`).
+ *
+ * @typedef {{type: "connected", failures: number, after: number | null}} Connected
+ */
+/**
+ * A follow connection failed and is tried again after `delayMs` (Python's `Retrying`).
+ * `attempt` counts the failures in a row since an event was last delivered, from 1;
+ * `opened` says whether the stream had opened (a lost stream) or not (a failed connection).
+ *
+ * @typedef {{type: "retrying", attempt: number, delayMs: number, opened: boolean, error: Error, reason: string}} Retrying
+ */
+/** @typedef {Connecting | Connected | Retrying} ConnectionChange */
+/** @typedef {(change: ConnectionChange) => void} ConnectionHook */
+
+export const DEFAULT_TIMEOUT_MS = 10_000;
+// A healthy stream carries a ping every 15 s; three missed pings mean the connection is dead.
+export const FOLLOW_READ_TIMEOUT_MS = 45_000;
+
+const RETRYABLE_STATUS = new Set([408, 425, 429, 500, 502, 503, 504]);
+
+/**
+ * The address of a session, or of a subagent child read through its parent. An id the
+ * service could never accept is the codec's `SessionIdError`, before any request.
+ *
+ * @param {string} session
+ * @param {string | null | undefined} child
+ * @param {string} leaf
+ * @returns {string}
+ */
+export function sessionPath(session, child, leaf) {
+  checkSessionId(session);
+  if (child != null) checkSessionId(child, "child id");
+  let base = `/v1/sessions/${encodeURIComponent(session)}`;
+  if (child != null) base += `/subagents/${encodeURIComponent(child)}`;
+  return `${base}/${leaf}`;
+}
+
+/**
+ * The `ServiceError` for a non-2xx response; reads its body.
+ *
+ * @param {Response} response
+ * @returns {Promise<ServiceError>}
+ */
+export async function serviceError(response) {
+  const status = response.status;
+  let code = `http_${status}`;
+  let message = response.statusText || "error";
+  let text = "";
+  try {
+    text = await response.text();
+  } catch {
+    // The status already says what went wrong; a body lost on the way adds nothing.
+  }
+  /** @type {unknown} */
+  let body = text;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // Not JSON (a gateway's HTML page, say): keep the text.
+  }
+  const error = isObject(body) ? body.error : undefined;
+  if (isObject(error) && typeof error.code === "string") {
+    code = error.code;
+    if (error.message !== undefined) message = String(error.message);
+  }
+  return new ServiceError(message, { status, code, body });
+}
+
+/**
+ * @param {unknown} value
+ * @returns {value is Record<string, unknown>}
+ */
+function isObject(value) {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/**
+ * An `AbortController` that also aborts when `parent` does, or after `timeoutMs` (`null`: never).
+ *
+ * @param {AbortSignal | undefined} parent
+ * @param {number | null} timeoutMs
+ */
+function linkedAbort(parent, timeoutMs) {
+  const controller = new AbortController();
+  const state = { timedOut: false };
+  const onAbort = () => controller.abort(parent?.reason);
+  if (parent?.aborted) onAbort();
+  else parent?.addEventListener("abort", onAbort, { once: true });
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let timer;
+  if (timeoutMs !== null) {
+    timer = setTimeout(() => {
+      state.timedOut = true;
+      controller.abort();
+    }, timeoutMs);
+  }
+  return {
+    signal: controller.signal,
+    state,
+    /** Stop the timeout; the link to `parent` stays until `close`. */
+    settle: () => clearTimeout(timer),
+    close() {
+      clearTimeout(timer);
+      parent?.removeEventListener("abort", onAbort);
+      controller.abort();
+    },
+  };
+}
+
+/**
+ * Wait `ms`, or less if `signal` aborts.
+ *
+ * @param {number} ms
+ * @param {AbortSignal | undefined} signal
+ * @returns {Promise<void>}
+ */
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+/**
+ * The history service's client.
+ *
+ * Parameters:
+ *   baseUrl: the service, e.g. `http://127.0.0.1:8000`; `""` for the page's own origin in a browser.
+ *   token, principal: sent as `Authorization: Bearer <token>` and `X-Principal` when set.
+ *   fetch: the `fetch` to use (default: the global one), e.g. a mock in tests.
+ *   maxMessages, maxBytes: defaults for every page request.
+ *   backoff: the reconnect policy of `follow`, a `Backoff` or its options.
+ *   timeoutMs: the longest a page request may take (default 10 s).
+ *   followReadTimeoutMs: how long a follow stream may stay silent before it reconnects (default 45 s).
+ *   exact: parse bodies with the codec's `parseJsonExact`, which keeps number spellings
+ *     (`1.0` against `1`, integers past 2^53) so events encode back byte for byte; slower.
+ */
+export class HistoryClient {
+  /**
+   * @param {string} [baseUrl]
+   * @param {{
+   *   token?: string,
+   *   principal?: string,
+   *   fetch?: typeof globalThis.fetch,
+   *   maxMessages?: number,
+   *   maxBytes?: number,
+   *   backoff?: Backoff | ConstructorParameters<typeof Backoff>[0],
+   *   timeoutMs?: number,
+   *   followReadTimeoutMs?: number,
+   *   exact?: boolean,
+   * }} [options]
+   */
+  constructor(baseUrl = "", options = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    // Called as a plain function: a browser's fetch refuses to run with a client as `this`.
+    this._fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    /** @type {Record<string, string>} */
+    this._headers = {};
+    if (options.token !== undefined) this._headers.Authorization = `Bearer ${options.token}`;
+    if (options.principal !== undefined) this._headers["X-Principal"] = options.principal;
+    this.maxMessages = options.maxMessages;
+    this.maxBytes = options.maxBytes;
+    this.backoff = options.backoff instanceof Backoff ? options.backoff : new Backoff(options.backoff ?? {});
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.followReadTimeoutMs = options.followReadTimeoutMs ?? FOLLOW_READ_TIMEOUT_MS;
+    this.exact = options.exact ?? false;
+  }
+
+  /**
+   * One validated page: its records cover exactly `[fromSeq, toSeq)` and it ends at the
+   * cursor asked for, or the codec's error is raised before any event is returned.
+   *
+   * @param {string} sessionId
+   * @param {{child?: string, through?: number, before?: number, maxMessages?: number, maxBytes?: number, signal?: AbortSignal}} [options]
+   * @returns {Promise<Page>}
+   */
+  async page(sessionId, { child, through, before, maxMessages, maxBytes, signal } = {}) {
+    const path = sessionPath(sessionId, child, "page");
+    const params = {
+      through,
+      before,
+      maxMessages: maxMessages ?? this.maxMessages,
+      maxBytes: maxBytes ?? this.maxBytes,
+    };
+    const body = await this._get(path, params, signal);
+    return readPage(body, { through, before, exact: this.exact });
+  }
+
+  /**
+   * The exact events with `after < seq <= through` (default: to the head), in seq order.
+   *
+   * The page API cuts backwards from a cursor, so this walks back first, each page ending
+   * exactly where the previous one began, and yields only once every page has passed
+   * the codec's checks: a broken page raises before any event.
+   *
+   * @param {string} sessionId
+   * @param {{child?: string, after?: number, through?: number, signal?: AbortSignal}} [options]
+   * @returns {AsyncGenerator<Event, void, undefined>}
+   */
+  async *iterHistory(sessionId, { child, after = -1, through, signal } = {}) {
+    sessionPath(sessionId, child, "page"); // a bad id fails even when there is nothing to fetch
+    if (through !== undefined && through <= after) return;
+    /** @type {Page[]} */
+    const newer = [];
+    /** @type {number | undefined} */
+    let cursor = through;
+    /** @type {Page} */
+    let oldest;
+    for (;;) {
+      const page = await this.page(sessionId, { child, through: cursor, signal });
+      if (page.toSeq <= after + 1) return;
+      if (page.fromSeq <= after + 1) {
+        oldest = page;
+        break;
+      }
+      newer.push(page);
+      cursor = page.fromSeq - 1;
+    }
+    yield* oldest.events({ after });
+    for (let i = newer.length - 1; i >= 0; i--) yield* newer[i].events();
+  }
+
+  /**
+   * Every event after `after` (or from a fresh snapshot's tail page), exactly once, in
+   * order, live.
+   *
+   * Reconnects with `Last-Event-ID` on any break, as `backoff` says; repairs gaps from
+   * pages. It ends when the caller stops iterating or `signal` aborts (quietly: the
+   * iteration just ends), or raises an error that retrying cannot fix. `onConnection`
+   * hears, in order, each connection attempt (`connecting`), each stream that opens
+   * (`connected`) and each failure that will be retried (`retrying`); the failure that
+   * exhausts the retries is raised as `TransportError` instead.
+   *
+   * @param {string} sessionId
+   * @param {{child?: string, after?: number | null, maxMessages?: number, signal?: AbortSignal, onConnection?: ConnectionHook}} [options]
+   * @returns {AsyncGenerator<Event, void, undefined>}
+   */
+  async *follow(sessionId, { child, after = null, maxMessages, signal, onConnection } = {}) {
+    const path = sessionPath(sessionId, child, "follow");
+    const fetchPage = (/** @type {number} */ through) => this.page(sessionId, { child, through, signal });
+    const journal = new Journal(after, fetchPage, this.exact);
+    let failures = 0;
+    for (;;) {
+      if (signal?.aborted) return;
+      let opened = false;
+      /** @type {Frames | null} */
+      let stream = null;
+      /** @type {Error} */
+      let error;
+      try {
+        onConnection?.({ type: "connecting", failures, after: journal.cursor });
+        stream = await this._openStream(path, journal.cursor, maxMessages, signal);
+        opened = true;
+        onConnection?.({ type: "connected", failures, after: journal.cursor });
+        let first = true; // a snapshot may only open a stream; a resumed one needs none
+        for (;;) {
+          const frame = await stream.next();
+          if (frame === null) throw new Disconnected("the stream ended");
+          if (frame.retry !== null) journal.retryMs = frame.retry;
+          /** @type {Event[]} */
+          let events;
+          if (frame.event === "snapshot") {
+            if (!first) throw new ProtocolError("the stream sent a snapshot after its opening");
+            events = await journal.open(frame.data);
+          } else if (frame.event === "event") {
+            if (journal.cursor === null) throw new ProtocolError("the stream sent an event before its snapshot");
+            events = await journal.live(frame.data);
+          } else if (frame.event === "error") {
+            throw streamError(frame.data, journal.cursor);
+          } else {
+            continue;
+          }
+          for (const event of events) {
+            if (signal?.aborted) return;
+            yield event;
+          }
+          journal.delivered();
+          first = false;
+          failures = 0;
+        }
+      } catch (caught) {
+        if (signal?.aborted) return;
+        if (caught instanceof ServiceError && RETRYABLE_STATUS.has(caught.status)) error = caught;
+        else if (caught instanceof Disconnected || caught instanceof TransportError) error = caught;
+        else throw caught;
+      } finally {
+        stream?.close();
+      }
+      failures += 1;
+      const { maxRetries } = this.backoff;
+      if (maxRetries !== null && failures > maxRetries) {
+        throw new TransportError(`the follow stream gave up after attempt ${failures} failed: ${describe(error)}`, {
+          cause: error,
+        });
+      }
+      const delayMs = this.backoff.delay(failures, journal.retryMs);
+      onConnection?.({ type: "retrying", attempt: failures, delayMs, opened, error, reason: describe(error) });
+      await sleep(delayMs, signal);
+    }
+  }
+
+  /**
+   * @param {string} path
+   * @param {Record<string, number | undefined>} params
+   * @returns {string}
+   */
+  _url(path, params) {
+    const query = Object.entries(params)
+      .filter(([, value]) => value !== undefined && value !== null)
+      .map(([name, value]) => `${name}=${encodeURIComponent(String(value))}`)
+      .join("&");
+    return `${this.baseUrl}${path}${query ? `?${query}` : ""}`;
+  }
+
+  /**
+   * GET a JSON body as text; a non-2xx answer is a `ServiceError`, a failure to get one a `TransportError`.
+   *
+   * @param {string} path
+   * @param {Record<string, number | undefined>} params
+   * @param {AbortSignal | undefined} signal
+   * @returns {Promise<string>}
+   */
+  async _get(path, params, signal) {
+    const fetch = this._fetch;
+    const url = this._url(path, params);
+    const abort = linkedAbort(signal, this.timeoutMs);
+    const init = { headers: { Accept: "application/json", ...this._headers }, signal: abort.signal };
+    try {
+      /** @type {Response} */
+      let response;
+      try {
+        response = await fetch(url, init);
+      } catch (caught) {
+        if (signal?.aborted || abort.state.timedOut) throw caught;
+        // Node's fetch fails at once on a pooled keep-alive connection that the server closed
+        // as the request went out. A GET is safe to send again, once, as browsers do.
+        response = await fetch(url, init);
+      }
+      if (!response.ok) throw await serviceError(response);
+      return await response.text();
+    } catch (caught) {
+      if (caught instanceof ClientError) throw caught;
+      if (signal?.aborted) throw signal.reason ?? caught;
+      if (abort.state.timedOut) throw new TransportError(`GET ${path} timed out after ${this.timeoutMs} ms`);
+      throw new TransportError(describe(caught), { cause: caught });
+    } finally {
+      abort.close();
+    }
+  }
+
+  /**
+   * @param {string} path
+   * @param {number | null} after
+   * @param {number | undefined} maxMessages
+   * @param {AbortSignal | undefined} signal
+   * @returns {Promise<Frames>}
+   */
+  async _openStream(path, after, maxMessages, signal) {
+    const fetch = this._fetch;
+    /** @type {Record<string, string>} */
+    const headers = { ...this._headers, Accept: "text/event-stream" };
+    if (after !== null) headers["Last-Event-ID"] = String(after);
+    // Until the headers arrive the read timeout covers the whole wait; then Frames times each read.
+    const abort = linkedAbort(signal, this.followReadTimeoutMs);
+    /** @type {Response} */
+    let response;
+    try {
+      response = await fetch(this._url(path, { maxMessages }), { headers, signal: abort.signal });
+      if (!response.ok) throw await serviceError(response);
+    } catch (caught) {
+      abort.close();
+      if (caught instanceof ClientError) throw caught;
+      if (abort.state.timedOut) throw new TransportError(`no answer to GET ${path} for ${this.followReadTimeoutMs} ms`);
+      throw new TransportError(describe(caught), { cause: caught });
+    }
+    abort.settle();
+    const kind = (response.headers.get("content-type") ?? "").split(";")[0].trim();
+    if (kind !== "text/event-stream") {
+      abort.close();
+      throw new ProtocolError(`follow answered with ${kind || "no content type"}, not text/event-stream`);
+    }
+    return new Frames(response, this.followReadTimeoutMs, () => abort.close());
+  }
+}

@@ -1,0 +1,41 @@
+/**
+ * history-transport-client: the browser's and Node's client of the session-history service.
+ *
+ * The one public entry point. The codec (events, chunk rows, pages and follow frames, with
+ * the rules of docs/protocol.md), the joined-text view of a row, the error classes, and
+ * `HistoryClient` for pages, whole histories and exactly-once live follow.
+ */
+
+export * from "./codec.js";
+export { hasVisible, joinedText } from "./text.js";
+export {
+  BatchTooLargeError,
+  CodecError,
+  EventValidationError,
+  InvalidJsonError,
+  PageContinuityError,
+  RecordFormatError,
+  RowFormatError,
+  SessionIdError,
+} from "./errors.js";
+export {
+  ClientError,
+  CursorAheadError,
+  ProtocolError,
+  ResumeBehindError,
+  ServiceError,
+  StreamOverlapError,
+  TransportError,
+} from "./client-errors.js";
+export { Backoff, HistoryClient } from "./client.js";
+export { SSEDecoder } from "./sse.js";
+
+/**
+ * @typedef {import("./codec.js").Event} Event
+ * @typedef {import("./codec.js").SessionHeader} SessionHeader
+ * @typedef {import("./codec.js").ChunkRow} ChunkRow
+ * @typedef {import("./codec.js").StorageRecord} StorageRecord
+ * @typedef {import("./codec.js").PageRecord} PageRecord
+ * @typedef {import("./codec.js").ReadPage} ReadPage
+ * @typedef {import("./codec.js").FollowSnapshot} FollowSnapshot
+ */

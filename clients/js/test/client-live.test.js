@@ -1,0 +1,276 @@
+// The client against a real `history-service serve` on 127.0.0.1: exact history for every
+// seeder scenario, children through their parents, token auth, and follow across a SIGKILL.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+
+import { ServiceError } from "../src/client-errors.js";
+import { HistoryClient } from "../src/client.js";
+import { encodeRecord } from "../src/codec.js";
+import {
+  SKIP,
+  ServiceProcess,
+  exportSession,
+  freePort,
+  scenarioRequests,
+  seederScenarios,
+} from "./live-service.js";
+
+/** @template T @param {AsyncIterable<T>} iterable */
+async function drain(iterable) {
+  /** @type {T[]} */
+  const items = [];
+  for await (const item of iterable) items.push(item);
+  return items;
+}
+
+/** @param {AsyncIterable<{seq: number}>} stream @param {number} last */
+async function until(stream, last) {
+  /** @type {any[]} */
+  const items = [];
+  for await (const item of stream) {
+    items.push(item);
+    if (item.seq === last) break;
+  }
+  return items;
+}
+
+/**
+ * Events equal in the service's canonical encoding, byte for byte, event by event.
+ *
+ * @param {import("../src/codec.js").Event[]} actual
+ * @param {import("../src/codec.js").Event[]} expected
+ * @param {string} where
+ */
+function assertSameBytes(actual, expected, where) {
+  assert.equal(actual.length, expected.length, where);
+  for (let i = 0; i < actual.length; i++) {
+    const [a, b] = [encodeRecord(actual[i]), encodeRecord(expected[i])];
+    if (a !== b) assert.equal(a, b, `${where}: event ${i}`);
+  }
+}
+
+/** A small seeded generator, so every run appends the same batches. */
+function rand(seed) {
+  let state = seed >>> 0;
+  return () => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return state / 2 ** 32;
+  };
+}
+
+/** @param {number} ms */
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Each test skips by itself, so a run without the service counts every skipped test.
+const LIVE = { skip: SKIP };
+
+describe("the client against a real history-service", () => {
+  /** @type {string} */
+  let dir;
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), "history-js-live-"));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  describe("seeded, with --auth none", () => {
+    /** @type {ServiceProcess} */
+    let server;
+    /** @type {string} */
+    let store;
+    before(async () => {
+      if (SKIP) return;
+      store = `sqlite:///${join(dir, "seeded.db")}`;
+      server = new ServiceProcess(store, { port: await freePort() });
+      await server.start();
+    });
+    after(() => server?.stop());
+
+    const requests = scenarioRequests();
+
+    test("every scenario the seeder knows is tested here", LIVE, () => {
+      assert.deepEqual(Object.keys(requests).sort(), seederScenarios());
+    });
+
+    for (const [name, request] of Object.entries(requests)) {
+      test(`iterHistory returns exactly the stored events: ${name}`, LIVE, async () => {
+        const seeded = await server.post("/v1/test-only/seed", request);
+        assert.equal(seeded.status, 201, JSON.stringify(seeded.body));
+        const client = new HistoryClient(server.url, { maxMessages: 4 });
+        const exact = new HistoryClient(server.url, { maxMessages: 4, exact: true });
+        for (const { id, headSeq } of seeded.body.sessions) {
+          const stored = await exportSession(store, id);
+          assert.equal(stored.events.length, headSeq + 1);
+          const child = stored.header.origin === "subagent" ? id : undefined;
+          const session = child === undefined ? id : /** @type {string} */ (stored.header.parentSession);
+          assert.deepStrictEqual(await drain(client.iterHistory(session, { child })), stored.events, id);
+          const exactEvents = await drain(exact.iterHistory(session, { child }));
+          assertSameBytes(exactEvents, stored.events, id);
+          const middle = Math.floor(headSeq / 2);
+          const suffix = await drain(client.iterHistory(session, { child, after: middle }));
+          assert.deepStrictEqual(suffix, stored.events.slice(middle + 1), id);
+        }
+      });
+    }
+
+    test("a child is read through its own parent, and refused anywhere else", LIVE, async () => {
+      const seeded = await server.post("/v1/test-only/seed", { scenario: "subagent", seed: 9, sessionId: "kids" });
+      assert.equal(seeded.status, 201, JSON.stringify(seeded.body));
+      const client = new HistoryClient(server.url, { maxMessages: 2 });
+      const grandchild = await exportSession(store, "kids.child-1.grandchild");
+      assert.deepStrictEqual(
+        await drain(client.iterHistory("kids.child-1", { child: "kids.child-1.grandchild" })),
+        grandchild.events,
+      );
+
+      const child = await exportSession(store, "kids.child-2");
+      const head = child.events.length - 1;
+      const followed = await until(client.follow("kids", { child: "kids.child-2" }), head);
+      assert.deepStrictEqual(followed, child.events.slice(followed[0].seq));
+
+      await assert.rejects(client.page("kids.child-1"), (error) => {
+        assert.ok(error instanceof ServiceError);
+        assert.deepEqual([error.status, error.code], [403, "subagent_child"]);
+        return true;
+      });
+      await assert.rejects(drain(client.iterHistory("kids", { child: "kids.child-1.grandchild" })), (error) => {
+        assert.ok(error instanceof ServiceError);
+        assert.deepEqual([error.status, error.code], [403, "not_a_direct_child"]);
+        return true;
+      });
+    });
+  });
+
+  test("with --auth token, the token and principal are sent on pages and follow", LIVE, async () => {
+    const store = `sqlite:///${join(dir, "token.db")}`;
+    const env = { HISTORY_SERVICE_TOKENS: "t0k-1,t0k-2" };
+    const server = new ServiceProcess(store, { port: await freePort(), args: ["--auth", "token"], env });
+    await server.start();
+    try {
+      const ann = { Authorization: "Bearer t0k-2", "X-Principal": "ann" };
+      const request = { scenario: "multi-turn", seed: 7, turns: 3, sessionId: "ann-1" };
+      const seeded = await server.post("/v1/test-only/seed", request, ann);
+      assert.equal(seeded.status, 201, JSON.stringify(seeded.body));
+      const stored = await exportSession(store, "ann-1");
+
+      const client = new HistoryClient(server.url, { token: "t0k-2", principal: "ann", maxMessages: 3 });
+      assert.deepStrictEqual(await drain(client.iterHistory("ann-1")), stored.events);
+      const followed = await until(client.follow("ann-1"), stored.events.length - 1);
+      assert.deepStrictEqual(followed, stored.events.slice(followed[0].seq));
+
+      /** @param {number} status @param {string} code */
+      const refused = (status, code) => (/** @type {unknown} */ error) => {
+        assert.ok(error instanceof ServiceError);
+        assert.deepEqual([error.status, error.code], [status, code]);
+        return true;
+      };
+      await assert.rejects(new HistoryClient(server.url).page("ann-1"), refused(401, "unauthorized"));
+      const wrong = new HistoryClient(server.url, { token: "nope", principal: "ann" });
+      await assert.rejects(wrong.page("ann-1"), refused(401, "unauthorized"));
+      const bob = new HistoryClient(server.url, { token: "t0k-1", principal: "bob" });
+      await assert.rejects(bob.page("ann-1"), refused(404, "session_not_found"));
+      await assert.rejects(drain(bob.follow("ann-1")), refused(404, "session_not_found"));
+    } finally {
+      await server.stop();
+    }
+  });
+
+  const TOTAL = 3000;
+
+  /** Text deltas in runs of 500 (so they pack into rows), with a padded note now and then. */
+  function liveEvents(next) {
+    return Array.from({ length: TOTAL }, (_, seq) =>
+      next() < 0.04
+        ? { type: "note", seq, time: seq, data: { seq, pad: "é".repeat(Math.floor(next() * 200)) } }
+        : {
+            type: "assistant/chunk",
+            seq,
+            time: seq,
+            data: { turn: 1, step: 1, chunk: { type: "text-delta", index: Math.floor(seq / 500), text: ` t${seq}` } },
+          },
+    );
+  }
+
+  test("follow delivers every seq exactly once, in order, across a SIGKILL and a restart", { ...LIVE, timeout: 120_000 }, async () => {
+    const next = rand(5);
+    const events = liveEvents(next);
+    const store = `sqlite:///${join(dir, "follow.db")}`;
+    const server = new ServiceProcess(store, { port: await freePort() });
+    await server.start();
+    const stop = new AbortController();
+    try {
+      assert.equal((await server.post("/v1/sessions", { id: "live", createdAt: 0 })).status, 201);
+
+      /** @type {import("../src/client.js").ConnectionChange[]} */
+      const changes = [];
+      /** @type {any[]} */
+      const received = [];
+      const client = new HistoryClient(server.url, {
+        backoff: { baseMs: 20, capMs: 250, maxRetries: 60 },
+        followReadTimeoutMs: 10_000,
+      });
+      const follower = (async () => {
+        const stream = client.follow("live", { signal: stop.signal, onConnection: (change) => changes.push(change) });
+        for await (const event of stream) {
+          received.push(event);
+          if (event.seq === TOTAL - 1) break;
+        }
+      })();
+      follower.catch(() => stop.abort());
+
+      let killed = false;
+      /** @type {Promise<void> | null} */
+      let restarted = null;
+      /** @type {unknown} */
+      let restartError = null;
+      let failedDuringRestart = 0;
+      let start = 0;
+      /** @type {any[]} */
+      let batch = [];
+      while (start < TOTAL) {
+        if (!killed && start >= TOTAL / 3) {
+          // Kill only while the follower holds a live stream that has delivered.
+          while (received.length === 0 && !stop.signal.aborted) await sleep(10);
+          await server.stop("SIGKILL");
+          killed = true;
+        }
+        // A batch whose answer was lost is re-sent whole, never re-cut: it may already be stored.
+        batch = batch.length ? batch : events.slice(start, start + 1 + Math.floor(next() * 100));
+        let status;
+        try {
+          status = (await server.post("/v1/sessions/live/events", { events: batch })).status;
+        } catch (error) {
+          if (!killed || restartError) throw restartError ?? error;
+          failedDuringRestart += 1;
+          // The first append refused by the dead service brings it back, on the same port and store.
+          restarted ??= server.start().catch((caught) => {
+            restartError = caught;
+          });
+          await sleep(50);
+          continue;
+        }
+        assert.ok(status === 200 || status === 201, `append answered ${status}`);
+        start += batch.length;
+        batch = [];
+      }
+      await restarted;
+      await follower;
+
+      assert.ok(killed && failedDuringRestart > 0);
+      assert.equal(received.length, TOTAL);
+      assert.deepStrictEqual(received, events);
+      // The follower really lost its stream and resumed by itself.
+      const lost = changes.findIndex((change) => change.type === "retrying" && change.opened);
+      assert.ok(lost >= 0, JSON.stringify(changes));
+      assert.ok(changes.slice(lost).some((change) => change.type === "connected" && change.failures >= 1));
+
+      const suffix = await until(new HistoryClient(server.url).follow("live", { after: 1234 }), TOTAL - 1);
+      assert.deepStrictEqual(suffix, events.slice(1235));
+    } finally {
+      stop.abort();
+      await server.stop();
+    }
+  });
+});

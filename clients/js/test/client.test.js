@@ -1,0 +1,527 @@
+// The client against a scripted fetch: requests, typed errors, refused pages, and the follow rules.
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+
+import { encodeRecord, packChunkRuns } from "../src/codec.js";
+import {
+  CursorAheadError,
+  ProtocolError,
+  ResumeBehindError,
+  ServiceError,
+  StreamOverlapError,
+  TransportError,
+} from "../src/client-errors.js";
+import { Backoff, HistoryClient } from "../src/client.js";
+import { CodecError, InvalidJsonError, PageContinuityError, RowFormatError, SessionIdError } from "../src/errors.js";
+import {
+  Broken,
+  Hang,
+  MockService,
+  collect,
+  errorResponse,
+  eventFrame,
+  makeEvents,
+  pageBody,
+  recordsOf,
+  snapshotFrame,
+  sse,
+} from "./mock-service.js";
+
+const LOG = makeEvents(200);
+const RETRY = "retry: 1000\n\n";
+
+/** @param {number} start @param {number} stop */
+function live(start, stop) {
+  return LOG.slice(start, stop).map(eventFrame).join("");
+}
+
+/** @param {(url: URL, init: RequestInit) => Response | Promise<Response>} handler */
+function fetchOf(handler) {
+  /** @type {{url: URL, headers: Headers}[]} */
+  const seen = [];
+  /** @type {typeof globalThis.fetch} */
+  const fetch = async (input, init = {}) => {
+    const url = new URL(String(input));
+    seen.push({ url, headers: new Headers(init.headers) });
+    return handler(url, init);
+  };
+  return { fetch, seen };
+}
+
+/** @param {string} body */
+function json(body, status = 200) {
+  return new Response(body, { status, headers: { "content-type": "application/json" } });
+}
+
+/** @template T @param {AsyncIterable<T>} iterable @param {T[]} [into] */
+async function drain(iterable, into = []) {
+  for await (const item of iterable) into.push(item);
+  return into;
+}
+
+describe("page", () => {
+  test("sends its parameters, the credentials and a child's address", async () => {
+    const { fetch, seen } = fetchOf(() => json(pageBody(LOG.slice(20, 60))));
+    const client = new HistoryClient("http://test/", { token: "t0k", principal: "ann", fetch, maxMessages: 7 });
+    const page = await client.page("{{s}}", { child: "c@d:e", through: 59, maxBytes: 1000 });
+    const { url, headers } = seen[0];
+    assert.equal(
+      url.pathname + url.search,
+      "/v1/sessions/%7B%7Bs%7D%7D/subagents/c%40d%3Ae/page?through=59&maxMessages=7&maxBytes=1000",
+    );
+    assert.equal(headers.get("authorization"), "Bearer t0k");
+    assert.equal(headers.get("x-principal"), "ann");
+    assert.deepEqual(page.events(), LOG.slice(20, 60));
+    assert.deepEqual([page.fromSeq, page.toSeq, page.hasMore], [20, 60, true]);
+  });
+
+  test("sends no credentials when none are set", async () => {
+    const { fetch, seen } = fetchOf(() => json(pageBody(LOG.slice(0, 10))));
+    await new HistoryClient("http://test", { fetch }).page("s");
+    assert.equal(seen[0].headers.get("authorization"), null);
+    assert.equal(seen[0].headers.get("x-principal"), null);
+    assert.equal(seen[0].url.search, "");
+  });
+
+  const ERRORS = [
+    ["404", errorResponse(404, "session_not_found", "no such"), "session_not_found", "no such"],
+    ["403", errorResponse(403, "subagent_child", "read it as a child"), "subagent_child", "read it as a child"],
+    ["502 html", new Response("<html>bad gateway</html>", { status: 502, statusText: "Bad Gateway" }), "http_502", "Bad Gateway"],
+    ["400 odd body", json('{"error":"flat"}', 400), "http_400", "error"],
+  ];
+  for (const [name, response, code, message] of ERRORS) {
+    test(`a non-2xx answer is a ServiceError with its status, code and body: ${name}`, async () => {
+      const client = new HistoryClient("http://test", { fetch: async () => /** @type {Response} */ (response).clone() });
+      const error = await client.page("s").catch((caught) => caught);
+      assert.ok(error instanceof ServiceError);
+      assert.deepEqual([error.status, error.code, error.message], [/** @type {Response} */ (response).status, code, message]);
+      if (name === "404") assert.deepEqual(error.body, { error: { code, message } });
+      if (name === "502 html") assert.equal(error.body, "<html>bad gateway</html>");
+    });
+  }
+
+  test("a connection failure is a TransportError that names its cause, after one more try", async () => {
+    let calls = 0;
+    const fetch = async () => {
+      calls += 1;
+      throw new TypeError("fetch failed", { cause: new Error("connect ECONNREFUSED 127.0.0.1:9") });
+    };
+    await assert.rejects(new HistoryClient("http://test", { fetch }).page("s"), (error) => {
+      assert.ok(error instanceof TransportError);
+      assert.match(error.message, /fetch failed: connect ECONNREFUSED/);
+      return true;
+    });
+    assert.equal(calls, 2);
+  });
+
+  test("a request that fails before any answer is sent once more, as a stale keep-alive connection needs", async () => {
+    let calls = 0;
+    const fetch = async () => {
+      calls += 1;
+      if (calls === 1) throw new TypeError("fetch failed", { cause: new Error("other side closed") });
+      return json(pageBody(LOG.slice(0, 10)));
+    };
+    const page = await new HistoryClient("http://test", { fetch }).page("s");
+    assert.deepEqual(page.events(), LOG.slice(0, 10));
+    assert.equal(calls, 2);
+  });
+
+  test("a request that never answers times out as a TransportError", async () => {
+    /** @type {typeof globalThis.fetch} */
+    const fetch = (_, init) =>
+      new Promise((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal?.reason)));
+    const client = new HistoryClient("http://test", { fetch, timeoutMs: 20 });
+    await assert.rejects(client.page("s"), (error) => error instanceof TransportError && /timed out/.test(error.message));
+  });
+
+  test("the caller's abort is the caller's AbortError, not a TransportError", async () => {
+    /** @type {typeof globalThis.fetch} */
+    const fetch = (_, init) =>
+      new Promise((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal?.reason)));
+    const controller = new AbortController();
+    const pending = new HistoryClient("http://test", { fetch }).page("s", { signal: controller.signal });
+    controller.abort();
+    await assert.rejects(pending, (error) => error instanceof Error && error.name === "AbortError");
+  });
+});
+
+/** A row of LOG[20:60] loses a member while dt still claims it: only the row's own validation can catch it. */
+function brokenRowBody() {
+  const records = recordsOf(LOG.slice(20, 60));
+  records[0].chunks.data.texts.pop();
+  return pageBody([], { records, fromSeq: 20, toSeq: 60 });
+}
+
+const BROKEN_PAGES = {
+  "not at its cursor": [pageBody(LOG.slice(20, 59)), PageContinuityError, /requested cursor/],
+  overlap: [
+    pageBody(LOG.slice(20, 60), { records: [...recordsOf(LOG.slice(20, 40)), ...recordsOf(LOG.slice(39, 60))] }),
+    PageContinuityError,
+    /overlaps the previous record/,
+  ],
+  gap: [
+    pageBody(LOG.slice(20, 60), { records: [...recordsOf(LOG.slice(20, 40)), ...recordsOf(LOG.slice(41, 60))] }),
+    PageContinuityError,
+    /leaves a gap/,
+  ],
+  "wrong toSeq": [pageBody(LOG.slice(20, 60), { toSeq: 61 }), PageContinuityError, /toSeq 61/],
+  "hasMore mismatch": [pageBody(LOG.slice(20, 60), { hasMore: false }), PageContinuityError, /hasMore is false/],
+  inverted: [pageBody([], { fromSeq: 61, toSeq: 60 }), PageContinuityError, /inverted page range/],
+  "malformed row": [brokenRowBody(), RowFormatError, /dt has/],
+  "not JSON": ['{"records":[', InvalidJsonError, /invalid JSON/],
+};
+
+describe("a page that breaks the contract", () => {
+  for (const [name, [body, Error, message]] of Object.entries(BROKEN_PAGES)) {
+    test(`is refused before any event: ${name}`, async () => {
+      const client = new HistoryClient("http://test", { fetch: async () => json(/** @type {string} */ (body)) });
+      const check = (/** @type {unknown} */ error) => {
+        assert.ok(error instanceof /** @type {any} */ (Error), String(error));
+        assert.ok(error instanceof CodecError);
+        assert.match(/** @type {Error} */ (error).message, /** @type {RegExp} */ (message));
+        return true;
+      };
+      await assert.rejects(client.page("s", { through: 59 }), check);
+      /** @type {unknown[]} */
+      const received = [];
+      await assert.rejects(drain(client.iterHistory("s", { after: 19, through: 59 }), received), check);
+      assert.deepEqual(received, []);
+    });
+  }
+
+  test("anywhere in the walk back means iterHistory yields nothing at all", async () => {
+    const service = new MockService(LOG.slice(0, 60));
+    const records = [...recordsOf(LOG.slice(20, 25)), ...recordsOf(LOG.slice(26, 30))];
+    service.pageOverrides.set("29", pageBody([], { records, fromSeq: 20, toSeq: 30 }));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    /** @type {unknown[]} */
+    const received = [];
+    await assert.rejects(drain(client.iterHistory("s"), received), PageContinuityError);
+    assert.deepEqual(received, []);
+    assert.deepEqual(
+      service.pages.map(({ url }) => url.searchParams.get("through")),
+      [null, "49", "39", "29"],
+    );
+  });
+
+  test("an empty page after seq 0 is refused rather than walked forever", async () => {
+    const service = new MockService(LOG.slice(0, 60));
+    service.pageOverrides.set("49", pageBody([], { fromSeq: 50, toSeq: 50 }));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    await assert.rejects(drain(client.iterHistory("s")), PageContinuityError);
+  });
+});
+
+describe("iterHistory", () => {
+  test("joins pages backwards from the head and yields every event oldest first", async () => {
+    const service = new MockService(LOG.slice(0, 65));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    assert.deepEqual(await drain(client.iterHistory("s")), LOG.slice(0, 65));
+    assert.deepEqual(
+      service.pages.map(({ url }) => url.searchParams.get("through")),
+      [null, "54", "44", "34", "24", "14", "4"],
+    );
+  });
+
+  test("stops at after and starts at through", async () => {
+    const service = new MockService(LOG.slice(0, 65));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    assert.deepEqual(await drain(client.iterHistory("s", { after: 25 })), LOG.slice(26, 65));
+    assert.deepEqual(await drain(client.iterHistory("s", { through: 44 })), LOG.slice(0, 45));
+    assert.deepEqual(await drain(client.iterHistory("s", { after: 30, through: 44 })), LOG.slice(31, 45));
+    const before = service.pages.length;
+    assert.deepEqual(await drain(client.iterHistory("s", { after: 44, through: 44 })), []);
+    assert.equal(service.pages.length, before);
+  });
+
+  test("an empty session yields nothing", async () => {
+    const client = new HistoryClient("http://test", { fetch: async () => json(pageBody([])) });
+    assert.deepEqual(await drain(client.iterHistory("s")), []);
+  });
+
+  test("reads a child through its parent's address", async () => {
+    const service = new MockService(LOG.slice(0, 15));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    assert.deepEqual(await drain(client.iterHistory("p", { child: "p.child-1" })), LOG.slice(0, 15));
+    assert.ok(service.pages.every(({ url }) => url.pathname === "/v1/sessions/p/subagents/p.child-1/page"));
+  });
+});
+
+describe("ids outside the rule", () => {
+  for (const [session, child] of [["a/b", undefined], ["s", "c d"], ["..", undefined], ["", undefined]]) {
+    test(`are refused before any request: ${JSON.stringify([session, child])}`, async () => {
+      const service = new MockService(LOG);
+      const client = new HistoryClient("http://test", { fetch: service.fetch });
+      await assert.rejects(client.page(/** @type {string} */ (session), { child }), SessionIdError);
+      await assert.rejects(drain(client.iterHistory(/** @type {string} */ (session), { child })), SessionIdError);
+      await assert.rejects(drain(client.follow(/** @type {string} */ (session), { child })), SessionIdError);
+      assert.deepEqual([service.pages.length, service.follows.length], [0, 0]);
+    });
+  }
+});
+
+describe("follow", () => {
+  test("a fresh open delivers the snapshot, then live events, with the credentials", async () => {
+    const service = new MockService(LOG, [RETRY + snapshotFrame(LOG.slice(40, 100), 99) + live(100, 120)]);
+    const clientOptions = { token: "t0k", principal: "ann" };
+    assert.deepEqual(await collect(service, { limit: 80, clientOptions }), LOG.slice(40, 120));
+    const { url, headers } = service.follows[0];
+    assert.equal(url.pathname, "/v1/sessions/s/follow");
+    assert.equal(headers.get("last-event-id"), null);
+    assert.equal(headers.get("accept"), "text/event-stream");
+    assert.equal(headers.get("authorization"), "Bearer t0k");
+    assert.equal(headers.get("x-principal"), "ann");
+  });
+
+  test("a dropped stream resumes with Last-Event-ID and loses nothing", async () => {
+    const streams = [new Broken(snapshotFrame(LOG.slice(0, 50), 49), live(50, 60)), new Broken(live(60, 75)), live(75, 90)];
+    const service = new MockService(LOG, streams);
+    assert.deepEqual(await collect(service, { limit: 90 }), LOG.slice(0, 90));
+    assert.deepEqual(
+      service.follows.map(({ headers }) => headers.get("last-event-id")),
+      [null, "59", "74"],
+    );
+  });
+
+  test("a stream split at every byte still decodes exactly", async () => {
+    const body = snapshotFrame(LOG.slice(0, 30), 29) + live(30, 40);
+    const service = new MockService(LOG, [new Broken(...body)]);
+    assert.deepEqual(await collect(service, { limit: 40 }), LOG.slice(0, 40));
+  });
+
+  test("complete duplicates are dropped", async () => {
+    const body = snapshotFrame(LOG.slice(0, 20), 19) + live(15, 20) + live(20, 25) + live(22, 25) + live(25, 30);
+    assert.deepEqual(await collect(new MockService(LOG, [body]), { limit: 30 }), LOG.slice(0, 30));
+  });
+
+  test("a live row that partly overlaps delivered events fails before any of it is delivered", async () => {
+    const records = packChunkRuns(LOG.slice(1, 24));
+    const row = records[records.length - 1];
+    assert.equal(row.type, "text-chunks");
+    const body = snapshotFrame(LOG.slice(0, 20), 19) + sse("event", encodeRecord({ chunks: row }), 23) + live(24, 30);
+    /** @type {unknown[]} */
+    const received = [];
+    await assert.rejects(collect(new MockService(LOG, [body]), { limit: 100 }, /** @type {any} */ (received)), (error) => {
+      assert.ok(error instanceof StreamOverlapError);
+      assert.match(error.message, /partially overlapping/);
+      return true;
+    });
+    assert.deepEqual(received, LOG.slice(0, 20));
+  });
+
+  test("a live row that continues the cursor is expanded exactly", async () => {
+    const [row] = packChunkRuns(LOG.slice(20, 24));
+    const body = snapshotFrame(LOG.slice(0, 20), 19) + sse("event", encodeRecord({ chunks: row }), 23) + live(24, 30);
+    assert.deepEqual(await collect(new MockService(LOG, [body]), { limit: 30 }), LOG.slice(0, 30));
+  });
+
+  test("a resume behind the delivered cursor fails", async () => {
+    const streams = [new Broken(snapshotFrame(LOG.slice(0, 50), 49), live(50, 60)), snapshotFrame(LOG.slice(0, 55), 54)];
+    await assert.rejects(collect(new MockService(LOG, streams), { limit: 1000 }), (error) => {
+      assert.ok(error instanceof ResumeBehindError);
+      assert.match(error.message, /behind the last applied entry/);
+      return true;
+    });
+  });
+
+  test("a resumed snapshot ahead of the cursor delivers only the new suffix", async () => {
+    const streams = [new Broken(snapshotFrame(LOG.slice(0, 50), 49)), snapshotFrame(LOG.slice(40, 70), 69) + live(70, 75)];
+    assert.deepEqual(await collect(new MockService(LOG, streams), { limit: 75 }), LOG.slice(0, 75));
+  });
+
+  test("a gap in live events is repaired from pages", async () => {
+    const service = new MockService(LOG, [snapshotFrame(LOG.slice(0, 20), 19) + live(20, 25) + live(61, 70)]);
+    assert.deepEqual(await collect(service, { limit: 70 }), LOG.slice(0, 70));
+    // Repair pages hold 10 events each here, so the client joined several, through 60.
+    assert.deepEqual(
+      service.pages.map(({ url }) => url.searchParams.get("through")),
+      ["60", "50", "40", "30"],
+    );
+  });
+
+  test("a gap between a resumed snapshot and the cursor is repaired", async () => {
+    const streams = [new Broken(snapshotFrame(LOG.slice(0, 20), 19)), snapshotFrame(LOG.slice(45, 60), 59)];
+    assert.deepEqual(await collect(new MockService(LOG, streams), { limit: 60 }), LOG.slice(0, 60));
+  });
+
+  test("a broken repair page fails before any repaired event", async () => {
+    const service = new MockService(LOG, [snapshotFrame(LOG.slice(0, 20), 19) + live(35, 40)]);
+    service.pageOverrides.set("34", pageBody(LOG.slice(25, 34), { toSeq: 35 }));
+    /** @type {unknown[]} */
+    const received = [];
+    await assert.rejects(collect(service, { limit: 100 }, /** @type {any} */ (received)), PageContinuityError);
+    assert.deepEqual(received, LOG.slice(0, 20));
+  });
+
+  test("starting after a seq gets exactly the suffix", async () => {
+    const service = new MockService(LOG, [live(120, 150)]);
+    assert.deepEqual(await collect(service, { limit: 30, after: 119 }), LOG.slice(120, 150));
+    assert.equal(service.follows[0].headers.get("last-event-id"), "119");
+  });
+
+  test("cursor_ahead is a CursorAheadError", async () => {
+    const body = RETRY + sse("error", '{"code":"cursor_ahead","headSeq":10}');
+    await assert.rejects(collect(new MockService(LOG, [body]), { limit: 5, after: 50 }), (error) => {
+      assert.ok(error instanceof CursorAheadError);
+      assert.deepEqual([error.after, error.headSeq], [50, 10]);
+      return true;
+    });
+  });
+
+  test("a client error status is raised at once", async () => {
+    const service = new MockService(LOG, [errorResponse(404, "session_not_found", "no session 's'")]);
+    await assert.rejects(collect(service, { limit: 5 }), (error) => {
+      assert.ok(error instanceof ServiceError);
+      assert.deepEqual([error.status, error.code], [404, "session_not_found"]);
+      return true;
+    });
+    assert.equal(service.follows.length, 1);
+  });
+
+  test("unavailable is retried, and then gives up with a TransportError", async () => {
+    const service = new MockService(LOG, [errorResponse(503, "unavailable", "draining"), snapshotFrame(LOG.slice(0, 10), 9) + live(10, 12)]);
+    assert.deepEqual(await collect(service, { limit: 12 }), LOG.slice(0, 12));
+    await assert.rejects(collect(new MockService(LOG), { limit: 5 }), (error) => {
+      assert.ok(error instanceof TransportError);
+      assert.match(error.message, /gave up after attempt 4 failed: 503 gone: no more streams/);
+      return true;
+    });
+  });
+
+  test("onConnection hears each attempt, each open and each retried failure with its delay", async () => {
+    const unavailable = () => errorResponse(503, "unavailable", "draining");
+    const streams = [unavailable(), unavailable(), snapshotFrame(LOG.slice(0, 20), 19), new Broken(live(20, 30)), live(30, 40)];
+    /** @type {any[]} */
+    const changes = [];
+    const backoff = new Backoff({ baseMs: 1, capMs: 1.5, maxRetries: 3, random: () => 1 });
+    const onConnection = (/** @type {any} */ change) => changes.push(change);
+    assert.deepEqual(await collect(new MockService(LOG, streams), { limit: 40, backoff, onConnection }), LOG.slice(0, 40));
+    const summary = changes.map((change) =>
+      change.type === "retrying"
+        ? [change.opened ? "lost" : "failed", change.attempt, change.delayMs, change.reason]
+        : [change.type, change.failures, change.after],
+    );
+    assert.deepEqual(summary, [
+      ["connecting", 0, null],
+      ["failed", 1, 1, "503 unavailable: draining"],
+      ["connecting", 1, null],
+      ["failed", 2, 1.5, "503 unavailable: draining"],
+      ["connecting", 2, null],
+      ["connected", 2, null],
+      ["lost", 1, 1, "the stream ended"],
+      ["connecting", 1, 19],
+      ["connected", 1, 19],
+      ["lost", 1, 1, "terminated: other side closed"],
+      ["connecting", 1, 29],
+      ["connected", 1, 29],
+    ]);
+    assert.ok(changes.filter((change) => change.type === "retrying").every((change) => change.error instanceof Error));
+  });
+
+  test("the failure that exhausts the retries is raised, not reported", async () => {
+    /** @type {any[]} */
+    const changes = [];
+    const onConnection = (/** @type {any} */ change) => changes.push(change);
+    await assert.rejects(collect(new MockService(LOG), { limit: 5, onConnection }), /gave up after attempt 4 failed/);
+    assert.deepEqual(
+      changes.filter((change) => change.type === "retrying").map((change) => change.attempt),
+      [1, 2, 3],
+    );
+  });
+
+  test("a silent stream counts as dead after the read timeout and is resumed", async () => {
+    const streams = [new Hang(snapshotFrame(LOG.slice(0, 10), 9), ": ping\n\n"), live(10, 20)];
+    const service = new MockService(LOG, streams);
+    /** @type {any[]} */
+    const changes = [];
+    const onConnection = (/** @type {any} */ change) => changes.push(change);
+    const events = await collect(service, { limit: 20, onConnection, clientOptions: { followReadTimeoutMs: 30 } });
+    assert.deepEqual(events, LOG.slice(0, 20));
+    assert.deepEqual(
+      changes.filter((change) => change.type === "retrying").map((change) => change.reason),
+      ["no data for 0.03 s"],
+    );
+    assert.equal(service.follows[0].signal?.aborted, true);
+  });
+
+  test("an abort ends the iteration quietly and closes the stream", async () => {
+    const service = new MockService(LOG, [new Hang(snapshotFrame(LOG.slice(0, 10), 9))]);
+    const controller = new AbortController();
+    /** @type {unknown[]} */
+    const received = [];
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    for await (const event of client.follow("s", { signal: controller.signal })) {
+      received.push(event);
+      if (received.length === 10) setTimeout(() => controller.abort(), 0);
+    }
+    assert.deepEqual(received, LOG.slice(0, 10));
+    assert.equal(service.follows.length, 1);
+    assert.equal(service.follows[0].signal?.aborted, true);
+  });
+
+  test("an abort during the backoff ends the iteration quietly", async () => {
+    const controller = new AbortController();
+    const backoff = new Backoff({ baseMs: 60_000, capMs: 60_000, maxRetries: 3 });
+    const onConnection = (/** @type {any} */ change) => {
+      if (change.type === "retrying") controller.abort();
+    };
+    const service = new MockService(LOG, [errorResponse(503, "unavailable", "draining")]);
+    assert.deepEqual(await collect(service, { limit: 5, backoff, onConnection, signal: controller.signal }), []);
+    assert.equal(service.follows.length, 1);
+  });
+
+  test("a malformed row in the snapshot is a codec error before any event", async () => {
+    const records = `[{"event":${encodeRecord(LOG[0])}},{"chunks":{"type":"text-chunks","seq0":1,"time0":0}}]`;
+    const data = `{"header":{"id":"s","createdAt":0},"cursor":1,"records":${records},"hasMore":false,"fromSeq":0,"toSeq":2}`;
+    /** @type {unknown[]} */
+    const received = [];
+    await assert.rejects(collect(new MockService(LOG, [sse("snapshot", data, 1)]), { limit: 5 }, /** @type {any} */ (received)), CodecError);
+    assert.deepEqual(received, []);
+  });
+
+  test("a snapshot that does not end at its cursor is a codec error before any event", async () => {
+    const body = snapshotFrame(LOG.slice(0, 20), 19).replace('"cursor":19', '"cursor":20');
+    await assert.rejects(collect(new MockService(LOG, [body]), { limit: 5 }), PageContinuityError);
+  });
+
+  test("an event before the snapshot is a ProtocolError", async () => {
+    await assert.rejects(collect(new MockService(LOG, [live(0, 3)]), { limit: 5 }), (error) => {
+      assert.ok(error instanceof ProtocolError);
+      assert.match(error.message, /before its snapshot/);
+      return true;
+    });
+  });
+
+  test("a second snapshot on one stream is a ProtocolError", async () => {
+    const body = snapshotFrame(LOG.slice(0, 10), 9) + snapshotFrame(LOG.slice(0, 12), 11);
+    await assert.rejects(collect(new MockService(LOG, [body]), { limit: 50 }), /snapshot after its opening/);
+  });
+
+  test("a frame that is not JSON is a codec error", async () => {
+    const body = snapshotFrame(LOG.slice(0, 10), 9) + sse("event", "{nope", 10);
+    await assert.rejects(collect(new MockService(LOG, [body]), { limit: 50 }), InvalidJsonError);
+  });
+
+  test("an answer that is not an event stream is a ProtocolError", async () => {
+    const html = new Response("<html>", { headers: { "content-type": "text/html" } });
+    await assert.rejects(collect(new MockService(LOG, [html]), { limit: 5 }), (error) => {
+      assert.ok(error instanceof ProtocolError);
+      assert.match(error.message, /text\/html/);
+      return true;
+    });
+  });
+
+  test("comments, unknown events and the retry field change nothing delivered", async () => {
+    const body = "retry: 5\n\n: ping\n\n" + snapshotFrame(LOG.slice(0, 10), 9) + sse("other", "{}") + ": ping\n\n" + live(10, 15);
+    assert.deepEqual(await collect(new MockService(LOG, [body]), { limit: 15 }), LOG.slice(0, 15));
+  });
+});
+
+test("the backoff grows to its cap, with jitter in the upper half, and follows the server's retry", () => {
+  const backoff = new Backoff({ baseMs: 100, capMs: 1000, random: () => 1 });
+  assert.deepEqual([1, 2, 3, 4, 5, 6].map((n) => backoff.delay(n, null)), [100, 200, 400, 800, 1000, 1000]);
+  assert.equal(new Backoff({ baseMs: 100, random: () => 0 }).delay(1, null), 50);
+  const server = new Backoff({ random: () => 1 });
+  assert.deepEqual([server.delay(1, null), server.delay(2, 250)], [1000, 500]);
+  assert.equal(new Backoff().maxRetries, 10);
+});
