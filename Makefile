@@ -43,7 +43,7 @@ lint: $(STAMP)
 typecheck: $(STAMP) typecheck-js
 	$(BIN)/mypy $(PACKAGES) testing tests bench
 
-# The JavaScript package is JSDoc-typed JavaScript, checked by tsc (a dev
+# The JavaScript package and the viewer are JSDoc-typed JavaScript, checked by tsc (a dev
 # dependency of clients/js, pinned by its package-lock.json). Without npm this step says so.
 $(JS_STAMP): $(JS)/package-lock.json
 	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
@@ -52,7 +52,8 @@ $(JS_STAMP): $(JS)/package-lock.json
 typecheck-js:
 	@if command -v npm >/dev/null; then \
 		$(MAKE) --no-print-directory $(JS_STAMP) && \
-		$(JS)/node_modules/.bin/tsc --noEmit -p $(JS); \
+		$(JS)/node_modules/.bin/tsc --noEmit -p $(JS) && \
+		$(JS)/node_modules/.bin/tsc --noEmit -p history_service/viewer; \
 	else echo "typecheck-js: skipped: npm is not on PATH (scripts/with-node installs it)"; fi
 
 # The bench suites that have a smoke mode run here too, so they cannot rot.

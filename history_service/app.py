@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from history_service import endpoints
+from history_service.assets import viewer_routes
 from history_service.errors import ApiError, error_response, handle_api_error
 from history_service.service import HistoryService
 from history_service.settings import Settings
@@ -83,6 +84,7 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdow
         Route("/v1/sessions/{session_id}/subagents/{child_id}/page", endpoints.page, methods=["GET"]),
         Route("/v1/sessions/{session_id}/follow", endpoints.follow, methods=["GET"]),
         Route("/v1/sessions/{session_id}/subagents/{child_id}/follow", endpoints.follow, methods=["GET"]),
+        *viewer_routes(),
     ]
     if settings.enable_test_seed:
         # Imported only when enabled, so a production process never loads it.

@@ -409,6 +409,7 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
         print(f"  page:   curl -s {session}/page", file=out)
         print(f"  follow: curl -N {session}/follow", file=out)
         print(f"  client: .venv/bin/history-client follow {base} {DEMO_SESSION}", file=out)
+        print(f"  viewer: {base}/viewer/?session={DEMO_SESSION}", file=out)
         out.flush()
     options: dict[str, Any] = {
         "host": settings.host,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -118,3 +119,53 @@ def test_only_the_codec_writes_page_or_record_bytes(package):
 def test_the_page_key_scan_sees_the_codec_writing_them():
     """The scan above is live: it finds the codec's own page and record templates."""
     assert any("records" in literal for literals in page_key_literals("codec").values() for literal in literals)
+
+
+# The JavaScript side (clients/js, and the viewer the service serves) has the same shape: the
+# package has no runtime dependency, and the viewer reaches it only through its public entry.
+JS_PACKAGE = ROOT / "clients" / "js"
+VIEWER = ROOT / "history_service" / "viewer"
+JS_IMPORT = re.compile(r"""^\s*(?:import|export)\s+(?:([^;]*?)\s+from\s+)?["']([^"']+)["']""", re.M)
+JS_EXPORT = re.compile(r"^export\s+(?:async\s+)?(?:class|function\*?|const|let)\s+([A-Za-z_$][\w$]*)", re.M)
+JS_NAMES = re.compile(r"\{([^}]*)\}")
+
+
+def js_imports(path: Path) -> list[tuple[str, str]]:
+    """Each import or re-export of a JavaScript module: (what it names, from where)."""
+    return [(names or "", source) for names, source in JS_IMPORT.findall(path.read_text(encoding="utf-8"))]
+
+
+def js_exports(path: Path) -> set[str]:
+    """The names a module exports, following ``export *`` and ``export {…} from`` through its siblings."""
+    text = path.read_text(encoding="utf-8")
+    names = set(JS_EXPORT.findall(text))
+    for listed in re.findall(r"^export\s*\{([^}]*)\}", text, re.M):
+        names |= {part.split(" as ")[-1].strip() for part in listed.split(",") if part.strip()}
+    for source in re.findall(r"""^export\s*\*\s*from\s*["']([^"']+)["']""", text, re.M):
+        names |= js_exports(path.parent / source)
+    return names
+
+
+def test_the_javascript_package_has_no_runtime_dependency():
+    manifest = json.loads((JS_PACKAGE / "package.json").read_text())
+    assert not manifest.get("dependencies") and manifest["exports"] == {".": "./src/index.js"}
+    for path in sorted((JS_PACKAGE / "src").glob("*.js")):
+        outside = [source for _, source in js_imports(path) if not source.startswith("./")]
+        assert outside == [], f"{path.relative_to(ROOT)} imports {outside}"
+
+
+def test_the_viewer_uses_only_the_public_exports_of_the_javascript_package():
+    public = js_exports(JS_PACKAGE / "src" / "index.js")
+    assert {"HistoryClient", "joinedText", "readPage", "packChunkRuns", "CodecError"} <= public
+    scripts = sorted(VIEWER.glob("*.js"))
+    assert scripts
+    for path in scripts:
+        for names, source in js_imports(path):
+            if source.startswith("./"):
+                assert (VIEWER / source).is_file() and "/" not in source[2:], f"{path.name} imports {source}"
+                continue
+            assert source == "history-transport-client", f"{path.name} imports {source}"
+            named = {part.split(" as ")[0].strip() for found in JS_NAMES.findall(names) for part in found.split(",")}
+            assert named - {""} <= public, f"{path.name} imports non-public {sorted(named - public - {''})}"
+    page = (VIEWER / "index.html").read_text(encoding="utf-8")
+    assert '"history-transport-client": "./lib/index.js"' in page

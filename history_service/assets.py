@@ -1,0 +1,73 @@
+"""The session viewer's static files: ``/viewer/`` and the JavaScript client it imports, ``/viewer/lib/``.
+
+The viewer is plain files, no build step: ``history_service/viewer/`` holds the page, and
+``/viewer/lib/`` serves ``clients/js/src`` from the source tree, the package a UI team uses,
+so the viewer runs the very code its tests check. An install without that tree (a wheel)
+answers the viewer's addresses with 404 ``viewer_unavailable`` and says why.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from pathlib import Path
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
+
+from history_service.errors import error_response
+
+__all__ = ["VIEWER_DIR", "JS_CLIENT_DIR", "viewer_routes"]
+
+VIEWER_DIR: Final = Path(__file__).resolve().parent / "viewer"
+JS_CLIENT_DIR: Final = Path(__file__).resolve().parent.parent / "clients" / "js" / "src"
+
+
+def _import_map_hash() -> str:
+    """The CSP source of the page's one inline script, its import map (which names the client package)."""
+    page = (VIEWER_DIR / "index.html").read_text(encoding="utf-8") if VIEWER_DIR.is_dir() else ""
+    found = re.search(r'<script type="importmap">(.*?)</script>', page, re.S)
+    if found is None:
+        return ""
+    digest = base64.b64encode(hashlib.sha256(found.group(1).encode()).digest()).decode()
+    return f" 'sha256-{digest}'"
+
+
+# The viewer loads only its own files and talks only to this origin.
+_HEADERS: Final = {
+    "Content-Security-Policy": (
+        f"default-src 'self'; script-src 'self'{_import_map_hash()}; object-src 'none'; base-uri 'none'; "
+        "frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+class _Files(StaticFiles):
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(_HEADERS)
+        return response
+
+
+async def _unavailable(request: Request) -> Response:
+    return error_response(
+        404, "viewer_unavailable", f"the viewer needs the JavaScript client's sources at {JS_CLIENT_DIR}"
+    )
+
+
+def viewer_routes() -> list[BaseRoute]:
+    """The viewer's routes; `_unavailable` stands in when the client's sources are not installed."""
+    if not JS_CLIENT_DIR.is_dir() or not VIEWER_DIR.is_dir():
+        return [Route("/viewer", _unavailable), Route("/viewer/{path:path}", _unavailable)]
+    return [
+        Mount("/viewer/lib", app=_Files(directory=JS_CLIENT_DIR), name="viewer-lib"),
+        Mount("/viewer", app=_Files(directory=VIEWER_DIR, html=True), name="viewer"),
+    ]

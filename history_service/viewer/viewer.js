@@ -1,0 +1,201 @@
+// The session viewer: the newest page first, older pages as the reader scrolls up, then live tokens.
+//
+// Everything it shows comes through the public API of the JavaScript client package. The token
+// a user enters is kept in sessionStorage for this tab, never in the URL.
+import { Backoff, HistoryClient, ServiceError } from "history-transport-client";
+import { Timeline, eventItem, joinItems, recordItem } from "./timeline.js";
+
+const TOKEN_KEY = "history.token";
+const PRINCIPAL_KEY = "history.principal";
+// Load an older page when the reader comes this close to the top.
+const NEAR_TOP_PX = 200;
+
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const scroller = $("scroller");
+const timelineEl = $("timeline");
+const statusEl = $("status");
+const errorEl = $("error");
+const olderEl = $("older");
+const loginEl = /** @type {HTMLFormElement} */ ($("login"));
+
+const params = new URLSearchParams(location.search);
+const parent = params.get("parent");
+const requested = params.get("session");
+const sessionId = parent ?? requested;
+const child = parent ? requested ?? undefined : undefined;
+const pageSize = Number(params.get("pageSize")) || undefined;
+
+const timeline = new Timeline(timelineEl);
+/** @type {{client: HistoryClient | null, oldest: number, hasMore: boolean, cursor: number, loading: boolean, stop: AbortController | null}} */
+const state = { client: null, oldest: 0, hasMore: false, cursor: -1, loading: false, stop: null };
+
+/** @param {string} phase @param {string} [text] */
+function setStatus(phase, text) {
+  statusEl.dataset.state = phase;
+  statusEl.textContent = text ?? phase;
+}
+
+/** @param {string} message */
+function showError(message) {
+  errorEl.textContent = message;
+  errorEl.hidden = false;
+}
+
+/** @param {unknown} error */
+function describe(error) {
+  if (error instanceof ServiceError) return `${error.message} (${error.status} ${error.code})`;
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}
+
+function atBottom() {
+  return scroller.scrollTop + scroller.clientHeight >= scroller.scrollHeight - 4;
+}
+
+function markProgress() {
+  timelineEl.dataset.from = String(state.oldest);
+  timelineEl.dataset.hasMore = String(state.hasMore);
+  timelineEl.dataset.cursor = String(state.cursor);
+}
+
+/** @param {string} why */
+function askForToken(why) {
+  setStatus("closed", "token needed");
+  $("login-why").textContent = why;
+  /** @type {HTMLInputElement} */ ($("principal")).value = sessionStorage.getItem(PRINCIPAL_KEY) ?? "";
+  loginEl.hidden = false;
+}
+
+loginEl.addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, /** @type {HTMLInputElement} */ ($("token")).value);
+  sessionStorage.setItem(PRINCIPAL_KEY, /** @type {HTMLInputElement} */ ($("principal")).value);
+  loginEl.hidden = true;
+  errorEl.hidden = true;
+  void open();
+});
+
+async function loadOlder() {
+  const client = state.client;
+  if (client === null || state.loading || !state.hasMore) return;
+  state.loading = true;
+  timelineEl.dataset.loading = "true";
+  olderEl.hidden = false;
+  try {
+    const page = await client.page(/** @type {string} */ (sessionId), { child, before: state.oldest, maxMessages: pageSize });
+    const height = scroller.scrollHeight;
+    const top = scroller.scrollTop;
+    timeline.prepend(joinItems(page.records.map(recordItem)));
+    // Keep what the reader was looking at in place: the new rows went above it.
+    scroller.scrollTop = top + (scroller.scrollHeight - height);
+    state.oldest = page.fromSeq;
+    state.hasMore = page.hasMore;
+    markProgress();
+  } catch (error) {
+    showError(`Could not load older messages: ${describe(error)}`);
+  } finally {
+    state.loading = false;
+    timelineEl.dataset.loading = "false";
+    olderEl.hidden = true;
+  }
+}
+
+async function fillViewport() {
+  while (state.hasMore && scroller.scrollHeight <= scroller.clientHeight && !errorEl.textContent) {
+    await loadOlder();
+  }
+}
+
+scroller.addEventListener("scroll", () => {
+  if (scroller.scrollTop < NEAR_TOP_PX) void loadOlder();
+});
+
+async function follow() {
+  const client = /** @type {HistoryClient} */ (state.client);
+  state.stop = new AbortController();
+  setStatus("connecting");
+  const updates = client.follow(/** @type {string} */ (sessionId), {
+    child,
+    after: state.cursor,
+    signal: state.stop.signal,
+    onConnection: (change) => {
+      if (change.type === "connected") setStatus("live");
+      else if (change.type === "retrying") {
+        const seconds = (change.delayMs / 1000).toFixed(1);
+        setStatus("reconnecting", `reconnecting (attempt ${change.attempt}) in ${seconds} s: ${change.reason}`);
+      } else if (change.failures > 0) setStatus("reconnecting", `reconnecting (attempt ${change.failures})…`);
+      else setStatus("connecting");
+    },
+  });
+  for await (const event of updates) {
+    const stick = atBottom();
+    const item = eventItem(event);
+    if (item !== null) timeline.append([item]);
+    state.cursor = event.seq;
+    markProgress();
+    if (stick) scroller.scrollTop = scroller.scrollHeight;
+  }
+  setStatus("closed");
+}
+
+/** The time from the tail page's last byte to its rendering, for the browser benchmark. */
+function recordTailTiming(/** @type {number} */ records) {
+  const entries = performance.getEntriesByType("resource").filter((entry) => entry.name.includes("/page"));
+  const last = /** @type {PerformanceResourceTiming | undefined} */ (entries[entries.length - 1]);
+  requestAnimationFrame(() => {
+    const rendered = performance.now();
+    /** @type {any} */ (window).viewerMetrics = {
+      records,
+      responseEnd: last ? last.responseEnd : null,
+      transferSize: last ? last.transferSize : null,
+      renderedMs: last ? rendered - last.responseEnd : null,
+    };
+    document.documentElement.dataset.ready = "true";
+  });
+}
+
+async function open() {
+  if (!sessionId) {
+    showError("No session given: open /viewer/?session=ID (and &parent=P for a subagent child).");
+    setStatus("error");
+    return;
+  }
+  document.title = `${child ?? sessionId} · session viewer`;
+  $("title").textContent = child ? `${sessionId} › ${child}` : sessionId;
+  const token = sessionStorage.getItem(TOKEN_KEY) ?? undefined;
+  const principal = sessionStorage.getItem(PRINCIPAL_KEY) ?? undefined;
+  // A viewer left open waits out any outage: it never stops retrying, at most 10 s apart.
+  const client = new HistoryClient(location.origin, { token, principal, backoff: new Backoff({ maxRetries: null, capMs: 10_000 }) });
+  setStatus("connecting", "loading");
+  let tail;
+  try {
+    tail = await client.page(sessionId, { child, maxMessages: pageSize });
+  } catch (error) {
+    if (error instanceof ServiceError && error.status === 401) {
+      askForToken(token ? `The service refused the token: ${error.message}` : "This service needs a token.");
+      if (token) showError(`The token was refused: ${describe(error)}`);
+      return;
+    }
+    showError(`Could not open ${child ?? sessionId}: ${describe(error)}`);
+    setStatus("error");
+    return;
+  }
+  state.client = client;
+  timeline.append(joinItems(tail.records.map(recordItem)));
+  state.oldest = tail.fromSeq;
+  state.hasMore = tail.hasMore;
+  state.cursor = tail.toSeq - 1;
+  markProgress();
+  recordTailTiming(tail.records.length);
+  scroller.scrollTop = scroller.scrollHeight;
+  await fillViewport();
+  try {
+    await follow();
+  } catch (error) {
+    if (!state.stop?.signal.aborted) {
+      showError(`The live stream stopped: ${describe(error)}`);
+      setStatus("error");
+    }
+  }
+}
+
+void open();

@@ -1,0 +1,72 @@
+"""The viewer's static files: the page, its scripts, the client package beside it, and their headers."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+
+import httpx
+import pytest
+
+from history_service import assets
+from history_service.app import create_app
+from persistence import MemoryStore
+from testing.asgi import serving
+from testing.seeding import SEEDED
+
+pytestmark = pytest.mark.anyio
+
+
+async def get(path: str, **kwargs: object) -> httpx.Response:
+    async with serving(create_app(SEEDED, store=MemoryStore())) as client:
+        return await client.get(path, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_the_viewer_page_is_served_with_a_policy_that_admits_only_its_import_map():
+    response = await get("/viewer/")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    found = re.search(r'<script type="importmap">(.*?)</script>', response.text, re.S)
+    assert found is not None
+    digest = base64.b64encode(hashlib.sha256(found.group(1).encode()).digest()).decode()
+    policy = response.headers["content-security-policy"]
+    assert f"script-src 'self' 'sha256-{digest}'" in policy
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    assert response.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_the_bare_address_redirects_to_the_folder():
+    response = await get("/viewer", follow_redirects=False)
+    assert response.status_code in (301, 307) and response.headers["location"].endswith("/viewer/")
+
+
+@pytest.mark.parametrize("path", ["/viewer/viewer.js", "/viewer/timeline.js", "/viewer/lib/index.js"])
+async def test_scripts_are_javascript(path: str) -> None:
+    response = await get(path)
+    assert response.status_code == 200
+    assert response.headers["content-type"].split(";")[0] in ("text/javascript", "application/javascript")
+
+
+async def test_the_client_package_is_served_from_its_sources():
+    response = await get("/viewer/lib/codec.js")
+    assert response.status_code == 200
+    assert response.content == (assets.JS_CLIENT_DIR / "codec.js").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "path", ["/viewer/lib/../../assets.py", "/viewer/lib/%2e%2e/%2e%2e/assets.py", "/viewer/nope.js"]
+)
+async def test_nothing_outside_the_two_folders_is_served(path: str) -> None:
+    response = await get(path)
+    assert response.status_code == 404
+    assert b"JS_CLIENT_DIR" not in response.content
+
+
+async def test_without_the_client_sources_the_viewer_says_why(monkeypatch, tmp_path):
+    monkeypatch.setattr(assets, "JS_CLIENT_DIR", tmp_path / "missing")
+    for path in ("/viewer", "/viewer/", "/viewer/lib/index.js"):
+        response = await get(path)
+        assert response.status_code == 404
+        error = response.json()["error"]
+        assert error["code"] == "viewer_unavailable" and "missing" in error["message"]
