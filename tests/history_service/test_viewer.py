@@ -1,0 +1,349 @@
+"""The viewer in real Chromium, against a real service process with the test seeder.
+
+What the viewer renders is compared with what the store holds: the same items (a run of one
+block's deltas joined, a user message, a tool result, a turn marker), in seq order, each
+exactly once, after scrolling up through every page; live tokens in place, across a SIGKILL
+and restart of the server; the same items whatever the response's content coding; and token
+auth from the login form. Each test leaves a screenshot in ``test-output/``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+from codec import Event, encode
+from history_client import HistoryClient
+from testing.browser import launch, missing_reason, screenshot
+from testing.seeding import SCENARIOS
+from testing.servers import ServerProcess
+
+if missing_reason() is not None:
+    pytest.skip(missing_reason() or "", allow_module_level=True)
+
+from playwright.sync_api import Browser, Page  # noqa: E402
+
+JSON = {"Content-Type": "application/json"}
+SEED_ENV = {"HISTORY_ENABLE_TEST_SEED": "1"}
+TIMEOUT_MS = 60_000
+DELTA_KINDS = {"text-delta": "text", "reasoning-delta": "reasoning", "tool-call-delta": "tool"}
+
+Item = tuple[str, int, int, str]
+Seeded = tuple[str, dict[str, list[dict[str, Any]]]]
+
+
+def event_item(event: dict[str, Any]) -> tuple[str, str, int, str] | None:
+    """The viewer's rule (history_service/viewer/timeline.js), written again from the protocol's shapes."""
+    data, seq, kind = event["data"], event["seq"], event["type"]
+    if kind == "assistant/chunk" and isinstance(data, dict) and isinstance(data.get("chunk"), dict):
+        chunk = data["chunk"]
+        block = DELTA_KINDS.get(chunk.get("type"))
+        text = chunk.get("argumentsDelta" if block == "tool" else "text")
+        if block is None or not isinstance(text, str):
+            return None
+        key = json.dumps([block, data.get("turn"), data.get("step"), chunk.get("index"), chunk.get("id")])
+        return block, key, seq, text
+    if kind == "user/message" and isinstance(data, dict):
+        text = data["text"] if isinstance(data.get("text"), str) else message_text(data.get("content"))
+        return "user", "", seq, text
+    if kind == "tool/result" and isinstance(data, dict):
+        message = data["message"] if isinstance(data.get("message"), dict) else data
+        return "tool-result", "", seq, message_text(message.get("content"))
+    if kind == "turn/start" and isinstance(data, dict) and "turn" in data:
+        return "turn", "", seq, str(data["turn"])
+    return None
+
+
+def message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text" and "text" in p)
+
+
+def expected_items(events: list[Event]) -> list[Item]:
+    items: list[list[Any]] = []
+    last_key = ""
+    for event in events:
+        found = event_item(msgspec.json.decode(encode(event)))
+        if found is None:
+            continue
+        kind, key, seq, text = found
+        if key and key == last_key and items[-1][2] + 1 == seq:
+            items[-1][2] = seq
+            items[-1][3] += text
+        else:
+            items.append([kind, seq, seq, text])
+        last_key = key
+    return [(kind, seq0, seq1, text) for kind, seq0, seq1, text in items]
+
+
+def rendered_items(page: Page) -> list[Item]:
+    rows = page.evaluate(
+        """() => Array.from(document.querySelectorAll('#timeline > .item')).map((el) => [
+            el.dataset.kind, Number(el.dataset.seq0), Number(el.dataset.seq1), el.querySelector('.body').textContent,
+        ])"""
+    )
+    return [tuple(row) for row in rows]
+
+
+def stored_events(url: str, session: str, child: str | None = None, **client: Any) -> list[Event]:
+    with HistoryClient(url, **client) as history:
+        return list(history.iter_history(session, child=child))
+
+
+SCROLL_UP = (
+    "() => { const s = document.getElementById('scroller'); s.scrollTop = 0; s.dispatchEvent(new Event('scroll')); }"
+)
+TIMELINE = "() => ({...document.getElementById('timeline').dataset})"
+# An older page has arrived (or there is none left): the oldest seq shown moved.
+MOVED = """before => {
+    const shown = document.getElementById('timeline').dataset;
+    return shown.loading !== 'true' && (shown.from !== before || shown.hasMore !== 'true');
+}"""
+
+
+def scroll_to_start(page: Page) -> int:
+    """Scroll to the top until the first page is loaded; returns how many times that took."""
+    loads = 0
+    while (shown := page.evaluate(TIMELINE))["hasMore"] == "true":
+        page.evaluate(SCROLL_UP)
+        page.wait_for_function(MOVED, arg=shown["from"], timeout=TIMEOUT_MS)
+        loads += 1
+    return loads
+
+
+def settle(page: Page) -> None:
+    """Wait until the viewer has no page load in flight."""
+    page.wait_for_function("() => document.getElementById('timeline').dataset.loading !== 'true'")
+
+
+def open_viewer(page: Page, url: str, query: str) -> None:
+    page.goto(f"{url}/viewer/?{query}")
+    page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with launch() as opened:
+        yield opened
+
+
+@pytest.fixture
+def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+    # A short window, so that a few pages fill it and the rest come by scrolling.
+    context = browser.new_context(viewport={"width": 900, "height": 400})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield opened
+        assert errors == [], f"uncaught errors in the page: {errors}"
+    finally:
+        screenshot(opened, request.node.name)
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    """One service with every seeder scenario; the sessions each one made."""
+    server = ServerProcess(f"sqlite:///{tmp_path_factory.mktemp('viewer') / 'viewer.db'}", env=SEED_ENV)
+    server.start()
+    try:
+        made = {}
+        for name, body in SCENARIOS.items():
+            response = httpx.post(f"{server.url}/v1/test-only/seed", json=body, timeout=300)
+            assert response.status_code == 201, response.text
+            made[name] = response.json()["sessions"]
+        yield server.url, made
+    finally:
+        server.stop()
+
+
+def viewer_cases() -> list[tuple[str, int]]:
+    return [(name, 0) for name in SCENARIOS] + [("subagent", 1), ("subagent", 3)]
+
+
+@pytest.mark.parametrize(("scenario", "which"), viewer_cases())
+def test_the_viewer_renders_every_stored_event_once_in_order(
+    seeded: Seeded, page: Page, scenario: str, which: int
+) -> None:
+    url, made = seeded
+    session = made[scenario][which]["id"]
+    parent = session.rsplit(".", 1)[0] if which else None
+    query = f"session={session}&pageSize=1" + (f"&parent={parent}" if parent else "")
+    open_viewer(page, url, query)
+    first = rendered_items(page)
+    loads = scroll_to_start(page)
+
+    shown = rendered_items(page)
+    assert shown == expected_items(stored_events(url, parent or session, session if parent else None))
+    # Older pages went above newer ones: what the first page showed is the end of the list.
+    assert shown[len(shown) - len(first) :] == first
+    seqs = [seq for _, seq0, seq1, _ in shown for seq in (seq0, seq1)]
+    assert seqs == sorted(seqs) and len({seq0 for _, seq0, _, _ in shown}) == len(shown)
+    if scenario == "multi-turn":
+        assert loads >= 2, "one message a page should take several scrolls"
+
+
+def test_scrolling_up_keeps_the_reader_in_place(seeded: Seeded, page: Page) -> None:
+    url, made = seeded
+    session = made["multi-turn"][0]["id"]
+    open_viewer(page, url, f"session={session}&pageSize=1")
+    settle(page)
+    shown = page.evaluate(TIMELINE)
+    assert shown["hasMore"] == "true"
+    seq0 = page.locator("#timeline > .item").first.get_attribute("data-seq0")
+    # Scroll to the top and note where the first item is, before the older page can arrive.
+    top = page.evaluate(
+        """seq0 => {
+            const scroller = document.getElementById('scroller');
+            scroller.scrollTop = 0;
+            const y = document.querySelector(`#timeline > .item[data-seq0='${seq0}']`).getBoundingClientRect().y;
+            scroller.dispatchEvent(new Event('scroll'));
+            return y;
+        }""",
+        seq0,
+    )
+    page.wait_for_function(MOVED, arg=shown["from"], timeout=TIMEOUT_MS)
+    same = page.locator(f"#timeline > .item[data-seq0='{seq0}']")
+    assert same.count() == 1
+    moved = same.bounding_box()
+    assert moved is not None
+    # The new rows went above: the item the reader saw is still where it was on screen.
+    assert abs(moved["y"] - top) <= 2, (top, moved)
+
+
+def delta(seq: int, text: str) -> dict[str, Any]:
+    chunk = {"type": "text-delta", "index": 0, "text": text}
+    return {
+        "type": "assistant/chunk",
+        "seq": seq,
+        "time": 1_700_000_000_000 + seq,
+        "data": {"turn": 1, "step": 1, "chunk": chunk},
+    }
+
+
+def append(url: str, session: str, events: list[dict[str, Any]], headers: dict[str, str] | None = None) -> None:
+    response = httpx.post(f"{url}/v1/sessions/{session}/events", json={"events": events}, headers=headers, timeout=30)
+    assert response.status_code in (200, 201), response.text
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(f"sqlite:///{tmp_path / 'live.db'}", env={"HISTORY_RETRY_MS": "100"})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_live_tokens_appear_in_place_and_resume_after_a_restart(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": "live", "createdAt": 0}).status_code == 201
+    user = {"id": "u", "role": "user", "content": [{"type": "text", "text": "count to forty"}]}
+    append(url, "live", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
+    append(url, "live", [{"type": "user/message", "seq": 1, "time": 1, "data": user, "surfaceOp": "append"}])
+    open_viewer(page, url, "session=live")
+    page.evaluate(
+        """() => {
+            window.statusHistory = [];
+            const status = document.getElementById('status');
+            new MutationObserver(() => window.statusHistory.push(status.dataset.state))
+                .observe(status, {attributes: true, attributeFilter: ['data-state']});
+        }"""
+    )
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+
+    tokens = [f"{n} " for n in range(40)]
+    for k in range(20):
+        append(url, "live", [delta(2 + k, tokens[k])])
+    page.wait_for_function("() => document.getElementById('timeline').dataset.cursor === '21'", timeout=TIMEOUT_MS)
+    block = page.locator("#timeline > .item.text")
+    assert block.count() == 1 and block.locator(".body").text_content() == "".join(tokens[:20])
+    handle = block.element_handle()
+
+    live_server.restart(signal.SIGKILL)
+    for k in range(20, 40):
+        append(url, "live", [delta(2 + k, tokens[k])])
+    page.wait_for_function("() => document.getElementById('timeline').dataset.cursor === '41'", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+
+    # The tokens joined the very element that showed the first ones: in place, none twice, none missing.
+    assert handle.evaluate("el => el.isConnected")
+    assert handle.evaluate("el => el.querySelector('.body').textContent") == "".join(tokens)
+    assert rendered_items(page) == expected_items(stored_events(url, "live"))
+    assert "reconnecting" in page.evaluate("() => window.statusHistory")
+
+
+@pytest.fixture(scope="module")
+def coded_session(seeded: Seeded) -> tuple[str, str, list[Item]]:
+    url, made = seeded
+    session = made["multi-turn"][0]["id"]
+    return url, session, expected_items(stored_events(url, session))
+
+
+@pytest.mark.parametrize("coding", ["identity", "gzip", "br", "zstd"])
+def test_every_response_coding_renders_the_same(
+    coded_session: tuple[str, str, list[Item]], page: Page, coding: str
+) -> None:
+    url, session, expected = coded_session
+    codings: list[str] = []
+    # Chromium chooses Accept-Encoding itself (zstd first); a context-wide header overrides it.
+    page.context.set_extra_http_headers({"Accept-Encoding": coding})
+    page.on(
+        "response",
+        lambda response: (
+            codings.append(response.headers.get("content-encoding", "identity"))
+            if "/v1/sessions/" in response.url
+            else None
+        ),
+    )
+    open_viewer(page, url, f"session={session}&pageSize=2")
+    scroll_to_start(page)
+    assert rendered_items(page) == expected
+    # Pages under 1 KiB go uncoded; every larger one came in the coding asked for.
+    assert coding in codings and set(codings) <= {coding, "identity"}, codings
+
+
+def test_token_auth_through_the_login_form(tmp_path: Path, page: Page) -> None:
+    env = {**SEED_ENV, "HISTORY_AUTH": "token", "HISTORY_SERVICE_TOKENS": "right-token"}
+    server = ServerProcess(f"sqlite:///{tmp_path / 'auth.db'}", env=env)
+    server.start()
+    try:
+        auth = {"Authorization": "Bearer right-token", "X-Principal": "alice"}
+        response = httpx.post(f"{server.url}/v1/test-only/seed", json=SCENARIOS["multi-turn"], headers=auth)
+        assert response.status_code == 201, response.text
+        session = response.json()["sessions"][0]["id"]
+
+        page.goto(f"{server.url}/viewer/?session={session}")
+        page.wait_for_selector("#login:not([hidden])", timeout=TIMEOUT_MS)
+        page.fill("#token", "wrong-token")
+        page.fill("#principal", "alice")
+        page.click("#login button[type=submit]")
+        page.wait_for_selector("#error:not([hidden])", timeout=TIMEOUT_MS)
+        message = page.text_content("#error") or ""
+        assert "token was refused" in message and "401" in message, message
+        assert page.is_visible("#login")
+
+        page.fill("#token", "right-token")
+        page.click("#login button[type=submit]")
+        page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
+        page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+        expected = expected_items(stored_events(server.url, session, token="right-token", principal="alice"))
+        assert rendered_items(page)[-1] == expected[-1]
+        scroll_to_start(page)
+        assert rendered_items(page) == expected
+        assert "right-token" not in page.url
+        assert page.evaluate("() => sessionStorage.getItem('history.token')") == "right-token"
+    finally:
+        server.stop()
