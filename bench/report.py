@@ -406,6 +406,53 @@ def _throughput_section(entry: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _browser_section(js: dict[str, Any] | None, viewer: dict[str, Any] | None) -> list[str]:
+    """The JavaScript codec in Node, and the viewer in Chromium, against the browser goals."""
+    lines = ["## In the browser", ""]
+    if js is not None:
+        page, valid, heap = js["page"], js["validatedPage"], js["heap"]
+
+        def mark(ok: bool) -> str:
+            return "met" if ok else "**missed**"
+
+        lines += [
+            f"The `realistic` tail page in Node {js['machine']['node']}: {page['events']:,} events, "
+            f"{page['records']:,} records, {page['packedBytes']:,} B packed and {page['rawBytes']:,} B raw. "
+            "Times are medians; heap peaks are `heapUsed + external`, medians of fresh processes.",
+            "",
+            "| measure | goal | packed | raw | ratio | |",
+            "|---|---|---:|---:|---:|---|",
+            f"| time to a validated page | ≥ 10× faster | {valid['packed']['medianMs']} ms | "
+            f"{valid['raw']['medianMs']} ms | {valid['speedup']}× | {mark(valid['speedup'] >= 10)} |",
+            f"| exact expansion | ≤ 150 ms | {js['expansion']['medianMs']} ms | | | "
+            f"{mark(js['expansion']['medianMs'] <= 150)} |",
+        ]
+        for use, label in (("page", "the validated page"), ("stream", "events streamed"), ("events", "all events")):
+            h = heap[use]
+            lines.append(
+                f"| heap peak, {label} | ≥ 3× smaller | {h['packedPeakBytes']:,} B | {h['rawPeakBytes']:,} B | "
+                f"{h['heapRatio']}× | {mark(h['heapRatio'] >= 3)} |"
+            )
+        lines.append("")
+    if viewer is not None:
+        lines += [
+            f"The viewer in Chromium {viewer['browser']}, opening `{viewer['session']}` ({viewer['events']:,} "
+            "events): from the tail page's last byte to the tail rendered, measured in the page "
+            f"(median of {viewer['loads']} fresh loads; goal ≤ 500 ms).",
+            "",
+            "| coding | wire bytes | records | median ms | samples ms |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for coding, cell in viewer["codings"].items():
+            rendered = cell["rendered_ms"]
+            lines.append(
+                f"| {coding} | {cell['transfer_bytes']:,} | {cell['records']:,} | {rendered['median']} | "
+                f"{', '.join(map(str, rendered['samples']))} |"
+            )
+        lines.append("")
+    return lines
+
+
 def render_markdown(results: dict[str, list[Any]], *, command: str, source: str) -> str:
     transport = {r["fixture"]["name"]: r for r in results.get("TRANSPORT_PERF", [])}
     any_result = next(iter(transport.values()), None)
@@ -441,6 +488,9 @@ def render_markdown(results: dict[str, list[Any]], *, command: str, source: str)
         lines.extend(_page_path_section(entry, transport))
     for entry in results.get("THROUGHPUT_PERF", []):
         lines.extend(_throughput_section(entry))
+    js, viewer = results.get("JS_PAGE_PERF", [None])[-1], results.get("VIEWER_PERF", [None])[-1]
+    if js is not None or viewer is not None:
+        lines.extend(_browser_section(js, viewer))
     for result in transport.values():
         lines.extend(_fixture_section(result))
     for entry in results.get("FOLLOW_LOAD", []):

@@ -97,3 +97,36 @@ def test_report_names_the_connections_of_a_smaller_throughput_run() -> None:
     text = render_markdown({"THROUGHPUT_PERF": [entry]}, command="make bench", source="run.txt")
     assert "| SQLite pages/s vs memory's, 50 connections | ≥ 60% | 50%: 500 vs 1,000/s (at 10) | **missed** |" in text
     assert "| SQLite durable 1-event appends/s, 50 sessions | ≥ 2,500/s | 2,000/s (at 10) | **missed** |" in text
+
+
+def test_report_renders_the_browser_goals() -> None:
+    heap = {
+        use: {"packedPeakBytes": packed, "rawPeakBytes": 300, "heapRatio": round(300 / packed, 2)}
+        for use, packed in (("page", 30), ("stream", 60), ("events", 120))
+    }
+    js = {
+        "machine": {"node": "v20.20.2"},
+        "page": {"events": 416_756, "records": 696, "packedBytes": 6_000_000, "rawBytes": 70_000_000},
+        "validatedPage": {"packed": {"medianMs": 30.0}, "raw": {"medianMs": 450.0}, "speedup": 15.0},
+        "expansion": {"medianMs": 50.0},
+        "heap": heap,
+    }
+    viewer = {
+        "browser": "150.0",
+        "session": "dsh-synthetic-0",
+        "events": 416_756,
+        "loads": 7,
+        "codings": {
+            "zstd": {"transfer_bytes": 900_000, "records": 696, "rendered_ms": {"median": 120.5, "samples": [120.5]}}
+        },
+    }
+    text = render_markdown({"JS_PAGE_PERF": [js], "VIEWER_PERF": [viewer]}, command="make bench", source="run.txt")
+    section = text.split("## In the browser", 1)[1]
+    for needle in (
+        "| time to a validated page | ≥ 10× faster | 30.0 ms | 450.0 ms | 15.0× | met |",
+        "| exact expansion | ≤ 150 ms | 50.0 ms | | | met |",
+        "| heap peak, the validated page | ≥ 3× smaller | 30 B | 300 B | 10.0× | met |",
+        "| heap peak, all events | ≥ 3× smaller | 120 B | 300 B | 2.5× | **missed** |",
+        "| zstd | 900,000 | 696 | 120.5 | 120.5 |",
+    ):
+        assert needle in section, needle
