@@ -67,6 +67,10 @@ def check_ranges(
     """
     if from_seq > to_seq:
         raise PageContinuityError(f"inverted page range: fromSeq {from_seq} > toSeq {to_seq}")
+    if from_seq == to_seq > 0:
+        # Only a page ending at seq 0 may be empty (docs/protocol.md §4.2); a reader paging
+        # backwards from an empty page further on would ask for the same page forever.
+        raise PageContinuityError(f"page [{from_seq}, {to_seq}) is empty but ends after seq 0")
     expected = expected_to_seq(through=through, before=before)
     if expected is not None and to_seq != expected:
         raise PageContinuityError(f"page did not end at its requested cursor: toSeq {to_seq}, expected {expected}")

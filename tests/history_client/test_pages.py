@@ -51,6 +51,7 @@ BAD_PAGES = [
     (dict(records=records_of(LOG[40:60]) + records_of(LOG[59:120])), "overlaps the previous record"),
     (dict(records=records_of(LOG[40:60]) + records_of(LOG[61:120])), "leaves a gap"),
     (dict(from_seq=121, to_seq=120, records=[]), "inverted page range"),
+    (dict(from_seq=120, to_seq=120, records=[]), "empty but ends after seq 0"),
     (dict(from_seq=0, records=records_of(LOG[0:120])[:0]), "discontinuous|did not end"),
 ]
 
@@ -74,7 +75,7 @@ def test_a_broken_cover_raises_before_any_event(change, message, reader):
 
 def test_an_inverted_record_range_is_refused():
     with pytest.raises(PageContinuityError, match="inverted cursor range"):
-        check_ranges([(5, 4)], from_seq=5, to_seq=5, has_more=True)
+        check_ranges([(5, 4)], from_seq=5, to_seq=6, has_more=True)
 
 
 def test_has_more_must_match_from_seq():
