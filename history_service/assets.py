@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
@@ -42,8 +42,9 @@ def _import_map_hash() -> str:
 _HEADERS: Final = {
     "Content-Security-Policy": (
         f"default-src 'self'; script-src 'self'{_import_map_hash()}; object-src 'none'; base-uri 'none'; "
-        "frame-ancestors 'none'"
+        "form-action 'none'; frame-ancestors 'none'"
     ),
+    "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
@@ -58,9 +59,13 @@ class _Files(StaticFiles):
 
 
 async def _unavailable(request: Request) -> Response:
-    return error_response(
-        404, "viewer_unavailable", f"the viewer needs the JavaScript client's sources at {JS_CLIENT_DIR}"
-    )
+    message = "the viewer needs the JavaScript client's sources (clients/js/src), which this install does not have"
+    return error_response(404, "viewer_unavailable", message)
+
+
+async def _to_folder(request: Request) -> Response:
+    # Relative, so the address never comes from the request's Host header.
+    return RedirectResponse("/viewer/", status_code=308)
 
 
 def viewer_routes() -> list[BaseRoute]:
@@ -68,6 +73,7 @@ def viewer_routes() -> list[BaseRoute]:
     if not JS_CLIENT_DIR.is_dir() or not VIEWER_DIR.is_dir():
         return [Route("/viewer", _unavailable), Route("/viewer/{path:path}", _unavailable)]
     return [
+        Route("/viewer", _to_folder),
         Mount("/viewer/lib", app=_Files(directory=JS_CLIENT_DIR), name="viewer-lib"),
         Mount("/viewer", app=_Files(directory=VIEWER_DIR, html=True), name="viewer"),
     ]

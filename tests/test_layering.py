@@ -34,7 +34,11 @@ FORBIDDEN = {
 
 
 # What pyproject.toml ships; the test and bench helpers stay out of it.
-PRODUCT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+PRODUCT = [
+    name
+    for name in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    if "." not in name
+]
 HELPERS = {"testing", "tests", "bench"}
 
 

@@ -26,13 +26,14 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER_ONLY = ("sqlalchemy", "starlette", "uvicorn", "psycopg")
 
 PROBE = """
-import importlib.util, json, sys
+import importlib.resources, importlib.util, json, sys
 import codec, history_client
 from history_client import AsyncHistoryClient, HistoryClient
 print(json.dumps({
     "prefix": sys.prefix,
     "client": history_client.__file__,
     "importable": [name for name in %r if importlib.util.find_spec(name) is not None],
+    "viewer": sorted(p.name for p in importlib.resources.files("history_service.viewer").iterdir()),
 }))
 """
 
@@ -50,7 +51,7 @@ def source_tree(dest: Path) -> Path:
     dest.mkdir()
     for name in ["pyproject.toml", project["readme"], *project.get("license-files", [])]:
         shutil.copy2(ROOT / name, dest / name)
-    for package in config["tool"]["setuptools"]["packages"]:
+    for package in (name for name in config["tool"]["setuptools"]["packages"] if "." not in name):
         shutil.copytree(ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
@@ -74,6 +75,8 @@ def test_the_base_install_has_the_client_and_no_server_stack(tmp_path):
     assert probe.returncode == 0, f"history_client does not import in a base install:\n{probe.stderr}"
     found = json.loads(probe.stdout)
     assert Path(found["client"]).is_relative_to(found["prefix"]), f"history_client came from {found['client']}"
+    # The wheel carries the viewer's static files (the client package it imports comes from the source tree).
+    assert {"index.html", "viewer.js", "timeline.js", "viewer.css", "favicon.svg"} <= set(found["viewer"])
     assert found["importable"] == [], (
         f"a base install (no extras) can import {found['importable']}: "
         "server dependencies belong in the `server` extra of pyproject.toml"

@@ -10,12 +10,25 @@ const DELTA_KINDS = { "text-delta": "text", "reasoning-delta": "reasoning", "too
 const ROW_KINDS = { "text-chunks": "text", "reasoning-chunks": "reasoning", "tool-call-chunks": "tool" };
 
 /**
- * @typedef {{kind: string, key: string, seq0: number, seq1: number, text: string, name?: string}} Item
+ * An item, and what it hides when it is an edit (`conversationOp`) or a replacement (`surfaceOp`).
+ * @typedef {{start: number, end: number, why: string}} Hiding
+ * @typedef {{kind: string, key: string, seq0: number, seq1: number, text: string, name?: string, hides?: Hiding}} Item
  */
 
 /** @param {any} data @param {string} kind @param {any} chunk */
 function blockKey(data, kind, chunk) {
   return JSON.stringify([kind, data.turn, data.step, chunk.index, kind === "tool" ? chunk.id : null]);
+}
+
+/**
+ * The range an edit or a replacement hides (§2.1), or undefined.
+ * @param {any} event
+ * @returns {Hiding | undefined}
+ */
+function hiding(event) {
+  const op = event.conversationOp ?? event.surfaceOp;
+  if (!op || typeof op !== "object" || op.op !== "replace") return undefined;
+  return { start: op.start, end: op.end, why: event.conversationOp ? "edited out" : "replaced" };
 }
 
 /** @param {any} content */
@@ -47,16 +60,28 @@ export function eventItem(event) {
   }
   if (event.type === "user/message" && data && typeof data === "object") {
     const text = typeof data.text === "string" ? data.text : messageText(data.content);
-    return { kind: "user", key: "", seq0: seq, seq1: seq, text };
+    return withHiding({ kind: "user", key: "", seq0: seq, seq1: seq, text }, event);
+  }
+  // A message built from deltas is already on screen as they were; one without is shown itself.
+  if (event.type === "assistant/message" && data && typeof data === "object" && !event.sourceEventSeqs?.length) {
+    const message = data.message && typeof data.message === "object" ? data.message : data;
+    const text = typeof message.text === "string" ? message.text : messageText(message.content);
+    return withHiding({ kind: "assistant", key: "", seq0: seq, seq1: seq, text }, event);
   }
   if (event.type === "tool/result" && data && typeof data === "object") {
     const message = data.message && typeof data.message === "object" ? data.message : data;
-    return { kind: "tool-result", key: "", seq0: seq, seq1: seq, text: messageText(message.content) };
+    return withHiding({ kind: "tool-result", key: "", seq0: seq, seq1: seq, text: messageText(message.content) }, event);
   }
   if (event.type === "turn/start" && data && typeof data === "object" && data.turn !== undefined) {
     return { kind: "turn", key: "", seq0: seq, seq1: seq, text: String(data.turn) };
   }
   return null;
+}
+
+/** @param {Item} item @param {any} event @returns {Item} */
+function withHiding(item, event) {
+  const hides = hiding(event);
+  return hides ? { ...item, hides } : item;
 }
 
 /**
@@ -106,7 +131,15 @@ export function joinItems(items) {
   return out;
 }
 
-const LABELS = { text: "", reasoning: "Reasoning", tool: "Tool call", user: "User", "tool-result": "Tool result", turn: "Turn" };
+const LABELS = {
+  text: "",
+  reasoning: "Reasoning",
+  tool: "Tool call",
+  user: "User",
+  assistant: "Assistant",
+  "tool-result": "Tool result",
+  turn: "Turn",
+};
 
 /** The rendered items of one timeline element, kept in seq order. */
 export class Timeline {
@@ -115,6 +148,26 @@ export class Timeline {
     this.root = root;
     /** @type {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null}[]} */
     this.nodes = [];
+    /** @type {Hiding[]} */
+    this.hidden = [];
+  }
+
+  /**
+   * Mark the items that edits and replacements hide; they stay in place, dimmed and labelled,
+   * since this is a history. An edit may arrive before or after what it hides, so a new range
+   * is checked against every item, and a new item against every range.
+   * @param {{item: Item, el: HTMLElement}[]} added the nodes just rendered
+   * @param {Item[]} items every item just added, joined or not
+   */
+  #markHidden(added, items) {
+    const fresh = items.flatMap((item) => (item.hides ? [item.hides] : []));
+    this.hidden.push(...fresh);
+    if (this.hidden.length === 0) return;
+    for (const node of fresh.length ? this.nodes : added) {
+      const { seq0, seq1 } = node.item;
+      const hit = this.hidden.find((range) => seq0 <= range.end && seq1 >= range.start);
+      if (hit && node.el.dataset.hidden === undefined) node.el.dataset.hidden = hit.why;
+    }
   }
 
   /** @param {Item} item */
@@ -158,6 +211,8 @@ export class Timeline {
   /** Add newer items at the end; a delta that continues the last item extends it in place. @param {Item[]} items */
   append(items) {
     const fragment = this.root.ownerDocument.createDocumentFragment();
+    /** @type {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null}[]} */
+    const added = [];
     for (const item of items) {
       const last = this.nodes[this.nodes.length - 1];
       if (last && joins(last.item, item)) {
@@ -169,9 +224,11 @@ export class Timeline {
       }
       const node = this.#render(item);
       this.nodes.push(node);
+      added.push(node);
       fragment.append(node.el);
     }
     this.root.append(fragment);
+    this.#markHidden(added, items);
   }
 
   /** Add older items at the start, in their order. @param {Item[]} items */
@@ -181,7 +238,8 @@ export class Timeline {
     if (first && older.length && joins(older[older.length - 1], first.item)) {
       const tail = older[older.length - 1];
       first.body.insertData(0, tail.text);
-      first.item = { ...first.item, seq0: tail.seq0, text: tail.text + first.item.text };
+      first.item = { ...first.item, seq0: tail.seq0, text: tail.text + first.item.text, name: tail.name ?? first.item.name };
+      if (first.name && tail.name) first.name.textContent = tail.name;
       this.#mark(first.el, first.item);
       older = older.slice(0, -1);
     }
@@ -190,5 +248,6 @@ export class Timeline {
     for (const node of nodes) fragment.append(node.el);
     this.root.prepend(fragment);
     this.nodes.unshift(...nodes);
+    this.#markHidden(nodes, items);
   }
 }

@@ -23,11 +23,17 @@ const parent = params.get("parent");
 const requested = params.get("session");
 const sessionId = parent ?? requested;
 const child = parent ? requested ?? undefined : undefined;
-const pageSize = Number(params.get("pageSize")) || undefined;
+const pageSize = messagesPerPage(params.get("pageSize"));
 
 const timeline = new Timeline(timelineEl);
-/** @type {{client: HistoryClient | null, oldest: number, hasMore: boolean, cursor: number, loading: boolean, stop: AbortController | null}} */
-const state = { client: null, oldest: 0, hasMore: false, cursor: -1, loading: false, stop: null };
+/** @type {{client: HistoryClient | null, oldest: number, hasMore: boolean, cursor: number, loading: boolean, olderFailed: boolean, stop: AbortController | null}} */
+const state = { client: null, oldest: 0, hasMore: false, cursor: -1, loading: false, olderFailed: false, stop: null };
+
+/** `pageSize` from the URL: a whole number of messages within the service's range, or the default. @param {string | null} value */
+function messagesPerPage(value) {
+  const count = Number(value);
+  return Number.isInteger(count) && count >= 1 && count <= 1000 ? count : undefined;
+}
 
 /** @param {string} phase @param {string} [text] */
 function setStatus(phase, text) {
@@ -39,6 +45,11 @@ function setStatus(phase, text) {
 function showError(message) {
   errorEl.textContent = message;
   errorEl.hidden = false;
+}
+
+function clearError() {
+  errorEl.textContent = "";
+  errorEl.hidden = true;
 }
 
 /** @param {unknown} error */
@@ -70,7 +81,7 @@ loginEl.addEventListener("submit", (event) => {
   sessionStorage.setItem(TOKEN_KEY, /** @type {HTMLInputElement} */ ($("token")).value);
   sessionStorage.setItem(PRINCIPAL_KEY, /** @type {HTMLInputElement} */ ($("principal")).value);
   loginEl.hidden = true;
-  errorEl.hidden = true;
+  clearError();
   void open();
 });
 
@@ -81,7 +92,10 @@ async function loadOlder() {
   timelineEl.dataset.loading = "true";
   olderEl.hidden = false;
   try {
-    const page = await client.page(/** @type {string} */ (sessionId), { child, before: state.oldest, maxMessages: pageSize });
+    // `through` pins where the page ends, so it must join the oldest page shown exactly
+    // (the client checks it), and makes the page immutable, so the browser may cache it.
+    const through = state.oldest - 1;
+    const page = await client.page(/** @type {string} */ (sessionId), { child, through, maxMessages: pageSize });
     const height = scroller.scrollHeight;
     const top = scroller.scrollTop;
     timeline.prepend(joinItems(page.records.map(recordItem)));
@@ -91,6 +105,7 @@ async function loadOlder() {
     state.hasMore = page.hasMore;
     markProgress();
   } catch (error) {
+    state.olderFailed = true;
     showError(`Could not load older messages: ${describe(error)}`);
   } finally {
     state.loading = false;
@@ -100,7 +115,7 @@ async function loadOlder() {
 }
 
 async function fillViewport() {
-  while (state.hasMore && scroller.scrollHeight <= scroller.clientHeight && !errorEl.textContent) {
+  while (state.hasMore && scroller.scrollHeight <= scroller.clientHeight && !state.olderFailed) {
     await loadOlder();
   }
 }
@@ -162,6 +177,7 @@ async function open() {
   document.title = `${child ?? sessionId} · session viewer`;
   $("title").textContent = child ? `${sessionId} › ${child}` : sessionId;
   const token = sessionStorage.getItem(TOKEN_KEY) ?? undefined;
+  state.olderFailed = false;
   const principal = sessionStorage.getItem(PRINCIPAL_KEY) ?? undefined;
   // A viewer left open waits out any outage: it never stops retrying, at most 10 s apart.
   const client = new HistoryClient(location.origin, { token, principal, backoff: new Backoff({ maxRetries: null, capMs: 10_000 }) });
@@ -171,8 +187,16 @@ async function open() {
     tail = await client.page(sessionId, { child, maxMessages: pageSize });
   } catch (error) {
     if (error instanceof ServiceError && error.status === 401) {
+      // A refused token is not kept for the next load.
+      sessionStorage.removeItem(TOKEN_KEY);
       askForToken(token ? `The service refused the token: ${error.message}` : "This service needs a token.");
       if (token) showError(`The token was refused: ${describe(error)}`);
+      return;
+    }
+    if (error instanceof ServiceError && token && (error.status === 403 || error.status === 404)) {
+      // With tokens, a session is visible only to its owner: the principal may be wrong.
+      askForToken(`No session ${child ?? sessionId} for principal ${principal}: check the principal.`);
+      showError(`Could not open ${child ?? sessionId}: ${describe(error)}`);
       return;
     }
     showError(`Could not open ${child ?? sessionId}: ${describe(error)}`);
@@ -187,11 +211,13 @@ async function open() {
   markProgress();
   recordTailTiming(tail.records.length);
   scroller.scrollTop = scroller.scrollHeight;
-  await fillViewport();
+  // Live updates need not wait for older pages: appends and prepends touch opposite ends.
+  void fillViewport();
   try {
     await follow();
   } catch (error) {
     if (!state.stop?.signal.aborted) {
+      if (error instanceof ServiceError && error.status === 401) sessionStorage.removeItem(TOKEN_KEY);
       showError(`The live stream stopped: ${describe(error)}`);
       setStatus("error");
     }

@@ -32,13 +32,14 @@ async def test_the_viewer_page_is_served_with_a_policy_that_admits_only_its_impo
     digest = base64.b64encode(hashlib.sha256(found.group(1).encode()).digest()).decode()
     policy = response.headers["content-security-policy"]
     assert f"script-src 'self' 'sha256-{digest}'" in policy
-    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy and "form-action 'none'" in policy
+    assert response.headers["x-frame-options"] == "DENY"
     assert response.headers["x-content-type-options"] == "nosniff"
 
 
-async def test_the_bare_address_redirects_to_the_folder():
-    response = await get("/viewer", follow_redirects=False)
-    assert response.status_code in (301, 307) and response.headers["location"].endswith("/viewer/")
+async def test_the_bare_address_redirects_to_the_folder_whatever_the_host():
+    response = await get("/viewer", follow_redirects=False, headers={"Host": "evil.example"})
+    assert response.status_code == 308 and response.headers["location"] == "/viewer/"
 
 
 @pytest.mark.parametrize("path", ["/viewer/viewer.js", "/viewer/timeline.js", "/viewer/lib/index.js"])
@@ -55,12 +56,19 @@ async def test_the_client_package_is_served_from_its_sources():
 
 
 @pytest.mark.parametrize(
-    "path", ["/viewer/lib/../../assets.py", "/viewer/lib/%2e%2e/%2e%2e/assets.py", "/viewer/nope.js"]
+    # httpx would resolve a plain "..", so the dot segments are percent-encoded.
+    "path",
+    [
+        "/viewer/lib/%2e%2e/%2e%2e/assets.py",
+        "/viewer/lib/..%2f..%2fassets.py",
+        "/viewer/%2e%2e/app.py",
+        "/viewer/nope.js",
+    ],
 )
 async def test_nothing_outside_the_two_folders_is_served(path: str) -> None:
     response = await get(path)
     assert response.status_code == 404
-    assert b"JS_CLIENT_DIR" not in response.content
+    assert b"JS_CLIENT_DIR" not in response.content and b"import" not in response.content
 
 
 async def test_without_the_client_sources_the_viewer_says_why(monkeypatch, tmp_path):
@@ -69,4 +77,5 @@ async def test_without_the_client_sources_the_viewer_says_why(monkeypatch, tmp_p
         response = await get(path)
         assert response.status_code == 404
         error = response.json()["error"]
-        assert error["code"] == "viewer_unavailable" and "missing" in error["message"]
+        assert error["code"] == "viewer_unavailable" and "clients/js/src" in error["message"]
+        assert str(tmp_path) not in error["message"]

@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
+from msgspec import UNSET
 
-from codec import Event, encode
+from codec import Event, ReplaceOp, encode
 from history_client import HistoryClient
 from testing.browser import launch, missing_reason, screenshot
 from testing.seeding import SCENARIOS
@@ -53,6 +54,10 @@ def event_item(event: dict[str, Any]) -> tuple[str, str, int, str] | None:
     if kind == "user/message" and isinstance(data, dict):
         text = data["text"] if isinstance(data.get("text"), str) else message_text(data.get("content"))
         return "user", "", seq, text
+    if kind == "assistant/message" and isinstance(data, dict) and not event.get("sourceEventSeqs"):
+        message = data["message"] if isinstance(data.get("message"), dict) else data
+        text = message["text"] if isinstance(message.get("text"), str) else message_text(message.get("content"))
+        return "assistant", "", seq, text
     if kind == "tool/result" and isinstance(data, dict):
         message = data["message"] if isinstance(data.get("message"), dict) else data
         return "tool-result", "", seq, message_text(message.get("content"))
@@ -84,6 +89,29 @@ def expected_items(events: list[Event]) -> list[Item]:
             items.append([kind, seq, seq, text])
         last_key = key
     return [(kind, seq0, seq1, text) for kind, seq0, seq1, text in items]
+
+
+def hidden_items(events: list[Event], items: list[Item]) -> dict[int, str]:
+    """Which items an edit (``conversationOp``) or a replacement (``surfaceOp``) hides, by first seq."""
+    ranges = []
+    for event in events:
+        op = event.conversationOp if event.conversationOp is not UNSET else event.surfaceOp
+        if isinstance(op, ReplaceOp):
+            ranges.append((op.start, op.end, "edited out" if event.conversationOp is not UNSET else "replaced"))
+    hidden = {}
+    for _, seq0, seq1, _ in items:
+        why = next((why for start, end, why in ranges if seq0 <= end and seq1 >= start), None)
+        if why is not None:
+            hidden[seq0] = why
+    return hidden
+
+
+def rendered_hidden(page: Page) -> dict[int, str]:
+    marked = page.evaluate(
+        "() => Array.from(document.querySelectorAll('#timeline > .item[data-hidden]'))"
+        ".map((el) => [Number(el.dataset.seq0), el.dataset.hidden])"
+    )
+    return dict(marked)
 
 
 def rendered_items(page: Page) -> list[Item]:
@@ -185,7 +213,12 @@ def test_the_viewer_renders_every_stored_event_once_in_order(
     loads = scroll_to_start(page)
 
     shown = rendered_items(page)
-    assert shown == expected_items(stored_events(url, parent or session, session if parent else None))
+    events = stored_events(url, parent or session, session if parent else None)
+    assert shown == expected_items(events)
+    hidden = hidden_items(events, shown)
+    assert rendered_hidden(page) == hidden
+    if scenario == "compaction":
+        assert set(hidden.values()) == {"edited out", "replaced"}
     # Older pages went above newer ones: what the first page showed is the end of the list.
     assert shown[len(shown) - len(first) :] == first
     seqs = [seq for _, seq0, seq1, _ in shown for seq in (seq0, seq1)]
@@ -275,13 +308,17 @@ def test_live_tokens_appear_in_place_and_resume_after_a_restart(live_server: Ser
     live_server.restart(signal.SIGKILL)
     for k in range(20, 40):
         append(url, "live", [delta(2 + k, tokens[k])])
-    page.wait_for_function("() => document.getElementById('timeline').dataset.cursor === '41'", timeout=TIMEOUT_MS)
+    # A message that no delta built is shown itself.
+    said = {"message": {"role": "assistant", "content": [{"type": "text", "text": "done counting"}]}}
+    append(url, "live", [{"type": "assistant/message", "seq": 42, "time": 42, "data": said, "surfaceOp": "append"}])
+    page.wait_for_function("() => document.getElementById('timeline').dataset.cursor === '42'", timeout=TIMEOUT_MS)
     page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
 
     # The tokens joined the very element that showed the first ones: in place, none twice, none missing.
     assert handle.evaluate("el => el.isConnected")
     assert handle.evaluate("el => el.querySelector('.body').textContent") == "".join(tokens)
     assert rendered_items(page) == expected_items(stored_events(url, "live"))
+    assert rendered_items(page)[-1] == ("assistant", 42, 42, "done counting")
     assert "reconnecting" in page.evaluate("() => window.statusHistory")
 
 
@@ -325,6 +362,8 @@ def test_token_auth_through_the_login_form(tmp_path: Path, page: Page) -> None:
         assert response.status_code == 201, response.text
         session = response.json()["sessions"][0]["id"]
 
+        requested: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
         page.goto(f"{server.url}/viewer/?session={session}")
         page.wait_for_selector("#login:not([hidden])", timeout=TIMEOUT_MS)
         page.fill("#token", "wrong-token")
@@ -343,7 +382,9 @@ def test_token_auth_through_the_login_form(tmp_path: Path, page: Page) -> None:
         assert rendered_items(page)[-1] == expected[-1]
         scroll_to_start(page)
         assert rendered_items(page) == expected
-        assert "right-token" not in page.url
+        # The token travels only in the Authorization header: never in an address, never in the page.
+        assert requested and not [address for address in requested if "token" in address]
+        assert "right-token" not in page.content()
         assert page.evaluate("() => sessionStorage.getItem('history.token')") == "right-token"
     finally:
         server.stop()

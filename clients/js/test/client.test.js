@@ -435,11 +435,11 @@ describe("follow", () => {
     /** @type {any[]} */
     const changes = [];
     const onConnection = (/** @type {any} */ change) => changes.push(change);
-    const events = await collect(service, { limit: 20, onConnection, clientOptions: { followReadTimeoutMs: 30 } });
+    const events = await collect(service, { limit: 20, onConnection, clientOptions: { followReadTimeoutMs: 500 } });
     assert.deepEqual(events, LOG.slice(0, 20));
     assert.deepEqual(
       changes.filter((change) => change.type === "retrying").map((change) => change.reason),
-      ["no data for 0.03 s"],
+      ["no data for 0.5 s"],
     );
     assert.equal(service.follows[0].signal?.aborted, true);
   });
