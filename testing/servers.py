@@ -139,6 +139,7 @@ class CuttingProxy:
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.cuts = 0
+        self.severed = 0
         self.connections = 0
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._server: asyncio.Server | None = None
@@ -157,6 +158,7 @@ class CuttingProxy:
 
     def cut(self) -> None:
         self.cuts += 1
+        self.severed += len(self._pairs)
         for down, up in list(self._pairs):
             down.transport.abort()
             up.transport.abort()

@@ -110,8 +110,10 @@ async def test_follow_delivers_every_event_once_through_cuts_and_server_restarts
                         if event.seq == TOTAL - 1:
                             break
         assert len(received) == TOTAL and received == events
-        # The follower really reconnected: every cut and restart cost it its connection.
-        assert proxy.cuts >= 3 and restarts == [] and proxy.connections >= 4
+        # The follower really reconnected. How often depends on where each cut and restart lands:
+        # one during a backoff finds no connection open (more often on a loaded machine), so the
+        # count of connections is not pinned; at least one cut must have severed an open one.
+        assert proxy.cuts >= 3 and restarts == [] and proxy.severed >= 1 and proxy.connections >= 2
 
         with HistoryClient(server.url, backoff=backoff) as sync_client:
             suffix = []
