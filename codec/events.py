@@ -57,9 +57,14 @@ EventType = Annotated[str, Meta(min_length=1, max_length=128)]
 Number = int | float
 
 
-class ReplaceOp(Struct, frozen=True, gc=False, forbid_unknown_fields=True, tag="replace", tag_field="op"):
-    """``{"op":"replace","start","end"}``: an inclusive seq range, ``start <= end``."""
+class ReplaceOp(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+    """``{"op":"replace","start","end"}``: an inclusive seq range, ``start <= end``.
 
+    ``op`` is a plain required field, not a msgspec tag: a tag alone in its union would be
+    optional on input, and §2.1 wants exactly the three keys.
+    """
+
+    op: Literal["replace"]
     start: Seq
     end: Seq
 

@@ -135,15 +135,20 @@ def compaction(*, seed: int = 0, turns: int = 4) -> list[Event]:
     first_user = next(e.seq for e in b.events if e.type == "user/message")
     b.add("compaction/start", {})
     b.add("compaction/summary", {"summary": "earlier turns, condensed"}, ignorable=True)
-    b.message("user", "condensed context", surfaceOp=ReplaceOp(first_user, first_user), sourceEventSeqs=(first_user,))
+    b.message(
+        "user",
+        "condensed context",
+        surfaceOp=ReplaceOp("replace", first_user, first_user),
+        sourceEventSeqs=(first_user,),
+    )
     b.add("compaction/end", {})
     last_turn_start = max(e.seq for e in b.events if e.type == "turn/start")
     end = len(b.events) - 1
     b.message(
         "user",
         "edited question",
-        surfaceOp=ReplaceOp(last_turn_start, end),
-        conversationOp=ReplaceOp(last_turn_start, end),
+        surfaceOp=ReplaceOp("replace", last_turn_start, end),
+        conversationOp=ReplaceOp("replace", last_turn_start, end),
     )
     _turn(b, turns + 1, max_run=20)
     return b.events

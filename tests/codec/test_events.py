@@ -37,7 +37,7 @@ def test_all_optional_keys_round_trip_in_canonical_order():
     )
     event = decode_event(line)
     assert event.sourceEventSeqs == (3, 1, 2)
-    assert event.surfaceOp == ReplaceOp(1, 4)
+    assert event.surfaceOp == ReplaceOp("replace", 1, 4)
     assert encode(event) == line
 
 

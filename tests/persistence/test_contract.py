@@ -399,7 +399,13 @@ async def test_conversation_op_hides_earlier_messages(store: HistoryStore) -> No
         plain(0, "user/message", {"text": "a"}, surfaceOp="append"),
         plain(1, "assistant/message", {"text": "b"}, surfaceOp="append"),
         plain(2, "user/message", {"text": "c"}, surfaceOp="append"),
-        plain(3, "user/message", {"text": "edit"}, surfaceOp=ReplaceOp(1, 2), conversationOp=ReplaceOp(1, 2)),
+        plain(
+            3,
+            "user/message",
+            {"text": "edit"},
+            surfaceOp=ReplaceOp("replace", 1, 2),
+            conversationOp=ReplaceOp("replace", 1, 2),
+        ),
         plain(4, "assistant/message", {"text": "d"}, surfaceOp="append", sourceEventSeqs=(4,)),
     ]
     await write(store, events, [5])
@@ -426,7 +432,7 @@ async def test_compaction_replacement_consumes_no_quota(store: HistoryStore) -> 
     events = [
         plain(0, "user/message", {"text": "q"}, surfaceOp="append"),
         plain(1, "compaction/summary", {"s": 1}),
-        plain(2, "user/message", {"text": "copy"}, surfaceOp=ReplaceOp(0, 0), sourceEventSeqs=(0,)),
+        plain(2, "user/message", {"text": "copy"}, surfaceOp=ReplaceOp("replace", 0, 0), sourceEventSeqs=(0,)),
         plain(3, "assistant/message", {"text": "a"}, surfaceOp="append"),
     ]
     await write(store, events, [4])
@@ -562,3 +568,13 @@ async def test_listing_returns_at_most_limit_sessions(store: HistoryStore) -> No
     assert [s.id for s in await store.list_sessions("alice", limit=2)] == ["s4", "s3"]
     assert [s.id for s in await store.list_sessions("alice", limit=5)] == ["s4", "s3", "s2", "s1", "s0"]
     assert await store.list_sessions("alice", limit=0) == []
+
+
+# Readiness.
+
+
+async def test_an_open_store_is_ready_before_and_after_it_is_used(store: HistoryStore) -> None:
+    await store.check_ready()
+    await write(store, multi_turn(seed=6, turns=2), [5, 100])
+    await store.read_page("s1", through=None, before=None, max_messages=2)
+    await store.check_ready()

@@ -309,7 +309,7 @@ function checkOp(value, key, where) {
       bad(`object contains unknown field \`${name}\``);
     }
   }
-  for (const name of ["start", "end"]) if (op[name] === undefined) bad(`object missing required field \`${name}\``);
+  for (const name of ["op", "start", "end"]) if (op[name] === undefined) bad(`object missing required field \`${name}\``);
   if (op.end < op.start) bad(`end ${op.end} is before start ${op.start}`);
   return keys.length === 3 && keys[0] === "op" && keys[1] === "start" && keys[2] === "end";
 }

@@ -425,12 +425,25 @@ describe("event validation", () => {
   test("a valid event comes back in canonical form", () => {
     const canonical = { ...base, ignorable: true };
     assert.equal(validateEvent(canonical), canonical);
-    const shuffled = { conversationOp: { end: 2, start: 1 }, data: { b: 1, a: 2 }, time: 5, seq: 1, type: "user/message" };
+    const shuffled = {
+      conversationOp: { end: 2, start: 1, op: "replace" },
+      data: { b: 1, a: 2 },
+      time: 5,
+      seq: 1,
+      type: "user/message",
+    };
     assert.equal(
       encodeRecord(validateEvent(shuffled)),
       '{"type":"user/message","seq":1,"time":5,"data":{"b":1,"a":2},"conversationOp":{"op":"replace","start":1,"end":2}}',
     );
     assert.deepEqual(Object.keys(validateEvent(shuffled)), ["type", "seq", "time", "data", "conversationOp"]);
+  });
+
+  test("a replace object needs its op, as §2.1 lists exactly op, start and end", () => {
+    assert.throws(() => validateEvent({ ...base, conversationOp: { start: 1, end: 2 } }), {
+      name: "EventValidationError",
+      message: 'event.conversationOp: expected {op:"replace",start,end} (object missing required field `op`)',
+    });
   });
 
   test("a float spelling is not an integer seq", () => {
