@@ -208,6 +208,9 @@ def _stream_error(data: bytes, cursor: int | None) -> Exception:
         return ProtocolError(f"malformed error frame: {exc}")
     if type(value) is dict and value.get("code") == "cursor_ahead" and type(value.get("headSeq")) is int:
         return CursorAheadError(-1 if cursor is None else cursor, value["headSeq"])
+    if type(value) is dict and type(value.get("code")) is str:
+        # The service failed after the stream opened (docs/protocol.md §5.1): resume, as after a cut.
+        return Disconnected(f"the stream ended with {value['code']}")
     return ProtocolError(f"the stream reported an error: {data[:200]!r}")
 
 

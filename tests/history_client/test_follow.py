@@ -124,6 +124,13 @@ def test_cursor_ahead_is_a_typed_error(mode):
     assert (caught.value.after, caught.value.head_seq) == (50, 10)
 
 
+def test_a_failure_frame_after_the_opening_is_resumed_like_a_cut(mode):
+    failed = RETRY + snapshot_frame(LOG[0:50], 49) + live(50, 60) + sse("error", b'{"code":"store_unavailable"}')
+    service = Service(LOG, [failed, live(60, 80)])
+    assert collect(service, mode=mode, limit=80) == LOG[:80]
+    assert [request.headers.get("last-event-id") for request in service.follows] == [None, "59"]
+
+
 def test_a_client_error_status_is_raised_at_once(mode):
     not_found = httpx.Response(404, json={"error": {"code": "session_not_found", "message": "no session 's'"}})
     service = Service(LOG, [not_found])

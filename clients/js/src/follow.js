@@ -96,6 +96,8 @@ export function streamError(data, cursor) {
   if (isObject(value) && value.code === "cursor_ahead" && Number.isSafeInteger(value.headSeq)) {
     return new CursorAheadError(cursor ?? -1, /** @type {number} */ (value.headSeq));
   }
+  // The service failed after the stream opened (§5.1): resume, as after a cut.
+  if (isObject(value) && typeof value.code === "string") return new Disconnected(`the stream ended with ${value.code}`);
   return new ProtocolError(`the stream reported an error: ${data.slice(0, 200)}`);
 }
 

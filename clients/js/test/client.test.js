@@ -368,6 +368,16 @@ describe("follow", () => {
     });
   });
 
+  test("a failure frame after the opening is resumed like a cut", async () => {
+    const failed = RETRY + snapshotFrame(LOG.slice(0, 50), 49) + live(50, 60) + sse("error", '{"code":"store_unavailable"}');
+    const service = new MockService(LOG, [failed, live(60, 80)]);
+    assert.deepEqual(await collect(service, { limit: 80 }), LOG.slice(0, 80));
+    assert.deepEqual(
+      service.follows.map((request) => request.headers.get("last-event-id")),
+      [null, "59"],
+    );
+  });
+
   test("a client error status is raised at once", async () => {
     const service = new MockService(LOG, [errorResponse(404, "session_not_found", "no session 's'")]);
     await assert.rejects(collect(service, { limit: 5 }), (error) => {
