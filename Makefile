@@ -11,7 +11,7 @@ export HISTORY_CORPUS_DIR
 
 PACKAGES := codec persistence history_service history_client
 
-.PHONY: serve test lint typecheck typecheck-js unit bench venv clean
+.PHONY: serve test lint typecheck typecheck-js unit fuzz bench venv clean
 
 JS := clients/js
 JS_STAMP := $(JS)/node_modules/.installed
@@ -59,11 +59,16 @@ typecheck-js:
 # The bench suites that have a smoke mode run here too, so they cannot rot.
 SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_history_transport.py bench/test_page_path.py \
 	bench/test_follow_load.py bench/test_follow_scale.py bench/test_throughput.py bench/test_js_perf.py \
-	bench/test_viewer_perf.py bench/test_report.py
+	bench/test_viewer_perf.py bench/test_metrics_cost.py bench/test_report.py
 
 unit: $(STAMP)
 	$(BIN)/pytest
 	HISTORY_BENCH_SMOKE=1 $(BIN)/pytest -p no:cacheprovider $(SMOKE_BENCH)
+
+# Contract fuzzing at depth: `make test` runs 100 cases per operation, always the same ones;
+# this runs 1000 per operation, new ones each run, against the same real server.
+fuzz: $(STAMP)
+	HISTORY_FUZZ_EXAMPLES=1000 $(BIN)/pytest -p no:cacheprovider tests/history_service/test_fuzz.py
 
 # Every suite at full size, then the report. The run's result lines are kept in
 # bench/results/<UTC time>.txt and docs/benchmarks.md is regenerated from them.

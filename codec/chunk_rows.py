@@ -90,7 +90,10 @@ Members = Annotated[list[str], Meta(min_length=1)]
 
 
 class TextRowData(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
-    """``data`` of a text or reasoning row: ``{turn, step, index, dt, texts}``. Treat the lists as immutable."""
+    """``data`` of a text or reasoning row: ``{turn, step, index, dt, texts}``.
+
+    Treat the lists as immutable.
+    """
 
     turn: Number
     step: Number

@@ -79,7 +79,10 @@ class PageRecord(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
 
 
 class Page(Struct, frozen=True, forbid_unknown_fields=True):
-    """A ``session.page`` body. Decoding validates every record; `check_page` checks coverage."""
+    """A ``session.page`` body.
+
+    Decoding validates every record; `check_page` checks coverage.
+    """
 
     records: list[PageRecord]
     hasMore: bool
@@ -271,7 +274,10 @@ class _RecordSpan(Struct, frozen=True, gc=False):
 
 class FollowSnapshot(Struct, frozen=True, forbid_unknown_fields=True):
     """The data of a follow stream's ``snapshot`` frame: the header, the cursor (the last
-    seq, or -1) and the tail page at ``through = cursor``, records left as raw JSON."""
+    seq, or -1) and the tail page at ``through = cursor``.
+
+    The records are left as raw JSON, to be decoded one at a time.
+    """
 
     header: SessionHeader
     cursor: Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER)]

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
 import anyio
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from history_service import endpoints
+from history_service import endpoints, openapi
 from history_service.assets import viewer_routes
-from history_service.errors import ApiError, error_response, handle_api_error
+from history_service.errors import EXCEPTION_HANDLERS
+from history_service.logs import AccessLog, configure_logging
+from history_service.metrics import Metrics, MetricsMiddleware, metrics_for, scrape
 from history_service.service import HistoryService
 from history_service.settings import Settings
 from history_service.shutdown import Shutdown, on_signals
@@ -24,22 +23,14 @@ from persistence import HistoryStore, open_store
 
 __all__ = ["app_factory", "create_app"]
 
-logger = logging.getLogger(__name__)
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    return error_response(exc.status_code, _HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail))
-
-
-async def _internal_error(request: Request, exc: Exception) -> Response:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, "internal", "internal server error")
-
-
-def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdown: Shutdown | None = None) -> Starlette:
+def create_app(
+    settings: Settings,
+    *,
+    store: HistoryStore | None = None,
+    shutdown: Shutdown | None = None,
+    metrics: Metrics | None = None,
+) -> Starlette:
     """Build the app.
 
     Parameters:
@@ -48,7 +39,10 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdow
         shutdown: a signal the launcher triggers when it stops, which ends every follow stream
             before the server waits for open responses. Without one, the app triggers its own
             on SIGINT and SIGTERM, then passes the signal on to the launcher's handler.
+        metrics: what the app counts into, when the caller serves them elsewhere too
+            (``metrics_port``); without it, the app makes its own from ``settings``.
     """
+    recorded = metrics if metrics is not None else metrics_for(settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
@@ -58,13 +52,14 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdow
             if store is not None
             else await open_store(settings.store_url, create=True, session_cache=settings.session_cache)
         )
-        service = HistoryService(settings, opened)
+        service = HistoryService(settings, opened, recorded)
         try:
             async with anyio.create_task_group() as tasks:
                 await tasks.start(service.hub.run)
                 with stopping.listening(service.hub.close), on_signals(stopping) if shutdown is None else nullcontext():
                     try:
-                        yield {"service": service}
+                        with recorded.running():
+                            yield {"service": service, "metrics": recorded}
                     finally:
                         service.hub.close()
                         tasks.cancel_scope.cancel()
@@ -75,8 +70,8 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdow
     routes = [
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/readyz", endpoints.readyz, methods=["GET"]),
-        Route("/v1/sessions", endpoints.create_session, methods=["POST"]),
-        Route("/v1/sessions", endpoints.list_sessions, methods=["GET"]),
+        openapi.route(settings),
+        Route("/v1/sessions", endpoints.sessions, methods=["GET", "POST"]),
         Route("/v1/sessions/{session_id}", endpoints.get_session, methods=["GET"]),
         Route("/v1/sessions/{session_id}/subagents/{child_id}", endpoints.get_session, methods=["GET"]),
         Route("/v1/sessions/{session_id}/events", endpoints.append_events, methods=["POST"]),
@@ -91,13 +86,25 @@ def create_app(settings: Settings, *, store: HistoryStore | None = None, shutdow
         from history_service import seed
 
         routes.append(Route("/v1/test-only/seed", seed.seed, methods=["POST"]))
+    if recorded.enabled:
+        routes.append(Route("/metrics", scrape, methods=["GET"]))
     return Starlette(
         routes=routes,
-        exception_handlers={ApiError: handle_api_error, HTTPException: _http_error, Exception: _internal_error},
+        # The access log is outermost, so every log line of a request carries its id.
+        middleware=[
+            Middleware(AccessLog),
+            *([Middleware(MetricsMiddleware, metrics=recorded)] if recorded.enabled else []),
+        ],
+        exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
 
 
 def app_factory() -> Starlette:
-    """For ``uvicorn --factory history_service.app:app_factory``: settings from the environment."""
-    return create_app(Settings.from_env())
+    """For ``uvicorn --factory history_service.app:app_factory``: settings from the environment.
+
+    The factory is the process's edge, so it also sets up logging (`configure_logging`).
+    """
+    settings = Settings.from_env()
+    configure_logging(settings)
+    return create_app(settings)

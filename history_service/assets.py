@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from history_service.errors import error_response
+from history_service.errors import ViewerUnavailable
 
 __all__ = ["VIEWER_DIR", "JS_CLIENT_DIR", "viewer_routes"]
 
@@ -59,8 +59,7 @@ class _Files(StaticFiles):
 
 
 async def _unavailable(request: Request) -> Response:
-    message = "the viewer needs the JavaScript client's sources (clients/js/src), which this install does not have"
-    return error_response(404, "viewer_unavailable", message)
+    raise ViewerUnavailable()
 
 
 async def _to_folder(request: Request) -> Response:

@@ -11,11 +11,11 @@ from typing import Final
 
 from starlette.requests import Request
 
-from history_service.errors import ApiError
+from history_service.errors import DuplicateHeader, Unauthenticated
 from history_service.settings import Settings
 from persistence import DEFAULT_OWNER
 
-__all__ = ["principal"]
+__all__ = ["check_service_token", "principal"]
 
 _MAX_PRINCIPAL: Final = 256
 
@@ -24,14 +24,14 @@ def _single(request: Request, name: str) -> str:
     values = request.headers.getlist(name)
     if len(values) > 1:
         # Proxies disagree on which of two values wins; refusing is the only reading all agree on.
-        raise ApiError(400, "duplicate_header", f"the request carries {len(values)} {name} headers; send one")
+        raise DuplicateHeader(f"the request carries {len(values)} {name} headers; send one")
     return values[0] if values else ""
 
 
-def principal(request: Request, settings: Settings) -> str:
-    """The caller's principal, or `ApiError` 401 (400 for a repeated credential header)."""
+def check_service_token(request: Request, settings: Settings) -> None:
+    """In token mode, refuse a request without a valid service token: `Unauthenticated` (`DuplicateHeader` for two)."""
     if settings.auth == "none":
-        return DEFAULT_OWNER
+        return
     scheme, _, token = _single(request, "Authorization").partition(" ")
     presented = token.strip().encode()
     # Compare against every token so the time does not depend on which one matched.
@@ -39,8 +39,20 @@ def principal(request: Request, settings: Settings) -> str:
     for candidate in settings.tokens:
         matched |= hmac.compare_digest(presented, candidate.encode())
     if scheme.lower() != "bearer" or not matched:
-        raise ApiError(401, "unauthorized", "missing or invalid service token")
+        raise Unauthenticated("missing or invalid service token")
+
+
+def principal(request: Request, settings: Settings) -> str:
+    """The caller's principal, or `Unauthenticated` (`DuplicateHeader` for a repeated credential header).
+
+    The principal is left in ``request.state`` too, for the request's access log line.
+    """
+    if settings.auth == "none":
+        request.state.principal = DEFAULT_OWNER
+        return DEFAULT_OWNER
+    check_service_token(request, settings)
     who = _single(request, "X-Principal").strip()
     if not who or len(who) > _MAX_PRINCIPAL:
-        raise ApiError(401, "unauthorized", "missing or invalid X-Principal")
+        raise Unauthenticated("missing or invalid X-Principal")
+    request.state.principal = who
     return who

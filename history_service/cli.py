@@ -8,19 +8,26 @@ non-zero exit. Only ``serve`` and ``import`` may create a store.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
+
+import msgspec
 
 from codec import CodecError, SessionHeader, check_session_id, distribution_version, encode, read_session_log
 from history_service.settings import DEFAULT_STORE, Settings, read_token_file
 
 try:
     import anyio
+    from prometheus_client import start_wsgi_server
 
+    from history_service.metrics import Metrics, PrometheusMetrics, metrics_for, multiprocess_registry
     from history_service.pages import PageQuery, PageReader
     from history_service.scenarios import TIME_ZERO, multi_turn
     from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store, subagent_parent
@@ -117,6 +124,26 @@ def _parser() -> argparse.ArgumentParser:
         type=_count,
         help="server processes (default: $HISTORY_WORKERS, else 1); more than one needs a PostgreSQL store",
     )
+    server.add_argument(
+        "--metrics-port",
+        type=_port,
+        help="serve GET /metrics on this port of --host instead, without authentication (or HISTORY_METRICS_PORT)",
+    )
+    server.add_argument(
+        "--no-metrics", action="store_true", help="record no metrics and serve no /metrics (or HISTORY_METRICS=0)"
+    )
+    server.add_argument(
+        "--log-format",
+        type=str.lower,
+        choices=["text", "json"],
+        help="text lines, or one JSON object per line (default: $HISTORY_LOG_FORMAT, else text)",
+    )
+    server.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error", "critical"],
+        help="the least severe records logged (default: $HISTORY_LOG_LEVEL, else info)",
+    )
     server.add_argument("--demo", action="store_true", help="seed a demo session (if missing) and print its URLs")
 
     importer = commands.add_parser(
@@ -187,7 +214,16 @@ def _settings(args: argparse.Namespace) -> Settings:
                 # A token file means tokens are to be checked: never serve open by mistake.
                 auth = "token"
             settings = Settings.from_env(
-                store_url=args.store, host=args.host, port=args.port, auth=auth, tokens=tokens, workers=args.workers
+                store_url=args.store,
+                host=args.host,
+                port=args.port,
+                auth=auth,
+                tokens=tokens,
+                workers=args.workers,
+                metrics=False if args.no_metrics else None,
+                metrics_port=args.metrics_port,
+                log_format=args.log_format,
+                log_level=args.log_level,
             )
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
@@ -387,10 +423,67 @@ async def _prepare(settings: Settings, demo: bool) -> int | None:
         await store.close()
 
 
+@contextlib.contextmanager
+def _metrics_files(settings: Settings) -> Iterator[Settings]:
+    """With several workers, the settings with a directory all of them write their metric samples to.
+
+    An operator's ``PROMETHEUS_MULTIPROC_DIR`` is emptied of an earlier run's samples; else
+    a new directory is made, and removed once the workers have stopped. The variable is set
+    for the workers too: prometheus-client reads it when a worker imports it.
+    """
+    if not settings.metrics or (settings.workers == 1 and not settings.metrics_dir):
+        yield settings
+        return
+    given = settings.metrics_dir
+    if given:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        for stale in Path(given).glob("*.db"):
+            stale.unlink()
+    directory = given or tempfile.mkdtemp(prefix="history-metrics-")
+    previous = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    try:
+        yield msgspec.structs.replace(settings, metrics_dir=directory)
+    finally:
+        if previous is None:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        else:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = previous
+        if not given:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _metrics_listener(settings: Settings, metrics: Metrics | None) -> Iterator[None]:
+    """With ``metrics_port``, serve the metrics there from this process, without authentication.
+
+    With several workers this process serves none of the API, and reads every worker's samples.
+    """
+    if settings.metrics_port is None:
+        yield
+        return
+    if isinstance(metrics, PrometheusMetrics):
+        registry = metrics.registry
+    else:
+        assert settings.metrics_dir is not None
+        registry = multiprocess_registry(settings.metrics_dir)
+    try:
+        httpd, thread = start_wsgi_server(settings.metrics_port, addr=settings.host, registry=registry)
+    except OSError as exc:
+        raise CommandError(f"cannot serve metrics on {settings.host}:{settings.metrics_port}: {exc.strerror}") from exc
+    try:
+        yield
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
 def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> int:
     import uvicorn
 
     from history_service.app import create_app
+    from history_service.logs import configure_logging
 
     if settings.workers > 1 and urlsplit(settings.store_url).scheme.lower() not in _SHARED_STORES:
         raise CommandError(
@@ -398,6 +491,8 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
             "followers in one worker would never hear of appends made through another; run one worker"
         )
     count = anyio.run(_prepare, settings, args.demo)
+    # Once the store is known good, before the server starts: uvicorn's lines and ours go through one handler.
+    configure_logging(settings, stream=err)
     if settings.auth == "token":
         print(f"{PROG}: auth token: {len(settings.tokens)} service token(s), and X-Principal on each request", file=err)
     else:
@@ -420,18 +515,33 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
         "timeout_keep_alive": settings.timeout_keep_alive,
         "limit_concurrency": settings.limit_concurrency,
         "h11_max_incomplete_event_size": settings.max_header_bytes,
+        # Logging is ours (history_service.logs): no dictConfig of uvicorn's, and our access log replaces its own.
+        "log_config": None,
+        "access_log": False,
+        "log_level": settings.log_level,
     }
+    if settings.metrics:
+        where = "GET /metrics" + (" with the service token" if settings.auth == "token" else "")
+        if settings.metrics_port is not None:
+            where += f", and unauthenticated at http://{settings.host}:{settings.metrics_port}/metrics"
+        print(f"{PROG}: metrics: {where}", file=err)
+    else:
+        print(f"{PROG}: metrics off", file=err)
     if settings.workers > 1:
-        # Each worker builds its own app from the settings resolved here.
-        os.environ.update(settings.for_workers())
-        uvicorn.run("history_service.app:app_factory", factory=True, workers=settings.workers, **options)
+        with _metrics_files(settings) as settings, _metrics_listener(settings, None):
+            # Each worker builds its own app from the settings resolved here.
+            os.environ.update(settings.for_workers())
+            uvicorn.run("history_service.app:app_factory", factory=True, workers=settings.workers, **options)
         return 0
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), **options))
-    try:
-        server.run()
-    except KeyboardInterrupt:
-        # Ctrl+C is how a user stops the server; uvicorn has already shut down cleanly.
-        pass
+    with _metrics_files(settings) as settings:
+        metrics = metrics_for(settings)
+        server = uvicorn.Server(uvicorn.Config(create_app(settings, metrics=metrics), **options))
+        try:
+            with _metrics_listener(settings, metrics):
+                server.run()
+        except KeyboardInterrupt:
+            # Ctrl+C is how a user stops the server; uvicorn has already shut down cleanly.
+            pass
     # uvicorn returns normally when the app fails to start (it has logged why).
     return 0 if server.started else 1
 

@@ -1,34 +1,149 @@
-"""HTTP errors: ``{"error": {"code", "message", ...}}`` with stable codes.
+"""The service's errors, and the one table that answers every error over HTTP (docs/protocol.md §11).
+
+Each error is named for what happened; only `ERRORS` knows how it is answered::
 
     ServiceError(Exception)
-    ├── ApiError                 carries status, code, message and extra fields
-    └── ContentEncodingError     a compressed request body is corrupt or unsupported
-        └── ContentTooLargeError it decodes past its size limit
+    ├── RequestError                 the request, as sent, is refused before the service acts on it
+    │   ├── InvalidParameter         a query parameter or Last-Event-ID: unknown, malformed or out of range
+    │   ├── DuplicateHeader          two Authorization or two X-Principal headers
+    │   ├── Unauthenticated          a missing or wrong service token or principal
+    │   ├── NoAcceptableCoding       Accept-Encoding refuses every coding, identity included
+    │   ├── NotJson                  a body sent without Content-Type: application/json
+    │   ├── UnsupportedEncoding      a Content-Encoding other than zstd, br or gzip
+    │   ├── BodyTooLarge             a body past the byte or the JSON value limit
+    │   ├── InvalidHeader            a create body that is not a valid session header
+    │   ├── InvalidBatch             an append body that is not {"events": [...]} with an item
+    │   ├── InvalidEvent             an append item that breaks §2 or §3; ``index`` names it
+    │   └── InvalidSeed              a seeder request that is not one
+    ├── ContentEncodingError(ValueError)  a coded body that is corrupt, or has bytes after its end
+    │   └── ContentTooLargeError     it decodes past its size limit
+    ├── NotOwner                     the session belongs to another principal
+    ├── SubagentChild                a subagent child addressed as a top-level session
+    ├── NotADirectChild              the caller's session addressed under a parent it is not a child of
+    ├── InvalidParent                a child header whose parent the caller does not own
+    ├── ThroughBeyondHead            a page asked to end past the session's head
+    └── ViewerUnavailable            the viewer's sources are not installed
 
-Store, codec and content-coding errors are translated into `ApiError` at the endpoint boundary.
+`ERRORS` maps error classes of every package to their answers, and the nearest class in
+an error's MRO decides, as Starlette looks handlers up. So:
+
+* a codec error whose meaning does not depend on where it occurs is answered as it is
+  (`InvalidJsonError`, `SessionIdError`, `BatchTooLargeError`); the others are placed by
+  `history_service.requests` (in a header, the batch or an item). One that reaches the
+  edge unplaced failed on data the service holds itself: 500 ``internal``.
+* a store error says what happened to a session, or it is a failure: 503
+  ``store_unavailable``, logged in full, with a fixed message that names no path.
+
+`EXCEPTION_HANDLERS` is what the app passes to ``Starlette(exception_handlers=...)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final, NamedTuple
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ExceptionHandler
 
-from codec import encode
+from codec import BatchTooLargeError, CodecError, InvalidJsonError, SessionIdError, encode
+from persistence import (
+    InvalidSessionIdError,
+    SeqConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreError,
+)
 
 __all__ = [
-    "ApiError",
+    "ERRORS",
+    "EXCEPTION_HANDLERS",
+    "Answer",
+    "BodyTooLarge",
     "ContentEncodingError",
     "ContentTooLargeError",
+    "DuplicateHeader",
+    "InvalidBatch",
+    "InvalidEvent",
+    "InvalidHeader",
+    "InvalidParameter",
+    "InvalidParent",
+    "InvalidSeed",
+    "NoAcceptableCoding",
+    "NotADirectChild",
+    "NotJson",
+    "NotOwner",
+    "RequestError",
     "ServiceError",
+    "SubagentChild",
+    "ThroughBeyondHead",
+    "Unauthenticated",
+    "UnsupportedEncoding",
+    "ViewerUnavailable",
+    "answer_for",
     "error_response",
-    "handle_api_error",
+    "stream_error",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 class ServiceError(Exception):
     """Base class for the service's own errors."""
+
+
+class RequestError(ServiceError):
+    """Base class for a request refused as it was sent: its parameters, headers or body."""
+
+
+class InvalidParameter(RequestError):
+    """Raised when a query parameter or ``Last-Event-ID`` is unknown, malformed or out of range."""
+
+
+class DuplicateHeader(RequestError):
+    """Raised when a request carries a credential header twice: proxies disagree on which one wins."""
+
+
+class Unauthenticated(RequestError):
+    """Raised in token mode when the service token or the principal is missing or wrong."""
+
+
+class NoAcceptableCoding(RequestError):
+    """Raised when ``Accept-Encoding`` refuses every coding the service offers, identity included."""
+
+
+class NotJson(RequestError):
+    """Raised when a body is not sent as ``Content-Type: application/json``."""
+
+
+class UnsupportedEncoding(RequestError):
+    """Raised when a body's ``Content-Encoding`` is not one the service decodes."""
+
+
+class BodyTooLarge(RequestError):
+    """Raised when a body passes the byte limit as received, or holds more JSON values than allowed."""
+
+
+class InvalidHeader(RequestError):
+    """Raised when a create body is JSON but not a valid session header; the message says where and why."""
+
+
+class InvalidBatch(RequestError):
+    """Raised when an append body is JSON but not ``{"events": [...]}`` with at least one item."""
+
+
+class InvalidEvent(RequestError):
+    """Raised when an item of an append body breaks the event or row rules; ``index`` is its position."""
+
+    def __init__(self, message: str, *, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class InvalidSeed(RequestError):
+    """Raised when a seeder request is not one the seeder can run."""
 
 
 class ContentEncodingError(ServiceError, ValueError):
@@ -39,25 +154,184 @@ class ContentTooLargeError(ContentEncodingError):
     """Raised when a compressed body decodes to more than its size limit; decoding stops there."""
 
 
-class ApiError(ServiceError):
-    """Raised by endpoints to answer with a JSON error body."""
+class NotOwner(ServiceError):
+    """Raised when the session an address names belongs to another principal."""
 
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.extra = extra
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} belongs to another principal")
+        self.session_id = session_id
 
 
-def error_response(status: int, code: str, message: str, **extra: Any) -> Response:
+class SubagentChild(ServiceError):
+    """Raised when a subagent child is read as a top-level session, not through its parent."""
+
+    def __init__(self, session_id: str, *, parent: str) -> None:
+        super().__init__(f"session {session_id!r} is a subagent child of {parent!r}")
+        self.session_id = session_id
+        self.parent = parent
+
+
+class NotADirectChild(ServiceError):
+    """Raised when the caller's session is read under a parent that it is not a direct subagent child of."""
+
+    def __init__(self, child: str, *, parent: str) -> None:
+        super().__init__(f"session {child!r} is not a direct subagent child of {parent!r}")
+        self.child = child
+        self.parent = parent
+
+
+class InvalidParent(ServiceError):
+    """Raised when a subagent header names a parent that does not exist or that the caller does not own."""
+
+    def __init__(self, parent: str) -> None:
+        super().__init__(f"no session {parent!r} to be the parent")
+        self.parent = parent
+
+
+class ThroughBeyondHead(ServiceError):
+    """Raised when a page is asked to end (``through``) past the head of its session."""
+
+    def __init__(self, through: int, head: int) -> None:
+        super().__init__(f"through {through} is beyond the head {head}")
+        self.through = through
+        self.head = head
+
+
+class ViewerUnavailable(ServiceError):
+    """Raised when the viewer is asked for on an install without the JavaScript client's sources."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the viewer needs the JavaScript client's sources (clients/js/src), which this install does not have"
+        )
+
+
+def _no_fields(exc: Any) -> dict[str, Any]:
+    return {}
+
+
+class Answer(NamedTuple):
+    """How the errors of one class are answered.
+
+    Parameters:
+        status, code: the HTTP status and the stable code (docs/protocol.md §11.1).
+        message: the body's message for an error, its ``str`` unless given.
+        fields: the body's extra fields for an error, such as ``headSeq``.
+        headers: response headers to add.
+        logged: a failure on the server's side: the error goes to the log in full.
+    """
+
+    status: int
+    code: str
+    message: Callable[[Any], str] = str
+    fields: Callable[[Any], dict[str, Any]] = _no_fields
+    headers: Mapping[str, str] | None = None
+    logged: bool = False
+
+
+def _fixed(message: str) -> Callable[[Any], str]:
+    return lambda exc: message
+
+
+def _through_parent(exc: SubagentChild) -> str:
+    return (
+        f"session {exc.session_id!r} is a subagent child; "
+        f"read it through /v1/sessions/{exc.parent}/subagents/{exc.session_id}"
+    )
+
+
+# An id that exists for someone else answers exactly as one that does not exist: ids leak nothing.
+_NO_SESSION: Final = Answer(404, "session_not_found", lambda exc: f"no session {exc.session_id!r}")
+_INTERNAL: Final = Answer(500, "internal", _fixed("internal server error"), logged=True)
+
+ERRORS: Final[Mapping[type[Exception], Answer]] = {
+    ServiceError: _INTERNAL,
+    InvalidParameter: Answer(400, "invalid_parameter"),
+    DuplicateHeader: Answer(400, "duplicate_header"),
+    Unauthenticated: Answer(401, "unauthorized", headers={"WWW-Authenticate": "Bearer"}),
+    NoAcceptableCoding: Answer(406, "not_acceptable"),
+    NotJson: Answer(415, "unsupported_media_type"),
+    UnsupportedEncoding: Answer(415, "unsupported_encoding"),
+    BodyTooLarge: Answer(413, "body_too_large"),
+    InvalidHeader: Answer(422, "invalid_header"),
+    InvalidBatch: Answer(422, "invalid_batch"),
+    InvalidEvent: Answer(422, "invalid_event", fields=lambda exc: {"index": exc.index}),
+    InvalidSeed: Answer(422, "invalid_seed"),
+    ContentEncodingError: Answer(400, "bad_encoding"),
+    ContentTooLargeError: Answer(413, "body_too_large"),
+    NotOwner: _NO_SESSION,
+    SubagentChild: Answer(403, "subagent_child", _through_parent),
+    NotADirectChild: Answer(403, "not_a_direct_child"),
+    InvalidParent: Answer(422, "invalid_parent"),
+    ThroughBeyondHead: Answer(400, "invalid_parameter"),
+    ViewerUnavailable: Answer(404, "viewer_unavailable"),
+    CodecError: _INTERNAL,
+    InvalidJsonError: Answer(400, "malformed_json", lambda exc: f"the body is not valid JSON: {exc}"),
+    SessionIdError: Answer(422, "invalid_session_id"),
+    BatchTooLargeError: Answer(413, "batch_too_large"),
+    StoreError: Answer(
+        503, "store_unavailable", _fixed("the store failed; the server log has the details"), logged=True
+    ),
+    SessionNotFoundError: _NO_SESSION,
+    SessionExistsError: Answer(409, "session_exists"),
+    SeqConflictError: Answer(409, "seq_conflict", fields=lambda exc: {"headSeq": exc.head_seq}),
+    InvalidSessionIdError: Answer(422, "invalid_session_id"),
+}
+
+
+def answer_for(error: type[BaseException]) -> Answer | None:
+    """The answer of the nearest class in ``error``'s MRO that `ERRORS` maps, as Starlette finds a handler."""
+    for cls in error.__mro__:
+        answer = ERRORS.get(cls)
+        if answer is not None:
+            return answer
+    return None
+
+
+def error_response(
+    status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None, **extra: Any
+) -> Response:
+    """The JSON error body ``{"error": {"code", "message", ...extra}}`` with ``status``."""
     body = encode({"error": {"code": code, "message": message, **extra}})
-    return Response(body, status_code=status, media_type="application/json")
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
 
 
-async def handle_api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
-    response = error_response(exc.status, exc.code, exc.message, **exc.extra)
-    if exc.status == 401:
-        response.headers["WWW-Authenticate"] = "Bearer"
-    return response
+async def _answer(request: Request, exc: Exception) -> Response:
+    answer = answer_for(type(exc))
+    assert answer is not None, "registered only for the classes ERRORS maps"
+    if answer.logged:
+        logger.error("%s on %s %s: %s", answer.code, request.method, request.url.path, exc, exc_info=exc)
+    if isinstance(exc, StoreError) and (metrics := getattr(request.state, "metrics", None)) is not None:
+        metrics.store_error(exc)
+    return error_response(answer.status, answer.code, answer.message(exc), headers=answer.headers, **answer.fields(exc))
+
+
+_HTTP_CODES: Final = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Starlette's own: no route for the path, or not for the method.
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    # Starlette's 405 carries the Allow header RFC 9110 §15.5.6 requires.
+    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(_INTERNAL.status, _INTERNAL.code, _INTERNAL.message(exc))
+
+
+def stream_error(exc: Exception) -> bytes:
+    """The data of the ``error`` frame that ends a follow stream ``exc`` broke once its status line was sent."""
+    answer = answer_for(type(exc)) or _INTERNAL
+    if answer.logged:
+        logger.error("%s while following: %s", answer.code, exc, exc_info=exc)
+    return encode({"code": answer.code})
+
+
+EXCEPTION_HANDLERS: Final[Mapping[Any, ExceptionHandler]] = {
+    **{error: _answer for error in ERRORS},
+    HTTPException: _http_error,
+    Exception: _unexpected,
+}

@@ -29,6 +29,7 @@ import anyio
 import anyio.abc
 
 from codec import Event, StoredRecord, encode, event_lines
+from history_service.metrics import Metrics
 from persistence import HistoryStore, SessionInfo, StoreError
 from persistence.notify import HeadListener
 
@@ -147,8 +148,17 @@ class Hub:
     channel reads they cause.
     """
 
-    def __init__(self, store: HistoryStore, capacity: int, *, ping_interval: float, coalesce: float = 0.0) -> None:
+    def __init__(
+        self,
+        store: HistoryStore,
+        capacity: int,
+        *,
+        ping_interval: float,
+        coalesce: float = 0.0,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.store = store
+        self.metrics = metrics if metrics is not None else Metrics()
         self._capacity = capacity
         self._channels: dict[str, Channel] = {}
         self._created = 0
@@ -216,6 +226,7 @@ class Hub:
                 try:
                     self.advanced(session_id, await self.store.head_seq(session_id))
                 except StoreError as exc:
+                    self.metrics.store_error(exc)
                     logger.warning("cannot re-read the head of %r: %s", session_id, exc)
 
     def _fetch(self, session_id: str, channel: Channel) -> None:
@@ -241,6 +252,7 @@ class Hub:
                     break
                 channel.publish(first, frames)
         except StoreError as exc:
+            self.metrics.store_error(exc)
             logger.warning("cannot read new events of %r: %s", session_id, exc)
         finally:
             channel.fetching = False
@@ -262,6 +274,7 @@ class Hub:
             self._created += 1
             channel = self._channels[session_id] = Channel(self._capacity, self._created)
         channel.followers += 1
+        self.metrics.follow_opened()
         try:
             info = await self.store.get_session(session_id)
             channel.anchor(info.head_seq)
@@ -269,14 +282,17 @@ class Hub:
             head = info.head_seq
             if after is None:
                 opening += sse_frame("snapshot", await snapshot(info), event_id=head)
+                self.metrics.follow_frames("snapshot")
                 yield Subscription(self, channel, session_id, opening, head + 1, head)
             elif after > head:
                 opening += sse_frame("error", encode({"code": "cursor_ahead", "headSeq": head}))
+                self.metrics.follow_frames("error")
                 yield Subscription(self, channel, session_id, opening, head + 1, head, ended=True)
             else:
                 yield Subscription(self, channel, session_id, opening, after + 1, head)
         finally:
             channel.followers -= 1
+            self.metrics.follow_closed()
             self._release(session_id, channel)
 
     def _release(self, session_id: str, channel: Channel) -> None:
@@ -314,12 +330,15 @@ class Subscription:
         self._ended = ended
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        hub, channel = self._hub, self._channel
+        hub, channel, metrics = self._hub, self._channel, self._hub.metrics
         next_seq, head = self._next_seq, self._head
         yield self.opening
         if self._ended:
             return
         last_sent = anyio.current_time()
+        # A catch-up is counted once, when a follower turns to the store: a resume while it replays
+        # what was there when it opened, else it fell behind the buffer.
+        catching_up = False
         while not hub.closing.is_set():
             head = max(head, channel.known_head)
             if channel.first_seq <= next_seq < channel.next_seq:
@@ -332,7 +351,9 @@ class Subscription:
                         # The buffer may have moved on meanwhile (a gap, or its bound): look again.
                         continue
                 frames = channel.frames_from(next_seq)
+                metrics.follow_frames("event", channel.next_seq - next_seq)
                 next_seq = channel.next_seq
+                catching_up = False
                 yield frames or b""
                 last_sent = anyio.current_time()
             elif next_seq <= head and (next_seq < channel.first_seq or not channel.fetching):
@@ -341,17 +362,23 @@ class Subscription:
                 upper = min(head + 1, next_seq + CATCH_UP_WINDOW)
                 if next_seq < channel.first_seq:
                     upper = min(upper, channel.first_seq)
+                if not catching_up:
+                    catching_up = True
+                    metrics.follow_caught_up(behind=next_seq > self._head)
                 caught_up = await hub.read_frames(self._session_id, next_seq, upper)
                 if not caught_up:
                     break
+                metrics.follow_frames("event", len(caught_up))
                 next_seq += len(caught_up)
                 yield b"".join(caught_up)
                 last_sent = anyio.current_time()
             else:
                 await channel.wait()
                 if anyio.current_time() - last_sent >= hub.ping_interval * 0.9 and not hub.closing.is_set():
+                    metrics.follow_frames("ping")
                     yield b": ping\n\n"
                     last_sent = anyio.current_time()
         # Shutting down: what is already published is durable, so send it before ending.
         if channel.first_seq <= next_seq < channel.next_seq:
+            metrics.follow_frames("event", channel.next_seq - next_seq)
             yield channel.frames_from(next_seq) or b""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final, NamedTuple
@@ -28,6 +29,7 @@ import msgspec
 from codec import SplicedRecords, StoredRecord, page_parts, page_size, raw_records, splice
 from codec.stored import Part
 from history_service.encoding import compress
+from history_service.metrics import Metrics
 from persistence import HistoryStore, PageRead, SessionInfo
 
 __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
@@ -169,9 +171,10 @@ def _from(
 class PageReader:
     """Serves pages of one store, through an optional cache of immutable pages."""
 
-    def __init__(self, store: HistoryStore, cache: PageCache | None = None) -> None:
+    def __init__(self, store: HistoryStore, cache: PageCache | None = None, *, metrics: Metrics | None = None) -> None:
         self._store = store
         self._cache = cache
+        self.metrics = metrics if metrics is not None else Metrics()
 
     async def read(self, session_id: str, query: PageQuery, head: int | None = None) -> PageRead:
         """The store's read for the page: the session, and the page's cuts and records.
@@ -201,10 +204,19 @@ class PageReader:
             return None
         key = (session_id, query)
         page = self._cache.get(key)
-        return None if page is None else await self._encoded(key, page, coding)
+        if page is None:
+            return None
+        self.metrics.page_cached()
+        return await self._encoded(key, page, coding)
 
     async def serve(self, read: PageRead, query: PageQuery, coding: str = "identity") -> ServedPage:
         """The page of ``read`` in ``coding`` (identity when too small to pay); immutable pages are kept."""
+        started = time.perf_counter()
+        served = await self._build(read, query, coding)
+        self.metrics.page_built(time.perf_counter() - started, immutable=query.through is not None)
+        return served
+
+    async def _build(self, read: PageRead, query: PageQuery, coding: str) -> ServedPage:
         body, _ = await _chosen(read, query)
         if query.through is None:
             if coding == "identity" or body.size < MIN_COMPRESS:

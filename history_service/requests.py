@@ -1,10 +1,15 @@
-"""Reading requests: bodies, session ids in paths, and query parameters, each checked before use.
+"""Reading requests: bodies, headers, session ids in paths, and query parameters, each checked before use.
 
 A JSON body is refused before it is decoded when it is not ``application/json``, when it
 passes the byte limit (before or after its content coding), or when it holds more values
 than the value limit; an append body also when it holds more logical events than the batch
 limit, counting a packed row as its members (docs/protocol.md §11). So the work a request
 costs is bounded by the limits, not by what a body claims.
+
+What is wrong with a request is raised as a `history_service.errors.RequestError`, or as
+the codec error that says it wherever it occurs (`InvalidJsonError`, `SessionIdError`,
+`BatchTooLargeError`); a codec error that depends on where it occurs is placed here, as the
+header's, the batch's or an item's.
 """
 
 from __future__ import annotations
@@ -35,21 +40,41 @@ from codec import (
     split_batch,
     values_within,
 )
-from history_service.encoding import decompress
-from history_service.errors import ApiError, ContentEncodingError, ContentTooLargeError
+from history_service.encoding import CODINGS, choose_encoding, decompress
+from history_service.errors import (
+    BodyTooLarge,
+    InvalidBatch,
+    InvalidEvent,
+    InvalidHeader,
+    InvalidParameter,
+    NoAcceptableCoding,
+    NotJson,
+    RequestError,
+    UnsupportedEncoding,
+)
+from history_service.pages import PageQuery
 from history_service.settings import Settings
 from persistence import SessionKey
 
 __all__ = [
     "DECODINGS",
+    "accepted_coding",
+    "address",
     "check_params",
     "cursor_for",
+    "follow_params",
     "integer",
     "list_cursor",
+    "list_params",
+    "matches_etag",
+    "page_query",
     "parse_events",
-    "parse_json",
     "parse_header",
+    "parse_json",
     "path_session_id",
+    "read_events",
+    "read_header",
+    "read_json",
     "read_json_body",
     "session_id",
 ]
@@ -59,6 +84,11 @@ _INTEGER: Final = re.compile(r"-?[0-9]{1,16}")
 # Bodies this large, and every coded body, are decoded and measured in a worker thread, so
 # the event loop keeps serving other requests meanwhile.
 _OFF_THE_LOOP: Final = 256 * 1024
+# Append bodies this large are parsed in a worker thread, for the same reason.
+_PARSE_IN_THREAD: Final = 1 << 20
+_PAGE_PARAMS: Final = frozenset({"through", "before", "maxMessages", "maxBytes", "expand"})
+_FOLLOW_PARAMS: Final = frozenset({"after", "maxMessages"})
+_LIST_PARAMS: Final = frozenset({"limit", "cursor"})
 T = TypeVar("T")
 
 
@@ -73,16 +103,16 @@ async def read_json_body(request: Request, settings: Settings) -> bytes | bytear
     CORS preflight, so a cross-site form or ``text/plain`` POST never reaches a handler.
     """
     if _media_type(request) != "application/json":
-        raise ApiError(415, "unsupported_media_type", "request bodies must be sent as Content-Type: application/json")
+        raise NotJson("request bodies must be sent as Content-Type: application/json")
     limit = settings.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes")
+        raise BodyTooLarge(f"the body exceeds {limit} bytes")
     received = bytearray()
     async for chunk in request.stream():
         received += chunk
         if len(received) > limit:
-            raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes")
+            raise BodyTooLarge(f"the body exceeds {limit} bytes")
     coding = request.headers.get("content-encoding")
     if coding is None and len(received) < _OFF_THE_LOOP:
         return _measured(received, coding, settings)
@@ -93,7 +123,7 @@ def _measured(received: bytearray, coding: str | None, settings: Settings) -> by
     # The body stays the bytearray it arrived in: the counts and msgspec read it as it is.
     body = _decode_coding(received, coding, settings.max_body_bytes)
     if not values_within(body, settings.max_body_values):
-        raise ApiError(413, "body_too_large", f"the body holds more than {settings.max_body_values} JSON values")
+        raise BodyTooLarge(f"the body holds more than {settings.max_body_values} JSON values")
     return body
 
 
@@ -102,76 +132,80 @@ def _decode_coding(body: bytearray, content_encoding: str | None, limit: int) ->
     if coding == "identity":
         return body
     if coding not in DECODINGS:
-        raise ApiError(
-            415, "unsupported_encoding", f"Content-Encoding {coding[:40]!r} is not supported; use zstd, br or gzip"
-        )
-    try:
-        return decompress(body, coding, max_size=limit)
-    except ContentTooLargeError as exc:
-        raise ApiError(413, "body_too_large", f"the decoded body exceeds {limit} bytes") from exc
-    except ContentEncodingError as exc:
-        raise ApiError(400, "bad_encoding", str(exc)) from exc
+        raise UnsupportedEncoding(f"Content-Encoding {coding[:40]!r} is not supported; use zstd, br or gzip")
+    return decompress(body, coding, max_size=limit)
 
 
-def _malformed(exc: CodecError) -> ApiError:
-    return ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}")
+async def read_json(
+    request: Request, settings: Settings, decoder: msgspec.json.Decoder[T], *, invalid: type[RequestError]
+) -> T:
+    """The body as one typed value (`read_json_body`, then `parse_json`)."""
+    return parse_json(await read_json_body(request, settings), decoder, invalid=invalid)
 
 
-def parse_json(body: bytes | bytearray, decoder: msgspec.json.Decoder[T], *, invalid: str) -> T:
-    """A body decoded as one typed value: 400 ``malformed_json`` if it is not JSON, 422 ``invalid`` if not that type."""
+def parse_json(body: bytes | bytearray, decoder: msgspec.json.Decoder[T], *, invalid: type[RequestError]) -> T:
+    """A body decoded as one typed value: `InvalidJsonError` if it is not JSON, ``invalid`` if not that type."""
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise ApiError(422, invalid, str(exc)) from exc
+        raise invalid(str(exc)) from exc
     except DECODE_FAILURES as exc:
-        raise ApiError(400, "malformed_json", f"the body is not valid JSON: {exc}") from exc
+        raise InvalidJsonError(str(exc)) from exc
+
+
+async def read_header(request: Request, settings: Settings) -> SessionHeader:
+    """A create body's session header (`read_json_body`, then `parse_header`)."""
+    return parse_header(await read_json_body(request, settings))
 
 
 def parse_header(body: bytes | bytearray) -> SessionHeader:
     """A create body's session header; its id and ``parentSession`` must follow the id rule."""
     try:
         header = decode_header(body)
-    except InvalidJsonError as exc:
-        raise _malformed(exc) from exc
+    except InvalidJsonError:
+        raise  # not JSON at all: the same answer wherever it is
     except CodecError as exc:
-        raise ApiError(422, "invalid_header", str(exc)) from exc
+        raise InvalidHeader(str(exc)) from exc
     session_id(header.id, where="id")
     if isinstance(header.parentSession, str):
         session_id(header.parentSession, where="parentSession")
     return header
 
 
+async def read_events(request: Request, settings: Settings) -> list[Event]:
+    """An append body's logical events (`read_json_body`, then `parse_events`, in a worker thread when large)."""
+    body = await read_json_body(request, settings)
+    if len(body) < _PARSE_IN_THREAD:
+        return parse_events(body, settings)
+    return await anyio.to_thread.run_sync(parse_events, body, settings)
+
+
 def parse_events(body: bytes | bytearray, settings: Settings) -> list[Event]:
-    """An append body's logical events, packed rows expanded; 413 past the batch limit, 422 names the bad item.
+    """An append body's logical events, packed rows expanded; `BatchTooLargeError` past the batch limit.
 
     Both counts, items and a row's members, are taken from the bytes before anything is
-    decoded into lists or expanded into events.
+    decoded into lists or expanded into events. A bad item is an `InvalidEvent` that names it.
     """
     try:
         lines = split_batch(body, max_events=settings.max_batch_events)
-    except BatchTooLargeError as exc:
-        raise ApiError(413, "batch_too_large", str(exc)) from exc
-    except InvalidJsonError as exc:
-        raise _malformed(exc) from exc
+    except (InvalidJsonError, BatchTooLargeError):
+        raise
     except CodecError as exc:
-        raise ApiError(422, "invalid_batch", str(exc)) from exc
+        raise InvalidBatch(str(exc)) from exc
     records = []
     for i, line in enumerate(lines):
         try:
             records.append(decode_storage_line(line, where=f"events[{i}]"))
-        except InvalidJsonError as exc:
-            raise _malformed(exc) from exc
+        except InvalidJsonError:
+            raise
         except CodecError as exc:
-            raise ApiError(422, "invalid_event", str(exc), index=i) from exc
+            raise InvalidEvent(str(exc), index=i) from exc
     return expand_records(records)
 
 
 def session_id(value: str, *, where: str = "session id") -> str:
-    """``value`` if it follows the session id rule, else 422 ``invalid_session_id``."""
-    try:
-        return check_session_id(value, where=where)
-    except SessionIdError as exc:
-        raise ApiError(422, "invalid_session_id", str(exc)) from exc
+    """``value`` if it follows the session id rule, else `SessionIdError`."""
+    return check_session_id(value, where=where)
 
 
 def path_session_id(request: Request, name: str) -> str | None:
@@ -180,21 +214,76 @@ def path_session_id(request: Request, name: str) -> str | None:
     return None if value is None else session_id(value)
 
 
+def address(request: Request) -> tuple[str, str | None]:
+    """The session and, on a ``/subagents/`` route, the child a session, page or follow address names."""
+    session = path_session_id(request, "session_id")
+    assert session is not None, "every session route has a session_id"
+    return session, path_session_id(request, "child_id")
+
+
 def integer(value: str | None, name: str, low: int, high: int) -> int | None:
-    """A decimal integer query parameter within ``[low, high]``, or ``None`` when absent; 400 otherwise."""
+    """A decimal integer query parameter within ``[low, high]``, or ``None`` when absent; `InvalidParameter` else."""
     if value is None:
         return None
     if not _INTEGER.fullmatch(value) or not low <= int(value) <= high:
-        raise ApiError(400, "invalid_parameter", f"{name} must be an integer from {low} to {high}, got {value[:40]!r}")
+        raise InvalidParameter(f"{name} must be an integer from {low} to {high}, got {value[:40]!r}")
     return int(value)
 
 
 def check_params(request: Request, allowed: frozenset[str]) -> None:
-    """400 for any query parameter outside ``allowed``."""
+    """`InvalidParameter` for any query parameter outside ``allowed``."""
     unknown = sorted(set(request.query_params) - allowed)
     if unknown:
         shown = ", ".join(name[:40] for name in unknown[:10])
-        raise ApiError(400, "invalid_parameter", f"unknown query parameter(s): {shown}")
+        raise InvalidParameter(f"unknown query parameter(s): {shown}")
+
+
+def list_params(request: Request) -> tuple[int, SessionKey | None]:
+    """A session listing's ``limit`` (default 50) and the position its ``cursor`` continues after."""
+    check_params(request, _LIST_PARAMS)
+    limit = integer(request.query_params.get("limit"), "limit", 1, 1000) or 50
+    return limit, list_cursor(request.query_params.get("cursor"))
+
+
+def page_query(request: Request, settings: Settings) -> PageQuery:
+    """A page's parameters (docs/protocol.md §4.1), checked and with their defaults."""
+    check_params(request, _PAGE_PARAMS)
+    params = request.query_params
+    expand = params.get("expand")
+    if expand not in (None, "raw"):
+        raise InvalidParameter("expand must be 'raw'")
+    return PageQuery(
+        through=integer(params.get("through"), "through", -1, MAX_SAFE_INTEGER),
+        before=integer(params.get("before"), "before", 0, MAX_SAFE_INTEGER),
+        max_messages=integer(params.get("maxMessages"), "maxMessages", 1, 1000) or 50,
+        max_bytes=integer(params.get("maxBytes"), "maxBytes", 1, MAX_SAFE_INTEGER) or settings.default_max_bytes,
+        raw=expand == "raw",
+    )
+
+
+def follow_params(request: Request) -> tuple[int | None, int]:
+    """A follow's resume cursor (``Last-Event-ID`` wins over ``after``; ``None`` for a snapshot) and ``maxMessages``."""
+    check_params(request, _FOLLOW_PARAMS)
+    # A bad `after` is refused even when the header wins (§5): it is still a bad parameter.
+    after = integer(request.query_params.get("after"), "after", -1, MAX_SAFE_INTEGER)
+    header = request.headers.get("last-event-id")
+    if header:
+        after = integer(header, "Last-Event-ID", -1, MAX_SAFE_INTEGER)
+    return after, integer(request.query_params.get("maxMessages"), "maxMessages", 1, 1000) or 50
+
+
+def accepted_coding(request: Request) -> str:
+    """The content coding to send a page in, from ``Accept-Encoding``; `NoAcceptableCoding` if it refuses all."""
+    coding = choose_encoding(request.headers.get("accept-encoding"), CODINGS)
+    if coding is None:
+        raise NoAcceptableCoding("no acceptable content coding; identity is refused")
+    return coding
+
+
+def matches_etag(request: Request, etag: str) -> bool:
+    """Whether ``If-None-Match`` names ``etag`` (or ``*``): the client's copy is current."""
+    matches = {tag.strip() for tag in request.headers.get("if-none-match", "").split(",")}
+    return etag in matches or "*" in matches
 
 
 def cursor_for(key: SessionKey) -> str:
@@ -203,10 +292,10 @@ def cursor_for(key: SessionKey) -> str:
 
 
 def list_cursor(value: str | None) -> SessionKey | None:
-    """The listing position a ``cursor`` parameter names, or ``None`` for the first page; 400 if it is not ours."""
+    """The listing position a ``cursor`` names, or ``None`` for the first page; `InvalidParameter` if not ours."""
     if value is None:
         return None
-    forged = ApiError(400, "invalid_parameter", "cursor is not a cursor this service returned")
+    forged = InvalidParameter("cursor is not a cursor this service returned")
     try:
         decoded = decode_json(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
     except (binascii.Error, ValueError) as exc:

@@ -18,8 +18,8 @@ from starlette.responses import Response
 from codec import Event, SessionHeader, encode
 from history_service import scenarios
 from history_service.auth import principal
-from history_service.errors import ApiError
-from history_service.requests import parse_events, parse_header, parse_json, read_json_body, session_id
+from history_service.errors import InvalidSeed
+from history_service.requests import parse_events, parse_header, read_json, session_id
 from history_service.service import HistoryService
 
 __all__ = ["SeedRequest", "seed"]
@@ -71,7 +71,7 @@ def _plan(request: SeedRequest, service: HistoryService) -> list[tuple[SessionHe
             ),
         ]
     if request.header is None or request.events is None:
-        raise ApiError(422, "invalid_seed", "the explicit scenario needs header and events")
+        raise InvalidSeed("the explicit scenario needs header and events")
     header = parse_header(encode(request.header))
     events = parse_events(encode({"events": request.events}), service.settings)
     return [(header, events)]
@@ -80,7 +80,7 @@ def _plan(request: SeedRequest, service: HistoryService) -> list[tuple[SessionHe
 async def seed(request: Request) -> Response:
     service: HistoryService = request.state.service
     who = principal(request, service.settings)
-    plan = parse_json(await read_json_body(request, service.settings), _SEED_REQUEST, invalid="invalid_seed")
+    plan = await read_json(request, service.settings, _SEED_REQUEST, invalid=InvalidSeed)
     written = []
     for header, events in _plan(plan, service):
         session_id(header.id, where="id")

@@ -1,28 +1,28 @@
 """What the endpoints do, once parsed: access rules, appends that wake followers, pages.
 
 Access (docs/protocol.md §8): a session is visible only to its owner; to anyone else it
-answers exactly as an unknown id does (404), so ids leak nothing. A subagent child is read
-only through its parent's address, by the parent's owner.
+answers exactly as an unknown id does, so ids leak nothing. A subagent child is read only
+through its parent's address, by the parent's owner.
 
-A store failure reaches the caller as 503 ``store_unavailable`` with a fixed message; what
-failed, with file paths and driver messages, goes to the server log, never to the caller.
+Every failure is raised as what happened: a store error as the store raised it, a refusal
+as one of `history_service.errors`. How each is answered, and which are logged, is decided
+at the edge, in one table (`history_service.errors.ERRORS`).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
-from codec import Event, SessionHeader, encode, snapshot_body
-from history_service.errors import ApiError
-from history_service.follow import Hub, sse_frame
+from codec import Event, SessionHeader, snapshot_body
+from history_service.errors import InvalidParent, NotADirectChild, NotOwner, SubagentChild, ThroughBeyondHead
+from history_service.follow import Hub
+from history_service.metrics import Metrics
 from history_service.pages import PageCache, PageQuery, PageReader, ServedPage
 from history_service.settings import Settings
 from persistence import (
     AppendResult,
     HistoryStore,
     SeqConflictError,
-    SessionExistsError,
     SessionInfo,
     SessionKey,
     SessionNotFoundError,
@@ -33,19 +33,7 @@ from persistence import (
 from persistence.locks import KeyedLocks
 from persistence.lru import Lru
 
-__all__ = ["HistoryService", "unavailable"]
-
-logger = logging.getLogger(__name__)
-
-
-def unavailable(exc: StoreError, doing: str) -> ApiError:
-    """Log a store failure in full and return the fixed 503 the caller sees."""
-    logger.error("store failure while %s: %s", doing, exc, exc_info=exc)
-    return ApiError(503, "store_unavailable", f"the store failed while {doing}; the server log has the details")
-
-
-def _not_found(session_id: str) -> ApiError:
-    return ApiError(404, "session_not_found", f"no session {session_id!r}")
+__all__ = ["HistoryService"]
 
 
 def _check_visible(principal: str, session_id: str, child: str | None, info: SessionInfo) -> None:
@@ -55,27 +43,21 @@ def _check_visible(principal: str, session_id: str, child: str | None, info: Ses
     """
     if child is None:
         if info.owner != principal:
-            raise _not_found(session_id)
+            raise NotOwner(session_id)
         parent = subagent_parent(info.header)
         if parent is not None:
-            raise ApiError(
-                403,
-                "subagent_child",
-                f"session {session_id!r} is a subagent child; read it through "
-                f"/v1/sessions/{parent}/subagents/{session_id}",
-            )
+            raise SubagentChild(session_id, parent=parent)
     elif subagent_parent(info.header) != session_id:
         if info.owner == principal:
-            raise ApiError(
-                403, "not_a_direct_child", f"session {child!r} is not a direct subagent child of {session_id!r}"
-            )
-        raise _not_found(child)
+            raise NotADirectChild(child, parent=session_id)
+        raise NotOwner(child)
 
 
 class HistoryService:
     """The service state a lifespan owns: the store, the follow hub and the page cache."""
 
-    def __init__(self, settings: Settings, store: HistoryStore) -> None:
+    def __init__(self, settings: Settings, store: HistoryStore, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics if metrics is not None else Metrics()
         self.settings = settings
         self.store = store
         self.hub = Hub(
@@ -83,9 +65,10 @@ class HistoryService:
             settings.follow_buffer,
             ping_interval=settings.ping_interval,
             coalesce=settings.follow_coalesce_ms / 1000,
+            metrics=self.metrics,
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
-        self.pages = PageReader(store, self.cache)
+        self.pages = PageReader(store, self.cache, metrics=self.metrics)
         self._append_locks = KeyedLocks()
         # Owner and header never change once a session exists, so appends need not ask the store.
         self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
@@ -103,24 +86,16 @@ class HistoryService:
     def _learn(self, info: SessionInfo) -> None:
         self._owners.put(info.header.id, (info.owner, info.header))
 
-    async def _session(self, session_id: str) -> SessionInfo | None:
-        try:
-            return await self.store.get_session(session_id)
-        except SessionNotFoundError:
-            return None
-        except StoreError as exc:
-            raise unavailable(exc, f"reading session {session_id!r}") from exc
-
     async def _owned(self, principal: str, session_id: str, *, need_head: bool = True) -> SessionInfo:
         known = self._owners.get(session_id)
         if known is not None and not need_head:
             owner, header = known
             if owner != principal:
-                raise _not_found(session_id)
+                raise NotOwner(session_id)
             return SessionInfo(header, owner, -1)
-        info = await self._session(session_id)
-        if info is None or info.owner != principal:
-            raise _not_found(session_id)
+        info = await self.store.get_session(session_id)
+        if info.owner != principal:
+            raise NotOwner(session_id)
         self._learn(info)
         return info
 
@@ -128,35 +103,23 @@ class HistoryService:
         """The session a page or follow address names, if the caller may read it."""
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
-        info = await self._session(child or session_id)
-        if info is None:
-            raise _not_found(child or session_id)
+        info = await self.store.get_session(child or session_id)
         self._learn(info)
         _check_visible(principal, session_id, child, info)
         return info
 
     async def sessions(self, principal: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
         """Up to ``limit`` of the caller's own sessions that are not children, newest first, after ``before``."""
-        try:
-            return await self.store.list_sessions(principal, limit=limit, before=before)
-        except StoreError as exc:
-            raise unavailable(exc, "listing sessions") from exc
+        return await self.store.list_sessions(principal, limit=limit, before=before)
 
     async def create(self, principal: str, header: SessionHeader) -> SessionInfo:
         parent = subagent_parent(header)
         if parent is not None:
             try:
                 await self._owned(principal, parent)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-                raise ApiError(422, "invalid_parent", f"no session {parent!r} to be the parent") from None
-        try:
-            info = await self.store.create_session(header, owner=principal)
-        except SessionExistsError as exc:
-            raise ApiError(409, "session_exists", f"session {header.id!r} already exists") from exc
-        except StoreError as exc:
-            raise unavailable(exc, f"creating session {header.id!r}") from exc
+            except (SessionNotFoundError, NotOwner):
+                raise InvalidParent(parent) from None
+        info = await self.store.create_session(header, owner=principal)
         self._learn(info)
         return info
 
@@ -166,10 +129,10 @@ class HistoryService:
         async with self._append_locks.hold(session_id):
             try:
                 result = await self.store.append(session_id, events)
-            except SeqConflictError as exc:
-                raise ApiError(409, "seq_conflict", str(exc), headSeq=exc.head_seq) from exc
-            except StoreError as exc:
-                raise unavailable(exc, f"appending to session {session_id!r}") from exc
+            except SeqConflictError:
+                self.metrics.seq_conflict()
+                raise
+            self.metrics.appended(result.head_seq - result.first_seq + 1, idempotent=result.idempotent)
             if not result.idempotent:
                 self.hub.publish(session_id, events)
         return result
@@ -189,9 +152,7 @@ class HistoryService:
         known = self._owners.get(target)
         if known is None:
             # Who may read it is settled before any record is read: a caller who may not costs one row.
-            info = await self._session(target)
-            if info is None:
-                raise _not_found(target)
+            info = await self.store.get_session(target)
             self._learn(info)
             known = (info.owner, info.header)
         _check_visible(principal, session_id, child, SessionInfo(known[1], known[0], -1))
@@ -199,21 +160,13 @@ class HistoryService:
             cached = await self.pages.cached(target, query, coding)
             if cached is not None:
                 return cached
-        try:
-            read = await self.pages.read(target, query)
-        except SessionNotFoundError:
-            raise _not_found(target) from None
-        except StoreError as exc:
-            raise unavailable(exc, f"reading a page of session {target!r}") from exc
+        read = await self.pages.read(target, query)
         head = read.info.head_seq
         if query.through is not None and query.through > head:
-            raise ApiError(400, "invalid_parameter", f"through {query.through} is beyond the head {head}")
-        try:
-            return await self.pages.serve(read, query, coding)
-        except StoreError as exc:
-            raise unavailable(exc, f"reading a page of session {target!r}") from exc
+            raise ThroughBeyondHead(query.through, head)
+        return await self.pages.serve(read, query, coding)
 
-    async def follow(self, session_id: str, *, after: int | None, max_messages: int) -> AsyncIterator[bytes]:
+    async def follow(self, session_id: str, *, after: int | None, max_messages: int) -> AsyncGenerator[bytes, None]:
         """The follow stream of a session the caller may read: opening frames, then events, until shutdown."""
 
         async def snapshot(info: SessionInfo) -> bytes:
@@ -230,6 +183,5 @@ class HistoryService:
                 async for chunk in subscription:
                     yield chunk
         except StoreError as exc:
-            # The status line is sent already: end the stream with an error frame the client retries on.
-            unavailable(exc, f"following session {session_id!r}")
-            yield sse_frame("error", encode({"code": "store_unavailable"}))
+            self.metrics.store_error(exc)
+            raise

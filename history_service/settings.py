@@ -49,6 +49,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         http: the HTTP/1.1 implementation ``serve`` runs: ``h11`` enforces ``max_header_bytes``;
             ``httptools`` is faster but buffers a request's headers without a bound, so use it
             only behind a gateway that bounds them.
+        log_format: ``text`` (one readable line per record) or ``json`` (one JSON object per line).
+        log_level: the least severe records written: ``debug``, ``info``, ``warning``, ``error`` or ``critical``.
+        metrics: record Prometheus metrics and serve them at ``GET /metrics`` (off: neither).
+        metrics_port: ``serve`` also serves the metrics on this port of ``host``, with no
+            authentication, from its own process (a launcher's setting, like ``port``).
+        metrics_dir: where every worker process writes its metric samples, so that each one's
+            ``/metrics`` sums them all (``PROMETHEUS_MULTIPROC_DIR``; ``serve --workers`` makes one).
     """
 
     store_url: str = DEFAULT_STORE
@@ -73,6 +80,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_header_bytes: int = 16 * 1024
     http: Literal["h11", "httptools"] = "h11"
     workers: int = 1
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    metrics: bool = True
+    metrics_port: int | None = None
+    metrics_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.auth == "token" and not self.tokens:
@@ -99,6 +111,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValueError(f"{name} must not be negative")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"port must be from 1 to 65535, got {self.port}")
+        if self.metrics_port is not None:
+            if not 1 <= self.metrics_port <= 65535 or self.metrics_port == self.port:
+                raise ValueError(f"metrics_port must be from 1 to 65535 and not the port, got {self.metrics_port}")
+            if not self.metrics:
+                raise ValueError("metrics_port needs metrics on (HISTORY_METRICS=1)")
 
     def for_workers(self) -> dict[str, str]:
         """The environment that hands these settings, exactly, to worker processes a launcher starts."""
@@ -135,6 +152,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "HISTORY_MAX_HEADER_BYTES": ("max_header_bytes", int),
             "HISTORY_HTTP": ("http", str),
             "HISTORY_WORKERS": ("workers", int),
+            "HISTORY_LOG_FORMAT": ("log_format", str),
+            "HISTORY_LOG_LEVEL": ("log_level", str),
+            "HISTORY_METRICS_PORT": ("metrics_port", int),
+            "PROMETHEUS_MULTIPROC_DIR": ("metrics_dir", str),
         }
         for variable, (name, kind) in table.items():
             if variable in environ:
@@ -145,6 +166,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if "HISTORY_SERVICE_TOKENS" in environ:
             values["tokens"] = tuple(t.strip() for t in environ["HISTORY_SERVICE_TOKENS"].split(",") if t.strip())
         values["enable_test_seed"] = environ.get("HISTORY_ENABLE_TEST_SEED") == "1"
+        if "HISTORY_METRICS" in environ:
+            if environ["HISTORY_METRICS"] not in ("0", "1"):
+                raise ValueError(f"HISTORY_METRICS={environ['HISTORY_METRICS']!r} must be 0 or 1")
+            values["metrics"] = environ["HISTORY_METRICS"] == "1"
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return msgspec.convert(values, cls)

@@ -225,6 +225,15 @@ class HistoryStore(ABC):
         cuts = await self.page_cuts(session_id, to_seq=to_seq, max_messages=max_messages)
         return PageRead(info, to_seq, cuts, await self.read_stored(session_id, cuts[-1], to_seq))
 
+    @abstractmethod
+    async def check_ready(self) -> None:
+        """A readiness probe: read from the store as a request would, cheaply; raise `StoreError` saying why not.
+
+        It must reach the store itself (its files through their paths, the database through a
+        connection that works now), not only what this process keeps, so a store that has gone
+        away is found out even while connections opened before it went still read.
+        """
+
     def listener(self) -> HeadListener | None:
         """Head notices from other processes that append to this store, or ``None`` when no other process can.
 

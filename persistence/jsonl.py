@@ -764,6 +764,22 @@ class JsonlStore(HistoryStore):
         with self._reading(session_id) as state:
             return state.messages.cuts(to_seq, max_messages)
 
+    # Readiness.
+
+    async def check_ready(self) -> None:
+        """Read the root's marker through its path and list the root, as a new read would find them."""
+        await self._run(self._check_ready_sync)
+
+    def _check_ready_sync(self) -> None:
+        try:
+            found = _MARKER.decode((self._root / ROOT_MARKER).read_bytes())
+            with os.scandir(self._root) as entries:
+                next(entries, None)
+        except (OSError, msgspec.DecodeError) as exc:
+            raise StoreError(f"store unavailable: {exc}") from exc
+        if (found.format, found.compression) != (FORMAT_VERSION, "zstd" if self._zstd else "none"):
+            raise StoreError(f"store unavailable: {self._root / ROOT_MARKER} now describes another store")
+
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self._writer.close)
         self._groups.close()

@@ -130,5 +130,9 @@ class MemoryStore(HistoryStore):
             for header in newest_first(mine, limit=limit, before=before)
         ]
 
+    async def check_ready(self) -> None:
+        # Memory is there for as long as the process is.
+        return None
+
     async def close(self) -> None:
         self._sessions.clear()

@@ -70,7 +70,18 @@ class PostgresListener(HeadListener):
         failures = 0
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
+                # The connection sits idle while no one appends: TCP keepalives find a server that vanished
+                # without closing it (a host down, a cut that sends no reset) in about 25 s, so `state`,
+                # which readiness reports, stops saying "listening" for a connection that is gone.
+                connecting = psycopg.AsyncConnection.connect(
+                    self._conninfo,
+                    autocommit=True,
+                    keepalives=1,
+                    keepalives_idle=10,
+                    keepalives_interval=5,
+                    keepalives_count=3,
+                )
+                async with await connecting as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     self.state = "listening"
                     failures = 0

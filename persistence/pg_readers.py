@@ -29,6 +29,11 @@ class AsyncReaders:
         self._free: list[psycopg.AsyncConnection[tuple[object, ...]]] = []
         self._slots: anyio.Semaphore | None = None
 
+    @property
+    def kept(self) -> int:
+        """How many open connections wait, unused, for the next read."""
+        return len(self._free)
+
     @asynccontextmanager
     async def cursor(self) -> AsyncIterator[psycopg.AsyncCursor[tuple[object, ...]]]:
         """A cursor on a kept connection; a driver error closes that connection and raises `StoreError`."""

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
+from urllib.parse import quote
 
 import anyio.to_thread
 import sqlalchemy as sa
@@ -160,6 +163,10 @@ records_table = sa.Table(
     sa.Column("time1", sa.BigInteger, nullable=False),
 )
 _JOIN_COLUMNS: Final = ("kind", "key", "time0", "time1")
+# The readiness probe's read: one row of the sessions table, so it reads the table itself, not only the catalog.
+_PROBE: Final = f"SELECT 1 FROM {sessions_table.name} LIMIT 1"
+# How long the probe's own SQLite connection waits for a lock before it reports the store busy.
+_PROBE_LOCK_WAIT: Final = 2.0
 messages_table = sa.Table(
     "history_messages",
     metadata,
@@ -978,6 +985,58 @@ class SqlStore(HistoryStore):
             if len(rows) < _MESSAGE_PAGE:
                 return
             below = rows[-1][0]
+
+    # Readiness.
+
+    async def check_ready(self) -> None:
+        """Read the sessions table through a connection that works now.
+
+        SQLite: a connection of the probe's own, opened by the file's path (never creating it),
+        since connections opened before still read a file whose directory was removed or moved.
+        PostgreSQL: the store's kept readers, as a page read uses them; one the server dropped
+        is discarded and the next tried, so the answer is the database's, not a dead connection's.
+        """
+        if not self._sqlite:
+            await self._probe_postgresql()
+        elif self._sqlite_file() is None:
+            await self._read_any(lambda cursor: cursor.execute(_PROBE).fetchall())
+        else:
+            await anyio.to_thread.run_sync(self._probe_sqlite)
+
+    def _sqlite_file(self) -> str | None:
+        """The database file's absolute path, or ``None`` for an in-memory database or a URI the engine interprets."""
+        url = self._engine.url
+        if url.database in (None, "", ":memory:") or url.query.get("uri"):
+            return None
+        return os.path.abspath(url.database)
+
+    def _probe_sqlite(self) -> None:
+        path = self._sqlite_file()
+        assert path is not None
+        try:
+            # mode=rw: a missing file is an error, not a new empty database.
+            connection = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True, timeout=_PROBE_LOCK_WAIT)
+            try:
+                connection.execute(_PROBE).fetchall()
+            finally:
+                connection.close()
+        except sqlite3.Error as exc:
+            raise StoreError(f"store unavailable: {exc}") from exc
+
+    async def _probe_postgresql(self) -> None:
+        readers = self._pg_readers()
+        failure: StoreError | None = None
+        for _ in range(readers.kept + 1):
+            try:
+                async with readers.cursor() as cursor:
+                    await cursor.execute(_PROBE)
+                    await cursor.fetchall()
+                return
+            except StoreError as exc:
+                # The failed connection is closed: the next try takes another kept one, then a new one.
+                failure = exc
+        assert failure is not None
+        raise failure
 
     def listener(self) -> HeadListener | None:
         """On PostgreSQL, head notices from every process (one LISTEN connection); SQLite has none."""

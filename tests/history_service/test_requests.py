@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from codec import encode
-from history_service.errors import ApiError
+from history_service.errors import ERRORS, InvalidParameter
 from history_service.requests import cursor_for, list_cursor
 from persistence import SessionKey
 from testing.events import plain
@@ -107,6 +107,7 @@ def test_a_listing_cursor_round_trips_and_a_forged_one_is_refused() -> None:
     huge = cursor_for(SessionKey(2**63 + 5, "s"))
     nul = cursor_for(SessionKey(0, "a\x00b"))
     for forged in ["", "!!", "W10", "WyJhIiwiYiJd", cursor_for(key)[:-3], huge, nul, cursor_for(SessionKey(0, ".."))]:
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(InvalidParameter) as refused:
             list_cursor(forged)
-        assert refused.value.status == 400 and refused.value.code == "invalid_parameter"
+        answer = ERRORS[type(refused.value)]
+        assert answer.status == 400 and answer.code == "invalid_parameter"

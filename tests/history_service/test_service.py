@@ -26,7 +26,7 @@ from codec import (
 from codec.events import MAX_DEPTH, MAX_SESSION_ID
 from history_client import HistoryClient
 from history_service.cli import main
-from history_service.errors import ApiError
+from history_service.errors import ERRORS, NotOwner
 from history_service.pages import PageQuery
 from history_service.service import HistoryService
 from history_service.settings import Settings
@@ -249,9 +249,9 @@ async def test_a_caller_who_may_not_read_a_session_costs_no_record_read(monkeypa
     await HistoryService(Settings(), store).create("bob", SessionHeader(id="b", createdAt=0))
     # A fresh service knows no owner yet, and one that has learnt it: neither reads bob's records for alice.
     for service in (HistoryService(Settings(), store),) * 2:
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(NotOwner) as refused:
             await service.page("alice", "b", None, latest)
-        assert refused.value.status == 404
+        assert ERRORS[type(refused.value)].status == 404
     assert reads == []
     await HistoryService(Settings(), store).page("bob", "b", None, latest)
     assert reads == ["b"]

@@ -58,3 +58,11 @@ def test_token_file_ignores_blanks_and_comments(tmp_path: Path) -> None:
 def test_a_bad_variable_is_named_even_when_flags_are_passed_as_none() -> None:
     with pytest.raises(ValueError, match=r"\(HISTORY_MAX_BODY_BYTES\)"):
         Settings.from_env({"HISTORY_MAX_BODY_BYTES": "-5"}, port=None, host=None)
+
+
+def test_the_environment_sets_the_log_format_and_level() -> None:
+    settings = Settings.from_env({"HISTORY_LOG_FORMAT": "json", "HISTORY_LOG_LEVEL": "debug"})
+    assert (settings.log_format, settings.log_level) == ("json", "debug")
+    assert (Settings().log_format, Settings().log_level) == ("text", "info")
+    with pytest.raises(ValueError, match=r"\(HISTORY_LOG_LEVEL\)"):
+        Settings.from_env({"HISTORY_LOG_LEVEL": "loud"})

@@ -1,0 +1,131 @@
+"""The JSON bodies of the HTTP API that the codec has no Struct for, as msgspec Structs (docs/protocol.md §6, §11, §12).
+
+The endpoints build these bodies as plain values, or splice them from stored bytes, so
+nothing decodes them on the server; these Structs state their shape once, for the OpenAPI
+document (`history_service.openapi`) and for tests that decode real responses with them.
+Requests, pages and snapshots keep the codec's own Structs (`codec.SessionHeader`,
+`codec.Page`, `codec.FollowSnapshot`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from codec import MAX_SAFE_INTEGER, SessionHeader
+from codec.events import MAX_SESSION_ID
+
+__all__ = [
+    "AppendBody",
+    "Appended",
+    "ErrorBody",
+    "ErrorDetail",
+    "FollowError",
+    "Health",
+    "Head",
+    "ListedSession",
+    "Readiness",
+    "SessionCreated",
+    "SessionId",
+    "SessionList",
+    "SessionState",
+]
+
+# docs/protocol.md §2.4; the ids "." and ".." match this too, and are refused all the same.
+SessionId = Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID, pattern=r"^[A-Za-z0-9._:@~{}-]+$")]
+Head = Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER)]
+Seq = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
+Count = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
+
+
+class AppendBody(Struct, frozen=True, forbid_unknown_fields=True):
+    """An append body: storage records, each a logical event or a chunk row, told apart by ``type``."""
+
+    events: Annotated[list[msgspec.Raw], Meta(min_length=1)]
+
+
+class SessionCreated(Struct, frozen=True, forbid_unknown_fields=True):
+    """``201`` to a create: the new session's id, and its head, -1 while it has no event."""
+
+    id: SessionId
+    headSeq: Literal[-1]
+
+
+class Appended(Struct, frozen=True, forbid_unknown_fields=True):
+    """An append's answer: the batch's first seq and the new head; ``idempotent`` marks an exact re-send (``200``)."""
+
+    firstSeq: Seq
+    headSeq: Seq
+    idempotent: Literal[True] | UnsetType = UNSET
+
+
+class ListedSession(Struct, frozen=True, forbid_unknown_fields=True):
+    """One session of a listing: its id, creation time, head and number of direct subagent children."""
+
+    id: SessionId
+    createdAt: Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+    headSeq: Head
+    childCount: Count
+
+
+class SessionList(Struct, frozen=True, forbid_unknown_fields=True):
+    """The caller's top-level sessions, newest first; ``nextCursor`` continues the listing (``null``: no more)."""
+
+    sessions: list[ListedSession]
+    nextCursor: str | None
+
+
+class SessionState(Struct, frozen=True, forbid_unknown_fields=True):
+    """A session's header and head (``headSeq``, -1 while it has no event)."""
+
+    header: SessionHeader
+    headSeq: Head
+
+
+class Health(Struct, frozen=True, forbid_unknown_fields=True):
+    """``GET /healthz``: the process serves requests."""
+
+    status: Literal["ok"]
+
+
+class Readiness(Struct, frozen=True, forbid_unknown_fields=True):
+    """``GET /readyz``: ready when the store answers and follow hears every append (``in-process`` or ``listening``).
+
+    ``reason`` says, for people, why not.
+    """
+
+    status: Literal["ready", "not_ready"]
+    store: Literal["ok", "unavailable"]
+    notifier: Literal["in-process", "listening", "connecting", "reconnecting"]
+    reason: str | UnsetType = UNSET
+
+
+class ErrorDetail(Struct, frozen=True, forbid_unknown_fields=True):
+    """``code`` is stable and clients branch on it; ``message`` is for people.
+
+    ``headSeq`` comes with ``seq_conflict``, ``index`` (the item of ``events`` at fault) with ``invalid_event``.
+    """
+
+    code: str
+    message: str
+    headSeq: Head | UnsetType = UNSET
+    index: Count | UnsetType = UNSET
+
+
+class ErrorBody(Struct, frozen=True, forbid_unknown_fields=True):
+    """Every error response: ``{"error": {"code", "message", ...}}``."""
+
+    error: ErrorDetail
+
+
+class FollowError(Struct, frozen=True, forbid_unknown_fields=True):
+    """The data of the ``error`` frame that ends a follow stream.
+
+    ``cursor_ahead`` with ``headSeq``: the resume cursor is past the head. Any other code is
+    an error of §11 (``store_unavailable``) that broke the stream after it opened; retry later.
+    """
+
+    code: str
+    headSeq: Head | UnsetType = UNSET
