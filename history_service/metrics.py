@@ -173,6 +173,9 @@ class PrometheusMetrics(Metrics):
         self._store_errors = Counter(
             "history_store_errors", "Store failures, by kind (the store error's class).", ["kind"], registry=owner
         )
+        # Bounded: route templates, normalized methods, statuses and the service's own codings.
+        self._latency_children: dict[tuple[str, str, int], Histogram] = {}
+        self._bytes_children: dict[tuple[str, str], Counter] = {}
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -195,10 +198,19 @@ class PrometheusMetrics(Metrics):
             mark_process_dead(os.getpid(), self._dir)  # type: ignore[no-untyped-call]
 
     def responded(self, route: str, method: str, status: int, seconds: float) -> None:
-        self._latency.labels(route, method if method in _METHODS else "other", str(status)).observe(seconds)
+        # labels() validates and locks on every call; the few children a process meets are kept.
+        key = (route, method if method in _METHODS else "other", status)
+        child = self._latency_children.get(key)
+        if child is None:
+            child = self._latency_children[key] = self._latency.labels(key[0], key[1], str(status))
+        child.observe(seconds)
 
     def sent(self, route: str, coding: str, size: int) -> None:
-        self._bytes.labels(route, coding).inc(size)
+        key = (route, coding)
+        child = self._bytes_children.get(key)
+        if child is None:
+            child = self._bytes_children[key] = self._bytes.labels(route, coding)
+        child.inc(size)
 
     def page_cached(self) -> None:
         self._from_cache.inc()
