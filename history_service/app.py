@@ -9,10 +9,12 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Route
 
 from history_service import endpoints, openapi
 from history_service.assets import viewer_routes
+from history_service.cors import cors_middleware
 from history_service.errors import EXCEPTION_HANDLERS
 from history_service.logs import AccessLog, configure_logging
 from history_service.metrics import Metrics, MetricsMiddleware, metrics_for, scrape
@@ -88,14 +90,27 @@ def create_app(
         routes.append(Route("/v1/test-only/seed", seed.seed, methods=["POST"]))
     if recorded.enabled:
         routes.append(Route("/metrics", scrape, methods=["GET"]))
+    # The access log is outermost, so every log line of a request carries its id.
+    middleware = [
+        Middleware(AccessLog),
+        *([Middleware(MetricsMiddleware, metrics=recorded)] if recorded.enabled else []),
+    ]
+    handlers = EXCEPTION_HANDLERS
+    if settings.cors_origins:
+        # Starlette answers an unhandled error from outside every middleware of ours, so its 500
+        # would lack the CORS headers and a page could not read it. A second ServerErrorMiddleware
+        # inside CORS answers it instead. The outer one, left with Starlette's plain default, then
+        # only re-raises for the server to log (so the error is logged once): it answers only a
+        # failure of the access log or the metrics themselves.
+        handlers = {key: handler for key, handler in EXCEPTION_HANDLERS.items() if key is not Exception}
+        middleware += [
+            cors_middleware(settings.cors_origins),
+            Middleware(ServerErrorMiddleware, handler=EXCEPTION_HANDLERS[Exception]),
+        ]
     return Starlette(
         routes=routes,
-        # The access log is outermost, so every log line of a request carries its id.
-        middleware=[
-            Middleware(AccessLog),
-            *([Middleware(MetricsMiddleware, metrics=recorded)] if recorded.enabled else []),
-        ],
-        exception_handlers=EXCEPTION_HANDLERS,
+        middleware=middleware,
+        exception_handlers=handlers,
         lifespan=lifespan,
     )
 

@@ -120,6 +120,15 @@ def _parser() -> argparse.ArgumentParser:
         "--token-file", type=Path, help="file of accepted service tokens, one per line (or HISTORY_SERVICE_TOKENS)"
     )
     server.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help=(
+            "let pages on this origin (scheme://host[:port]) call the service; repeat for more "
+            "(default: $HISTORY_CORS_ORIGINS, comma-separated, else none: no CORS)"
+        ),
+    )
+    server.add_argument(
         "--workers",
         type=_count,
         help="server processes (default: $HISTORY_WORKERS, else 1); more than one needs a PostgreSQL store",
@@ -219,6 +228,7 @@ def _settings(args: argparse.Namespace) -> Settings:
                 port=args.port,
                 auth=auth,
                 tokens=tokens,
+                cors_origins=None if args.cors_origin is None else tuple(args.cors_origin),
                 workers=args.workers,
                 metrics=False if args.no_metrics else None,
                 metrics_port=args.metrics_port,
@@ -497,6 +507,8 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
         print(f"{PROG}: auth token: {len(settings.tokens)} service token(s), and X-Principal on each request", file=err)
     else:
         print(f"{PROG}: auth none: every caller is the principal 'local' (for local use only)", file=err)
+    if settings.cors_origins:
+        print(f"{PROG}: CORS: pages on {', '.join(settings.cors_origins)} may call the service", file=err)
     if count is not None:
         base = f"http://{settings.host}:{settings.port}"
         session = f"{base}/v1/sessions/{DEMO_SESSION}"

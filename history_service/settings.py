@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -15,6 +16,7 @@ __all__ = ["DEFAULT_STORE", "Settings"]
 
 DEFAULT_STORE: Final = "sqlite:///history.db"
 LAUNCHED: Final = "_HISTORY_LAUNCHED_SETTINGS"
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -25,6 +27,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         host, port: where ``serve`` listens.
         auth: ``none`` (one principal, ``local``) or ``token`` (a service bearer token plus ``X-Principal``).
         tokens: accepted service tokens when ``auth == "token"``.
+        cors_origins: the browser origins (``scheme://host[:port]``) whose pages may call the
+            service from another origin (`history_service.cors`); none, the default, sends no CORS headers.
         max_batch_events: most logical events one append may carry, a packed row counting its members (413 beyond).
         max_body_bytes: most request-body bytes, before and after decompression (413 beyond).
         max_body_values: most JSON values a request body may hold, counted before it is decoded (413 beyond).
@@ -63,6 +67,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     port: int = 8000
     auth: Literal["none", "token"] = "none"
     tokens: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()
     max_batch_events: int = 100_000
     max_body_bytes: int = 64 * 1024 * 1024
     max_body_values: int = 2_000_000
@@ -89,6 +94,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if self.auth == "token" and not self.tokens:
             raise ValueError("auth=token needs at least one service token (HISTORY_SERVICE_TOKENS or --token-file)")
+        for origin in self.cors_origins:
+            _check_origin(origin)
         positive = (
             "max_batch_events",
             "max_body_bytes",
@@ -165,6 +172,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                     raise ValueError(f"{variable}={environ[variable]!r} is not a valid {kind.__name__}") from None
         if "HISTORY_SERVICE_TOKENS" in environ:
             values["tokens"] = tuple(t.strip() for t in environ["HISTORY_SERVICE_TOKENS"].split(",") if t.strip())
+        if "HISTORY_CORS_ORIGINS" in environ:
+            values["cors_origins"] = tuple(o.strip() for o in environ["HISTORY_CORS_ORIGINS"].split(",") if o.strip())
         values["enable_test_seed"] = environ.get("HISTORY_ENABLE_TEST_SEED") == "1"
         if "HISTORY_METRICS" in environ:
             if environ["HISTORY_METRICS"] not in ("0", "1"):
@@ -188,3 +197,27 @@ def read_token_file(path: Path) -> tuple[str, ...]:
     """Tokens from a file, one per line; blank lines and ``#`` comments are ignored."""
     lines = path.read_text().splitlines()
     return tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+
+
+def _check_origin(origin: str) -> None:
+    """Refuse an allowed origin that no browser sends as its ``Origin``, so it could never match."""
+    where = "(HISTORY_CORS_ORIGINS or --cors-origin)"
+    if "*" in origin:
+        raise ValueError(
+            f"CORS origin {origin!r}: wildcards are refused, since any site's pages could then send requests "
+            f"with a user's token in Authorization; list each origin {where}"
+        )
+    try:
+        parts = urlsplit(origin)
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"CORS origin {origin!r} has an invalid port {where}") from None
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname or "@" in parts.netloc:
+        raise ValueError(f"CORS origin {origin!r} is not http(s)://host[:port] {where}")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    sent = f"{parts.scheme}://{host}" + ("" if port in (None, _DEFAULT_PORTS[parts.scheme]) else f":{port}")
+    if origin != sent:
+        raise ValueError(
+            f"CORS origin {origin!r} is not spelled as a browser sends it (no path, lower case, "
+            f"no default port): use {sent!r} {where}"
+        )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
-__all__ = ["OUTPUT_DIR", "chromium_path", "launch", "missing_reason", "screenshot"]
+__all__ = ["OUTPUT_DIR", "checked_page", "chromium_path", "launch", "missing_reason", "screenshot"]
 
 OUTPUT_DIR: Final = Path(__file__).resolve().parent.parent / "test-output"
 
@@ -63,6 +63,21 @@ def launch(*extra_args: str) -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def checked_page(browser: Browser, name: str) -> Iterator[Page]:
+    """A page in a fresh 900x400 context: no uncaught error may happen in it, and it is photographed as ``name``."""
+    context = browser.new_context(viewport={"width": 900, "height": 400})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield opened
+        assert errors == [], f"uncaught errors in the page: {errors}"
+    finally:
+        screenshot(opened, name)
+        context.close()
 
 
 def screenshot(page: Page, name: str) -> Path:

@@ -1,9 +1,12 @@
-"""Real servers for live tests and benchmarks: uvicorn in a thread, the service as a process, a cutting proxy."""
+"""Real servers for live tests and benchmarks: uvicorn in a thread, the service as a process, a cutting proxy,
+and static files on an origin of their own."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import http.server
 import os
 import signal
 import socket
@@ -14,6 +17,7 @@ import threading
 import time
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -24,7 +28,15 @@ from history_service.settings import Settings
 from history_service.shutdown import Shutdown
 from persistence import HistoryStore
 
-__all__ = ["CuttingProxy", "ServerProcess", "ThreadServer", "free_port", "serve_in_thread", "wait_healthy"]
+__all__ = [
+    "CuttingProxy",
+    "ServerProcess",
+    "ThreadServer",
+    "free_port",
+    "serve_directory",
+    "serve_in_thread",
+    "wait_healthy",
+]
 
 T = TypeVar("T")
 
@@ -62,6 +74,25 @@ def serve_in_thread(settings: Settings, *, store: HistoryStore | None = None) ->
         thread.join(30)
         loop.close()
         sock.close()
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_directory(root: Path) -> Iterator[str]:
+    """Serve the files under ``root`` from a thread on 127.0.0.1: a web origin of its own for browser tests."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietFiles, directory=str(root)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(30)
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from msgspec import UNSET
 
 from codec import Event, ReplaceOp, encode
 from history_client import HistoryClient
-from testing.browser import launch, missing_reason, screenshot
+from testing.browser import checked_page, launch, missing_reason
 from testing.seeding import SCENARIOS
 from testing.servers import ServerProcess
 
@@ -168,16 +168,8 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     # A short window, so that a few pages fill it and the rest come by scrolling.
-    context = browser.new_context(viewport={"width": 900, "height": 400})
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
+    with checked_page(browser, request.node.name) as opened:
         yield opened
-        assert errors == [], f"uncaught errors in the page: {errors}"
-    finally:
-        screenshot(opened, request.node.name)
-        context.close()
 
 
 @pytest.fixture(scope="module")
