@@ -40,6 +40,7 @@ __all__ = [
     "configure_logging",
     "current_request_id",
     "request_id",
+    "route_template",
 ]
 
 ACCESS_LOGGER: Final = "history_service.access"
@@ -161,8 +162,8 @@ def _shown(value: object) -> str:
     return text if _PLAIN.fullmatch(text) and '"' not in text else msgspec.json.encode(text).decode()
 
 
-def _route(scope: Scope) -> str | None:
-    # The template the router matched (set on the scope as it routes); None when nothing matched.
+def route_template(scope: Scope) -> str | None:
+    """The template the router matched (set on the scope as it routes), never the raw path; None if none."""
     route = scope.get("route")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else None
@@ -225,7 +226,7 @@ class AccessLog:
                 _REQUEST_ID.reset(token)
 
     def _log(self, scope: Scope, status: int, latency_ms: float, size: int, coding: str) -> None:
-        route, who = _route(scope), _principal(scope)
+        route, who = route_template(scope), _principal(scope)
         fields = {
             "method": scope["method"],
             "route": route,

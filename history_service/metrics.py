@@ -28,6 +28,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from history_service.auth import check_service_token
+from history_service.logs import route_template
 from history_service.settings import Settings
 
 __all__ = ["Metrics", "MetricsMiddleware", "PrometheusMetrics", "metrics_for", "multiprocess_registry", "scrape"]
@@ -271,9 +272,7 @@ def _alive(pid: int) -> bool:
 
 
 def _route(scope: Scope) -> str:
-    # The template the router matched, set on the scope as it routes; never the raw path.
-    route = scope.get("route")
-    return getattr(route, "path", UNMATCHED) if route is not None else UNMATCHED
+    return route_template(scope) or UNMATCHED
 
 
 class MetricsMiddleware:
