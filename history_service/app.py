@@ -13,6 +13,7 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Route
 
 from history_service import endpoints, openapi
+from history_service.allocator import Trimmer, fix_mmap_threshold
 from history_service.assets import viewer_routes
 from history_service.cors import cors_middleware
 from history_service.errors import EXCEPTION_HANDLERS
@@ -58,6 +59,10 @@ def create_app(
         try:
             async with anyio.create_task_group() as tasks:
                 await tasks.start(service.hub.run)
+                # After a burst of large pages, give the memory they used back to the system.
+                fix_mmap_threshold()
+                trimmer, budget = Trimmer(every=settings.inflight_bytes), service.budget
+                tasks.start_soon(trimmer.run, lambda: budget.drained, lambda: budget.held)
                 with stopping.listening(service.hub.close), on_signals(stopping) if shutdown is None else nullcontext():
                     try:
                         with recorded.running():

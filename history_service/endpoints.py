@@ -12,7 +12,7 @@ from contextlib import aclosing
 from typing import Final
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from codec import encode
 from history_service.auth import principal
@@ -31,7 +31,7 @@ from history_service.requests import (
     read_events,
     read_header,
 )
-from history_service.responses import PartsResponse
+from history_service.responses import EndedStreamingResponse, PartsResponse
 from history_service.service import HistoryService
 from persistence import StoreError
 
@@ -48,6 +48,9 @@ __all__ = [
 ]
 
 IMMUTABLE: Final = "private, max-age=31536000, immutable"
+# Under token auth a browser may not reuse a page for another caller, or for one with no token:
+# it revalidates every time, and the 304 passes the same checks as the page.
+REVALIDATED: Final = "private, no-cache"
 
 
 def _service(request: Request) -> HistoryService:
@@ -120,16 +123,20 @@ async def page(request: Request) -> Response:
     query = page_query(request, service.settings)
     coding = accepted_coding(request)
     served = await service.page(who, *address(request), query, coding)
+    sent = served.hold.release if served.hold is not None else None
     headers = {"Vary": "Accept-Encoding", "Server-Timing": f"app;dur={(time.perf_counter() - started) * 1000:.2f}"}
     if served.coding != "identity":
         headers["Content-Encoding"] = served.coding
     if served.etag is not None:
-        headers.update({"ETag": served.etag, "Cache-Control": IMMUTABLE})
+        caching = REVALIDATED if service.settings.auth == "token" else IMMUTABLE
+        headers.update({"ETag": served.etag, "Cache-Control": caching})
         if matches_etag(request, served.etag):
+            if sent is not None:
+                sent()
             return Response(status_code=304, headers=headers)
     else:
         headers["Cache-Control"] = "no-cache"
-    return PartsResponse(served.body.parts, served.body.size, media_type="application/json", headers=headers)
+    return PartsResponse(served.body.parts, served.body.size, media_type="application/json", headers=headers, sent=sent)
 
 
 async def follow(request: Request) -> Response:
@@ -137,12 +144,18 @@ async def follow(request: Request) -> Response:
     who = principal(request, service.settings)
     after, max_messages = follow_params(request)
     info = await service.readable(who, *address(request))
-    frames = service.follow(info.header.id, after=after, max_messages=max_messages)
+    hold = await service.admit_follower(info.header.id)
+    frames = service.follow(info.header.id, hold, after=after, max_messages=max_messages)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(_ended_by_error(frames), media_type="text/event-stream", headers=headers)
+    return EndedStreamingResponse(
+        _ended_by_error(frames),
+        ended=lambda: service.follower_left(hold),
+        media_type="text/event-stream",
+        headers=headers,
+    )
 
 
-async def _ended_by_error(frames: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+async def _ended_by_error(frames: AsyncGenerator[bytes | memoryview, None]) -> AsyncIterator[bytes | memoryview]:
     # The status line is sent already: a store failure ends the stream with an error frame the
     # client retries on. Closing ``frames`` here ends its subscription with the response.
     async with aclosing(frames):

@@ -22,6 +22,7 @@ Each error is named for what happened; only `ERRORS` knows how it is answered::
     ├── NotADirectChild              the caller's session addressed under a parent it is not a child of
     ├── InvalidParent                a child header whose parent the caller does not own
     ├── ThroughBeyondHead            a page asked to end past the session's head
+    ├── Overloaded                   too many bytes in flight, or too many follow streams: retry later
     └── ViewerUnavailable            the viewer's sources are not installed
 
 `ERRORS` maps error classes of every package to their answers, and the nearest class in
@@ -75,6 +76,7 @@ __all__ = [
     "NotADirectChild",
     "NotJson",
     "NotOwner",
+    "Overloaded",
     "RequestError",
     "ServiceError",
     "SubagentChild",
@@ -197,6 +199,10 @@ class ThroughBeyondHead(ServiceError):
         self.head = head
 
 
+class Overloaded(ServiceError):
+    """Raised when a read would pass the process's budget of bytes in flight, or a follow its cap of streams."""
+
+
 class ViewerUnavailable(ServiceError):
     """Raised when the viewer is asked for on an install without the JavaScript client's sources."""
 
@@ -264,6 +270,7 @@ ERRORS: Final[Mapping[type[Exception], Answer]] = {
     NotADirectChild: Answer(403, "not_a_direct_child"),
     InvalidParent: Answer(422, "invalid_parent"),
     ThroughBeyondHead: Answer(400, "invalid_parameter"),
+    Overloaded: Answer(503, "overloaded", headers={"Retry-After": "1"}),
     ViewerUnavailable: Answer(404, "viewer_unavailable"),
     CodecError: _INTERNAL,
     InvalidJsonError: Answer(400, "malformed_json", lambda exc: f"the body is not valid JSON: {exc}"),

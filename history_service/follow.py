@@ -52,10 +52,13 @@ PING_SLOTS: Final = 16
 Snapshot = Callable[[SessionInfo], Awaitable[bytes]]
 
 
-def sse_frame(event: str, data: bytes, *, event_id: int | None = None) -> bytes:
-    """One SSE frame. ``data`` is single-line JSON, so it needs no splitting."""
+def sse_frame(event: str, data: bytes, *, event_id: int | None = None, before: bytes = b"") -> bytes:
+    """One SSE frame, after ``before``. ``data`` is single-line JSON, so it needs no splitting.
+
+    It is joined once: ``data`` may be a whole snapshot, and each concatenation would copy it.
+    """
     head = b"" if event_id is None else b"id: %d\n" % event_id
-    return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+    return b"".join((before, head, b"event: ", event.encode(), b"\ndata: ", data, b"\n\n"))
 
 
 def event_frame(event: Event) -> bytes:
@@ -281,7 +284,7 @@ class Hub:
             opening = b"retry: %d\n\n" % retry_ms
             head = info.head_seq
             if after is None:
-                opening += sse_frame("snapshot", await snapshot(info), event_id=head)
+                opening = sse_frame("snapshot", await snapshot(info), event_id=head, before=opening)
                 self.metrics.follow_frames("snapshot")
                 yield Subscription(self, channel, session_id, opening, head + 1, head)
             elif after > head:

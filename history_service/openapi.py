@@ -77,9 +77,12 @@ _FAILURES: Final = ("store_unavailable", "internal")
 # "/" in it names no route: 404 not_found.
 _READ: Final = ("invalid_session_id", "session_not_found", "not_found", "subagent_child", *_FAILURES)
 _CHILD: Final = (*_READ, "not_a_direct_child")
+# A page or a follow that the budget of bytes in flight, or the cap of follow streams, refuses (§4.6).
+_LOADED: Final = ("overloaded",)
 # An append names its session by its own id, a child's too (§6.2).
 _ADDRESSED: Final = ("invalid_session_id", "session_not_found", "not_found", *_FAILURES)
 _IMMUTABLE: Final = "private, max-age=31536000, immutable"
+_REVALIDATED: Final = "private, no-cache"
 
 _DESCRIPTION: Final = """\
 Session events in, message-aligned pages and live follow out. Section numbers (§) refer to docs/protocol.md.
@@ -219,6 +222,9 @@ class _Builder:
             }
             if status == 401:
                 response["headers"] = {"WWW-Authenticate": {"required": True, "schema": {"const": "Bearer"}}}
+            if "overloaded" in listed:
+                retry = "Seconds to wait, with `overloaded`."
+                response["headers"] = {"Retry-After": {"description": retry, "schema": {"type": "integer"}}}
             responses[str(status)] = response
         return responses
 
@@ -233,7 +239,7 @@ class _Builder:
     ) -> dict[str, Any]:
         headers = {
             "Vary": {"required": True, "schema": {"const": "Accept-Encoding"}},
-            "Cache-Control": {"required": True, "schema": {"enum": ["no-cache", _IMMUTABLE]}},
+            "Cache-Control": {"required": True, "schema": {"enum": ["no-cache", _IMMUTABLE, _REVALIDATED]}},
             "ETag": {"description": "On an immutable page (explicit `through`) only.", "schema": {"type": "string"}},
             "Content-Encoding": {"schema": {"enum": ["zstd", "br", "gzip"]}},
         }
@@ -374,13 +380,19 @@ class _Builder:
                 "get": self.state("getChildSession", "A subagent child's header and head (§12.2)", _SUBAGENT, _CHILD)
             },
             "/v1/sessions/{id}/events": {"post": self.append()},
-            "/v1/sessions/{id}/page": {"get": self.page("readPage", "`session.page` (§4)", _TOP, _READ)},
+            "/v1/sessions/{id}/page": {"get": self.page("readPage", "`session.page` (§4)", _TOP, (*_READ, *_LOADED))},
             "/v1/sessions/{parent}/subagents/{child}/page": {
-                "get": self.page("readChildPage", "`session.page` of a subagent child (§4)", _SUBAGENT, _CHILD)
+                "get": self.page(
+                    "readChildPage", "`session.page` of a subagent child (§4)", _SUBAGENT, (*_CHILD, *_LOADED)
+                )
             },
-            "/v1/sessions/{id}/follow": {"get": self.follow("followSession", "`session.follow` (§5)", _TOP, _READ)},
+            "/v1/sessions/{id}/follow": {
+                "get": self.follow("followSession", "`session.follow` (§5)", _TOP, (*_READ, *_LOADED))
+            },
             "/v1/sessions/{parent}/subagents/{child}/follow": {
-                "get": self.follow("followChildSession", "`session.follow` of a subagent child (§5)", _SUBAGENT, _CHILD)
+                "get": self.follow(
+                    "followChildSession", "`session.follow` of a subagent child (§5)", _SUBAGENT, (*_CHILD, *_LOADED)
+                )
             },
             "/healthz": {
                 "get": _public("healthz", "Liveness", {"200": {"description": "Serving.", "content": _json("Health")}})

@@ -28,6 +28,7 @@ import msgspec
 
 from codec import SplicedRecords, StoredRecord, page_parts, page_size, raw_records, splice
 from codec.stored import Part
+from history_service.budget import Hold
 from history_service.encoding import compress
 from history_service.metrics import Metrics
 from persistence import HistoryStore, PageRead, SessionInfo
@@ -65,11 +66,16 @@ class PageBody(NamedTuple):
 
 
 class ServedPage(NamedTuple):
-    """A page body in the content coding it is sent with, and its strong validator when it has one."""
+    """A page body in the content coding it is sent with, its strong validator when it has one, and its hold.
+
+    ``hold`` is the page's share of the budget of bytes in flight, when it was read for this
+    request; the caller releases it once the body is sent.
+    """
 
     body: PageBody
     coding: str
     etag: str | None
+    hold: Hold | None = None
 
 
 class EncodedPage(msgspec.Struct):
@@ -184,7 +190,7 @@ class PageReader:
         """
         through = head if query.through is None else query.through
         return await self._store.read_page(
-            session_id, through=through, before=query.before, max_messages=query.max_messages
+            session_id, through=through, before=query.before, max_messages=query.max_messages, max_bytes=query.max_bytes
         )
 
     async def body(self, session_id: str, head: int, query: PageQuery) -> tuple[bytes, int, int]:

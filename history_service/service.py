@@ -14,10 +14,19 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 
 from codec import Event, SessionHeader, snapshot_body
-from history_service.errors import InvalidParent, NotADirectChild, NotOwner, SubagentChild, ThroughBeyondHead
+from history_service.budget import ByteBudget, Hold
+from history_service.errors import (
+    InvalidParent,
+    NotADirectChild,
+    NotOwner,
+    Overloaded,
+    SubagentChild,
+    ThroughBeyondHead,
+)
 from history_service.follow import Hub
 from history_service.metrics import Metrics
 from history_service.pages import PageCache, PageQuery, PageReader, ServedPage
+from history_service.responses import SEND_SIZE
 from history_service.settings import Settings
 from persistence import (
     AppendResult,
@@ -69,6 +78,9 @@ class HistoryService:
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
         self.pages = PageReader(store, self.cache, metrics=self.metrics)
+        self.budget = ByteBudget(settings.inflight_bytes, wait=settings.inflight_wait)
+        self.followers = 0
+        self._snapshot_sizes: Lru[str, int] = Lru(settings.session_cache)
         self._append_locks = KeyedLocks()
         # Owner and header never change once a session exists, so appends need not ask the store.
         self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
@@ -144,7 +156,8 @@ class HistoryService:
 
         Access is decided on the session's owner and header, which never change and are
         kept once read, before any record is read; an immutable page (explicit ``through``)
-        then comes from the cache when it is there.
+        then comes from the cache when it is there. A page that was read carries its hold on
+        the budget of bytes in flight, which the caller releases once the page is sent.
         """
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
@@ -160,28 +173,75 @@ class HistoryService:
             cached = await self.pages.cached(target, query, coding)
             if cached is not None:
                 return cached
-        read = await self.pages.read(target, query)
-        head = read.info.head_seq
-        if query.through is not None and query.through > head:
-            raise ThroughBeyondHead(query.through, head)
-        return await self.pages.serve(read, query, coding)
+        # The read may cost its byte target beyond its newest message; what it really holds is known once it is read.
+        hold = await self.budget.hold(min(query.max_bytes, self.budget.limit // 4))
+        try:
+            read = await self.pages.read(target, query)
+            hold.resize(sum(len(record.line) for record in read.stored))
+            head = read.info.head_seq
+            if query.through is not None and query.through > head:
+                raise ThroughBeyondHead(query.through, head)
+            served = await self.pages.serve(read, query, coding)
+            hold.resize(served.body.size)
+        except BaseException:
+            hold.release()
+            raise
+        return served._replace(hold=hold)
 
-    async def follow(self, session_id: str, *, after: int | None, max_messages: int) -> AsyncGenerator[bytes, None]:
-        """The follow stream of a session the caller may read: opening frames, then events, until shutdown."""
+    async def admit_follower(self, session_id: str) -> Hold:
+        """A place for a new follow stream, and its snapshot's hold on the budget; `Overloaded` when there is none.
+
+        The hold starts at the size of the session's last snapshot, when this process made
+        one, else at the byte target. The caller gives it back with `follower_left` once the
+        stream ends (`follow` releases the snapshot's bytes as soon as they are sent).
+        """
+        if self.followers >= self.settings.follower_cap:
+            raise Overloaded(f"{self.followers} follow streams are open, the most this server keeps")
+        estimate = self._snapshot_sizes.get(session_id)
+        if estimate is None:
+            estimate = min(self.settings.default_max_bytes, self.budget.limit // 2)
+        hold = await self.budget.hold(estimate)
+        self.followers += 1
+        return hold
+
+    def follower_left(self, hold: Hold) -> None:
+        hold.release()
+        self.followers -= 1
+
+    async def follow(
+        self, session_id: str, hold: Hold, *, after: int | None, max_messages: int
+    ) -> AsyncGenerator[bytes | memoryview, None]:
+        """The follow stream of a session the caller may read: opening frames, then events, until shutdown.
+
+        The snapshot's bytes stay on ``hold`` until the server has taken its last piece; a
+        reader that does not read keeps them, and so keeps them counted.
+        """
 
         async def snapshot(info: SessionInfo) -> bytes:
             # The tail page at through = cursor, with the header and cursor in front of its own fields.
             query = PageQuery(
                 through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
             )
-            return snapshot_body(info.header, info.head_seq, (await self.pages.page(info, query)).body.join())
+            body = snapshot_body(info.header, info.head_seq, (await self.pages.page(info, query)).body.join())
+            hold.resize(len(body))
+            self._snapshot_sizes.put(session_id, len(body))
+            return body
 
         try:
             async with self.hub.subscribe(
                 session_id, after=after, snapshot=snapshot, retry_ms=self.settings.retry_ms
             ) as subscription:
+                opened = False
                 async for chunk in subscription:
-                    yield chunk
+                    if opened:
+                        yield chunk
+                        continue
+                    opened = True
+                    # The opening is sent in pieces: each send waits until the socket took the one before.
+                    view = memoryview(chunk)
+                    for at in range(0, len(view), SEND_SIZE):
+                        yield view[at : at + SEND_SIZE]
+                    hold.release()
         except StoreError as exc:
             self.metrics.store_error(exc)
             raise

@@ -34,6 +34,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         max_body_values: most JSON values a request body may hold, counted before it is decoded (413 beyond).
         default_max_bytes: the page byte target when a request gives no ``maxBytes``.
         page_cache_bytes, page_cache_entries: bounds of the cache of encoded immutable pages (explicit ``through``).
+        inflight_bytes: the process's budget of page and snapshot bytes in flight: read from the
+            store, spliced, or waiting on a slow reader's socket. A read that would pass it waits
+            up to ``inflight_wait`` seconds, then gets 503 ``overloaded`` with ``Retry-After``.
+        inflight_wait: seconds a read waits for room in ``inflight_bytes`` before it is refused.
+        max_followers: most follow streams open at once; past it a new follow gets 503
+            ``overloaded``. Unset, three quarters of ``limit_concurrency``, so health checks,
+            metrics and other requests always find a connection.
         session_cache: most sessions whose state each process keeps while they are idle (owner and
             header; the JSONL store's loaded index; the SQL store's open run); the least recently
             used beyond it are released, and read again when next used.
@@ -74,6 +81,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     default_max_bytes: int = 16 * 1024 * 1024
     page_cache_bytes: int = 64 * 1024 * 1024
     page_cache_entries: int = 10_000
+    inflight_bytes: int = 32 * 1024 * 1024
+    inflight_wait: float = 1.0
+    max_followers: int | None = None
     session_cache: int = DEFAULT_SESSION_CACHE
     ping_interval: float = 15.0
     retry_ms: int = 1000
@@ -109,11 +119,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "limit_concurrency",
             "max_header_bytes",
             "workers",
+            "inflight_bytes",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        for name in ("page_cache_bytes", "page_cache_entries", "follow_coalesce_ms"):
+        if self.max_followers is not None and not 1 <= self.max_followers < self.limit_concurrency:
+            raise ValueError(
+                f"max_followers must be at least 1 and below limit_concurrency ({self.limit_concurrency}), "
+                f"so other requests still find a connection; got {self.max_followers}"
+            )
+        for name in ("page_cache_bytes", "page_cache_entries", "follow_coalesce_ms", "inflight_wait"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if not 1 <= self.port <= 65535:
@@ -123,6 +139,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValueError(f"metrics_port must be from 1 to 65535 and not the port, got {self.metrics_port}")
             if not self.metrics:
                 raise ValueError("metrics_port needs metrics on (HISTORY_METRICS=1)")
+
+    @property
+    def follower_cap(self) -> int:
+        """The most follow streams open at once: ``max_followers``, else three quarters of ``limit_concurrency``."""
+        return self.max_followers if self.max_followers is not None else max(1, self.limit_concurrency * 3 // 4)
 
     def for_workers(self) -> dict[str, str]:
         """The environment that hands these settings, exactly, to worker processes a launcher starts."""
@@ -150,6 +171,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "HISTORY_PAGE_CACHE_BYTES": ("page_cache_bytes", int),
             "HISTORY_PAGE_CACHE_ENTRIES": ("page_cache_entries", int),
             "HISTORY_SESSION_CACHE": ("session_cache", int),
+            "HISTORY_INFLIGHT_BYTES": ("inflight_bytes", int),
+            "HISTORY_INFLIGHT_WAIT": ("inflight_wait", float),
+            "HISTORY_MAX_FOLLOWERS": ("max_followers", int),
             "HISTORY_PING_INTERVAL": ("ping_interval", float),
             "HISTORY_RETRY_MS": ("retry_ms", int),
             "HISTORY_FOLLOW_BUFFER": ("follow_buffer", int),

@@ -8,6 +8,7 @@ byte-identical pages from any store. Appends seal runs as they close (`persisten
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -18,6 +19,7 @@ from msgspec import Struct
 from codec import Event, SessionHeader, StoredRecord, decode_event, encode, event_lines
 from persistence.errors import SeqConflictError
 from persistence.notify import HeadListener
+from persistence.page_bound import bounded_cuts, floor_sizes
 
 __all__ = [
     "DEFAULT_OWNER",
@@ -28,6 +30,7 @@ __all__ = [
     "SessionInfo",
     "SessionKey",
     "SessionSummary",
+    "bound_read",
     "check_batch",
     "events_in",
     "newest_first",
@@ -156,6 +159,17 @@ def newest_first(headers: Iterable[SessionHeader], *, limit: int, before: Sessio
     return heapq.nlargest(limit, headers, key=lambda header: (header.createdAt, header.id))
 
 
+def bound_read(
+    cuts: list[int], to_seq: int, stored: list[StoredRecord], sizes: Sequence[int], max_bytes: int
+) -> tuple[list[int], list[StoredRecord]]:
+    """The cuts whose pages may fit ``max_bytes``, and the records of ``stored`` (covering every cut) they need."""
+    kept = bounded_cuts(cuts, to_seq, stored, floor_sizes(stored, sizes), max_bytes)
+    if len(kept) == len(cuts):
+        return cuts, stored
+    first = max(0, bisect.bisect_right([record.seq for record in stored], kept[-1]) - 1)
+    return kept, stored[first:]
+
+
 def events_in(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[Event]:
     """The logical events in ``[from_seq, to_seq)`` from stored records that cover it."""
     return [decode_event(line) for _, lines in event_lines(stored, from_seq, to_seq) for line in lines]
@@ -211,19 +225,31 @@ class HistoryStore(ABC):
         """
 
     async def read_page(
-        self, session_id: str, *, through: int | None, before: int | None, max_messages: int
+        self,
+        session_id: str,
+        *,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        max_bytes: int | None = None,
     ) -> PageRead:
         """The session and, unless the page is empty or ``through`` is beyond the head, its cuts and records.
 
-        Raises `SessionNotFoundError` for an unknown id. Backends override this to read it all
-        in one round trip; this composition of the primitives is the reference.
+        With ``max_bytes``, the cuts stop at the first whose page cannot fit it
+        (`persistence.page_bound`), and only their records are read. Raises
+        `SessionNotFoundError` for an unknown id. Backends override this to read it all in
+        one round trip, and to size records before reading them; this composition of the
+        primitives is the reference.
         """
         info = await self.get_session(session_id)
         to_seq = page_end(info.head_seq, through, before)
         if to_seq <= 0 or (through is not None and through > info.head_seq):
             return PageRead(info, to_seq, [], [])
         cuts = await self.page_cuts(session_id, to_seq=to_seq, max_messages=max_messages)
-        return PageRead(info, to_seq, cuts, await self.read_stored(session_id, cuts[-1], to_seq))
+        stored = await self.read_stored(session_id, cuts[-1], to_seq)
+        if max_bytes is not None:
+            cuts, stored = bound_read(cuts, to_seq, stored, [len(record.line) for record in stored], max_bytes)
+        return PageRead(info, to_seq, cuts, stored)
 
     @abstractmethod
     async def check_ready(self) -> None:

@@ -112,6 +112,7 @@ from persistence.jsonl_index import (
 from persistence.locks import KeyedLocks
 from persistence.lru import Lru
 from persistence.message_index import MessageEntry, index_entries
+from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.sealing import MAX_TAIL, open_run, plan_append
 from persistence.stored import PreparedBatch, prepared
 
@@ -704,17 +705,23 @@ class JsonlStore(HistoryStore):
         return out
 
     async def read_page(
-        self, session_id: str, *, through: int | None, before: int | None, max_messages: int
+        self,
+        session_id: str,
+        *,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        max_bytes: int | None = None,
     ) -> PageRead:
         # A loaded session's small page is read on the event loop: the index is in memory and the
         # records are one pread, which costs less than the hop to a worker thread.
-        read = self._page_inline(session_id, through, before, max_messages)
+        read = self._page_inline(session_id, through, before, max_messages, max_bytes)
         if read is None:
-            read = await self._run(self._page_sync, session_id, through, before, max_messages)
+            read = await self._run(self._page_sync, session_id, through, before, max_messages, max_bytes)
         return read
 
     def _page_inline(
-        self, session_id: str, through: int | None, before: int | None, max_messages: int
+        self, session_id: str, through: int | None, before: int | None, max_messages: int, max_bytes: int | None
     ) -> PageRead | None:
         state = self._states.get(session_id)
         if state is None or self._zstd:
@@ -725,18 +732,26 @@ class JsonlStore(HistoryStore):
             with locked(state.directory, session_id, shared=True, wait=False):
                 if _index_size(state.directory) != state.index_size:
                     return None
-                return self._page_of(state, through, before, max_messages, INLINE_BYTES)
+                return self._page_of(state, through, before, max_messages, max_bytes, INLINE_BYTES)
         except (BlockingIOError, SessionNotFoundError):
             return None
 
-    def _page_sync(self, session_id: str, through: int | None, before: int | None, max_messages: int) -> PageRead:
+    def _page_sync(
+        self, session_id: str, through: int | None, before: int | None, max_messages: int, max_bytes: int | None
+    ) -> PageRead:
         with self._reading(session_id) as state:
-            read = self._page_of(state, through, before, max_messages, None)
+            read = self._page_of(state, through, before, max_messages, max_bytes, None)
         assert read is not None
         return read
 
     def _page_of(
-        self, state: SessionState, through: int | None, before: int | None, max_messages: int, limit: int | None
+        self,
+        state: SessionState,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        max_bytes: int | None,
+        limit: int | None,
     ) -> PageRead | None:
         """The page's read from a state the caller holds the lock on; ``None`` if its records pass ``limit`` bytes."""
         info = SessionInfo(state.header, state.owner, state.head)
@@ -744,9 +759,25 @@ class JsonlStore(HistoryStore):
         if to_seq <= 0 or (through is not None and through > state.head):
             return PageRead(info, to_seq, [], [])
         cuts = state.messages.cuts(to_seq, max_messages)
+        if max_bytes is not None and len(cuts) > 1:
+            cuts = self._bounded(state, cuts, to_seq, max_bytes)
         if limit is not None and self._span(state, cuts[-1], to_seq) > limit:
             return None
         return PageRead(info, to_seq, cuts, self._stored(state, cuts[-1], to_seq))
+
+    @staticmethod
+    def _bounded(state: SessionState, cuts: list[int], to_seq: int, max_bytes: int) -> list[int]:
+        """The cuts whose pages may fit ``max_bytes``, from the index alone (`persistence.page_bound`).
+
+        A line that is not canonical is re-encoded when read, so its length vouches for nothing.
+        """
+        first = max(0, bisect.bisect_right(state.starts, cuts[-1]) - 1)
+        last = bisect.bisect_left(state.starts, to_seq)
+        if sum(state.lengths[first:last]) <= max_bytes:
+            return cuts
+        records = [state.record(i) for i in range(first, last)]
+        sizes = [state.lengths[i] if state.canonical[i] else 0 for i in range(first, last)]
+        return bounded_cuts(cuts, to_seq, records, floor_sizes(records, sizes), max_bytes)
 
     @staticmethod
     def _span(state: SessionState, from_seq: int, to_seq: int) -> int:

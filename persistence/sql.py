@@ -79,6 +79,7 @@ from persistence.group_commit import GroupCommit, SqlGroups
 from persistence.lru import Lru
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, PostgresListener, notice
+from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.pg_readers import AsyncReaders
 from persistence.prepared import Prepared
 from persistence.sealing import MAX_TAIL, kept, open_run, plan_append
@@ -163,6 +164,8 @@ records_table = sa.Table(
     sa.Column("time1", sa.BigInteger, nullable=False),
 )
 _JOIN_COLUMNS: Final = ("kind", "key", "time0", "time1")
+# The longest zstd frame header: magic, descriptor, window, dictionary id and content size.
+_FRAME_HEADER: Final = 18
 # The readiness probe's read: one row of the sessions table, so it reads the table itself, not only the catalog.
 _PROBE: Final = f"SELECT 1 FROM {sessions_table.name} LIMIT 1"
 # How long the probe's own SQLite connection waits for a lock before it reports the store busy.
@@ -258,6 +261,28 @@ class _LongWalk(Exception):
     """A cut that needs more of the message index than an event-loop read may walk."""
 
 
+def _bounded(cuts: list[int], to_seq: int, rows: Sequence[Any], max_bytes: int) -> list[int]:
+    """`bounded_cuts` over `SqlStatements.sizes` rows."""
+    records = [
+        StoredRecord(seq, members, b"", kind, bytes(key), time0, time1)
+        for seq, members, _, _, kind, key, time0, time1 in rows
+    ]
+    return bounded_cuts(
+        cuts, to_seq, records, floor_sizes(records, [_line_size(row[2], row[3]) for row in rows]), max_bytes
+    )
+
+
+def _line_size(stored: int, frame: bytes | None) -> int:
+    """A line's length: its stored size, or what its compressed frame says it holds (at least its stored size)."""
+    if frame is None:
+        return int(stored)
+    try:
+        size = zstandard.frame_content_size(bytes(frame))
+    except zstandard.ZstdError:
+        return int(stored)
+    return max(int(stored), size)
+
+
 def _newest(first: Sequence[MessageEntry], more: bool) -> Iterator[MessageEntry]:
     """``first``, then `_LongWalk` if the index holds more messages than it and the cut needs them."""
     yield from first
@@ -320,6 +345,19 @@ class _Statements:
         where = (r.session_id == b("id"), r.seq >= start, r.seq < b("to_seq"))
         self.stored = prepared(
             sa.select(r.seq, r.members, r.compressed, r.data, *(r[name] for name in _JOIN_COLUMNS))
+            .where(*where)
+            .order_by(r.seq)
+        )
+        # Those records' columns and stored sizes, no line: what bounds a page read by bytes.
+        self.sizes = prepared(
+            sa.select(
+                r.seq,
+                r.members,
+                sa.func.length(r.data),
+                # A compressed line's frame header, which tells its size (zstd writes it by default).
+                sa.case((r.compressed, sa.func.substr(r.data, 1, _FRAME_HEADER)), else_=None),
+                *(r[name] for name in _JOIN_COLUMNS),
+            )
             .where(*where)
             .order_by(r.seq)
         )
@@ -803,22 +841,39 @@ class SqlStore(HistoryStore):
     # Reads.
 
     async def read_page(
-        self, session_id: str, *, through: int | None, before: int | None, max_messages: int
+        self,
+        session_id: str,
+        *,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        max_bytes: int | None = None,
     ) -> PageRead:
         if not self._sqlite:
-            return await self._pg_read_page(session_id, through, before, max_messages)
-        read, complete = await self._read_any(self._page_sync, session_id, through, before, max_messages, True)
+            return await self._pg_read_page(session_id, through, before, max_messages, max_bytes)
+        read, complete = await self._read_any(
+            self._page_sync, session_id, through, before, max_messages, max_bytes, True
+        )
         if complete:
             return read
         if not read.cuts:
             # The cut needs a long walk through the message index: all of the read goes to a worker thread.
-            read, _ = await self._in_thread(self._page_sync, session_id, through, before, max_messages, False)
+            read, _ = await self._in_thread(
+                self._page_sync, session_id, through, before, max_messages, max_bytes, False
+            )
             return read
         stored = await self._in_thread(self._stored, session_id, read.cuts[-1], read.to_seq)
         return PageRead(read.info, read.to_seq, read.cuts, stored)
 
     def _page_sync(
-        self, cursor: Any, session_id: str, through: int | None, before: int | None, max_messages: int, inline: bool
+        self,
+        cursor: Any,
+        session_id: str,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        max_bytes: int | None,
+        inline: bool,
     ) -> tuple[PageRead, bool]:
         """The page's read in one transaction; ``False`` when its records are too large to read ``inline``."""
         if self._sqlite:
@@ -835,6 +890,8 @@ class SqlStore(HistoryStore):
             if isinstance(found, PageRead):
                 return found, True
             info, to_seq, cuts = found
+        if max_bytes is not None and len(cuts) > 1:
+            cuts = self._bounded(cursor, session_id, cuts, to_seq, max_bytes)
         if inline and not self._inline(cursor, session_id, cuts[-1], to_seq):
             return PageRead(info, to_seq, cuts, []), False
         return PageRead(info, to_seq, cuts, self._stored(cursor, session_id, cuts[-1], to_seq)), True
@@ -858,6 +915,18 @@ class SqlStore(HistoryStore):
         if not stored:
             self._require(cursor, session_id)
         return stored
+
+    def _bounded(self, cursor: Any, session_id: str, cuts: list[int], to_seq: int, max_bytes: int) -> list[int]:
+        """The cuts whose pages may fit ``max_bytes``, from the records' columns and stored sizes alone.
+
+        A compressed line's stored size is below its own (it is kept compressed only when
+        smaller), so it is a floor too. A read that surely fits is not sized row by row.
+        """
+        values = {"id": session_id, "from_seq": cuts[-1], "to_seq": to_seq}
+        size, compressed = self._sql.stored_bytes.run(cursor, **values).fetchone()
+        if int(size) <= max_bytes and not compressed:
+            return cuts
+        return _bounded(cuts, to_seq, self._sql.sizes.run(cursor, **values).fetchall(), max_bytes)
 
     def _inline(self, cursor: Any, session_id: str, from_seq: int, to_seq: int) -> bool:
         """Whether the records may be read on the event loop: few stored bytes, none of them to decompress.
@@ -926,7 +995,7 @@ class SqlStore(HistoryStore):
         return info, to_seq, hidden, first, len(message_rows) == _MESSAGE_PAGE
 
     async def _pg_read_page(
-        self, session_id: str, through: int | None, before: int | None, max_messages: int
+        self, session_id: str, through: int | None, before: int | None, max_messages: int, max_bytes: int | None
     ) -> PageRead:
         """`read_page` on PostgreSQL, on the event loop: two statements when the newest 256 messages hold the cut."""
         async with self._pg_readers().cursor() as cursor:
@@ -939,13 +1008,19 @@ class SqlStore(HistoryStore):
                 cuts = select_cuts(_newest(first, more), hidden, to_seq=to_seq, max_messages=max_messages)
             except _LongWalk:
                 cuts = []
+            if len(cuts) > 1 and max_bytes is not None:
+                values = {"id": session_id, "from_seq": cuts[-1], "to_seq": to_seq}
+                await cursor.execute(self._sql.sizes.sql, self._sql.sizes.params(values))
+                cuts = _bounded(cuts, to_seq, await cursor.fetchall(), max_bytes)
             if cuts:
                 values = {"id": session_id, "from_seq": cuts[-1], "to_seq": to_seq}
                 await cursor.execute(self._sql.stored.sql, self._sql.stored.params(values))
                 rows: list[Any] = await cursor.fetchall()
         if not cuts:
             # The cut needs more messages than one read brings: page through them in a worker thread.
-            read, _ = await self._in_thread(self._page_sync, session_id, through, before, max_messages, False)
+            read, _ = await self._in_thread(
+                self._page_sync, session_id, through, before, max_messages, max_bytes, False
+            )
             return read
         if sum(len(row[3]) for row in rows) < INLINE_BYTES and not any(row[2] for row in rows):
             return PageRead(info, to_seq, cuts, self._records(rows))

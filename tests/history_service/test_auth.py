@@ -88,3 +88,16 @@ async def test_a_session_id_is_not_a_credential(client: httpx.AsyncClient) -> No
     assert (
         await client.get("/v1/sessions/b/page", headers={**headers, "Authorization": "Bearer t1"})
     ).status_code == 200
+
+
+async def test_an_immutable_page_is_revalidated_so_a_cache_never_serves_it_to_another_caller(
+    client: httpx.AsyncClient,
+) -> None:
+    path = "/v1/sessions/a/page?through=3&maxMessages=7"
+    first = await client.get(path, headers=who("alice"))
+    assert first.status_code == 200 and first.headers["cache-control"] == "private, no-cache"
+    etag = first.headers["etag"]
+    # A browser that kept the page asks again with its validator: only its owner gets the 304.
+    assert (await client.get(path, headers={**who("alice"), "If-None-Match": etag})).status_code == 304
+    assert (await client.get(path, headers={**who("bob"), "If-None-Match": etag})).status_code == 404
+    assert (await client.get(path, headers={"If-None-Match": etag})).status_code == 401

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -176,3 +177,23 @@ async def test_a_stalled_follower_holds_up_no_one_and_still_ends_complete(server
         )
     stalled.close()
     assert seqs == list(range(TOTAL))
+
+
+def test_follow_streams_past_their_cap_are_refused_and_health_always_answers(tmp_path: Path) -> None:
+    settings = Settings(store_url=f"sqlite:///{tmp_path / 'cap.db'}", limit_concurrency=8, max_followers=2)
+    with serve_in_thread(settings) as running, httpx.Client(base_url=running.url, timeout=30) as client:
+        assert client.post("/v1/sessions", json={"id": "s", "createdAt": 1}).status_code == 201
+        with client.stream("GET", "/v1/sessions/s/follow") as one, client.stream("GET", "/v1/sessions/s/follow") as two:
+            assert one.status_code == two.status_code == 200
+            refused = client.get("/v1/sessions/s/follow")
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == "overloaded"
+            for probe in ("/healthz", "/readyz", "/metrics"):
+                assert client.get(probe).status_code == 200, probe
+        # A stream that ended gives its place back.
+        for _ in range(100):
+            with client.stream("GET", "/v1/sessions/s/follow") as again:
+                if again.status_code == 200:
+                    break
+            time.sleep(0.05)
+        assert again.status_code == 200

@@ -165,11 +165,19 @@ class FlakyStore(MemoryStore):
     failing = False
 
     async def read_page(
-        self, session_id: str, *, through: int | None, before: int | None, max_messages: int
+        self,
+        session_id: str,
+        *,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        max_bytes: int | None = None,
     ) -> PageRead:
         if self.failing:
             raise StoreError("the disk went away")
-        return await super().read_page(session_id, through=through, before=before, max_messages=max_messages)
+        return await super().read_page(
+            session_id, through=through, before=before, max_messages=max_messages, max_bytes=max_bytes
+        )
 
 
 @pytest.mark.anyio

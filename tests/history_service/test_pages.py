@@ -137,3 +137,9 @@ def test_the_page_cache_accounts_in_constant_work_per_call() -> None:
     assert CountedPage.asked[0] <= 2 * 20_000
     assert cache.size == sum(len(p.identity) + 10 for p in [cache.get((k,)) for k in range(20_000)] if p is not None)
     assert cache.size <= 64 * 1024
+
+
+async def test_without_auth_an_immutable_page_stays_cacheable_for_a_year(client: httpx.AsyncClient) -> None:
+    await seed(client, scenario="multi-turn", seed=9, turns=3)
+    page = await client.get("/v1/sessions/multi-turn-9/page?through=10")
+    assert page.headers["cache-control"] == "private, max-age=31536000, immutable"

@@ -66,3 +66,15 @@ def test_the_environment_sets_the_log_format_and_level() -> None:
     assert (Settings().log_format, Settings().log_level) == ("text", "info")
     with pytest.raises(ValueError, match=r"\(HISTORY_LOG_LEVEL\)"):
         Settings.from_env({"HISTORY_LOG_LEVEL": "loud"})
+
+
+def test_the_follow_cap_leaves_room_below_the_connection_limit() -> None:
+    assert Settings().follower_cap == 3072
+    assert Settings(limit_concurrency=100).follower_cap == 75
+    assert Settings.from_env({"HISTORY_MAX_FOLLOWERS": "10", "HISTORY_LIMIT_CONCURRENCY": "20"}).follower_cap == 10
+    with pytest.raises(ValueError, match="below limit_concurrency"):
+        Settings(limit_concurrency=100, max_followers=100)
+    settings = Settings.from_env({"HISTORY_INFLIGHT_BYTES": "1000", "HISTORY_INFLIGHT_WAIT": "0.5"})
+    assert (settings.inflight_bytes, settings.inflight_wait) == (1000, 0.5)
+    with pytest.raises(ValueError, match="inflight_bytes"):
+        Settings(inflight_bytes=0)

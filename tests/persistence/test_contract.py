@@ -21,6 +21,7 @@ from codec import (
     splice,
     stored_record,
 )
+from history_service.pages import choose_body
 from history_service.scenarios import compaction, multi_turn
 from persistence.base import HistoryStore, PageRead, SessionKey, SessionSummary
 from persistence.errors import SeqConflictError, SessionExistsError, SessionNotFoundError
@@ -343,6 +344,29 @@ async def test_read_page_is_the_primitives_read_at_once(store: HistoryStore, sce
                 ), (through, before, max_messages)
             else:
                 assert read.stored == []
+
+
+async def test_read_page_reads_no_further_back_than_the_byte_target_allows(store: HistoryStore) -> None:
+    events: list[Event] = []
+    for k in range(40):
+        events.append(plain(len(events), "user/message", {"text": f"q{k}"}, surfaceOp="append"))
+        events.append(plain(len(events), "tool/result", {"output": "x" * 10_000 + str(k)}))
+        for i in range(20):
+            events.append(text(len(events), 2000 + len(events), f"t{k}.{i}"))
+    await write(store, events, random_sizes(random.Random(8), len(events)))
+    head = len(events) - 1
+    for through in (None, head // 2):
+        full = await store.read_page("s1", through=through, before=None, max_messages=1000)
+        for max_bytes in (1, 25_000, 100_000, 10**9):
+            read = await store.read_page("s1", through=through, before=None, max_messages=1000, max_bytes=max_bytes)
+            assert read.cuts == full.cuts[: len(read.cuts)] and read.to_seq == full.to_seq
+            expected = choose_body(full.stored, full.cuts, full.to_seq, max_bytes, False)
+            bounded = choose_body(read.stored, read.cuts, read.to_seq, max_bytes, False)
+            assert (bounded[0].join(), bounded[1]) == (expected[0].join(), expected[1]), (through, max_bytes)
+            # Only the starts that may fit are read: at most one message more than the page.
+            assert sum(len(r.line) for r in read.stored) <= max(max_bytes, 11_000) + 11_000, (through, max_bytes)
+        small = await store.read_page("s1", through=through, before=None, max_messages=1000, max_bytes=1)
+        assert small.cuts == full.cuts[:1] and small.stored[0].seq >= full.cuts[1]
 
 
 async def test_read_page_of_an_unknown_session_or_beyond_the_head(store: HistoryStore) -> None:

@@ -1,0 +1,230 @@
+"""`history_service.budget`: bytes in flight are bounded per process, and a read past the budget is refused."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from codec import encode
+from history_service.budget import ByteBudget
+from history_service.errors import Overloaded
+from testing.servers import ServerProcess
+from testing.stores import backend_url
+
+pytestmark = pytest.mark.anyio
+
+JSON = {"Content-Type": "application/json"}
+
+
+async def test_holds_that_fit_are_taken_at_once() -> None:
+    budget = ByteBudget(100, wait=0.01)
+    first, second = await budget.hold(60), await budget.hold(40)
+    assert budget.held == 100
+    first.resize(10)
+    assert budget.held == 50
+    first.release()
+    first.release()
+    second.release()
+    assert budget.held == 0 and budget.drained == 100
+
+
+async def test_a_hold_that_does_not_fit_waits_then_is_refused() -> None:
+    budget = ByteBudget(100, wait=0.05)
+    held = await budget.hold(80)
+    with pytest.raises(Overloaded):
+        await budget.hold(30)
+    assert budget.held == 80
+    held.release()
+    assert budget.held == 0
+
+
+async def test_waiting_holds_are_admitted_in_arrival_order_as_room_comes_back() -> None:
+    budget = ByteBudget(100, wait=30)
+    first = await budget.hold(90)
+    admitted: list[str] = []
+
+    async def take(name: str, size: int) -> None:
+        hold = await budget.hold(size)
+        admitted.append(name)
+        await anyio.sleep(0)
+        hold.release()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(take, "large", 80)
+        await anyio.wait_all_tasks_blocked()
+        tasks.start_soon(take, "small", 5)
+        await anyio.wait_all_tasks_blocked()
+        # The small one would fit now, but it does not overtake the large one that came first.
+        assert admitted == []
+        first.release()
+    assert admitted == ["large", "small"] and budget.held == 0
+
+
+async def test_an_idle_budget_admits_one_hold_larger_than_itself() -> None:
+    budget = ByteBudget(100, wait=0.01)
+    hold = await budget.hold(10_000)
+    assert budget.held == 100
+    hold.resize(5_000)
+    assert budget.held == 5_000
+    with pytest.raises(Overloaded):
+        await budget.hold(1)
+    hold.release()
+    assert budget.held == 0
+
+
+async def test_a_cancelled_waiter_leaves_nothing_held() -> None:
+    budget = ByteBudget(100, wait=30)
+    first = await budget.hold(100)
+    with anyio.move_on_after(0.05):
+        await budget.hold(50)
+    first.release()
+    assert budget.held == 0 and (await budget.hold(100)).size == 100
+
+
+# Against a real server.
+
+
+def make_session(client: httpx.Client, session_id: str, messages: int, texts: int, size: int) -> None:
+    """A session of ``messages`` user messages, each followed by ``texts`` text deltas of ``size`` bytes."""
+    assert client.post("/v1/sessions", json={"id": session_id, "createdAt": 1}).status_code == 201
+    seq, batch = 0, []
+    for m in range(messages):
+        batch.append(
+            {"seq": seq, "time": seq, "type": "user/message", "data": {"text": f"q{m}"}, "surfaceOp": "append"}
+        )
+        seq += 1
+        for k in range(texts):
+            delta = {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": f"{k:04}" + "x" * size}}
+            batch.append({"seq": seq, "time": seq, "type": "assistant/chunk", "data": delta})
+            seq += 1
+        if len(batch) >= 20_000 or m == messages - 1:
+            response = client.post(f"/v1/sessions/{session_id}/events", content=encode({"events": batch}), headers=JSON)
+            assert response.status_code == 201, response.text
+            batch = []
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+def big_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs /proc to read the server's resident memory")
+    server = ServerProcess(backend_url(request.param, tmp_path))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("big_server", ["sqlite", "jsonl"], indirect=True)
+def test_hostile_pages_cost_memory_in_proportion_to_the_page(big_server: ServerProcess) -> None:
+    """16 readers loop the widest page with ``maxBytes=1`` on a 20 MB session: memory stays flat, health answers.
+
+    Before the byte target bounded the store read, each read held the whole session.
+    """
+    assert big_server.process is not None
+    pid = big_server.process.pid
+    with httpx.Client(base_url=big_server.url, timeout=60) as client:
+        make_session(client, "big", messages=200, texts=100, size=1000)
+    before = rss(pid)
+    peak, health, stop = [before], [], threading.Event()
+    failures: list[str] = []
+
+    def reader() -> None:
+        with httpx.Client(base_url=big_server.url, timeout=60) as client:
+            while not stop.is_set():
+                page = client.get("/v1/sessions/big/page", params={"maxMessages": 1000, "maxBytes": 1})
+                if page.status_code != 200 or page.json()["fromSeq"] != 199 * 101:
+                    failures.append(f"{page.status_code} {page.text[:200]}")
+
+    def watch() -> None:
+        with httpx.Client(base_url=big_server.url, timeout=30) as client:
+            while not stop.is_set():
+                peak.append(rss(pid))
+                health.append(client.get("/healthz").status_code)
+                time.sleep(0.05)
+
+    threads = [threading.Thread(target=reader) for _ in range(16)] + [threading.Thread(target=watch)]
+    for thread in threads:
+        thread.start()
+    # A count of pages, not a time: the load runs until every reader has made a few.
+    with httpx.Client(base_url=big_server.url, timeout=60) as client:
+        for _ in range(40):
+            assert client.get("/v1/sessions/big/page", params={"maxMessages": 1000, "maxBytes": 1}).status_code == 200
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures[:3]
+    assert health and set(health) == {200}
+    # The session is 20 MB; 16 reads of all of it at once would pass 300 MB.
+    assert max(peak) - before <= 60 * 1024 * 1024, (before, max(peak))
+
+
+def open_stalled_follow(port: int, path: str) -> tuple[socket.socket, int, bytes]:
+    """A follow request whose reader then reads nothing past the head: the socket, the status, and a 503's body."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1)
+        assert chunk, head
+        head += chunk
+    status = int(head.split(b" ", 2)[1])
+    body = b""
+    if status != 200:
+        length = int(
+            next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")).split(b":")[1]
+        )
+        while len(body) < length:
+            body += sock.recv(length - len(body))
+    return sock, status, body
+
+
+def test_stalled_followers_hold_no_more_than_the_budget(tmp_path: Path) -> None:
+    """30 followers of a 20 MB session that never read: memory stays near the budget, and health answers."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs /proc to read the server's resident memory")
+    server = ServerProcess(f"sqlite:///{tmp_path / 'h.db'}")
+    server.start()
+    try:
+        assert server.process is not None
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            make_session(client, "big", messages=200, texts=100, size=1000)
+            assert client.post("/v1/sessions", json={"id": "small", "createdAt": 1}).status_code == 201
+            before = rss(server.process.pid)
+            opened = [open_stalled_follow(server.port, "/v1/sessions/big/follow?maxMessages=1000") for _ in range(30)]
+            statuses = [status for _, status, _ in opened]
+            refused = [json.loads(body)["error"]["code"] for _, status, body in opened if status == 503]
+            grown = rss(server.process.pid) - before
+            assert client.get("/healthz").status_code == 200
+            assert client.get("/metrics").status_code == 200
+            small = open_stalled_follow(server.port, "/v1/sessions/small/follow")
+            for sock, _, _ in [*opened, small]:
+                sock.close()
+            # Once the stalled readers are gone, their bytes come back: a new follow of the big session opens.
+            for _ in range(200):
+                sock, status, _ = open_stalled_follow(server.port, "/v1/sessions/big/follow")
+                sock.close()
+                if status == 200:
+                    break
+                time.sleep(0.05)
+        # Each stalled snapshot is the 16 MiB byte target; 30 of them would hold 480 MiB.
+        assert statuses.count(200) >= 1 and refused and set(refused) == {"overloaded"}, statuses
+        assert grown <= 100 * 1024 * 1024, grown
+        assert status == 200
+    finally:
+        server.stop()
