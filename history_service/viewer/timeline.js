@@ -5,6 +5,7 @@
 // item through joinedText, without expanding it; a live delta of the same block, next in seq,
 // joins the item in place. Every item carries its seq range, so order and coverage can be checked.
 import { joinedText } from "history-transport-client";
+import { Coverage } from "./coverage.js";
 
 const DELTA_KINDS = { "text-delta": "text", "reasoning-delta": "reasoning", "tool-call-delta": "tool" };
 const ROW_KINDS = { "text-chunks": "text", "reasoning-chunks": "reasoning", "tool-call-chunks": "tool" };
@@ -14,6 +15,8 @@ const ROW_KINDS = { "text-chunks": "text", "reasoning-chunks": "reasoning", "too
  * @typedef {{start: number, end: number, why: string}} Hiding
  * @typedef {{kind: string, key: string, seq0: number, seq1: number, text: string, name?: string, hides?: Hiding}} Item
  */
+
+/** An item on screen: its element, the text node of its body and its name line (a tool call's). @typedef {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null}} Rendered */
 
 /** @param {any} data @param {string} kind @param {any} chunk */
 function blockKey(data, kind, chunk) {
@@ -146,31 +149,54 @@ export class Timeline {
   /** @param {HTMLElement} root */
   constructor(root) {
     this.root = root;
-    /** @type {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null}[]} */
+    /** @type {Rendered[]} */
     this.nodes = [];
-    /** @type {Hiding[]} */
-    this.hidden = [];
+    this.hidden = new Coverage();
   }
 
   /**
    * Mark the items that edits and replacements hide; they stay in place, dimmed and labelled,
    * since this is a history. An edit may arrive before or after what it hides, so a new range
-   * is checked against every item, and a new item against every range.
-   * @param {{item: Item, el: HTMLElement}[]} added the nodes just rendered
+   * marks the items already shown in the part of it nothing covered yet (found by seq in the
+   * sorted nodes), and a new item is looked up in the ranges seen so far.
+   * @param {Rendered[]} added the nodes just rendered or extended
    * @param {Item[]} items every item just added, joined or not
    */
   #markHidden(added, items) {
-    const fresh = items.flatMap((item) => (item.hides ? [item.hides] : []));
-    this.hidden.push(...fresh);
-    if (this.hidden.length === 0) return;
-    for (const node of fresh.length ? this.nodes : added) {
-      const { seq0, seq1 } = node.item;
-      const hit = this.hidden.find((range) => seq0 <= range.end && seq1 >= range.start);
-      if (hit && node.el.dataset.hidden === undefined) node.el.dataset.hidden = hit.why;
+    for (const item of items) {
+      if (!item.hides) continue;
+      for (const piece of this.hidden.add(item.hides)) {
+        for (let k = this.#firstEndingFrom(piece.start); k < this.nodes.length; k++) {
+          const node = this.nodes[k];
+          if (node.item.seq0 > piece.end) break;
+          this.#hide(node);
+        }
+      }
     }
+    if (this.hidden.empty) return;
+    for (const node of added) this.#hide(node);
   }
 
-  /** @param {Item} item */
+  /** @param {Rendered} node */
+  #hide(node) {
+    if (node.el.dataset.hidden !== undefined) return;
+    const why = this.hidden.why(node.item.seq0, node.item.seq1);
+    if (why !== undefined) node.el.dataset.hidden = why;
+  }
+
+  /** The index of the first node that ends at or after `seq`; the nodes are in seq order. @param {number} seq */
+  #firstEndingFrom(seq) {
+    let low = 0;
+    let high = this.nodes.length;
+    while (low < high) {
+      const mid = (low + high) >>> 1;
+      if (this.nodes[mid].item.seq1 < seq) low = mid + 1;
+      else high = mid;
+    }
+    return low;
+  }
+
+  /** @param {Item} item @returns {Rendered} */
   #render(item) {
     const doc = this.root.ownerDocument;
     const el = doc.createElement(item.kind === "reasoning" ? "details" : "div");
@@ -211,7 +237,7 @@ export class Timeline {
   /** Add newer items at the end; a delta that continues the last item extends it in place. @param {Item[]} items */
   append(items) {
     const fragment = this.root.ownerDocument.createDocumentFragment();
-    /** @type {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null}[]} */
+    /** The nodes rendered or extended. @type {Rendered[]} */
     const added = [];
     for (const item of items) {
       const last = this.nodes[this.nodes.length - 1];
@@ -220,6 +246,8 @@ export class Timeline {
         last.item = { ...last.item, seq1: item.seq1, text: last.item.text + item.text };
         if (last.name && !last.name.textContent && item.name) last.name.textContent = item.name;
         this.#mark(last.el, last.item);
+        // It now spans more seqs: a range seen before may hide one of them.
+        if (added[added.length - 1] !== last) added.push(last);
         continue;
       }
       const node = this.#render(item);
@@ -244,10 +272,11 @@ export class Timeline {
       older = older.slice(0, -1);
     }
     const nodes = older.map((item) => this.#render(item));
+    const touched = first && older !== items ? [...nodes, first] : nodes;
     const fragment = this.root.ownerDocument.createDocumentFragment();
     for (const node of nodes) fragment.append(node.el);
     this.root.prepend(fragment);
-    this.nodes.unshift(...nodes);
-    this.#markHidden(nodes, items);
+    this.nodes = nodes.concat(this.nodes);
+    this.#markHidden(touched, items);
   }
 }

@@ -28,6 +28,8 @@ const pageSize = messagesPerPage(params.get("pageSize"));
 const timeline = new Timeline(timelineEl);
 /** @type {{client: HistoryClient | null, oldest: number, hasMore: boolean, cursor: number, loading: boolean, olderFailed: boolean, stop: AbortController | null}} */
 const state = { client: null, oldest: 0, hasMore: false, cursor: -1, loading: false, olderFailed: false, stop: null };
+/** The live events not shown yet; the next animation frame shows them. @type {{events: any[]}} */
+const live = { events: [] };
 
 /** `pageSize` from the URL: a whole number of messages within the service's range, or the default. @param {string | null} value */
 function messagesPerPage(value) {
@@ -141,15 +143,29 @@ async function follow() {
       else setStatus("connecting");
     },
   });
-  for await (const event of updates) {
-    const stick = atBottom();
-    const item = eventItem(event);
-    if (item !== null) timeline.append([item]);
-    state.cursor = event.seq;
-    markProgress();
-    if (stick) scroller.scrollTop = scroller.scrollHeight;
-  }
+  for await (const event of updates) queueLive(event);
   setStatus("closed");
+}
+
+/** Keep a live event for the next animation frame, which shows every event that came before it. @param {any} event */
+function queueLive(event) {
+  live.events.push(event);
+  if (live.events.length === 1) requestAnimationFrame(showLive);
+}
+
+/**
+ * Show the live events that came since the last frame, in one go: layout is read once before
+ * (whether the reader is at the bottom) and written once after (to stay there), however many
+ * events a burst brought.
+ */
+function showLive() {
+  const events = live.events;
+  live.events = [];
+  const stick = atBottom();
+  timeline.append(joinItems(events.map(eventItem)));
+  state.cursor = events[events.length - 1].seq;
+  markProgress();
+  if (stick) scroller.scrollTop = scroller.scrollHeight;
 }
 
 /** The time from the tail page's last byte to its rendering, for the browser benchmark. */

@@ -3,8 +3,9 @@
 What the viewer renders is compared with what the store holds: the same items (a run of one
 block's deltas joined, a user message, a tool result, a turn marker), in seq order, each
 exactly once, after scrolling up through every page; live tokens in place, across a SIGKILL
-and restart of the server; the same items whatever the response's content coding; and token
-auth from the login form. Each test leaves a screenshot in ``test-output/``.
+and restart of the server; a burst of 3,000 live events whole, in order, with its hidden
+markers, in at most one DOM update an animation frame; the same items whatever the response's
+content coding; and token auth from the login form. Each test leaves a screenshot in ``test-output/``.
 """
 
 from __future__ import annotations
@@ -380,3 +381,77 @@ def test_token_auth_through_the_login_form(tmp_path: Path, page: Page) -> None:
         assert page.evaluate("() => sessionStorage.getItem('history.token')") == "right-token"
     finally:
         server.stop()
+
+
+BURST = 3_000
+BURST_BATCH = 100
+
+
+def user_message(seq: int, surface_op: Any = "append") -> dict[str, Any]:
+    data = {"id": f"u{seq}", "role": "user", "content": [{"type": "text", "text": f"message {seq}"}]}
+    return {"type": "user/message", "seq": seq, "time": seq, "data": data, "surfaceOp": surface_op}
+
+
+def replace(start: int, end: int) -> dict[str, Any]:
+    return {"op": "replace", "start": start, "end": end}
+
+
+BURSTS = {
+    "user messages": lambda seq: user_message(seq),
+    # Each hides seqs far past the session's head: a range to index that matches no item.
+    "replacements that match nothing": lambda seq: user_message(seq, replace(10**9 + seq, 10**9 + seq)),
+    # Each hides the item before it: every item but the last is marked as the burst arrives.
+    "replacements of the one before": lambda seq: user_message(seq, replace(seq - 1, seq - 1)),
+    "text deltas": lambda seq: delta(seq, f"{seq} "),
+}
+
+# Counts the timeline's DOM updates (one mutation-observer callback each) and, at each, the
+# animation frames so far: a viewer that applies live events once a frame has no more updates
+# than frames, however many events a burst brought.
+COUNT_UPDATES = """() => {
+    const seen = window.burstSeen = {frames: 0, updates: 0, framesAtLastUpdate: 0};
+    const tick = () => { seen.frames++; requestAnimationFrame(tick); };
+    requestAnimationFrame(tick);
+    const all = {childList: true, subtree: true, characterData: true, attributes: true};
+    new MutationObserver(() => { seen.updates++; seen.framesAtLastUpdate = seen.frames; })
+        .observe(document.getElementById('timeline'), all);
+}"""
+AT_BOTTOM = """() => {
+    const s = document.getElementById('scroller');
+    return s.scrollTop + s.clientHeight >= s.scrollHeight - 4;
+}"""
+
+
+@pytest.mark.parametrize("burst", list(BURSTS))
+def test_a_live_burst_appears_whole_and_in_order_one_update_a_frame(
+    live_server: ServerProcess, page: Page, burst: str
+) -> None:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": "burst", "createdAt": 0}).status_code == 201
+    append(url, "burst", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
+    open_viewer(page, url, "session=burst")
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+    page.evaluate(COUNT_UPDATES)
+
+    events = [BURSTS[burst](1 + k) for k in range(BURST)]
+    with httpx.Client(timeout=30) as http:
+        for k in range(0, BURST, BURST_BATCH):
+            response = http.post(f"{url}/v1/sessions/burst/events", json={"events": events[k : k + BURST_BATCH]})
+            assert response.status_code in (200, 201), response.text
+    page.wait_for_function(
+        f"() => document.getElementById('timeline').dataset.cursor === '{BURST}'", timeout=10 * TIMEOUT_MS
+    )
+
+    shown = rendered_items(page)
+    stored = stored_events(url, "burst")
+    assert shown == expected_items(stored)
+    assert len(shown) == (2 if burst == "text deltas" else 1 + BURST)
+    assert [seq0 for _, seq0, _, _ in shown] == sorted({seq0 for _, seq0, _, _ in shown})
+    hidden = hidden_items(stored, shown)
+    assert rendered_hidden(page) == hidden
+    # The turn marker and every message but the last, or none.
+    assert len(hidden) == (BURST if burst == "replacements of the one before" else 0)
+    # Live follow: the reader was at the bottom, and still is.
+    assert page.evaluate(AT_BOTTOM)
+    seen = page.evaluate("() => window.burstSeen")
+    assert 0 < seen["updates"] <= seen["framesAtLastUpdate"] + 1, seen
