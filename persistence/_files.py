@@ -15,6 +15,10 @@ import zstandard
 from persistence.errors import SessionNotFoundError
 
 __all__ = [
+    "GATE_NAME",
+    "LOCK_NAME",
+    "SessionLock",
+    "acquire",
     "frame_complete",
     "fsync_dir",
     "locked",
@@ -29,6 +33,7 @@ __all__ = [
 ]
 
 LOCK_NAME = "lock"
+GATE_NAME = "gate"
 
 
 def read_head(path: Path, zstd: bool) -> bytes:
@@ -63,21 +68,63 @@ def pread_path(path: Path, start: int, end: int) -> bytes:
         return pread(handle, start, end)
 
 
+class SessionLock:
+    """A held lock on one session's ``lock`` file; `release` (or leaving it as a context) lets it go, once."""
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> SessionLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def acquire(directory: Path, session_id: str, *, shared: bool = False, wait: bool = True) -> SessionLock:
+    """Lock the session across processes and threads: exclusive to write, ``shared`` to read.
+
+    Every holder passes through the ``gate`` first: it takes the gate exclusively, then the
+    lock, and lets the gate go once it has the lock. Linux ``flock`` does not favour a waiting
+    writer over new readers, so without the gate a stream of overlapping readers could keep
+    a writer out for ever. A writer waiting for the readers that hold the lock keeps the
+    gate meanwhile, so readers that come after it wait behind it. Without ``wait``, a gate or
+    lock another holder keeps raises `BlockingIOError` at once.
+    """
+    nowait = 0 if wait else fcntl.LOCK_NB
+    gate = _open_lock(directory / GATE_NAME, session_id)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX | nowait)
+        fd = _open_lock(directory / LOCK_NAME, session_id)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | nowait)
+        except BaseException:
+            os.close(fd)
+            raise
+    finally:
+        os.close(gate)
+    return SessionLock(fd)
+
+
 @contextlib.contextmanager
 def locked(directory: Path, session_id: str, *, shared: bool = False, wait: bool = True) -> Iterator[None]:
-    """A lock on the session across processes and threads: exclusive to write, ``shared`` to read.
+    """`acquire` for the length of a ``with`` block."""
+    with acquire(directory, session_id, shared=shared, wait=wait):
+        yield
 
-    Without ``wait``, a lock another holder keeps raises `BlockingIOError` at once.
-    """
+
+def _open_lock(path: Path, session_id: str) -> int:
     try:
-        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except FileNotFoundError:
         raise SessionNotFoundError(session_id) from None
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
-        yield
-    finally:
-        os.close(fd)
 
 
 def write_file(path: Path, data: bytes) -> None:

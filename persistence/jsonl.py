@@ -8,6 +8,7 @@ Layout under the root::
     <encoded id>/index.jsonl     sidecar index: a JSON head line, then one binary entry per batch
     <encoded id>/owner           the owner principal
     <encoded id>/journal         the rollback journal of a sealing rewrite (empty when none is under way)
+    <encoded id>/lock, gate      the session's lock, and the gate its holders pass first
 
 An append writes its index entry first and fsyncs it, then writes the batch to the log
 and fsyncs that. So on open, a last index entry that reaches past the end of the log
@@ -18,7 +19,9 @@ unreadable index is rebuilt from the log: the log always wins.
 An append that seals the open run (`persistence.sealing`) rewrites the log from the start
 of the batch that holds the run's first piece; a rollback journal (`jsonl_journal`) makes
 that all or nothing. Writers hold the session's lock exclusively and readers share it, so
-no read sees a log mid-rewrite.
+no read sees a log mid-rewrite; every holder passes the session's gate first, so readers
+that arrive after a waiting writer queue behind it (`persistence._files.acquire`). An
+append takes its lock before it joins a group: the writer thread never waits on a lock.
 
 A log placed in a root by hand (a recorded fixture, say) is served as it is: lines that
 omit ``seq``/``time`` get them rebuilt when read, and its owner is `DEFAULT_OWNER`.
@@ -58,6 +61,8 @@ from codec import (
 )
 from persistence import jsonl_journal
 from persistence._files import (
+    SessionLock,
+    acquire,
     fsync_dir,
     locked,
     pread,
@@ -93,7 +98,7 @@ from persistence.errors import (
     StoreError,
 )
 from persistence.file_groups import FileGroup, FileGroups, Staged, Step
-from persistence.group_commit import GroupCommit
+from persistence.group_commit import GroupCommit, unavailable
 from persistence.jsonl_index import (
     INDEX_VERSION,
     Entry,
@@ -180,6 +185,8 @@ class JsonlStore(HistoryStore):
         self._locks = KeyedLocks()
         self._groups = FileGroups()
         self._writer = GroupCommit(self._groups, name="history-jsonl-writer")
+        # Set when a rewrite's journal could not be cleared durably: appends stop until the store is reopened.
+        self._broken: str | None = None
 
     @classmethod
     async def open(
@@ -219,7 +226,8 @@ class JsonlStore(HistoryStore):
         return cls(root, compression, session_cache=session_cache)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+        """``fn(*args)`` in a worker thread; an `OSError` it meets comes out as a `StoreError` (503)."""
+        return await anyio.to_thread.run_sync(functools.partial(_translated, fn, *args))
 
     def _directory(self, session_id: str) -> Path:
         return self._root / encode_segment(session_id)
@@ -290,11 +298,16 @@ class JsonlStore(HistoryStore):
                     yield entry.name, header
 
     def _peek_header(self, directory: Path) -> SessionHeader | None:
+        # A directory without a readable log holds no session; any other OSError is the store's, and
+        # must not be cached as "no session here", or the session would vanish from listings for good.
         try:
             data = read_head(directory / self._log_name, self._zstd)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        try:
             line = self._unframe_first(data).split(b"\n", 1)[0]
             return read_header(line)
-        except (OSError, CodecError, zstandard.ZstdError):
+        except (CodecError, zstandard.ZstdError):
             return None
 
     async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
@@ -315,8 +328,9 @@ class JsonlStore(HistoryStore):
         for header in newest_first(mine, limit=len(mine), before=before):
             try:
                 head = self._listed_head(header.id)
-            except StoreError as exc:
+            except (CorruptLogError, SessionNotFoundError) as exc:
                 # One unreadable log must not hide the owner's other sessions; reads of it still fail.
+                # An OS failure is the store's, not the log's: the listing fails with it (503).
                 logger.error("listing skips session %r: %s", header.id, exc)
                 continue
             listed.append(SessionSummary(header.id, header.createdAt, head, child_counts[header.id]))
@@ -533,20 +547,53 @@ class JsonlStore(HistoryStore):
     # Appends.
 
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+        self._check_writable()
         async with self._locks.hold(session_id):
             batch = await prepared(events)
             if self._fresh(session_id) is None:
-                # Load a cold session here, in a worker thread, not in the writer that every session waits on.
+                # Load a cold session here, in a worker thread, not in the writer that every session waits on;
+                # and before the lock is held, which must never wait for a worker thread that readers hold.
                 await self._run(self._state, session_id)
-            return await self._writer.run(lambda group: self._append_unit(group, session_id, events, batch), session_id)
+            lock = await self._write_lock(session_id)
+            try:
+                return await self._writer.run(
+                    lambda group: self._append_unit(group, lock, session_id, events, batch), session_id
+                )
+            finally:
+                # Already released by the group when the unit ran; this covers a unit that never did.
+                lock.release()
+
+    async def _write_lock(self, session_id: str) -> SessionLock:
+        """The session's lock, exclusively: taken before the append joins a group, so no group waits on it.
+
+        The writer thread serves every session, so it never waits on one session's readers: a
+        lock that is not free at once is waited for here, in a worker thread of this append's own.
+        """
+        directory = self._directory(session_id)
+        try:
+            return acquire(directory, session_id, wait=False)
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            raise unavailable(exc) from exc
+        # Shielded: a lock taken in the thread must come back here to be released.
+        with anyio.CancelScope(shield=True):
+            lock = await self._run(acquire, directory, session_id)
+        return lock
 
     def _append_unit(
-        self, group: FileGroup, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
+        self,
+        group: FileGroup,
+        lock: SessionLock,
+        session_id: str,
+        events: Sequence[Event],
+        batch: PreparedBatch | None,
     ) -> AppendResult:
         """One append, in the writer thread: checked now, staged for the group's two barriers."""
         directory = self._directory(session_id)
         # Held until the group is durable: no reader or other process sees the session mid-append.
-        group.hold(locked(directory, session_id))
+        group.hold(lock)
+        self._check_writable()
         if jsonl_journal.pending(directory):
             # A writer died after its journal and before its index entry, so the index
             # looks unchanged; settle before appending, or a later settle would undo this.
@@ -574,9 +621,11 @@ class JsonlStore(HistoryStore):
         if journal is not None:
             # A sealing rewrite: its journal is durable before anything is overwritten, and cleared after.
             jsonl_journal.ready(directory)
+            journal = msgspec.structs.replace(journal, entries=line)
+            clearing = _Clearing(directory)
             steps[0] = functools.partial(jsonl_journal.written, directory, journal)
-            steps[3] = functools.partial(jsonl_journal.cleared, directory)
-            failed = functools.partial(self._settle_failed, state)
+            steps[3] = clearing
+            failed = functools.partial(self._settle_failed, state, clearing)
         durable = functools.partial(self._applied, state, entries, len(line))
         group.stage(Staged(tuple(steps), log_path, durable, failed))
         return AppendResult(first, to_seq - 1)
@@ -586,11 +635,33 @@ class JsonlStore(HistoryStore):
         state.add_all(entries)
         state.index_size += size
 
-    def _settle_failed(self, state: SessionState) -> None:
-        """Undo a failed rewrite from its journal, as far as the files let us; the state is read again."""
-        self._states.pop(state.header.id)
-        with contextlib.suppress(OSError):
+    def _settle_failed(self, state: SessionState, clearing: _Clearing) -> None:
+        """Undo a failed rewrite from its journal, or stop appends when its journal may not be durably clear.
+
+        A journal whose clearing was not made durable can come back after a power loss, long
+        after later appends, and settling it then would cut or overwrite them. So when the
+        failure came at the clearing, or the settling here fails, the store fails closed: no
+        append is taken, and `check_ready` fails, until a reopen settles the session again.
+        """
+        session_id = state.header.id
+        self._states.pop(session_id)
+        try:
+            # Still pending: the failure came before the clearing's write, and settling clears it durably.
+            pending = jsonl_journal.pending(state.directory)
             jsonl_journal.settle(state.directory, state.directory / self._log_name, state.directory / INDEX_NAME)
+        except OSError as exc:
+            self._fail_closed(session_id, f"settling its failed rewrite failed: {exc}")
+            return
+        if clearing.started and not pending:
+            self._fail_closed(session_id, "the journal of its rewrite could not be cleared durably")
+
+    def _fail_closed(self, session_id: str, why: str) -> None:
+        self._broken = f"session {session_id!r}: {why}; appends are refused until the store is reopened"
+        logger.error("JSONL store %s fails closed: %s", self._root, self._broken)
+
+    def _check_writable(self) -> None:
+        if self._broken is not None:
+            raise StoreError(f"store unavailable: {self._broken}")
 
     def _undo(self, state: SessionState, start: int, index_size: int) -> None:
         """Put a failed append's files back as they were, as far as they let us; the state is read again."""
@@ -715,7 +786,7 @@ class JsonlStore(HistoryStore):
     ) -> PageRead:
         # A loaded session's small page is read on the event loop: the index is in memory and the
         # records are one pread, which costs less than the hop to a worker thread.
-        read = self._page_inline(session_id, through, before, max_messages, max_bytes)
+        read = _translated(self._page_inline, session_id, through, before, max_messages, max_bytes)
         if read is None:
             read = await self._run(self._page_sync, session_id, through, before, max_messages, max_bytes)
         return read
@@ -802,6 +873,7 @@ class JsonlStore(HistoryStore):
         await self._run(self._check_ready_sync)
 
     def _check_ready_sync(self) -> None:
+        self._check_writable()
         try:
             found = _MARKER.decode((self._root / ROOT_MARKER).read_bytes())
             with os.scandir(self._root) as entries:
@@ -819,6 +891,20 @@ class JsonlStore(HistoryStore):
         self._owners.clear()
 
 
+class _Clearing:
+    """The step that clears a rewrite's journal, which remembers that it was reached."""
+
+    __slots__ = ("directory", "started")
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started = False
+
+    def __call__(self) -> int:
+        self.started = True
+        return jsonl_journal.cleared(self.directory)
+
+
 def _messages(state: SessionState, first: int) -> list[MessageEntry]:
     return [
         MessageEntry(seq, group)
@@ -832,3 +918,12 @@ def _index_size(directory: Path) -> int:
         return os.stat(directory / INDEX_NAME).st_size
     except FileNotFoundError:
         return -1
+    except OSError as exc:
+        raise unavailable(exc) from exc
+
+
+def _translated(fn: Callable[..., T], *args: Any) -> T:
+    try:
+        return fn(*args)
+    except OSError as exc:
+        raise unavailable(exc) from exc

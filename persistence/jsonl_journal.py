@@ -6,6 +6,9 @@ the new bytes' length and CRC. Then it appends the index entry and overwrites th
 open, a journal left behind is settled before anything else is read:
 
 * a journal that is torn or garbled was never complete, so nothing was overwritten yet;
+* a journal is stale when the index past its old size is not (a prefix of) the rewrite's own
+  entries: appends came after the rewrite ended, and only the journal's clearing was lost
+  (its fsync failed, then the power went), so it is cleared and not applied;
 * if the log holds the new bytes in full, the rewrite finished (old bytes past them are cut);
 * otherwise the old log bytes are written back and the index cut to its old size.
 
@@ -40,13 +43,18 @@ _HEAD: Final = struct.Struct("<II")
 
 
 class Journal(msgspec.Struct, frozen=True, array_like=True):
-    """What a rewrite needs to be undone: where it starts, the bytes it overwrites, and how to recognise it done."""
+    """What a rewrite needs to be undone: where it starts, the bytes it overwrites, and how to recognise it done.
+
+    ``entries`` are the index frames the rewrite appends at ``index_size``, to recognise a
+    stale journal (empty in a journal written before they were recorded: never stale then).
+    """
 
     log_at: int
     old: bytes
     index_size: int
     new_length: int
     new_crc: int
+    entries: bytes = b""
 
 
 _ENCODER: Final = msgspec.msgpack.Encoder()
@@ -111,7 +119,7 @@ def settle(directory: Path, log_path: Path, index_path: Path) -> bool:
         return False
     journal = _read(path)
     restored = False
-    if journal is not None:
+    if journal is not None and not _stale(index_path, journal):
         if _done(log_path, journal):
             # The crash may have come before the old bytes past the new end were cut.
             truncate(log_path, journal.log_at + journal.new_length)
@@ -121,6 +129,17 @@ def settle(directory: Path, log_path: Path, index_path: Path) -> bool:
             restored = True
     truncate(path, 0)
     return restored
+
+
+def _stale(index_path: Path, journal: Journal) -> bool:
+    if not journal.entries:
+        return False
+    try:
+        # One byte more than the entries: an index that goes on past them was appended to later.
+        after = pread_path(index_path, journal.index_size, journal.index_size + len(journal.entries) + 1)
+    except FileNotFoundError:
+        return False
+    return not journal.entries.startswith(after)
 
 
 def _done(log_path: Path, journal: Journal) -> bool:

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import builtins
+import errno
+import fcntl
+import io
+import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from codec import SessionHeader, encode, pack, pack_page, read_session_log
 from history_service.scenarios import multi_turn
 from persistence import open_store
+from persistence._files import LOCK_NAME, locked
+from persistence.base import DEFAULT_OWNER
 from persistence.errors import InvalidSessionIdError, SchemaVersionError, StoreError
 from persistence.jsonl import INDEX_NAME, JsonlStore, encode_segment
 from persistence.jsonl_index import TAIL_WINDOW, last_seq, read_index, read_last_entry
@@ -308,3 +319,191 @@ async def test_rewrites_stay_as_small_as_the_open_run(tmp_path: Path, compressio
     listed = sum(len(entry.seqs) // 8 for entry in loaded[1])
     # Each batch lists its new records plus at most the open run's log2-bounded pieces.
     assert listed <= batches * (MAX_TAIL.bit_length() + 4) + len(pack(events))
+
+
+# One session's readers never hold up another session's appends, and never starve their own.
+
+
+def hold_shared(path: Path) -> int:
+    """Share ``path``'s flock, as a reader does (in another process, say); the descriptor to close."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def held(path: Path) -> bool:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+async def eventually(predicate: Callable[[], bool], what: str, *, fail: bool = True) -> None:
+    """Wait for ``predicate``: a bound so that a missing behaviour fails the test instead of hanging it."""
+    for _ in range(2000):
+        if predicate():
+            return
+        await anyio.sleep(0.005)
+    if fail:
+        raise AssertionError(f"never happened: {what}")
+
+
+async def two_sessions(root: Path) -> JsonlStore:
+    store = await JsonlStore.open(root)
+    for name in ("big", "other"):
+        await store.create_session(SessionHeader(id=name, createdAt=HEADER.createdAt))
+        await store.append(name, [plain(0)])
+    return store
+
+
+async def test_a_session_held_by_readers_never_holds_up_appends_to_another(tmp_path: Path) -> None:
+    store = await two_sessions(tmp_path)
+    reader = hold_shared(tmp_path / "big" / LOCK_NAME)
+    done: list[str] = []
+
+    async def append(session: str) -> None:
+        await store.append(session, [plain(1, "note", {"session": session})])
+        done.append(session)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(append, "big")
+        # Only so that, without the fix, the append to big is the one the writer waits in.
+        await anyio.sleep(0.2)
+        group.start_soon(append, "other")
+        try:
+            await eventually(lambda: "other" in done, "the append to the other session completed")
+            # The reader still holds big's lock, so its append cannot have completed.
+            assert done == ["other"]
+        finally:
+            os.close(reader)
+    assert done == ["other", "big"]
+    await store.close()
+    reopened = await JsonlStore.open(tmp_path)
+    for name in ("big", "other"):
+        assert await reopened.read_events(name, 0, 5) == [plain(0), plain(1, "note", {"session": name})]
+    await reopened.close()
+
+
+async def test_readers_that_come_after_a_waiting_append_wait_behind_it(tmp_path: Path) -> None:
+    """A stream of new readers cannot starve an append: once it waits, later readers queue behind it."""
+    store = await two_sessions(tmp_path)
+    directory = tmp_path / "big"
+    first = hold_shared(directory / LOCK_NAME)
+    seen: list[list[Any]] = []
+
+    async def append() -> None:
+        await store.append("big", [plain(1, "note", {"session": "big"})])
+
+    async def read() -> None:
+        seen.append(await store.read_events("big", 0, 5))
+
+    def read_in_another_process() -> None:
+        # What another process running this store does, from a thread of its own.
+        with locked(directory, "big", shared=True):
+            seen.append([(directory / INDEX_NAME).stat().st_size])
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(append)
+        try:
+            # The waiting append keeps the gate (without it, readers pass and read the old log).
+            await eventually(lambda: held(directory / "gate"), "the waiting append keeps the gate", fail=False)
+            for _ in range(3):
+                group.start_soon(read)
+            group.start_soon(anyio.to_thread.run_sync, read_in_another_process)
+            await anyio.sleep(0.05)
+        finally:
+            os.close(first)
+    index_size = (directory / INDEX_NAME).stat().st_size
+    assert sorted(seen, key=len) == [[index_size]] + [[plain(0), plain(1, "note", {"session": "big"})]] * 3
+    await store.close()
+
+
+async def test_a_cancelled_append_waiting_for_its_lock_lets_it_go(tmp_path: Path) -> None:
+    store = await two_sessions(tmp_path)
+    reader = hold_shared(tmp_path / "big" / LOCK_NAME)
+    async with anyio.create_task_group() as group:
+        group.start_soon(store.append, "big", [plain(1)])
+        try:
+            await eventually(lambda: held(tmp_path / "big" / "gate"), "the append waits for its lock")
+            group.cancel_scope.cancel()
+        finally:
+            os.close(reader)
+    # The append may have committed (a queued unit runs to its end), but its lock is let go either way.
+    assert not held(tmp_path / "big" / LOCK_NAME)
+    head = await store.head_seq("big")
+    await store.append("big", [plain(head + 1)])
+    assert await store.head_seq("big") == head + 1
+    await store.close()
+
+
+# Any OS error in a read is a store error (503), and the session reads again once it passes.
+
+FAULTS = [errno.EACCES, errno.EIO, errno.EMFILE]
+READS: dict[str, Callable[[JsonlStore], Awaitable[object]]] = {
+    "read_page": lambda store: store.read_page("s1", through=None, before=None, max_messages=2),
+    "read_stored": lambda store: store.read_stored("s1", 0, 3),
+    "get_session": lambda store: store.get_session("s1"),
+    "list_sessions": lambda store: store.list_sessions(DEFAULT_OWNER, limit=10),
+}
+
+
+def inject(monkeypatch: pytest.MonkeyPatch, directory: Path, code: int) -> None:
+    """Fail every open, stat and pread of ``directory``'s files with ``code``."""
+    real_open, real_os_open, real_stat, real_pread = builtins.open, os.open, os.stat, os.pread
+
+    def fault(path: Any) -> OSError:
+        return OSError(code, os.strerror(code), str(path))
+
+    def ours(path: Any) -> bool:
+        return isinstance(path, str | os.PathLike) and os.fspath(path).startswith(str(directory))
+
+    def faulty_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if ours(file):
+            raise fault(file)
+        return real_open(file, *args, **kwargs)
+
+    def faulty_os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        if ours(path):
+            raise fault(path)
+        return real_os_open(path, *args, **kwargs)
+
+    def faulty_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if ours(path):
+            raise fault(path)
+        return real_stat(path, *args, **kwargs)
+
+    def faulty_pread(fd: int, length: int, offset: int) -> bytes:
+        raise fault(fd)
+
+    monkeypatch.setattr(builtins, "open", faulty_open)
+    monkeypatch.setattr(io, "open", faulty_open)
+    monkeypatch.setattr(os, "open", faulty_os_open)
+    monkeypatch.setattr(os, "stat", faulty_stat)
+    monkeypatch.setattr(os, "pread", faulty_pread)
+    assert real_pread is not faulty_pread
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+@pytest.mark.parametrize("read", sorted(READS))
+@pytest.mark.parametrize("code", FAULTS, ids=errno.errorcode.get)
+async def test_an_os_error_in_a_read_is_a_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, read: str, warm: bool
+) -> None:
+    store = await JsonlStore.open(tmp_path)
+    await store.create_session(HEADER)
+    await store.append("s1", [plain(0), plain(1), plain(2)])
+    expected = await READS[read](store)
+    if not warm:
+        await store.close()
+        store = await JsonlStore.open(tmp_path)
+    inject(monkeypatch, tmp_path / "s1", code)
+    with pytest.raises(StoreError, match="store unavailable") as caught:
+        await READS[read](store)
+    monkeypatch.undo()
+    assert isinstance(caught.value.__cause__, OSError) and caught.value.__cause__.errno == code
+    assert await READS[read](store) == expected
+    await store.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import anyio
@@ -9,6 +11,7 @@ import pytest
 
 from codec import Event, SessionHeader, encode, pack_page
 from persistence import jsonl_journal
+from persistence.errors import StoreError
 from persistence.jsonl import INDEX_NAME, JsonlStore
 from testing.events import plain, text
 from testing.stores import page_records
@@ -159,3 +162,65 @@ async def test_a_journal_left_without_its_index_entry_is_settled_before_the_next
     await store.close()
     assert files.journal.read_bytes() == b""
     assert await reopened(tmp_path / "root") == [*COMMITTED, plain(6), plain(7)]
+
+
+async def test_a_journal_not_cleared_durably_fails_the_store_closed_until_it_is_reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    store = await JsonlStore.open(root)
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", COMMITTED)
+    files = Files(root / "s", "session.jsonl")
+    # The journal the clearing would have erased: a power loss can bring it back, as its fsync failed.
+    kept: list[bytes] = []
+    clearing_fds: set[int] = set()
+    clearing, fsync = jsonl_journal.cleared, os.fsync
+
+    def clear(directory: Path) -> int:
+        kept.append((directory / jsonl_journal.JOURNAL_NAME).read_bytes())
+        fd = clearing(directory)
+        clearing_fds.add(fd)
+        return fd
+
+    def failing_fsync(fd: int) -> None:
+        if fd in clearing_fds:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        fsync(fd)
+
+    monkeypatch.setattr(jsonl_journal, "cleared", clear)
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(StoreError):
+        await store.append("s", SEALING)
+    monkeypatch.undo()
+    assert len(kept) == 1
+    with pytest.raises(StoreError, match="reopened"):
+        await store.append("s", [plain(11)])
+    with pytest.raises(StoreError, match="reopened"):
+        await store.check_ready()
+    # Reads go on: the files are whole, only a later power loss could undo the journal's clearing.
+    assert await store.read_events("s", 0, 11) == COMMITTED + SEALING
+    await store.close()
+
+    store = await JsonlStore.open(root)
+    await store.check_ready()
+    # The failed append's rewrite stood (its bytes were durable): its re-send is idempotent.
+    assert (await store.append("s", SEALING)).idempotent
+    await store.append("s", [plain(11), plain(12)])
+    await store.close()
+    # The power loss: the journal's clearing never reached the disk.
+    files.journal.write_bytes(kept[0])
+    assert await reopened(root) == [*COMMITTED, *SEALING, plain(11), plain(12)]
+    assert files.journal.read_bytes() == b""
+
+
+def test_a_stale_journal_is_cleared_and_never_applied(tmp_path: Path) -> None:
+    log, index = tmp_path / "log", tmp_path / "index"
+    log.write_bytes(b"head|new|later")
+    index.write_bytes(b"H|E|L")
+    entries = b"E|"
+    journal = jsonl_journal.Journal(5, b"old", 2, 3, 0, entries)
+    (tmp_path / jsonl_journal.JOURNAL_NAME).write_bytes(jsonl_journal.encoded(journal))
+    assert not jsonl_journal.settle(tmp_path, log, index)
+    assert (log.read_bytes(), index.read_bytes()) == (b"head|new|later", b"H|E|L")
+    assert not jsonl_journal.pending(tmp_path)
