@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,9 +12,9 @@ import anyio
 import httpx
 import pytest
 
-from codec import encode
 from history_service.budget import ByteBudget
 from history_service.errors import Overloaded
+from testing.hostile import make_wide_session, open_stalled_follow, rss
 from testing.servers import ServerProcess
 from testing.stores import backend_url
 
@@ -92,32 +91,6 @@ async def test_a_cancelled_waiter_leaves_nothing_held() -> None:
 # Against a real server.
 
 
-def make_session(client: httpx.Client, session_id: str, messages: int, texts: int, size: int) -> None:
-    """A session of ``messages`` user messages, each followed by ``texts`` text deltas of ``size`` bytes."""
-    assert client.post("/v1/sessions", json={"id": session_id, "createdAt": 1}).status_code == 201
-    seq, batch = 0, []
-    for m in range(messages):
-        batch.append(
-            {"seq": seq, "time": seq, "type": "user/message", "data": {"text": f"q{m}"}, "surfaceOp": "append"}
-        )
-        seq += 1
-        for k in range(texts):
-            delta = {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": f"{k:04}" + "x" * size}}
-            batch.append({"seq": seq, "time": seq, "type": "assistant/chunk", "data": delta})
-            seq += 1
-        if len(batch) >= 20_000 or m == messages - 1:
-            response = client.post(f"/v1/sessions/{session_id}/events", content=encode({"events": batch}), headers=JSON)
-            assert response.status_code == 201, response.text
-            batch = []
-
-
-def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
 @pytest.fixture
 def big_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     if not Path("/proc/self/status").exists():
@@ -139,7 +112,7 @@ def test_hostile_pages_cost_memory_in_proportion_to_the_page(big_server: ServerP
     assert big_server.process is not None
     pid = big_server.process.pid
     with httpx.Client(base_url=big_server.url, timeout=60) as client:
-        make_session(client, "big", messages=200, texts=100, size=1000)
+        make_wide_session(client, "big", messages=200, texts=100, size=1000)
     before = rss(pid)
     peak, health, stop = [before], [], threading.Event()
     failures: list[str] = []
@@ -174,26 +147,6 @@ def test_hostile_pages_cost_memory_in_proportion_to_the_page(big_server: ServerP
     assert max(peak) - before <= 60 * 1024 * 1024, (before, max(peak))
 
 
-def open_stalled_follow(port: int, path: str) -> tuple[socket.socket, int, bytes]:
-    """A follow request whose reader then reads nothing past the head: the socket, the status, and a 503's body."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(1)
-        assert chunk, head
-        head += chunk
-    status = int(head.split(b" ", 2)[1])
-    body = b""
-    if status != 200:
-        length = int(
-            next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")).split(b":")[1]
-        )
-        while len(body) < length:
-            body += sock.recv(length - len(body))
-    return sock, status, body
-
-
 def test_stalled_followers_hold_no_more_than_the_budget(tmp_path: Path) -> None:
     """30 followers of a 20 MB session that never read: memory stays near the budget, and health answers."""
     if not Path("/proc/self/status").exists():
@@ -203,7 +156,7 @@ def test_stalled_followers_hold_no_more_than_the_budget(tmp_path: Path) -> None:
     try:
         assert server.process is not None
         with httpx.Client(base_url=server.url, timeout=60) as client:
-            make_session(client, "big", messages=200, texts=100, size=1000)
+            make_wide_session(client, "big", messages=200, texts=100, size=1000)
             assert client.post("/v1/sessions", json={"id": "small", "createdAt": 1}).status_code == 201
             before = rss(server.process.pid)
             opened = [open_stalled_follow(server.port, "/v1/sessions/big/follow?maxMessages=1000") for _ in range(30)]
