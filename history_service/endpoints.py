@@ -144,7 +144,7 @@ async def follow(request: Request) -> Response:
     who = principal(request, service.settings)
     after, max_messages = follow_params(request)
     info = await service.readable(who, *address(request))
-    hold = await service.admit_follower(info.header.id)
+    hold = await service.admit_follower(info.header.id, snapshot=after is None)
     frames = service.follow(info.header.id, hold, after=after, max_messages=max_messages)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return EndedStreamingResponse(

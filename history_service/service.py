@@ -188,16 +188,17 @@ class HistoryService:
             raise
         return served._replace(hold=hold)
 
-    async def admit_follower(self, session_id: str) -> Hold:
+    async def admit_follower(self, session_id: str, *, snapshot: bool) -> Hold:
         """A place for a new follow stream, and its snapshot's hold on the budget; `Overloaded` when there is none.
 
         The hold starts at the size of the session's last snapshot, when this process made
-        one, else at the byte target. The caller gives it back with `follower_left` once the
-        stream ends (`follow` releases the snapshot's bytes as soon as they are sent).
+        one, else at the byte target; a resumed stream has no snapshot and holds nothing.
+        The caller gives it back with `follower_left` once the stream ends (`follow` releases
+        the snapshot's bytes as soon as they are sent).
         """
         if self.followers >= self.settings.follower_cap:
             raise Overloaded(f"{self.followers} follow streams are open, the most this server keeps")
-        estimate = self._snapshot_sizes.get(session_id)
+        estimate = self._snapshot_sizes.get(session_id) if snapshot else 0
         if estimate is None:
             estimate = min(self.settings.default_max_bytes, self.budget.limit // 2)
         hold = await self.budget.hold(estimate)

@@ -890,9 +890,10 @@ class SqlStore(HistoryStore):
             if isinstance(found, PageRead):
                 return found, True
             info, to_seq, cuts = found
+        sized = None
         if max_bytes is not None and len(cuts) > 1:
-            cuts = self._bounded(cursor, session_id, cuts, to_seq, max_bytes)
-        if inline and not self._inline(cursor, session_id, cuts[-1], to_seq):
+            cuts, sized = self._bounded(cursor, session_id, cuts, to_seq, max_bytes)
+        if inline and not self._inline(cursor, session_id, cuts[-1], to_seq, sized):
             return PageRead(info, to_seq, cuts, []), False
         return PageRead(info, to_seq, cuts, self._stored(cursor, session_id, cuts[-1], to_seq)), True
 
@@ -916,27 +917,34 @@ class SqlStore(HistoryStore):
             self._require(cursor, session_id)
         return stored
 
-    def _bounded(self, cursor: Any, session_id: str, cuts: list[int], to_seq: int, max_bytes: int) -> list[int]:
+    def _bounded(
+        self, cursor: Any, session_id: str, cuts: list[int], to_seq: int, max_bytes: int
+    ) -> tuple[list[int], tuple[int, bool] | None]:
         """The cuts whose pages may fit ``max_bytes``, from the records' columns and stored sizes alone.
 
         A compressed line's stored size is below its own (it is kept compressed only when
-        smaller), so it is a floor too. A read that surely fits is not sized row by row.
+        smaller), so it is a floor too. A read that surely fits is not sized row by row; it
+        comes back with its stored bytes and whether any is compressed, which `_inline` needs.
         """
         values = {"id": session_id, "from_seq": cuts[-1], "to_seq": to_seq}
         size, compressed = self._sql.stored_bytes.run(cursor, **values).fetchone()
         if int(size) <= max_bytes and not compressed:
-            return cuts
-        return _bounded(cuts, to_seq, self._sql.sizes.run(cursor, **values).fetchall(), max_bytes)
+            return cuts, (int(size), bool(compressed))
+        return _bounded(cuts, to_seq, self._sql.sizes.run(cursor, **values).fetchall(), max_bytes), None
 
-    def _inline(self, cursor: Any, session_id: str, from_seq: int, to_seq: int) -> bool:
+    def _inline(
+        self, cursor: Any, session_id: str, from_seq: int, to_seq: int, sized: tuple[int, bool] | None = None
+    ) -> bool:
         """Whether the records may be read on the event loop: few stored bytes, none of them to decompress.
 
         A compressed line may decompress to any size, so a read holding one goes to a worker thread.
+        ``sized`` is the range's stored bytes and compression when already read.
         """
-        size, compressed = self._sql.stored_bytes.run(
-            cursor, id=session_id, from_seq=from_seq, to_seq=to_seq
-        ).fetchone()
-        return int(size) <= INLINE_BYTES and not compressed
+        if sized is None:
+            found = self._sql.stored_bytes.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchone()
+            sized = (int(found[0]), bool(found[1]))
+        size, compressed = sized
+        return size <= INLINE_BYTES and not compressed
 
     def _stored(self, cursor: Any, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         return self._records(self._sql.stored.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchall())
