@@ -53,7 +53,12 @@ def create_app(
         opened = (
             store
             if store is not None
-            else await open_store(settings.store_url, create=True, session_cache=settings.session_cache)
+            else await open_store(
+                settings.store_url,
+                create=True,
+                session_cache=settings.session_cache,
+                timeout=settings.store_timeout,
+            )
         )
         service = HistoryService(settings, opened, recorded)
         try:

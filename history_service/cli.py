@@ -398,7 +398,7 @@ async def _page(store: HistoryStore, args: argparse.Namespace, settings: Setting
 async def _run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
     # The inputs are found before the store is opened, so a typo creates no empty store.
     logs = _logs(args.paths) if args.command == "import" else []
-    store = await open_store(settings.store_url, create=args.command == "import")
+    store = await open_store(settings.store_url, create=args.command == "import", timeout=settings.store_timeout)
     try:
         if args.command == "import":
             await _import(store, logs, args.owner, out, err)
@@ -417,7 +417,7 @@ async def _run(args: argparse.Namespace, settings: Settings, out: TextIO, err: T
 
 async def _prepare(settings: Settings, demo: bool) -> int | None:
     """Create the store if needed (so a bad URL fails here, in one line), and seed the demo session."""
-    store = await open_store(settings.store_url, create=True)
+    store = await open_store(settings.store_url, create=True, timeout=settings.store_timeout)
     try:
         if not demo:
             return None

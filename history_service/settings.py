@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from persistence import DEFAULT_SESSION_CACHE
+from persistence import DEFAULT_SESSION_CACHE, DEFAULT_STORE_TIMEOUT
 
 __all__ = ["DEFAULT_STORE", "Settings"]
 
@@ -24,6 +24,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     Parameters:
         store_url: the store (see `persistence.url`).
+        store_timeout: seconds a call of a SQL store may take (connecting, waiting for a lock,
+            a server that does not answer) before it fails and the request gets 503 ``store_unavailable``.
         host, port: where ``serve`` listens.
         auth: ``none`` (one principal, ``local``) or ``token`` (a service bearer token plus ``X-Principal``).
         tokens: accepted service tokens when ``auth == "token"``.
@@ -70,6 +72,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     store_url: str = DEFAULT_STORE
+    store_timeout: float = DEFAULT_STORE_TIMEOUT
     host: str = "127.0.0.1"
     port: int = 8000
     auth: Literal["none", "token"] = "none"
@@ -120,6 +123,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "max_header_bytes",
             "workers",
             "inflight_bytes",
+            "store_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -161,6 +165,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         values: dict[str, object] = {}
         table = {
             "HISTORY_STORE": ("store_url", str),
+            "HISTORY_STORE_TIMEOUT": ("store_timeout", float),
             "HISTORY_HOST": ("host", str),
             "HISTORY_PORT": ("port", int),
             "HISTORY_AUTH": ("auth", str),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from persistence.base import (
     DEFAULT_OWNER,
     DEFAULT_SESSION_CACHE,
+    DEFAULT_STORE_TIMEOUT,
     AppendResult,
     HistoryStore,
     PageRead,
@@ -37,6 +38,7 @@ __all__ = [
     "CorruptLogError",
     "DEFAULT_OWNER",
     "DEFAULT_SESSION_CACHE",
+    "DEFAULT_STORE_TIMEOUT",
     "HistoryStore",
     "InvalidSessionIdError",
     "JsonlStore",

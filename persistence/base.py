@@ -24,6 +24,7 @@ from persistence.page_bound import bounded_cuts, floor_sizes
 __all__ = [
     "DEFAULT_OWNER",
     "DEFAULT_SESSION_CACHE",
+    "DEFAULT_STORE_TIMEOUT",
     "AppendResult",
     "HistoryStore",
     "PageRead",
@@ -41,6 +42,8 @@ __all__ = [
 DEFAULT_OWNER: Final = "local"
 # How many idle sessions' state a store or service keeps by default (see `persistence.lru`).
 DEFAULT_SESSION_CACHE: Final = 10_000
+# Seconds a store call may take by default before it fails with `StoreError` (the SQL store's bound).
+DEFAULT_STORE_TIMEOUT: Final = 5.0
 
 
 class SessionInfo(Struct, frozen=True):

@@ -16,16 +16,22 @@ import anyio
 import psycopg
 
 from persistence.errors import StoreError
+from persistence.pg_timeouts import Watchdog, connect_options
 
 __all__ = ["AsyncReaders"]
 
 
 class AsyncReaders:
-    """At most ``size`` async autocommit connections, opened when first needed and kept."""
+    """At most ``size`` async autocommit connections, opened when first needed and kept.
 
-    def __init__(self, conninfo: str, size: int) -> None:
+    Each use of a connection is bounded by ``watchdog``: past it, the connection is cut,
+    closed and the read raises `StoreError`.
+    """
+
+    def __init__(self, conninfo: str, size: int, *, watchdog: Watchdog) -> None:
         self._conninfo = conninfo
         self._size = size
+        self._watchdog = watchdog
         self._free: list[psycopg.AsyncConnection[tuple[object, ...]]] = []
         self._slots: anyio.Semaphore | None = None
 
@@ -36,29 +42,44 @@ class AsyncReaders:
 
     @asynccontextmanager
     async def cursor(self) -> AsyncIterator[psycopg.AsyncCursor[tuple[object, ...]]]:
-        """A cursor on a kept connection; a driver error closes that connection and raises `StoreError`."""
+        """A cursor on a kept connection; a driver error or the bound closes it and raises `StoreError`."""
         if self._slots is None:
             self._slots = anyio.Semaphore(self._size)
         async with self._slots:
             connection = self._free.pop() if self._free else None
+            expired = False
             try:
                 if connection is None:
-                    connection = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-                yield connection.cursor()
+                    connection = await psycopg.AsyncConnection.connect(
+                        self._conninfo, autocommit=True, **connect_options(self._watchdog.timeout)
+                    )
+                with self._watchdog.bound(connection) as deadline:
+                    try:
+                        yield connection.cursor()
+                    finally:
+                        expired = deadline.expired
             except psycopg.Error as exc:
                 if connection is not None:
                     await connection.close()
+                if expired:
+                    raise StoreError(f"store unavailable: no answer within {self._watchdog.timeout:g} s") from exc
                 raise StoreError(f"store unavailable: {exc}") from exc
             except Exception:
-                # The store's own refusal (an unknown session, a corrupt header): the connection is sound.
+                # The store's own refusal (an unknown session, a corrupt header): the connection is sound unless cut.
                 if connection is not None:
-                    self._free.append(connection)
+                    await self._release(connection, expired)
                 raise
             except BaseException:
                 # Cancelled mid-statement: the connection's state is unknown.
                 if connection is not None:
                     await connection.close()
                 raise
+            await self._release(connection, expired)
+
+    async def _release(self, connection: psycopg.AsyncConnection[tuple[object, ...]], cut: bool) -> None:
+        if cut:
+            await connection.close()
+        else:
             self._free.append(connection)
 
     async def close(self) -> None:

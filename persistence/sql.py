@@ -56,6 +56,7 @@ from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
     DEFAULT_SESSION_CACHE,
+    DEFAULT_STORE_TIMEOUT,
     AppendResult,
     HistoryStore,
     PageRead,
@@ -81,6 +82,7 @@ from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, PostgresListener, notice
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.pg_readers import AsyncReaders
+from persistence.pg_timeouts import Deadline, Watchdog, connect_options
 from persistence.prepared import Prepared
 from persistence.sealing import MAX_TAIL, kept, open_run, plan_append
 from persistence.stored import PreparedBatch, prepared
@@ -97,6 +99,8 @@ INLINE_BYTES: Final = 256 * 1024
 _READERS_KEPT: Final = 8
 # Message-index pages a read on the event loop may walk to find its cut (a page is 256 messages).
 _INLINE_MESSAGE_PAGES: Final = 4
+# SQLite's "busy" and "locked" primary result codes: another connection holds the lock a statement needs.
+_SQLITE_BUSY: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 T = TypeVar("T")
 
 
@@ -187,17 +191,21 @@ hidden_table = sa.Table(
 )
 
 
-def _sqlite_setup(engine: Engine) -> None:
+def _sqlite_prepare(dbapi_connection: Any, busy_ms: int) -> None:
+    """Every connection's pragmas, waiting up to ``busy_ms`` for a lock (WAL, which the file keeps, is set at open)."""
+    # Let SQLAlchemy's begin event, not pysqlite, open transactions.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_setup(engine: Engine, busy_ms: int) -> None:
     @sa_event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy's begin event, not pysqlite, open transactions.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
+        _sqlite_prepare(dbapi_connection, busy_ms)
 
     @sa_event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
@@ -281,6 +289,14 @@ def _line_size(stored: int, frame: bytes | None) -> int:
     except zstandard.ZstdError:
         return int(stored)
     return max(int(stored), size)
+
+
+class _Busy(Exception):
+    """A read on the event loop that would wait for another connection's lock: it is retried in a worker thread."""
+
+
+def _sqlite_busy(exc: Exception) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode & 0xFF in _SQLITE_BUSY
 
 
 def _newest(first: Sequence[MessageEntry], more: bool) -> Iterator[MessageEntry]:
@@ -388,11 +404,22 @@ class SqlStore(HistoryStore):
     than the hop to a worker thread (about 110 µs measured); a read whose records pass
     `INLINE_BYTES` is finished in a worker thread. On PostgreSQL, whose reads wait on the
     network, a read runs in a worker thread, in one hop for the whole page.
+
+    Every call is bounded by ``timeout`` seconds, and past it raises `StoreError`. On
+    PostgreSQL that bounds connecting, each statement (on the server) and each call (a
+    `Watchdog` cuts a connection that answers nothing); the connection is then replaced.
+    On SQLite a writer, or a read in a worker thread, waits that long for a lock; a read on
+    the event loop never waits for one: it is retried in a worker thread.
     """
 
-    def __init__(self, engine: Engine, *, session_cache: int = DEFAULT_SESSION_CACHE) -> None:
+    def __init__(
+        self, engine: Engine, *, session_cache: int = DEFAULT_SESSION_CACHE, timeout: float = DEFAULT_STORE_TIMEOUT
+    ) -> None:
         self._engine = engine
         self._sqlite = engine.dialect.name == "sqlite"
+        self._timeout = timeout
+        self._busy_ms = _busy_ms(timeout)
+        self._watchdog = None if self._sqlite else Watchdog(timeout, name="history-sql-watchdog")
         self._sql = _Statements(engine.dialect, self._sqlite)
         dbapi = engine.dialect.loaded_dbapi
         self._driver_error: type[Exception] = dbapi.Error
@@ -404,37 +431,68 @@ class SqlStore(HistoryStore):
         # Each session's open run (join columns only) as of the head this process last wrote;
         # only the writer thread touches it.
         self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
-        self._readers: list[Any] = []
+        # Kept reader connections, each with the busy timeout (ms) it has now (SQLite; 0 on PostgreSQL).
+        self._readers: list[tuple[Any, int]] = []
         self._read_threads: anyio.CapacityLimiter | None = None
         self._async_readers: AsyncReaders | None = None
         self._groups = SqlGroups(
-            self._connect_writer, begin="BEGIN IMMEDIATE" if self._sqlite else None, aborted=self._tails.clear
+            self._connect_writer,
+            begin="BEGIN IMMEDIATE" if self._sqlite else None,
+            aborted=self._tails.clear,
+            bound=self._bound,
         )
         self._writer = GroupCommit(self._groups, name="history-sql-writer")
 
     @classmethod
-    async def open(cls, url: str, *, session_cache: int = DEFAULT_SESSION_CACHE) -> SqlStore:
-        """Connect, create the schema on an empty database, and refuse an unknown schema version."""
-        return await anyio.to_thread.run_sync(cls._open_sync, url, session_cache)
+    async def open(
+        cls, url: str, *, session_cache: int = DEFAULT_SESSION_CACHE, timeout: float = DEFAULT_STORE_TIMEOUT
+    ) -> SqlStore:
+        """Connect, create the schema on an empty database, and refuse an unknown schema version.
+
+        ``timeout`` (seconds, positive) bounds every call of the store (see `SqlStore`).
+        """
+        if not timeout > 0:
+            raise ValueError(f"the store timeout must be positive, got {timeout!r}")
+        return await anyio.to_thread.run_sync(cls._open_sync, url, session_cache, timeout)
 
     @classmethod
-    def _open_sync(cls, url: str, session_cache: int) -> SqlStore:
+    def _open_sync(cls, url: str, session_cache: int, timeout: float) -> SqlStore:
         try:
-            engine = sa.create_engine(url)
+            sqlite = sa.make_url(url).get_backend_name() == "sqlite"
+            options = {} if sqlite else connect_options(timeout)
+            engine = sa.create_engine(url, connect_args=options)
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise StoreError(f"not a usable database URL: {exc}") from exc
-        if engine.dialect.name == "sqlite":
-            _sqlite_setup(engine)
-        store = cls(engine, session_cache=session_cache)
+        if sqlite:
+            _sqlite_setup(engine, _busy_ms(timeout))
+        store = cls(engine, session_cache=session_cache, timeout=timeout)
         try:
+            if sqlite:
+                store._set_wal()
             store._migrate()
         except BaseException:
             engine.dispose()
             raise
         return store
 
+    def _set_wal(self) -> None:
+        """WAL mode, which the file keeps: it waits for other connections' locks, so it is set once, here."""
+        try:
+            connection = self._engine.raw_connection()
+            try:
+                dbapi_connection = connection.dbapi_connection
+                assert dbapi_connection is not None
+                dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            finally:
+                connection.close()
+        except self._driver_error as exc:
+            raise StoreError(f"store unavailable: {exc}") from exc
+
     def _migrate(self) -> None:
         with self._write() as conn:
+            if not self._sqlite:
+                # An upgrade backfills and indexes whole tables: no statement bound applies to it.
+                conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
             if not sa.inspect(conn).has_table(meta_table.name):
                 metadata.create_all(conn)
                 conn.execute(sa.insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
@@ -550,18 +608,62 @@ class SqlStore(HistoryStore):
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        """A SQLAlchemy read transaction, for the listings, which are off the hot path."""
+        """A SQLAlchemy read transaction, for the listings, which are off the hot path; bounded."""
+        deadline: Deadline | None = None
         try:
-            with self._engine.connect() as conn, conn.begin():
-                yield conn
+            with self._engine.connect() as conn:
+                with self._bound(conn.connection.dbapi_connection) as deadline:
+                    try:
+                        with conn.begin():
+                            yield conn
+                    finally:
+                        if deadline.expired:
+                            # Cut by the watchdog: the pool must not hand it out again.
+                            conn.invalidate()
         except sa.exc.DBAPIError as exc:
-            raise StoreError(f"store unavailable: {exc.orig}") from exc
+            raise StoreError(f"store unavailable: {self._failure(exc.orig, deadline)}") from exc
+
+    @contextmanager
+    def _bound(self, connection: Any) -> Iterator[Deadline]:
+        """Bound one call on a DBAPI connection (PostgreSQL; SQLite's bound is its busy timeout)."""
+        if self._watchdog is None:
+            yield Deadline(connection, self._timeout, 0.0)
+        else:
+            with self._watchdog.bound(connection) as deadline:
+                yield deadline
+
+    def _failure(self, exc: BaseException | None, deadline: Deadline | None) -> str:
+        """What went wrong, for a `StoreError`: the bound when the watchdog cut the call, else the driver's words."""
+        if deadline is not None and deadline.expired:
+            return f"no answer within {self._timeout:g} s"
+        return str(exc)
 
     def _connect(self) -> Any:
         """A DBAPI connection of the store's own, set up as the engine's are (the SQLite pragmas)."""
         pooled = self._engine.raw_connection()
         connection = pooled.dbapi_connection
         pooled.detach()
+        return connection
+
+    def _connect_on_loop(self) -> Any:
+        """A SQLite reader opened on the event loop, which never waits for a lock (`_Busy` when it would).
+
+        Opened by the driver itself, since the engine's connections wait up to the bound.
+        """
+        if self._sqlite_file() is None:
+            # No other process can lock an in-memory database; a URI the engine interprets is opened by the engine.
+            connection = self._connect()
+            connection.execute("PRAGMA busy_timeout=0")
+            return connection
+        args, options = self._engine.dialect.create_connect_args(self._engine.url)
+        connection = self._engine.dialect.loaded_dbapi.connect(*args, **{**options, "timeout": 0})
+        try:
+            _sqlite_prepare(connection, 0)
+        except sqlite3.Error as exc:
+            connection.close()
+            if _sqlite_busy(exc):
+                raise _Busy from exc
+            raise
         return connection
 
     def _connect_writer(self) -> Any:
@@ -571,44 +673,75 @@ class SqlStore(HistoryStore):
         return connection
 
     def _reading(self, work: Callable[..., T], *args: Any) -> T:
-        """``work(cursor, *args)`` in a read transaction on a kept reader connection, in the calling thread."""
-        connection = self._readers.pop() if self._readers else None
+        """``work(cursor, *args)`` in a read transaction on a kept reader, in the calling thread, within the bound."""
+        return self._read_on(work, args, self._busy_ms)
+
+    def _reading_on_loop(self, work: Callable[..., T], *args: Any) -> T:
+        """`_reading` on the event loop (SQLite): never waiting for a lock, it raises `_Busy` instead."""
+        return self._read_on(work, args, 0)
+
+    def _read_on(self, work: Callable[..., T], args: tuple[Any, ...], busy_ms: int) -> T:
+        connection, busy = self._readers.pop() if self._readers else (None, busy_ms)
+        deadline: Deadline | None = None
         try:
-            if connection is None:
+            if connection is None and self._sqlite and busy_ms == 0:
+                connection = self._connect_on_loop()
+            elif connection is None:
                 connection = self._connect()
                 if not self._sqlite:
                     # Each statement reads its own snapshot, as READ COMMITTED does, without BEGIN/COMMIT round trips.
                     connection.autocommit = True
-            cursor = connection.cursor()
-            if not self._sqlite:
-                result = work(cursor, *args)
-            else:
-                cursor.execute("BEGIN")
-                try:
+                busy = self._busy_ms
+            if self._sqlite and busy != busy_ms:
+                connection.execute(f"PRAGMA busy_timeout={busy_ms}")
+                busy = busy_ms
+            with self._bound(connection) as deadline:
+                cursor = connection.cursor()
+                if not self._sqlite:
                     result = work(cursor, *args)
-                finally:
-                    connection.rollback()
-        except self._driver_error as exc:
+                else:
+                    cursor.execute("BEGIN")
+                    try:
+                        result = work(cursor, *args)
+                    finally:
+                        connection.rollback()
+        except (self._driver_error, sa.exc.DBAPIError) as exc:
+            if connection is not None and busy_ms == 0 and _sqlite_busy(exc):
+                # The connection is sound: only the lock was taken.
+                self._keep(connection, busy)
+                raise _Busy from exc
             if connection is not None:
                 with contextlib.suppress(Exception):
                     connection.close()
-            raise StoreError(f"store unavailable: {exc}") from exc
+            cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+            raise StoreError(f"store unavailable: {self._failure(cause, deadline)}") from exc
         except BaseException:
-            self._keep(connection)
+            if connection is not None:
+                self._keep(connection, busy, deadline)
             raise
-        self._keep(connection)
+        self._keep(connection, busy, deadline)
         return result
 
-    def _keep(self, connection: Any) -> None:
-        if len(self._readers) < _READERS_KEPT:
-            self._readers.append(connection)
+    def _keep(self, connection: Any, busy: int, deadline: Deadline | None = None) -> None:
+        if deadline is not None and deadline.expired:
+            # The watchdog cut it: the next read opens a new one.
+            with contextlib.suppress(Exception):
+                connection.close()
+        elif len(self._readers) < _READERS_KEPT:
+            self._readers.append((connection, busy))
         else:
             connection.close()
 
     async def _read_any(self, work: Callable[..., T], *args: Any) -> T:
-        """``work`` on a reader: on the event loop for SQLite, in a worker thread for PostgreSQL."""
+        """``work`` on a reader: on the event loop for SQLite, in a worker thread for PostgreSQL.
+
+        A SQLite read that would wait for a lock on the event loop is retried in a worker thread.
+        """
         if self._sqlite:
-            return self._reading(work, *args)
+            try:
+                return self._reading_on_loop(work, *args)
+            except _Busy:
+                pass
         return await self._in_thread(work, *args)
 
     async def _in_thread(self, work: Callable[..., T], *args: Any) -> T:
@@ -899,7 +1032,10 @@ class SqlStore(HistoryStore):
 
     async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         if self._sqlite:
-            stored = self._reading(self._stored_checked, session_id, from_seq, to_seq, True)
+            try:
+                stored = self._reading_on_loop(self._stored_checked, session_id, from_seq, to_seq, True)
+            except _Busy:
+                stored = None
             if stored is not None:
                 return stored
         found = await self._in_thread(self._stored_checked, session_id, from_seq, to_seq, False)
@@ -1037,7 +1173,10 @@ class SqlStore(HistoryStore):
     def _pg_readers(self) -> AsyncReaders:
         if self._async_readers is None:
             url = self._engine.url.set(drivername="postgresql")
-            self._async_readers = AsyncReaders(url.render_as_string(hide_password=False), _READERS_KEPT)
+            assert self._watchdog is not None
+            self._async_readers = AsyncReaders(
+                url.render_as_string(hide_password=False), _READERS_KEPT, watchdog=self._watchdog
+            )
         return self._async_readers
 
     def _messages_desc(
@@ -1127,7 +1266,10 @@ class SqlStore(HistoryStore):
             return None
         if self._listener is None:
             url = self._engine.url.set(drivername="postgresql")
-            self._listener = PostgresListener(url.render_as_string(hide_password=False), self._origin)
+            assert self._watchdog is not None
+            self._listener = PostgresListener(
+                url.render_as_string(hide_password=False), self._origin, watchdog=self._watchdog
+            )
         return self._listener
 
     async def close(self) -> None:
@@ -1140,5 +1282,12 @@ class SqlStore(HistoryStore):
         self._groups.close()
         while self._readers:
             with contextlib.suppress(Exception):
-                self._readers.pop().close()
+                self._readers.pop()[0].close()
         self._engine.dispose()
+        if self._watchdog is not None:
+            self._watchdog.close()
+
+
+def _busy_ms(timeout: float) -> int:
+    """SQLite's busy timeout, in whole milliseconds, for a bound in seconds."""
+    return max(1, round(timeout * 1000))

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from persistence.base import DEFAULT_SESSION_CACHE, HistoryStore
+from persistence.base import DEFAULT_SESSION_CACHE, DEFAULT_STORE_TIMEOUT, HistoryStore
 from persistence.errors import SchemaVersionError, StoreError, StoreNotFoundError
 from persistence.jsonl import ROOT_MARKER, JsonlStore
 from persistence.memory import MemoryStore
@@ -30,25 +30,33 @@ _KNOWN = frozenset({"memory", "sqlite", "postgresql", "postgres", "postgresql+ps
 _SCHEMES = "use sqlite:///path.db, postgresql+psycopg://user@host/db, jsonl:///dir or memory://"
 
 
-async def open_store(url: str, *, create: bool = False, session_cache: int = DEFAULT_SESSION_CACHE) -> HistoryStore:
+async def open_store(
+    url: str,
+    *,
+    create: bool = False,
+    session_cache: int = DEFAULT_SESSION_CACHE,
+    timeout: float = DEFAULT_STORE_TIMEOUT,
+) -> HistoryStore:
     """Open the store a URL names; raise `StoreError` for an unknown scheme, bad options or a missing store.
 
     With ``create``, a SQLite file or JSONL directory that does not exist is made, in a
     directory that must exist; without it, a missing one raises `StoreNotFoundError`.
     Every failure to open names the URL and, for a file store, the path. ``session_cache``
-    bounds the idle sessions whose state the store keeps.
+    bounds the idle sessions whose state the store keeps; ``timeout`` (seconds) bounds each
+    call of a SQL store, past which it raises `StoreError` (the file and memory stores wait
+    on no server).
     """
     if urlsplit(url).scheme.lower() not in _KNOWN:
         raise StoreError(f"unsupported store URL {_shown(url)}; {_SCHEMES}")
     try:
-        return await _open(url, create, session_cache)
+        return await _open(url, create, session_cache, timeout)
     except (StoreNotFoundError, SchemaVersionError):
         raise
     except StoreError as exc:
         raise StoreError(f"cannot open {describe_url(url)}: {exc}") from exc
 
 
-async def _open(url: str, create: bool, session_cache: int) -> HistoryStore:
+async def _open(url: str, create: bool, session_cache: int, timeout: float) -> HistoryStore:
     scheme = urlsplit(url).scheme.lower()
     if scheme == "memory":
         return MemoryStore()
@@ -56,9 +64,10 @@ async def _open(url: str, create: bool, session_cache: int) -> HistoryStore:
         path = _sqlite_path(url)
         if path is not None:
             _check_location(path, create, what="SQLite database", url=url)
-        return await SqlStore.open(url, session_cache=session_cache)
+        return await SqlStore.open(url, session_cache=session_cache, timeout=timeout)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        return await SqlStore.open("postgresql+psycopg://" + url.split("://", 1)[1], session_cache=session_cache)
+        pg_url = "postgresql+psycopg://" + url.split("://", 1)[1]
+        return await SqlStore.open(pg_url, session_cache=session_cache, timeout=timeout)
     if scheme == "jsonl":
         root, compression = _jsonl(url)
         if not (root / ROOT_MARKER).exists():

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from history_service import app
 from history_service.settings import Settings, read_token_file
+from persistence import HistoryStore, MemoryStore
 
 
 def test_defaults_and_environment() -> None:
@@ -42,6 +44,8 @@ def test_defaults_and_environment() -> None:
         ({"HISTORY_MAX_BODY_BYTES": "0"}, "max_body_bytes must be positive"),
         ({"HISTORY_PING_INTERVAL": "-1"}, "ping_interval must be positive"),
         ({"HISTORY_SESSION_CACHE": "0"}, "session_cache must be positive"),
+        ({"HISTORY_STORE_TIMEOUT": "0"}, "store_timeout must be positive"),
+        ({"HISTORY_STORE_TIMEOUT": "soon"}, "is not a valid float"),
     ],
 )
 def test_bad_values_are_refused_at_startup(environ: dict[str, str], message: str) -> None:
@@ -78,3 +82,20 @@ def test_the_follow_cap_leaves_room_below_the_connection_limit() -> None:
     assert (settings.inflight_bytes, settings.inflight_wait) == (1000, 0.5)
     with pytest.raises(ValueError, match="inflight_bytes"):
         Settings(inflight_bytes=0)
+
+
+@pytest.mark.anyio
+async def test_the_store_timeout_is_read_and_reaches_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings.from_env({"HISTORY_STORE": "memory://", "HISTORY_STORE_TIMEOUT": "0.25"})
+    assert (settings.store_timeout, Settings().store_timeout) == (0.25, 5.0)
+    opened: list[dict[str, object]] = []
+
+    async def open_store(url: str, **options: object) -> HistoryStore:
+        opened.append({"url": url, **options})
+        return MemoryStore()
+
+    monkeypatch.setattr(app, "open_store", open_store)
+    application = app.create_app(settings)
+    async with application.router.lifespan_context(application):
+        pass
+    assert [(o["url"], o["timeout"]) for o in opened] == [("memory://", 0.25)]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 import sqlalchemy as sa
@@ -382,4 +384,154 @@ async def test_sqlite_killed_while_sealing_loses_nothing_committed(tmp_path: Pat
     for event in events[head + 1 :]:
         await store.append("s", [event])
     assert await store.read_stored("s", 0, len(events)) == [stored_record(r) for r in pack(events)]
+    await store.close()
+
+
+# Bounds: every call of the store fails with StoreError past its timeout, and the store then works again.
+
+GUARD = 30  # seconds: only so that a hang fails the test; the store's own bounds are far shorter.
+
+
+async def sqlite_store_with_a_session(tmp_path: Path, timeout: float) -> tuple[SqlStore, Path]:
+    path = tmp_path / "h.db"
+    store = await SqlStore.open(f"sqlite:///{path}", timeout=timeout)
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", [Event("x", 0, 0, {"text": "a"})])
+    return store, path
+
+
+def exclusive_lock(path: Path) -> sqlite3.Connection:
+    """Another connection holding the file exclusively, as a tool in exclusive locking mode does: readers wait too."""
+    holder = sqlite3.connect(path, isolation_level=None, timeout=0)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("UPDATE history_sessions SET head_seq = head_seq")
+    return holder
+
+
+@pytest.mark.parametrize("released", [True, False], ids=["lock-released", "lock-kept"])
+async def test_sqlite_read_on_the_event_loop_never_waits_for_a_lock(tmp_path: Path, released: bool) -> None:
+    """A locked read leaves the event loop at once, and waits in a worker thread, up to the bound."""
+    store, path = await sqlite_store_with_a_session(tmp_path, timeout=20 if released else 0.2)
+    # The store's connections would keep the holder from its exclusive lock: it keeps none open meanwhile.
+    await store._writer.run(lambda cursor: None)
+    store._groups.close()
+    while store._readers:
+        store._readers.pop()[0].close()
+    store._engine.dispose()
+    holder = exclusive_lock(path)
+    order: list[str] = []
+
+    async def read() -> None:
+        try:
+            info = await store.get_session("s")
+            order.append(f"read head {info.head_seq}")
+        except StoreError:
+            order.append("read failed")
+
+    async def meanwhile() -> None:
+        order.append("the loop ran")
+        if released:
+            holder.close()
+
+    try:
+        with anyio.fail_after(GUARD):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(read)
+                tasks.start_soon(meanwhile)
+    finally:
+        holder.close()
+    assert order == ["the loop ran", "read head 0" if released else "read failed"]
+    assert (await store.get_session("s")).head_seq == 0
+    await store.close()
+
+
+async def test_sqlite_append_waiting_for_a_lock_past_the_bound_fails_and_the_next_succeeds(tmp_path: Path) -> None:
+    store, path = await sqlite_store_with_a_session(tmp_path, timeout=0.2)
+    holder = sqlite3.connect(path, isolation_level=None, timeout=0)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with anyio.fail_after(GUARD), pytest.raises(StoreError, match="locked"):
+            await store.append("s", [Event("x", 1, 0, {"text": "b"})])
+    finally:
+        holder.close()
+    assert (await store.append("s", [Event("x", 1, 0, {"text": "b"})])).head_seq == 1
+    await store.close()
+
+
+pg_only = pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set")
+EVENTS = [Event("x", seq, 0, {"text": f"e{seq}"}) for seq in range(3)]
+
+
+async def pg_store_in_use(timeout: float) -> SqlStore:
+    """A store with a session, whose writer, sync reader and async reader connections are open."""
+    assert PG_URL
+    await empty_postgres(PG_URL)
+    store = await SqlStore.open(PG_URL, timeout=timeout)
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", EVENTS[:1])
+    assert (await store.get_session("s")).head_seq == 0
+    assert (await store.read_page("s", through=None, before=None, max_messages=5)).to_seq == 1
+    return store
+
+
+async def store_calls_fail(store: SqlStore, match: str) -> None:
+    with anyio.fail_after(GUARD):
+        with pytest.raises(StoreError, match=match):
+            await store.append("s", EVENTS[1:2])
+        with pytest.raises(StoreError, match=match):
+            await store.read_page("s", through=None, before=None, max_messages=5)
+
+
+async def store_works(store: SqlStore) -> None:
+    with anyio.fail_after(GUARD):
+        assert (await store.append("s", EVENTS[1:])).head_seq == 2
+        assert (await store.get_session("s")).head_seq == 2
+        read = await store.read_page("s", through=None, before=None, max_messages=5)
+        assert [record.seq for record in read.stored] == [0, 1, 2]
+
+
+@pg_only
+async def test_postgresql_calls_to_a_stopped_server_fail_within_the_bound_and_then_work() -> None:
+    """A server that answers nothing (every backend stopped) cannot time out itself: the store's watchdog does."""
+    store = await pg_store_in_use(timeout=0.5)
+    assert PG_URL
+    engine = sa.create_engine(PG_URL)
+    with engine.connect() as control:
+        stopped = list(
+            control.exec_driver_sql(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            ).scalars()
+        )
+    engine.dispose()
+    assert stopped
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        await store_calls_fail(store, "no answer within 0.5 s")
+        with anyio.fail_after(GUARD), pytest.raises(StoreError, match="no answer within 0.5 s"):
+            await store.get_session("s")
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    await store_works(store)
+    await store.close()
+
+
+@pg_only
+async def test_postgresql_calls_blocked_on_a_lock_fail_within_the_bound_and_then_work() -> None:
+    store = await pg_store_in_use(timeout=0.5)
+    assert PG_URL
+    engine = sa.create_engine(PG_URL)
+    control = engine.connect()
+    control.exec_driver_sql("LOCK TABLE history_records IN ACCESS EXCLUSIVE MODE")
+    try:
+        # The server's statement timeout and the store's watchdog race: either may end the call.
+        await store_calls_fail(store, "no answer within 0.5 s|statement timeout")
+    finally:
+        control.rollback()
+        control.close()
+        engine.dispose()
+    await store_works(store)
     await store.close()
