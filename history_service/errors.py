@@ -32,7 +32,9 @@ an error's MRO decides, as Starlette looks handlers up. So:
   `history_service.requests` (in a header, the batch or an item). One that reaches the
   edge unplaced failed on data the service holds itself: 500 ``internal``.
 * a store error says what happened to a session, or it is a failure: 503
-  ``store_unavailable``, logged in full, with a fixed message that names no path.
+  ``store_unavailable``, logged, with a fixed message that names no path. Each logged
+  failure is one line; the app's `Tracebacks` adds the traceback to the first of a kind
+  and then to one every few seconds.
 
 `EXCEPTION_HANDLERS` is what the app passes to ``Starlette(exception_handlers=...)``.
 """
@@ -49,6 +51,7 @@ from starlette.responses import Response
 from starlette.types import ExceptionHandler
 
 from codec import BatchTooLargeError, CodecError, InvalidJsonError, SessionIdError, encode
+from history_service.logs import Tracebacks
 from persistence import (
     InvalidSessionIdError,
     SeqConflictError,
@@ -218,7 +221,8 @@ class Answer(NamedTuple):
         message: the body's message for an error, its ``str`` unless given.
         fields: the body's extra fields for an error, such as ``headSeq``.
         headers: response headers to add.
-        logged: a failure on the server's side: the error goes to the log in full.
+        logged: a failure on the server's side: the error goes to the log, with its traceback
+            when the app's `Tracebacks` allows.
     """
 
     status: int
@@ -300,7 +304,11 @@ async def _answer(request: Request, exc: Exception) -> Response:
     answer = answer_for(type(exc))
     assert answer is not None, "registered only for the classes ERRORS maps"
     if answer.logged:
-        logger.error("%s on %s %s: %s", answer.code, request.method, request.url.path, exc, exc_info=exc)
+        # The app's `Tracebacks` keeps an outage from writing one traceback per request; an app
+        # without one (not built by create_app) logs every traceback.
+        tracebacks = getattr(request.state, "tracebacks", None)
+        limited = tracebacks if isinstance(tracebacks, Tracebacks) else Tracebacks(window=0)
+        limited.error(logger, exc, "%s on %s %s: %s", answer.code, request.method, request.url.path, exc)
     if isinstance(exc, StoreError) and (metrics := getattr(request.state, "metrics", None)) is not None:
         metrics.store_error(exc)
     return error_response(answer.status, answer.code, answer.message(exc), headers=answer.headers, **answer.fields(exc))
