@@ -4,7 +4,7 @@ Each error is named for what happened; only `ERRORS` knows how it is answered::
 
     ServiceError(Exception)
     ├── RequestError                 the request, as sent, is refused before the service acts on it
-    │   ├── InvalidParameter         a query parameter or Last-Event-ID: unknown, malformed or out of range
+    │   ├── InvalidParameter         a query parameter, Last-Event-ID or X-Principal: malformed or out of range
     │   ├── DuplicateHeader          two Authorization or two X-Principal headers
     │   ├── Unauthenticated          a missing or wrong service token or principal
     │   ├── NoAcceptableCoding       Accept-Encoding refuses every coding, identity included
@@ -102,7 +102,7 @@ class RequestError(ServiceError):
 
 
 class InvalidParameter(RequestError):
-    """Raised when a query parameter or ``Last-Event-ID`` is unknown, malformed or out of range."""
+    """Raised when a query parameter, ``Last-Event-ID`` or ``X-Principal`` is unknown, malformed or out of range."""
 
 
 class DuplicateHeader(RequestError):
