@@ -11,13 +11,14 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from history_service import endpoints, openapi
 from history_service.allocator import Trimmer, fix_mmap_threshold
 from history_service.assets import viewer_routes
 from history_service.cors import cors_middleware
 from history_service.errors import EXCEPTION_HANDLERS
-from history_service.logs import AccessLog, configure_logging
+from history_service.logs import AccessLog, RequestIds, Tracebacks, configure_logging
 from history_service.metrics import Metrics, MetricsMiddleware, metrics_for, scrape
 from history_service.service import HistoryService
 from history_service.settings import Settings
@@ -27,12 +28,20 @@ from persistence import HistoryStore, open_store
 __all__ = ["app_factory", "create_app"]
 
 
+class _Edge(Starlette):
+    """Starlette with `RequestIds` outside its own outer error handler, so that handler's 500 carries an id too."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestIds(super().build_middleware_stack())
+
+
 def create_app(
     settings: Settings,
     *,
     store: HistoryStore | None = None,
     shutdown: Shutdown | None = None,
     metrics: Metrics | None = None,
+    tracebacks: Tracebacks | None = None,
 ) -> Starlette:
     """Build the app.
 
@@ -44,8 +53,11 @@ def create_app(
             on SIGINT and SIGTERM, then passes the signal on to the launcher's handler.
         metrics: what the app counts into, when the caller serves them elsewhere too
             (``metrics_port``); without it, the app makes its own from ``settings``.
+        tracebacks: which logged failures carry their traceback; without it, the first of
+            each kind and then one every 10 s.
     """
     recorded = metrics if metrics is not None else metrics_for(settings)
+    limited = tracebacks if tracebacks is not None else Tracebacks()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
@@ -71,8 +83,9 @@ def create_app(
                 with stopping.listening(service.hub.close), on_signals(stopping) if shutdown is None else nullcontext():
                     try:
                         with recorded.running():
-                            yield {"service": service, "metrics": recorded}
+                            yield {"service": service, "metrics": recorded, "tracebacks": limited}
                     finally:
+                        limited.close()
                         service.hub.close()
                         tasks.cancel_scope.cancel()
         finally:
@@ -100,7 +113,7 @@ def create_app(
         routes.append(Route("/v1/test-only/seed", seed.seed, methods=["POST"]))
     if recorded.enabled:
         routes.append(Route("/metrics", scrape, methods=["GET"]))
-    # The access log is outermost, so every log line of a request carries its id.
+    # Request ids are outermost (see `_Edge`), then the access log, so every line and response carries one.
     middleware = [
         Middleware(AccessLog),
         *([Middleware(MetricsMiddleware, metrics=recorded)] if recorded.enabled else []),
@@ -117,7 +130,7 @@ def create_app(
             cors_middleware(settings.cors_origins),
             Middleware(ServerErrorMiddleware, handler=EXCEPTION_HANDLERS[Exception]),
         ]
-    return Starlette(
+    return _Edge(
         routes=routes,
         middleware=middleware,
         exception_handlers=handlers,

@@ -7,17 +7,20 @@ constant time against every configured token, and ``X-Principal: <user id>``.
 from __future__ import annotations
 
 import hmac
+import re
 from typing import Final
 
 from starlette.requests import Request
 
-from history_service.errors import DuplicateHeader, Unauthenticated
+from history_service.errors import DuplicateHeader, InvalidParameter, Unauthenticated
 from history_service.settings import Settings
 from persistence import DEFAULT_OWNER
 
 __all__ = ["check_service_token", "principal"]
 
 _MAX_PRINCIPAL: Final = 256
+# C0, DEL and C1 (a header's bytes are read as Latin-1): a principal holding one could forge a log line.
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _single(request: Request, name: str) -> str:
@@ -45,13 +48,19 @@ def check_service_token(request: Request, settings: Settings) -> None:
 def principal(request: Request, settings: Settings) -> str:
     """The caller's principal, or `Unauthenticated` (`DuplicateHeader` for a repeated credential header).
 
+    A principal holding a control character is refused as `InvalidParameter`; the spaces
+    and tabs around it are not part of it.
+
     The principal is left in ``request.state`` too, for the request's access log line.
     """
     if settings.auth == "none":
         request.state.principal = DEFAULT_OWNER
         return DEFAULT_OWNER
     check_service_token(request, settings)
-    who = _single(request, "X-Principal").strip()
+    given = _single(request, "X-Principal")
+    if _CONTROL.search(given.strip(" \t")):
+        raise InvalidParameter("X-Principal holds a control character")
+    who = given.strip()
     if not who or len(who) > _MAX_PRINCIPAL:
         raise Unauthenticated("missing or invalid X-Principal")
     request.state.principal = who

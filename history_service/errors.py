@@ -4,7 +4,7 @@ Each error is named for what happened; only `ERRORS` knows how it is answered::
 
     ServiceError(Exception)
     ├── RequestError                 the request, as sent, is refused before the service acts on it
-    │   ├── InvalidParameter         a query parameter or Last-Event-ID: unknown, malformed or out of range
+    │   ├── InvalidParameter         a query parameter, Last-Event-ID or X-Principal: malformed or out of range
     │   ├── DuplicateHeader          two Authorization or two X-Principal headers
     │   ├── Unauthenticated          a missing or wrong service token or principal
     │   ├── NoAcceptableCoding       Accept-Encoding refuses every coding, identity included
@@ -33,7 +33,9 @@ an error's MRO decides, as Starlette looks handlers up. So:
   `history_service.requests` (in a header, the batch or an item). One that reaches the
   edge unplaced failed on data the service holds itself: 500 ``internal``.
 * a store error says what happened to a session, or it is a failure: 503
-  ``store_unavailable``, logged in full, with a fixed message that names no path.
+  ``store_unavailable``, logged, with a fixed message that names no path. Each logged
+  failure is one line; the app's `Tracebacks` adds the traceback to the first of a kind
+  and then to one every few seconds.
 
 `EXCEPTION_HANDLERS` is what the app passes to ``Starlette(exception_handlers=...)``.
 """
@@ -50,6 +52,7 @@ from starlette.responses import Response
 from starlette.types import ExceptionHandler
 
 from codec import BatchTooLargeError, CodecError, InvalidJsonError, SessionIdError, encode
+from history_service.logs import Tracebacks
 from persistence import (
     InvalidSessionIdError,
     SeqConflictError,
@@ -101,7 +104,7 @@ class RequestError(ServiceError):
 
 
 class InvalidParameter(RequestError):
-    """Raised when a query parameter or ``Last-Event-ID`` is unknown, malformed or out of range."""
+    """Raised when a query parameter, ``Last-Event-ID`` or ``X-Principal`` is unknown, malformed or out of range."""
 
 
 class DuplicateHeader(RequestError):
@@ -224,7 +227,8 @@ class Answer(NamedTuple):
         message: the body's message for an error, its ``str`` unless given.
         fields: the body's extra fields for an error, such as ``headSeq``.
         headers: response headers to add.
-        logged: a failure on the server's side: the error goes to the log in full.
+        logged: a failure on the server's side: the error goes to the log, with its traceback
+            when the app's `Tracebacks` allows.
     """
 
     status: int
@@ -307,7 +311,11 @@ async def _answer(request: Request, exc: Exception) -> Response:
     answer = answer_for(type(exc))
     assert answer is not None, "registered only for the classes ERRORS maps"
     if answer.logged:
-        logger.error("%s on %s %s: %s", answer.code, request.method, request.url.path, exc, exc_info=exc)
+        # The app's `Tracebacks` keeps an outage from writing one traceback per request; an app
+        # without one (not built by create_app) logs every traceback.
+        tracebacks = getattr(request.state, "tracebacks", None)
+        limited = tracebacks if isinstance(tracebacks, Tracebacks) else Tracebacks(window=0)
+        limited.error(logger, exc, "%s on %s %s: %s", answer.code, request.method, request.url.path, exc)
     if isinstance(exc, StoreError) and (metrics := getattr(request.state, "metrics", None)) is not None:
         metrics.store_error(exc)
     return error_response(answer.status, answer.code, answer.message(exc), headers=answer.headers, **answer.fields(exc))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -12,6 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from history_service.app import create_app
+from history_service.logs import ACCESS_LOGGER, LogHandler
+from history_service.settings import Settings
+from persistence import MemoryStore, SessionKey, SessionSummary
+from testing.asgi import serving
 from testing.servers import free_port, wait_healthy
 
 LAUNCHERS = {
@@ -60,3 +68,36 @@ def test_sigterm_ends_open_follow_streams_and_the_process_exits_cleanly(tmp_path
             if process.poll() is None:
                 process.kill()
                 process.wait(10)
+
+
+class BuggyStore(MemoryStore):
+    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+        raise RuntimeError("a bug")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("given", [None, "gateway-7"], ids=["made", "given"])
+async def test_a_500_of_the_outer_error_handler_carries_the_request_id_the_access_log_records(
+    given: str | None,
+) -> None:
+    """R11: Starlette's ServerErrorMiddleware answers outside every middleware of ours, yet its 500 has the id.
+
+    (With CORS origins set, a second one inside the access log answers instead, and always did.)
+    """
+    settings = Settings()
+    buffer = io.StringIO()
+    handler = LogHandler(Settings(log_format="json"), buffer)
+    access_logger = logging.getLogger(ACCESS_LOGGER)
+    previous = access_logger.level
+    access_logger.addHandler(handler)
+    access_logger.setLevel(logging.INFO)
+    try:
+        async with serving(create_app(settings, store=BuggyStore()), raise_app_exceptions=False) as client:
+            response = await client.get("/v1/sessions", headers={"X-Request-ID": given} if given else {})
+    finally:
+        access_logger.removeHandler(handler)
+        access_logger.setLevel(previous)
+    assert response.status_code == 500 and response.json()["error"]["code"] == "internal"
+    (access,) = [line for line in map(json.loads, buffer.getvalue().splitlines()) if line["level"] == "INFO"]
+    assert access["status"] == 500 and access["request_id"] == (given or access["request_id"])
+    assert response.headers.get("X-Request-ID") == access["request_id"]

@@ -63,6 +63,7 @@ def text_row(seq0: int, members: int, *, dt_entries: int | None = None) -> dict[
 INVALID_UTF8 = b"\xff\xfe"
 EVENTS_UTF8 = b'{"events":[{"type":"x","seq":1,"time":0,"data":"' + INVALID_UTF8 + b'"}]}'
 HEADER_UTF8 = b'{"id":"u","createdAt":0,"meta":{"k":"' + INVALID_UTF8 + b'"}}'
+FORGED = b" 2026-12-01T00:00:00.000Z INFO history_service.access [forged] GET /admin 200"
 
 
 BAD: list[Any] = [
@@ -268,6 +269,20 @@ BAD: list[Any] = [
         400,
         "duplicate_header",
     ),
+    # R8: a principal holding a C0, DEL or C1 control could forge a log line (headers are read as Latin-1).
+    *[
+        (method, path, {"headers": {"X-Principal": b"mallory" + control + FORGED}, **body}, 400, "invalid_parameter")
+        for control in (b"\x85", b"\x00", b"\x0a", b"\x0d", b"\x1b", b"\x1f", b"\x7f", b"\x80", b"\x9f", b"\t")
+        for method, path, body in (
+            ("get", "/v1/sessions/s/page", {}),
+            ("post", "/v1/sessions/s/events", {"json": {"events": [{**EVENT, "seq": 1}]}}),
+            ("post", "/v1/sessions", {"json": {"id": "t", "createdAt": 0}}),
+        )
+    ],
+    ("get", "/v1/sessions", {"headers": {"X-Principal": b"\x85" + FORGED}}, 400, "invalid_parameter"),
+    # Not trimmed away as whitespace (str.strip() would take U+0085), nor on a follow.
+    ("get", "/v1/sessions/s/page", {"headers": {"X-Principal": b"alice\x85"}}, 400, "invalid_parameter"),
+    ("get", "/v1/sessions/s/follow", {"headers": {"X-Principal": b"alice\x85bob"}}, 400, "invalid_parameter"),
     # F10: nothing may follow the end of a coding's stream.
     (
         "post",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import io
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -55,6 +56,7 @@ from history_service.errors import (
     ViewerUnavailable,
     answer_for,
 )
+from history_service.logs import LogHandler, Tracebacks
 from history_service.settings import Settings
 from persistence import MemoryStore
 from persistence.errors import (
@@ -394,3 +396,55 @@ def test_the_status_scan_sees_a_status_where_it_would_be_picked() -> None:
     assert status_literals(ast.parse("Response(b'', status_code=413)")) == [413]
     assert status_literals(ast.parse("JSONResponse({}, 422)")) == [422]
     assert status_literals(ast.parse("store.list_sessions(owner, limit=min(500, left))")) == []
+
+
+class OutageStore(MemoryStore):
+    """A store whose database is down: every read fails as the driver's refused connection."""
+
+    async def get_session(self, session_id: str) -> Any:
+        try:
+            raise ConnectionRefusedError(f"{SECRET}: connection refused")
+        except ConnectionRefusedError as exc:
+            raise StoreError(f"store unavailable: {exc}") from exc
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.anyio
+async def test_an_outage_logs_one_line_per_failed_request_and_a_traceback_per_window() -> None:
+    """R7: 646 identical store failures logged 5 MB of tracebacks; now the first, then a count a window."""
+    clock = Clock()
+    buffer = io.StringIO()
+    handler = LogHandler(Settings(log_format="text"), buffer)
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        app = create_app(Settings(), store=OutageStore(), tracebacks=Tracebacks(window=10, clock=clock))
+        async with serving(app) as client:
+            for n in range(30):
+                if n == 20:
+                    clock.now += 10
+                response = await client.get("/v1/sessions/s/page", headers={"X-Request-ID": f"r-{n}"})
+                assert response.status_code == 503
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+    lines = [line for line in buffer.getvalue().splitlines() if line.split(" ")[2].startswith("history_service")]
+    errors = [line for line in lines if " ERROR history_service.errors " in line]
+    assert len(lines) == len(errors) + 30, "an error line and an access line per request, and nothing else"
+    shown = [n for n, line in enumerate(errors) if "Traceback (most recent call last)" in line]
+    counts = [n for n, line in enumerate(errors) if "repeated" in line]
+    assert shown == [0, 21] and counts == [20, 31]
+    assert "StoreError from ConnectionRefusedError repeated 19 times in the 10 s after its traceback" in errors[20]
+    assert "repeated 9 times" in errors[31]
+    per_request = [line for line in errors if "store_unavailable on GET /v1/sessions/s/page" in line]
+    assert [line.split("[", 1)[1].split("]", 1)[0] for line in per_request] == [f"r-{n}" for n in range(30)]
+    assert all(SECRET in line for line in per_request)

@@ -18,7 +18,14 @@ import pytest
 
 from codec import Event, encode
 from history_service.app import create_app
-from history_service.logs import ACCESS_LOGGER, LogHandler, configure_logging, current_request_id, request_id
+from history_service.logs import (
+    ACCESS_LOGGER,
+    LogHandler,
+    Tracebacks,
+    configure_logging,
+    current_request_id,
+    request_id,
+)
 from history_service.settings import Settings
 from persistence import SessionKey, SessionSummary
 from persistence.errors import StoreError
@@ -299,3 +306,86 @@ def wait_for(condition: Callable[[], bool]) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition never held"
         time.sleep(0.05)
+
+
+# Every character str.splitlines() splits on, and every other C0, DEL and C1 control.
+BREAKERS = "".join(chr(c) for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029])
+FORGED = "\x85 2026-12-01T00:00:00.000Z INFO history_service.access [forged] GET /admin 200"
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_record_is_one_line_whatever_control_characters_its_fields_hold(log_format: str) -> None:
+    """R8: one record is one line, in every field: logger name, message, arguments and traceback."""
+    try:
+        raise ValueError(f"bad{BREAKERS}{FORGED}")
+    except ValueError as exc:
+        error = exc
+    with captured(log_format) as buffer:
+        logging.getLogger(f"history_service.x{FORGED}").error("m%s%s", BREAKERS, FORGED, exc_info=error)
+    (line,) = buffer.getvalue().splitlines()
+    assert not set(BREAKERS) & set(line)
+    if log_format == "json":
+        record = json.loads(line)
+        assert record["message"] == f"m{BREAKERS}{FORGED}" and record["logger"].endswith(FORGED)
+        assert f"ValueError: bad{BREAKERS}{FORGED}" in record["exception"]
+    else:
+        assert "\\u0085 2026-12-01T00:00:00.000Z INFO history_service.access [forged]" in line
+        assert "\\nTraceback (most recent call last):\\n" in line and "\\u2028\\u2029" in line
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_an_access_line_for_a_path_with_a_c1_control_is_one_line(
+    client: httpx.AsyncClient, log_format: str
+) -> None:
+    """R8: msgspec leaves U+0080-U+009F and U+2028 unescaped, which splitlines() splits on."""
+    with captured(log_format, logging.INFO) as buffer:
+        response = await client.get("/v1/sessions/a%C2%85b%E2%80%A8c/page")
+    assert response.status_code == 422
+    lines = buffer.getvalue().splitlines()
+    assert all(line.startswith("{" if log_format == "json" else "20") for line in lines)
+    (access,) = [line for line in lines if ACCESS_LOGGER in line and "INFO" in line]
+    if log_format == "json":
+        assert json.loads(access)["path"] == "/v1/sessions/a\x85b\u2028c/page"
+    else:
+        assert 'GET "/v1/sessions/a\\u0085b\\u2028c/page" 422' in access
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def store_failure(cause: Exception) -> StoreError:
+    try:
+        raise StoreError("store unavailable") from cause
+    except StoreError as exc:
+        return exc
+
+
+def test_a_repeated_failure_shows_its_traceback_once_a_window_and_counts_the_others() -> None:
+    """R7: the first of a kind with its traceback, then one line each, then a count and the next traceback."""
+    clock = Clock()
+    tracebacks = Tracebacks(window=10, clock=clock)
+    logger = logging.getLogger("history_service.errors")
+    with captured("json", logging.INFO) as buffer:
+        for n in range(5):
+            tracebacks.error(logger, store_failure(OSError("refused")), "failure %d", n)
+        tracebacks.error(logger, store_failure(TimeoutError("slow")), "other kind")
+        clock.now += 9
+        tracebacks.error(logger, store_failure(OSError("refused")), "failure %d", 5)
+        clock.now += 1
+        tracebacks.error(logger, store_failure(OSError("refused")), "failure %d", 6)
+        tracebacks.close()
+    lines = json_lines(buffer)
+    assert [(line["message"], "exception" in line) for line in lines] == [
+        ("failure 0", True),
+        *[(f"failure {n} (traceback logged before)", False) for n in range(1, 5)],
+        ("other kind", True),
+        ("failure 5 (traceback logged before)", False),
+        ("StoreError from OSError repeated 5 times in the 10 s after its traceback", False),
+        ("failure 6", True),
+    ]
+    assert all(line["level"] == "ERROR" for line in lines)
