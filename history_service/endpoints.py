@@ -16,8 +16,9 @@ from starlette.responses import Response
 
 from codec import encode
 from history_service.auth import principal
-from history_service.errors import stream_error
+from history_service.errors import stream_error, tracebacks_of
 from history_service.follow import sse_frame
+from history_service.logs import Tracebacks
 from history_service.readiness import readiness
 from history_service.requests import (
     accepted_coding,
@@ -148,14 +149,16 @@ async def follow(request: Request) -> Response:
     frames = service.follow(info.header.id, hold, after=after, max_messages=max_messages)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return EndedStreamingResponse(
-        _ended_by_error(frames),
+        _ended_by_error(frames, tracebacks_of(request)),
         ended=lambda: service.follower_left(hold),
         media_type="text/event-stream",
         headers=headers,
     )
 
 
-async def _ended_by_error(frames: AsyncGenerator[bytes | memoryview, None]) -> AsyncIterator[bytes | memoryview]:
+async def _ended_by_error(
+    frames: AsyncGenerator[bytes | memoryview, None], tracebacks: Tracebacks
+) -> AsyncIterator[bytes | memoryview]:
     # The status line is sent already: a store failure ends the stream with an error frame the
     # client retries on. Closing ``frames`` here ends its subscription with the response.
     async with aclosing(frames):
@@ -163,4 +166,4 @@ async def _ended_by_error(frames: AsyncGenerator[bytes | memoryview, None]) -> A
             async for chunk in frames:
                 yield chunk
         except StoreError as exc:
-            yield sse_frame("error", stream_error(exc))
+            yield sse_frame("error", stream_error(exc, tracebacks))

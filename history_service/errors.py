@@ -90,6 +90,7 @@ __all__ = [
     "answer_for",
     "error_response",
     "stream_error",
+    "tracebacks_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -313,8 +314,7 @@ async def _answer(request: Request, exc: Exception) -> Response:
     if answer.logged:
         # The app's `Tracebacks` keeps an outage from writing one traceback per request; an app
         # without one (not built by create_app) logs every traceback.
-        tracebacks = getattr(request.state, "tracebacks", None)
-        limited = tracebacks if isinstance(tracebacks, Tracebacks) else Tracebacks(window=0)
+        limited = tracebacks_of(request)
         limited.error(logger, exc, "%s on %s %s: %s", answer.code, request.method, request.url.path, exc)
     if isinstance(exc, StoreError) and (metrics := getattr(request.state, "metrics", None)) is not None:
         metrics.store_error(exc)
@@ -337,11 +337,17 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(_INTERNAL.status, _INTERNAL.code, _INTERNAL.message(exc))
 
 
-def stream_error(exc: Exception) -> bytes:
+def tracebacks_of(request: Request) -> Tracebacks:
+    """The app's `Tracebacks`; for an app that has none (not built by create_app), one that logs every traceback."""
+    tracebacks = getattr(request.state, "tracebacks", None)
+    return tracebacks if isinstance(tracebacks, Tracebacks) else Tracebacks(window=0)
+
+
+def stream_error(exc: Exception, tracebacks: Tracebacks) -> bytes:
     """The data of the ``error`` frame that ends a follow stream ``exc`` broke once its status line was sent."""
     answer = answer_for(type(exc)) or _INTERNAL
     if answer.logged:
-        logger.error("%s while following: %s", answer.code, exc, exc_info=exc)
+        tracebacks.error(logger, exc, "%s while following: %s", answer.code, exc)
     return encode({"code": answer.code})
 
 
