@@ -41,8 +41,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             up to ``inflight_wait`` seconds, then gets 503 ``overloaded`` with ``Retry-After``.
         inflight_wait: seconds a read waits for room in ``inflight_bytes`` before it is refused.
         max_followers: most follow streams open at once; past it a new follow gets 503
-            ``overloaded``. Unset, three quarters of ``limit_concurrency``, so health checks,
-            metrics and other requests always find a connection.
+            ``overloaded``. Unset, three quarters of ``limit_concurrency`` (at most that less
+            two), so health checks, metrics and other requests always find a connection.
         session_cache: most sessions whose state each process keeps while they are idle (owner and
             header; the JSONL store's loaded index; the SQL store's open run); the least recently
             used beyond it are released, and read again when next used.
@@ -128,10 +128,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.max_followers is not None and not 1 <= self.max_followers < self.limit_concurrency:
+        if self.max_followers is not None and not 1 <= self.max_followers <= self.limit_concurrency - 2:
             raise ValueError(
-                f"max_followers must be at least 1 and below limit_concurrency ({self.limit_concurrency}), "
-                f"so other requests still find a connection; got {self.max_followers}"
+                f"max_followers must be at least 1 and at most limit_concurrency - 2 ({self.limit_concurrency - 2}): "
+                f"the server refuses a request once its connections, the asking one included, reach "
+                f"limit_concurrency, so a health check needs two to spare; got {self.max_followers}"
             )
         for name in ("page_cache_bytes", "page_cache_entries", "follow_coalesce_ms", "inflight_wait"):
             if getattr(self, name) < 0:
@@ -146,8 +147,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def follower_cap(self) -> int:
-        """The most follow streams open at once: ``max_followers``, else three quarters of ``limit_concurrency``."""
-        return self.max_followers if self.max_followers is not None else max(1, self.limit_concurrency * 3 // 4)
+        """The most follow streams open at once: ``max_followers``, else three quarters of ``limit_concurrency``.
+
+        Never more than ``limit_concurrency - 2``: uvicorn refuses a request once its
+        connections, the asking one included, reach the limit.
+        """
+        if self.max_followers is not None:
+            return self.max_followers
+        return max(1, min(self.limit_concurrency * 3 // 4, self.limit_concurrency - 2))
 
     def for_workers(self) -> dict[str, str]:
         """The environment that hands these settings, exactly, to worker processes a launcher starts."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import socket
@@ -16,7 +17,7 @@ import pytest
 
 from codec import DeltaData, Event, TextDelta, check_page, decode_page, encode, iter_page_events
 from history_service.settings import Settings
-from testing.servers import serve_in_thread
+from testing.servers import ServerProcess, serve_in_thread
 
 pytestmark = pytest.mark.anyio
 
@@ -180,14 +181,19 @@ async def test_a_stalled_follower_holds_up_no_one_and_still_ends_complete(server
 
 
 def test_follow_streams_past_their_cap_are_refused_and_health_always_answers(tmp_path: Path) -> None:
-    settings = Settings(store_url=f"sqlite:///{tmp_path / 'cap.db'}", limit_concurrency=8, max_followers=2)
-    with serve_in_thread(settings) as running, httpx.Client(base_url=running.url, timeout=30) as client:
+    """The server's own connection limit is 4: two streams and the probes' connection leave one to spare."""
+    env = {"HISTORY_LIMIT_CONCURRENCY": "4", "HISTORY_MAX_FOLLOWERS": "2"}
+    running = ServerProcess(f"sqlite:///{tmp_path / 'cap.db'}", env=env)
+    running.start()
+    with contextlib.ExitStack() as stack, httpx.Client(base_url=running.url, timeout=30) as client:
+        stack.callback(running.stop)
         assert client.post("/v1/sessions", json={"id": "s", "createdAt": 1}).status_code == 201
         with client.stream("GET", "/v1/sessions/s/follow") as one, client.stream("GET", "/v1/sessions/s/follow") as two:
             assert one.status_code == two.status_code == 200
-            refused = client.get("/v1/sessions/s/follow")
-            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
-            assert refused.json()["error"]["code"] == "overloaded"
+            # As a stream: a follow the server wrongly admits must fail here, not hang reading pings.
+            with client.stream("GET", "/v1/sessions/s/follow") as refused:
+                assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+                assert json.loads(refused.read())["error"]["code"] == "overloaded"
             for probe in ("/healthz", "/readyz", "/metrics"):
                 assert client.get(probe).status_code == 200, probe
         # A stream that ended gives its place back.

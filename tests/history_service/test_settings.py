@@ -76,8 +76,11 @@ def test_the_follow_cap_leaves_room_below_the_connection_limit() -> None:
     assert Settings().follower_cap == 3072
     assert Settings(limit_concurrency=100).follower_cap == 75
     assert Settings.from_env({"HISTORY_MAX_FOLLOWERS": "10", "HISTORY_LIMIT_CONCURRENCY": "20"}).follower_cap == 10
-    with pytest.raises(ValueError, match="below limit_concurrency"):
-        Settings(limit_concurrency=100, max_followers=100)
+    assert Settings(limit_concurrency=4).follower_cap == 2
+    for cap in (99, 100, 0):
+        with pytest.raises(ValueError, match="limit_concurrency - 2"):
+            Settings(limit_concurrency=100, max_followers=cap)
+    assert Settings(limit_concurrency=100, max_followers=98).follower_cap == 98
     settings = Settings.from_env({"HISTORY_INFLIGHT_BYTES": "1000", "HISTORY_INFLIGHT_WAIT": "0.5"})
     assert (settings.inflight_bytes, settings.inflight_wait) == (1000, 0.5)
     with pytest.raises(ValueError, match="inflight_bytes"):
