@@ -78,8 +78,8 @@ def create_app(
                 await tasks.start(service.hub.run)
                 # After a burst of large pages, give the memory they used back to the system.
                 fix_mmap_threshold()
-                trimmer, budget = Trimmer(every=settings.inflight_bytes), service.budget
-                tasks.start_soon(trimmer.run, lambda: budget.drained, lambda: budget.held)
+                trimmer, pools = Trimmer(every=settings.inflight_bytes), (service.reading, service.sending)
+                tasks.start_soon(trimmer.run, lambda: sum(p.drained for p in pools), lambda: sum(p.held for p in pools))
                 with stopping.listening(service.hub.close), on_signals(stopping) if shutdown is None else nullcontext():
                     try:
                         with recorded.running():

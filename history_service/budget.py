@@ -11,20 +11,29 @@ the whole budget is still served, alone.
 from __future__ import annotations
 
 from collections import deque
+from typing import Final
 
 import anyio
 
 from history_service.errors import Overloaded
 
-__all__ = ["ByteBudget", "Hold"]
+__all__ = ["SMALL_HOLD", "ByteBudget", "Hold"]
+
+# So many bytes are held without waiting, whatever else is held.
+SMALL_HOLD: Final = 64 * 1024
 
 
 class ByteBudget:
-    """At most ``limit`` bytes held at once; a hold that does not fit waits up to ``wait`` seconds."""
+    """At most ``limit`` bytes held at once; a hold that does not fit waits up to ``wait`` seconds.
 
-    def __init__(self, limit: int, *, wait: float) -> None:
+    A hold of at most ``small`` bytes is always taken at once, and counted: a full budget
+    throttles large reads, never the small pages and resumes of everyone else.
+    """
+
+    def __init__(self, limit: int, *, wait: float, small: int = SMALL_HOLD) -> None:
         self.limit = limit
         self.wait = wait
+        self.small = small
         self.held = 0
         self.drained = 0
         self._waiting: deque[tuple[int, anyio.Event]] = deque()
@@ -35,7 +44,7 @@ class ByteBudget:
     async def hold(self, size: int) -> Hold:
         """A hold of ``size`` bytes, once they fit; `Overloaded` if they do not within ``wait`` seconds."""
         size = min(size, self.limit)
-        if not self._waiting and self._fits(size):
+        if size <= self.small or (not self._waiting and self._fits(size)):
             self.held += size
             return Hold(self, size)
         ready = anyio.Event()

@@ -145,12 +145,12 @@ async def follow(request: Request) -> Response:
     who = principal(request, service.settings)
     after, max_messages = follow_params(request)
     info = await service.readable(who, *address(request))
-    hold = await service.admit_follower(info.header.id, snapshot=after is None)
-    frames = service.follow(info.header.id, hold, after=after, max_messages=max_messages)
+    holds = await service.admit_follower(info.header.id, snapshot=after is None)
+    frames = service.follow(info.header.id, holds, after=after, max_messages=max_messages)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return EndedStreamingResponse(
         _ended_by_error(frames, tracebacks_of(request)),
-        ended=lambda: service.follower_left(hold),
+        ended=lambda: service.follower_left(holds),
         media_type="text/event-stream",
         headers=headers,
     )

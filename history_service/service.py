@@ -78,9 +78,13 @@ class HistoryService:
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
         self.pages = PageReader(store, self.cache, metrics=self.metrics)
-        self.budget = ByteBudget(settings.inflight_bytes, wait=settings.inflight_wait)
+        # Bytes being read and spliced, and bytes of bodies being sent, each bounded by the budget: a reader that
+        # does not read fills only the second, so it throttles other large bodies, never reads or small pages.
+        self.reading = ByteBudget(settings.inflight_bytes, wait=settings.inflight_wait)
+        self.sending = ByteBudget(settings.inflight_bytes, wait=settings.inflight_wait)
         self.followers = 0
-        self._snapshot_sizes: Lru[str, int] = Lru(settings.session_cache)
+        # What each session's last page or snapshot held: the next one's estimate on the budget.
+        self._read_sizes: Lru[str, int] = Lru(settings.session_cache)
         self._append_locks = KeyedLocks()
         # Owner and header never change once a session exists, so appends need not ask the store.
         self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
@@ -157,7 +161,7 @@ class HistoryService:
         Access is decided on the session's owner and header, which never change and are
         kept once read, before any record is read; an immutable page (explicit ``through``)
         then comes from the cache when it is there. A page that was read carries its hold on
-        the budget of bytes in flight, which the caller releases once the page is sent.
+        the budget of bodies being sent, which the caller releases once the page is sent.
         """
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
@@ -173,50 +177,73 @@ class HistoryService:
             cached = await self.pages.cached(target, query, coding)
             if cached is not None:
                 return cached
-        # The read may cost its byte target beyond its newest message; what it really holds is known once it is read.
-        hold = await self.budget.hold(min(query.max_bytes, self.budget.limit // 4))
+        # The read may cost its byte target beyond its newest message, or what this session's last read cost;
+        # what it really holds is known once it is read.
+        reading = await self.reading.hold(self._estimate(target, query.max_bytes, self.reading.limit // 4))
         try:
             read = await self.pages.read(target, query)
-            hold.resize(sum(len(record.line) for record in read.stored))
+            size = sum(len(record.line) for record in read.stored)
+            reading.resize(size)
+            self._read_sizes.put(target, size)
             head = read.info.head_seq
             if query.through is not None and query.through > head:
                 raise ThroughBeyondHead(query.through, head)
             served = await self.pages.serve(read, query, coding)
-            hold.resize(served.body.size)
-        except BaseException:
-            hold.release()
-            raise
-        return served._replace(hold=hold)
+            return served._replace(hold=await self._sending(served.body.size))
+        finally:
+            reading.release()
 
-    async def admit_follower(self, session_id: str, *, snapshot: bool) -> Hold:
-        """A place for a new follow stream, and its snapshot's hold on the budget; `Overloaded` when there is none.
+    async def _sending(self, size: int) -> Hold:
+        """A hold of ``size`` bytes on the budget of bodies being sent: they are in memory already, so it may grow."""
+        hold = await self.sending.hold(size)
+        hold.resize(size)
+        return hold
 
-        The hold starts at the size of the session's last snapshot, when this process made
-        one, else at the byte target; a resumed stream has no snapshot and holds nothing.
-        The caller gives it back with `follower_left` once the stream ends (`follow` releases
-        the snapshot's bytes as soon as they are sent).
+    async def admit_follower(self, session_id: str, *, snapshot: bool) -> tuple[Hold, Hold]:
+        """A place for a new follow stream, and its snapshot's holds; `Overloaded` when there is none.
+
+        The snapshot holds its estimate both to be read and to be sent, so a stream that could
+        not send it is refused with a 503 before it opens. The estimate is what the session's
+        last page or snapshot held, when this process made one, else the byte target; a
+        resumed stream has no snapshot and holds nothing. The caller gives both back with
+        `follower_left` once the stream ends (`follow` releases them as soon as the snapshot
+        is read, and sent).
         """
         if self.followers >= self.settings.follower_cap:
             raise Overloaded(f"{self.followers} follow streams are open, the most this server keeps")
-        estimate = self._snapshot_sizes.get(session_id) if snapshot else 0
-        if estimate is None:
-            estimate = min(self.settings.default_max_bytes, self.budget.limit // 2)
-        hold = await self.budget.hold(estimate)
+        # Counted before the wait for the budget, so streams waiting meanwhile cannot pass the cap.
         self.followers += 1
-        return hold
+        reading: Hold | None = None
+        try:
+            estimate = self._estimate(session_id, self.settings.default_max_bytes, self.reading.limit // 2)
+            reading = await self.reading.hold(estimate if snapshot else 0)
+            return reading, await self.sending.hold(estimate if snapshot else 0)
+        except BaseException:
+            if reading is not None:
+                reading.release()
+            self.followers -= 1
+            raise
 
-    def follower_left(self, hold: Hold) -> None:
-        hold.release()
+    def _estimate(self, session_id: str, max_bytes: int, limit: int) -> int:
+        """What a read of the session may hold: its byte target, or less when its last read held less."""
+        last = self._read_sizes.get(session_id)
+        return min(max_bytes, limit) if last is None else min(max_bytes, limit, last)
+
+    def follower_left(self, holds: tuple[Hold, Hold]) -> None:
+        for hold in holds:
+            hold.release()
         self.followers -= 1
 
     async def follow(
-        self, session_id: str, hold: Hold, *, after: int | None, max_messages: int
+        self, session_id: str, holds: tuple[Hold, Hold], *, after: int | None, max_messages: int
     ) -> AsyncGenerator[bytes | memoryview, None]:
         """The follow stream of a session the caller may read: opening frames, then events, until shutdown.
 
-        The snapshot's bytes stay on ``hold`` until the server has taken its last piece; a
-        reader that does not read keeps them, and so keeps them counted.
+        ``holds`` are the snapshot's, to be read and to be sent (`admit_follower`): the first
+        is given back once the snapshot is read, the second once the server has taken its
+        last piece. A reader that does not read keeps the second, and so keeps it counted.
         """
+        reading, sending = holds
 
         async def snapshot(info: SessionInfo) -> bytes:
             # The tail page at through = cursor, with the header and cursor in front of its own fields.
@@ -224,8 +251,9 @@ class HistoryService:
                 through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
             )
             body = snapshot_body(info.header, info.head_seq, (await self.pages.page(info, query)).body.join())
-            hold.resize(len(body))
-            self._snapshot_sizes.put(session_id, len(body))
+            self._read_sizes.put(session_id, len(body))
+            sending.resize(len(body))
+            reading.release()
             return body
 
         try:
@@ -242,7 +270,8 @@ class HistoryService:
                     view = memoryview(chunk)
                     for at in range(0, len(view), SEND_SIZE):
                         yield view[at : at + SEND_SIZE]
-                    hold.release()
+                    reading.release()
+                    sending.release()
         except StoreError as exc:
             self.metrics.store_error(exc)
             raise

@@ -16,7 +16,7 @@ import anyio
 import psycopg
 
 from persistence.errors import StoreError
-from persistence.pg_timeouts import Watchdog, connect_options
+from persistence.pg_timeouts import Deadline, Watchdog, connect_options
 
 __all__ = ["AsyncReaders"]
 
@@ -47,34 +47,32 @@ class AsyncReaders:
             self._slots = anyio.Semaphore(self._size)
         async with self._slots:
             connection = self._free.pop() if self._free else None
-            expired = False
+            deadline: Deadline | None = None
             try:
                 if connection is None:
                     connection = await psycopg.AsyncConnection.connect(
                         self._conninfo, autocommit=True, **connect_options(self._watchdog.timeout)
                     )
+                # Whether the watchdog cut it is read once the bound has ended: until then it still may.
                 with self._watchdog.bound(connection) as deadline:
-                    try:
-                        yield connection.cursor()
-                    finally:
-                        expired = deadline.expired
+                    yield connection.cursor()
             except psycopg.Error as exc:
                 if connection is not None:
                     await connection.close()
-                if expired:
+                if deadline is not None and deadline.expired:
                     raise StoreError(f"store unavailable: no answer within {self._watchdog.timeout:g} s") from exc
                 raise StoreError(f"store unavailable: {exc}") from exc
             except Exception:
                 # The store's own refusal (an unknown session, a corrupt header): the connection is sound unless cut.
                 if connection is not None:
-                    await self._release(connection, expired)
+                    await self._release(connection, deadline is not None and deadline.expired)
                 raise
             except BaseException:
                 # Cancelled mid-statement: the connection's state is unknown.
                 if connection is not None:
                     await connection.close()
                 raise
-            await self._release(connection, expired)
+            await self._release(connection, deadline is not None and deadline.expired)
 
     async def _release(self, connection: psycopg.AsyncConnection[tuple[object, ...]], cut: bool) -> None:
         if cut:

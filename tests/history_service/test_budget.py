@@ -14,6 +14,9 @@ import pytest
 
 from history_service.budget import ByteBudget
 from history_service.errors import Overloaded
+from history_service.service import HistoryService
+from history_service.settings import Settings
+from persistence import MemoryStore
 from testing.hostile import make_wide_session, open_stalled_follow, rss
 from testing.servers import ServerProcess
 from testing.stores import backend_url
@@ -24,7 +27,7 @@ JSON = {"Content-Type": "application/json"}
 
 
 async def test_holds_that_fit_are_taken_at_once() -> None:
-    budget = ByteBudget(100, wait=0.01)
+    budget = ByteBudget(100, wait=0.01, small=0)
     first, second = await budget.hold(60), await budget.hold(40)
     assert budget.held == 100
     first.resize(10)
@@ -36,7 +39,7 @@ async def test_holds_that_fit_are_taken_at_once() -> None:
 
 
 async def test_a_hold_that_does_not_fit_waits_then_is_refused() -> None:
-    budget = ByteBudget(100, wait=0.05)
+    budget = ByteBudget(100, wait=0.05, small=0)
     held = await budget.hold(80)
     with pytest.raises(Overloaded):
         await budget.hold(30)
@@ -46,7 +49,7 @@ async def test_a_hold_that_does_not_fit_waits_then_is_refused() -> None:
 
 
 async def test_waiting_holds_are_admitted_in_arrival_order_as_room_comes_back() -> None:
-    budget = ByteBudget(100, wait=30)
+    budget = ByteBudget(100, wait=30, small=0)
     first = await budget.hold(90)
     admitted: list[str] = []
 
@@ -68,7 +71,7 @@ async def test_waiting_holds_are_admitted_in_arrival_order_as_room_comes_back() 
 
 
 async def test_an_idle_budget_admits_one_hold_larger_than_itself() -> None:
-    budget = ByteBudget(100, wait=0.01)
+    budget = ByteBudget(100, wait=0.01, small=0)
     hold = await budget.hold(10_000)
     assert budget.held == 100
     hold.resize(5_000)
@@ -79,8 +82,45 @@ async def test_an_idle_budget_admits_one_hold_larger_than_itself() -> None:
     assert budget.held == 0
 
 
+async def test_a_small_hold_is_taken_at_once_however_full_the_budget() -> None:
+    budget = ByteBudget(100_000, wait=0.01, small=1000)
+    large = await budget.hold(100_000)
+    large.resize(150_000)
+    assert (await budget.hold(0)).size == 0
+    small = await budget.hold(1000)
+    assert budget.held == 151_000
+    with pytest.raises(Overloaded):
+        await budget.hold(1001)
+    small.release()
+    large.release()
+    assert budget.held == 0
+
+
+async def test_followers_waiting_for_the_budget_cannot_pass_the_cap() -> None:
+    settings = Settings(limit_concurrency=10, max_followers=2, inflight_bytes=1_000_000, inflight_wait=30)
+    service = HistoryService(settings, MemoryStore())
+    page = await service.reading.hold(1_000_000)
+    admitted: list[object] = []
+    refused: list[str] = []
+
+    async def follow() -> None:
+        try:
+            admitted.append(await service.admit_follower("s", snapshot=True))
+        except Overloaded as exc:
+            refused.append(str(exc))
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(5):
+            tasks.start_soon(follow)
+        await anyio.wait_all_tasks_blocked()
+        # Two wait for room; the other three are refused at once, though nothing is open yet.
+        assert (len(admitted), len(refused), service.followers) == (0, 3, 2)
+        page.release()
+    assert (len(admitted), service.followers) == (2, 2)
+
+
 async def test_a_cancelled_waiter_leaves_nothing_held() -> None:
-    budget = ByteBudget(100, wait=30)
+    budget = ByteBudget(100, wait=30, small=0)
     first = await budget.hold(100)
     with anyio.move_on_after(0.05):
         await budget.hold(50)
@@ -165,7 +205,11 @@ def test_stalled_followers_hold_no_more_than_the_budget(tmp_path: Path) -> None:
             grown = rss(server.process.pid) - before
             assert client.get("/healthz").status_code == 200
             assert client.get("/metrics").status_code == 200
+            # Readers of other sessions are not locked out: pages are read apart from bodies waiting to be sent,
+            # and a small body always finds room. A follow of a session this process has read holds what it held.
+            assert client.get("/v1/sessions/small/page").status_code == 200
             small = open_stalled_follow(server.port, "/v1/sessions/small/follow")
+            assert small[1] == 200
             for sock, _, _ in [*opened, small]:
                 sock.close()
             # Once the stalled readers are gone, their bytes come back: a new follow of the big session opens.

@@ -353,10 +353,16 @@ def test_serve_applies_connection_limits_from_history_variables(tmp_path: Path) 
             assert httpx.post(f"{base}/v1/sessions", json={"id": "s", "createdAt": 0}).status_code == 201
             with contextlib.ExitStack() as streams:
                 # uvicorn counts the connection asking too: with a limit of 3, two others may be open.
-                for _ in range(2):
-                    client = streams.enter_context(httpx.Client(base_url=base, timeout=30))
-                    response = streams.enter_context(client.stream("GET", "/v1/sessions/s/follow"))
-                    assert response.status_code == 200
+                # The follow cap (at most the limit less two) admits one stream and refuses the next.
+                client = streams.enter_context(httpx.Client(base_url=base, timeout=30))
+                response = streams.enter_context(client.stream("GET", "/v1/sessions/s/follow"))
+                assert response.status_code == 200
+                other = streams.enter_context(httpx.Client(base_url=base, timeout=30))
+                refused = streams.enter_context(other.stream("GET", "/v1/sessions/s/follow"))
+                assert refused.status_code == 503 and json.loads(refused.read())["error"]["code"] == "overloaded"
+                # A second connection that never finishes its request head fills the limit.
+                trickle = streams.enter_context(socket.create_connection(("127.0.0.1", port), timeout=30))
+                trickle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
                 assert httpx.get(f"{base}/healthz", timeout=30).status_code == 503
             process.send_signal(signal.SIGINT)
             assert process.wait(60) == 0
