@@ -145,7 +145,7 @@ async def follow(request: Request) -> Response:
     who = principal(request, service.settings)
     after, max_messages = follow_params(request)
     info = await service.readable(who, *address(request))
-    holds = await service.admit_follower(info.header.id, snapshot=after is None)
+    holds = await service.admit_follower(info.header.id, snapshot=after is None, max_messages=max_messages)
     frames = service.follow(info.header.id, holds, after=after, max_messages=max_messages)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return EndedStreamingResponse(

@@ -84,7 +84,8 @@ class HistoryService:
         self.sending = ByteBudget(settings.inflight_bytes, wait=settings.inflight_wait)
         self.followers = 0
         # What each session's last page or snapshot held: the next one's estimate on the budget.
-        self._read_sizes: Lru[str, int] = Lru(settings.session_cache)
+        # Keyed by the read's shape: a page of one message says nothing of a snapshot of a thousand.
+        self._read_sizes: Lru[tuple[object, ...], int] = Lru(settings.session_cache)
         self._append_locks = KeyedLocks()
         # Owner and header never change once a session exists, so appends need not ask the store.
         self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
@@ -179,12 +180,13 @@ class HistoryService:
                 return cached
         # The read may cost its byte target beyond its newest message, or what this session's last read cost;
         # what it really holds is known once it is read.
-        reading = await self.reading.hold(self._estimate(target, query.max_bytes, self.reading.limit // 4))
+        shape = (target, query.max_messages, query.max_bytes, query.raw)
+        reading = await self.reading.hold(self._estimate(shape, query.max_bytes, self.reading.limit // 4))
         try:
             read = await self.pages.read(target, query)
             size = sum(len(record.line) for record in read.stored)
             reading.resize(size)
-            self._read_sizes.put(target, size)
+            self._read_sizes.put(shape, size)
             head = read.info.head_seq
             if query.through is not None and query.through > head:
                 raise ThroughBeyondHead(query.through, head)
@@ -199,12 +201,12 @@ class HistoryService:
         hold.resize(size)
         return hold
 
-    async def admit_follower(self, session_id: str, *, snapshot: bool) -> tuple[Hold, Hold]:
+    async def admit_follower(self, session_id: str, *, snapshot: bool, max_messages: int) -> tuple[Hold, Hold]:
         """A place for a new follow stream, and its snapshot's holds; `Overloaded` when there is none.
 
         The snapshot holds its estimate both to be read and to be sent, so a stream that could
         not send it is refused with a 503 before it opens. The estimate is what the session's
-        last page or snapshot held, when this process made one, else the byte target; a
+        last snapshot of that size held, when this process made one, else the byte target; a
         resumed stream has no snapshot and holds nothing. The caller gives both back with
         `follower_left` once the stream ends (`follow` releases them as soon as the snapshot
         is read, and sent).
@@ -215,7 +217,8 @@ class HistoryService:
         self.followers += 1
         reading: Hold | None = None
         try:
-            estimate = self._estimate(session_id, self.settings.default_max_bytes, self.reading.limit // 2)
+            shape = (session_id, "snapshot", max_messages)
+            estimate = self._estimate(shape, self.settings.default_max_bytes, self.reading.limit // 2)
             reading = await self.reading.hold(estimate if snapshot else 0)
             return reading, await self.sending.hold(estimate if snapshot else 0)
         except BaseException:
@@ -224,9 +227,9 @@ class HistoryService:
             self.followers -= 1
             raise
 
-    def _estimate(self, session_id: str, max_bytes: int, limit: int) -> int:
-        """What a read of the session may hold: its byte target, or less when its last read held less."""
-        last = self._read_sizes.get(session_id)
+    def _estimate(self, shape: tuple[object, ...], max_bytes: int, limit: int) -> int:
+        """What a read may hold: its byte target, or less when this process's last read of its shape held less."""
+        last = self._read_sizes.get(shape)
         return min(max_bytes, limit) if last is None else min(max_bytes, limit, last)
 
     def follower_left(self, holds: tuple[Hold, Hold]) -> None:
@@ -251,7 +254,7 @@ class HistoryService:
                 through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
             )
             body = snapshot_body(info.header, info.head_seq, (await self.pages.page(info, query)).body.join())
-            self._read_sizes.put(session_id, len(body))
+            self._read_sizes.put((session_id, "snapshot", max_messages), len(body))
             sending.resize(len(body))
             reading.release()
             return body

@@ -105,7 +105,7 @@ async def test_followers_waiting_for_the_budget_cannot_pass_the_cap() -> None:
 
     async def follow() -> None:
         try:
-            admitted.append(await service.admit_follower("s", snapshot=True))
+            admitted.append(await service.admit_follower("s", snapshot=True, max_messages=50))
         except Overloaded as exc:
             refused.append(str(exc))
 
@@ -198,6 +198,9 @@ def test_stalled_followers_hold_no_more_than_the_budget(tmp_path: Path) -> None:
         with httpx.Client(base_url=server.url, timeout=60) as client:
             make_wide_session(client, "big", messages=200, texts=100, size=1000)
             assert client.post("/v1/sessions", json={"id": "small", "createdAt": 1}).status_code == 201
+            small_before = open_stalled_follow(server.port, "/v1/sessions/small/follow")
+            # Pages of the big session before its followers: their size must not stand for a snapshot's.
+            assert client.get("/v1/sessions/big/page", params={"maxMessages": 1000, "maxBytes": 1}).status_code == 200
             before = rss(server.process.pid)
             opened = [open_stalled_follow(server.port, "/v1/sessions/big/follow?maxMessages=1000") for _ in range(30)]
             statuses = [status for _, status, _ in opened]
@@ -206,8 +209,10 @@ def test_stalled_followers_hold_no_more_than_the_budget(tmp_path: Path) -> None:
             assert client.get("/healthz").status_code == 200
             assert client.get("/metrics").status_code == 200
             # Readers of other sessions are not locked out: pages are read apart from bodies waiting to be sent,
-            # and a small body always finds room. A follow of a session this process has read holds what it held.
+            # and a small body always finds room. A follow whose last snapshot was small holds what it held.
             assert client.get("/v1/sessions/small/page").status_code == 200
+            assert small_before[1] == 200
+            small_before[0].close()
             small = open_stalled_follow(server.port, "/v1/sessions/small/follow")
             assert small[1] == 200
             for sock, _, _ in [*opened, small]:
