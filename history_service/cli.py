@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from codec import CodecError, SessionHeader, check_session_id, distribution_version, encode, read_session_log
+from codec import CodecError, check_session_id, distribution_version, encode, read_session_log
+from history_service.demo import DEMO_SESSION, demo_sessions
 from history_service.settings import DEFAULT_STORE, Settings, read_token_file
 
 try:
@@ -29,7 +30,6 @@ try:
 
     from history_service.metrics import Metrics, PrometheusMetrics, metrics_for, multiprocess_registry
     from history_service.pages import PageQuery, PageReader
-    from history_service.scenarios import TIME_ZERO, multi_turn
     from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store, subagent_parent
     from persistence.url import describe_url
 except ModuleNotFoundError as missing:  # a client-only install: say what to install, not a traceback
@@ -41,7 +41,6 @@ __all__ = ["main"]
 
 IMPORT_BATCH: Final = 8192
 EXPORT_WINDOW: Final = 10_000
-DEMO_SESSION: Final = "demo"
 PROG: Final = "history-service"
 # Stores that tell every process of the others' appends (their HeadListener), so several workers may share one.
 _SHARED_STORES: Final = frozenset({"postgresql", "postgres", "postgresql+psycopg"})
@@ -425,10 +424,11 @@ async def _prepare(settings: Settings, demo: bool) -> int | None:
             return (await store.get_session(DEMO_SESSION)).head_seq + 1
         except StoreError:
             pass
-        events = multi_turn(seed=1, turns=8)
-        await store.create_session(SessionHeader(id=DEMO_SESSION, createdAt=TIME_ZERO))
-        await store.append(DEMO_SESSION, events)
-        return len(events)
+        sessions = demo_sessions()
+        for header, events in sessions:
+            await store.create_session(header)
+            await store.append(header.id, events)
+        return len(sessions[0][1])
     finally:
         await store.close()
 
