@@ -463,10 +463,14 @@ def document(
         "license": {"name": "MIT", "identifier": "MIT"},
     }
     components: dict[str, Any] = {"schemas": _schemas()}
-    doc: dict[str, Any] = {"openapi": "3.1.0", "info": info, "tags": _TAGS}
+    # The server that serves the document, wherever a gateway mounts it.
+    doc: dict[str, Any] = {"openapi": "3.1.0", "info": info, "servers": [{"url": "/"}], "tags": _TAGS}
     if auth == "token":
         components["securitySchemes"] = _SECURITY_SCHEMES
         doc["security"] = [{"serviceToken": [], "principal": []}]
+    else:
+        # Said outright, so no reader (or linter) takes a missing requirement for a forgotten one.
+        doc["security"] = []
     paths = _Builder(auth=auth, default_max_bytes=default_max_bytes).paths(metrics=metrics)
     # A tree of its own: the constants it is built from stay as they are, whatever the caller does with it.
     return copy.deepcopy({**doc, "paths": paths, "components": components})
