@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from codec import CodecError, check_session_id, distribution_version, encode, read_session_log
+from codec import CodecError, check_session_id, distribution_version, encode
 from history_service.demo import DEMO_SESSION, demo_sessions
 from history_service.settings import DEFAULT_STORE, Settings, read_token_file
 
@@ -28,9 +28,10 @@ try:
     import anyio
     from prometheus_client import start_wsgi_server
 
+    from history_service.importer import ImportOptions, find_logs, import_logs
     from history_service.metrics import Metrics, PrometheusMetrics, metrics_for, multiprocess_registry
     from history_service.pages import PageQuery, PageReader
-    from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store, subagent_parent
+    from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store
     from persistence.url import describe_url
 except ModuleNotFoundError as missing:  # a client-only install: say what to install, not a traceback
     _MISSING: ModuleNotFoundError | None = missing
@@ -39,7 +40,6 @@ else:
 
 __all__ = ["main"]
 
-IMPORT_BATCH: Final = 8192
 EXPORT_WINDOW: Final = 10_000
 PROG: Final = "history-service"
 # Stores that tell every process of the others' appends (their HeadListener), so several workers may share one.
@@ -158,15 +158,30 @@ def _parser() -> argparse.ArgumentParser:
         "import",
         help="import session logs (deepseek-harness format, or an export)",
         description=(
-            "Import session logs into the store, creating the store if it does not exist. PATH is a session.jsonl "
-            "file, or a directory holding session.jsonl and its subagent children session.N.jsonl (imported in "
-            "that order), as `export --with-children` writes. Lines that omit seq/time get them rebuilt."
+            "Import session logs into the store, creating the store if it does not exist. PATH is a log file, or a "
+            "folder walked recursively: each folder's session.jsonl is imported, then its subagent children "
+            "session.N.jsonl in N order, as `export --with-children` writes. Lines that omit seq/time get them "
+            "rebuilt. Each log is imported whole or not at all; a failed log does not stop the others, and the "
+            "summary at the end names every log skipped or failed and why (exit 1 if any failed)."
         ),
     )
-    importer.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="a log file or a directory of logs")
+    importer.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="a log file or a folder of logs")
     importer.add_argument("--store", help=STORE_HELP)
     importer.add_argument(
         "--owner", default=DEFAULT_OWNER, help="principal that owns the imported sessions (default: %(default)s)"
+    )
+    importer.add_argument("--id", metavar="NEW", help="import the one log given under this session id")
+    importer.add_argument(
+        "--rename-templated",
+        action="store_true",
+        help=(
+            "give a log whose id is a placeholder such as {{sessionId}}, not a session id, or shared by another log "
+            "of this import an id named for its folder (FOLDER, or FOLDER.N for session.N.jsonl), the same on "
+            "every run; its children's parentSession follows"
+        ),
+    )
+    importer.add_argument(
+        "--skip-existing", action="store_true", help="skip a log whose session id is already in the store"
     )
 
     exporter = commands.add_parser(
@@ -244,63 +259,31 @@ def _settings(args: argparse.Namespace) -> Settings:
 # Import.
 
 
-def _logs(paths: Sequence[Path]) -> list[Path]:
-    logs: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            parent = path / "session.jsonl"
-            children = sorted(
-                (p for p in path.glob("session.*.jsonl") if p.name.split(".")[1].isdigit()),
-                key=lambda p: int(p.name.split(".")[1]),
-            )
-            if not parent.exists() and not children:
-                raise CommandError(f"{path} holds no session.jsonl")
-            logs.extend(([parent] if parent.exists() else []) + children)
-        elif path.exists():
-            logs.append(path)
-        else:
-            raise CommandError(f"{path}: no such file or directory")
+def _logs(args: argparse.Namespace) -> list[Path]:
+    try:
+        logs = find_logs(args.paths)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+    if args.id is not None:
+        try:
+            check_session_id(args.id, where="--id")
+        except CodecError as exc:
+            raise CommandError(str(exc)) from exc
+        if len(logs) != 1:
+            raise CommandError(f"--id names one log, and {len(logs)} were given: {', '.join(map(str, logs[:3]))}...")
     return logs
 
 
-async def _import(store: HistoryStore, logs: Sequence[Path], owner: str, out: TextIO, err: TextIO) -> None:
-    for path in logs:
-        try:
-            log = read_session_log(path.read_bytes())
-            check_session_id(log.header.id, where="the header's id")
-            if isinstance(log.header.parentSession, str):
-                check_session_id(log.header.parentSession, where="the header's parentSession")
-        except CodecError as exc:
-            raise CommandError(f"{path}: {exc}{_hint(path)}") from exc
-        parent = subagent_parent(log.header)
-        if parent is not None:
-            # Recorded logs may hold a child without its parent; say what that means rather than refuse it.
-            try:
-                found = await store.get_session(parent)
-            except StoreError:
-                found = None
-            if found is None or found.owner != owner:
-                print(
-                    f"{PROG}: warning: {path}: the parent {parent!r} of subagent {log.header.id!r} is not in the "
-                    f"store for {owner!r}; the child is read through its parent, so import the parent too",
-                    file=err,
-                )
-        await store.create_session(log.header, owner=owner)
-        for start in range(0, len(log.events), IMPORT_BATCH):
-            await store.append(log.header.id, log.events[start : start + IMPORT_BATCH])
-        count = len(log.events)
-        print(f"imported {log.header.id} ({count} event{'' if count == 1 else 's'}) from {path}", file=out)
-
-
-def _hint(path: Path) -> str:
-    with open(path, "rb") as log:
-        first = log.readline()
-    if first.startswith(b"{") and b'"type":"session"' not in first.replace(b" ", b""):
-        return (
-            " (a log starts with its session header line; history-client export writes events only, "
-            "history-service export writes a log that import reads back)"
-        )
-    return ""
+async def _import(
+    store: HistoryStore, logs: Sequence[Path], args: argparse.Namespace, out: TextIO, err: TextIO
+) -> None:
+    options = ImportOptions(
+        owner=args.owner, new_id=args.id, rename=args.rename_templated, skip_existing=args.skip_existing
+    )
+    outcomes = await import_logs(store, logs, options, out, err)
+    failed = sum(outcome.status == "failed" for outcome in outcomes)
+    if failed:
+        raise CommandError(f"{failed} of {len(outcomes)} log{'' if len(outcomes) == 1 else 's'} not imported")
 
 
 # Export.
@@ -396,11 +379,11 @@ async def _page(store: HistoryStore, args: argparse.Namespace, settings: Setting
 
 async def _run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
     # The inputs are found before the store is opened, so a typo creates no empty store.
-    logs = _logs(args.paths) if args.command == "import" else []
+    logs = _logs(args) if args.command == "import" else []
     store = await open_store(settings.store_url, create=args.command == "import", timeout=settings.store_timeout)
     try:
         if args.command == "import":
-            await _import(store, logs, args.owner, out, err)
+            await _import(store, logs, args, out, err)
         elif args.command == "export":
             await _export(store, args, out, err)
         elif args.command == "list":

@@ -1,0 +1,243 @@
+"""history-service import: naming, skipping, recursion, whole-or-nothing, the summary, and the whole corpus."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from codec import Event, SessionHeader, encode, read_header, read_session_log
+from history_client import AsyncHistoryClient
+from history_service.app import create_app
+from history_service.cli import main
+from history_service.scenarios import multi_turn
+from history_service.settings import Settings
+from persistence import HistoryStore, StoreError, open_store
+from testing.asgi import serving
+from testing.corpus import CORPUS_ENV, corpus_dir
+
+_IMPORTED = re.compile(r"imported (\S+) \(.*\) from (.+)")
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+def write_log(path: Path, header: SessionHeader, events: list[Event]) -> list[Event]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(encode(item) + b"\n" for item in [header, *events]))
+    return events
+
+
+def header(session_id: str, **fields: Any) -> SessionHeader:
+    return SessionHeader(id=session_id, createdAt=1000, **fields)
+
+
+def child_header(session_id: str, parent: str) -> SessionHeader:
+    return header(session_id, parentSession=parent, origin="subagent", delegationDepth=1)
+
+
+def imported_ids(out: str) -> dict[Path, str]:
+    return {Path(m[2]): m[1] for line in out.splitlines() if (m := _IMPORTED.fullmatch(line))}
+
+
+async def stored(url: str, session_id: str) -> tuple[SessionHeader, list[Event]]:
+    store = await open_store(url)
+    try:
+        info = await store.get_session(session_id)
+        return info.header, await store.read_events(session_id, 0, info.head_seq + 1)
+    finally:
+        await store.close()
+
+
+async def child_ids(url: str, parent: str) -> list[str]:
+    store = await open_store(url)
+    try:
+        return [h.id for h in await store.children(parent)]
+    finally:
+        await store.close()
+
+
+def templated_tree(root: Path) -> dict[str, list[Event]]:
+    """Two trees with the placeholder id (one with a child), and two logs sharing one id, one folder deeper."""
+    return {
+        "a": write_log(root / "a" / "session.jsonl", header("{{sessionId}}"), multi_turn(seed=1, turns=2)),
+        "a.1": write_log(
+            root / "a" / "session.1.jsonl", child_header("{{childId}}", "{{sessionId}}"), multi_turn(seed=2, turns=1)
+        ),
+        "b": write_log(root / "b" / "session.jsonl", header("{{sessionId}}"), multi_turn(seed=3, turns=1)),
+        "c": write_log(root / "deep" / "c" / "session.jsonl", header("dup"), multi_turn(seed=4, turns=1)),
+        "d": write_log(root / "deep" / "d" / "session.jsonl", header("dup"), multi_turn(seed=5, turns=1)),
+        "unique-id": write_log(root / "e" / "session.jsonl", header("unique-id"), multi_turn(seed=6, turns=1)),
+    }
+
+
+def test_rename_templated_names_each_log_for_its_folder_the_same_on_every_run(tmp_path: Path) -> None:
+    expected = templated_tree(tmp_path / "logs")
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    status, out, err = run("import", "--store", url, "--rename-templated", str(tmp_path / "logs"))
+    assert status == 0, err
+    assert sorted(imported_ids(out).values()) == sorted(expected)
+    assert "import: 6 imported, 0 skipped, 0 failed" in out
+    for session_id, events in expected.items():
+        got_header, got_events = anyio.run(stored, url, session_id)
+        assert got_events == events, session_id
+    child, _ = anyio.run(stored, url, "a.1")
+    assert child.parentSession == "a", "a child follows its parent's new id"
+    assert anyio.run(child_ids, url, "a") == ["a.1"]
+
+    status, out, err = run("import", "--store", url, "--rename-templated", "--skip-existing", str(tmp_path / "logs"))
+    assert status == 0, err
+    assert "import: 0 imported, 6 skipped, 0 failed" in out
+    assert sorted(re.findall(r"^skipped (\S+) from", out, re.M)) == sorted(expected), "the same ids again"
+
+
+def test_without_renaming_a_clash_fails_that_log_only_and_the_summary_says_why(tmp_path: Path) -> None:
+    templated_tree(tmp_path / "logs")
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    status, out, err = run("import", "--store", url, str(tmp_path / "logs"))
+    assert status == 1
+    assert "import: 4 imported, 0 skipped, 2 failed" in out
+    assert f"  failed {tmp_path / 'logs' / 'b' / 'session.jsonl'}: session '{{{{sessionId}}}}' already exists" in out
+    assert "--rename-templated names it for its folder" in out
+    assert f"  failed {tmp_path / 'logs' / 'deep' / 'd' / 'session.jsonl'}: session 'dup' already exists" in out
+    assert err.splitlines()[-1] == "history-service: error: 2 of 6 logs not imported"
+    assert anyio.run(stored, url, "unique-id")[1], "logs after the failure are imported"
+
+
+def test_id_imports_one_log_under_a_new_id(tmp_path: Path) -> None:
+    events = write_log(tmp_path / "one" / "session.jsonl", header("{{sessionId}}"), multi_turn(seed=7, turns=1))
+    write_log(tmp_path / "two" / "session.jsonl", header("{{sessionId}}"), multi_turn(seed=8, turns=1))
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert run("import", "--store", url, "--id", "first", str(tmp_path / "one" / "session.jsonl"))[0] == 0
+    assert run("import", "--store", url, "--id", "second", str(tmp_path / "two"))[0] == 0
+    got_header, got_events = anyio.run(stored, url, "first")
+    assert got_header == header("first") and got_events == events
+    status, _, err = run("import", "--store", url, "--id", "x", str(tmp_path))
+    assert status == 1 and "--id names one log, and 2 were given" in err
+    status, _, err = run("import", "--store", url, "--id", "../x", str(tmp_path / "one"))
+    assert status == 1 and "--id '../x' is not a session id" in err
+
+
+def test_skip_existing_skips_a_taken_id_and_imports_the_rest(tmp_path: Path) -> None:
+    write_log(tmp_path / "logs" / "a" / "session.jsonl", header("a"), multi_turn(seed=1, turns=1))
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert run("import", "--store", url, str(tmp_path / "logs"))[0] == 0
+    write_log(tmp_path / "logs" / "b" / "session.jsonl", header("b"), multi_turn(seed=2, turns=1))
+    status, out, _ = run("import", "--store", url, str(tmp_path / "logs"))
+    assert status == 1 and "import: 1 imported, 0 skipped, 1 failed" in out
+    status, out, _ = run("import", "--store", url, "--skip-existing", str(tmp_path / "logs"))
+    assert status == 0
+    assert "import: 0 imported, 2 skipped, 0 failed" in out
+    assert "skipped a from" in out and "session 'a' already exists" in out
+
+
+def test_a_folder_is_walked_recursively_and_one_with_no_log_is_named(tmp_path: Path) -> None:
+    events = write_log(tmp_path / "x" / "y" / "z" / "session.jsonl", header("deep"), multi_turn(seed=1, turns=1))
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert run("import", "--store", url, str(tmp_path / "x"))[0] == 0
+    assert anyio.run(stored, url, "deep")[1] == events
+    status, _, err = run("import", "--store", url, str(tmp_path / "empty"))
+    assert status == 1
+    assert f"{tmp_path / 'empty'} holds no session.jsonl or session.N.jsonl, in it or in any folder under it" in err
+
+
+def test_a_bad_log_is_not_imported_at_all_and_its_child_neither(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    write_log(root / "a" / "session.jsonl", header("a"), multi_turn(seed=1, turns=3))
+    lines = (root / "a" / "session.jsonl").read_bytes().splitlines(keepends=True)
+    (root / "a" / "session.jsonl").write_bytes(b"".join(lines[:6] + [b'{"type":"x"}\n'] + lines[6:]))
+    write_log(root / "a" / "session.1.jsonl", child_header("a-child", "a"), multi_turn(seed=2, turns=1))
+    events = write_log(root / "b" / "session.jsonl", header("b"), multi_turn(seed=3, turns=1))
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    status, out, err = run("import", "--store", url, str(root))
+    assert status == 1
+    assert "import: 1 imported, 0 skipped, 2 failed" in out
+    assert "session.jsonl: line 7: object missing required field `data`" in err
+    assert "its parent 'a' was not imported" in out
+    assert anyio.run(stored, url, "b")[1] == events
+    for missing in ("a", "a-child"):
+        with pytest.raises(StoreError):
+            anyio.run(stored, url, missing)
+
+
+def test_an_append_that_fails_leaves_an_empty_session_that_a_rerun_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = write_log(tmp_path / "a" / "session.jsonl", header("a"), multi_turn(seed=1, turns=3))
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    calls: list[int] = []
+    store_type = type(anyio.run(_opened, url))
+    original = store_type.append
+
+    async def failing(self: HistoryStore, session_id: str, batch: Any) -> Any:
+        calls.append(len(batch))
+        raise StoreError("disk full")
+
+    monkeypatch.setattr(store_type, "append", failing)
+    status, out, _ = run("import", "--store", url, str(tmp_path / "a"))
+    assert status == 1 and calls == [len(events)], "one append carries the whole log"
+    assert "importing this log again completes it" in out
+    assert anyio.run(stored, url, "a")[1] == []
+    monkeypatch.setattr(store_type, "append", original)
+    status, out, _ = run("import", "--store", url, str(tmp_path / "a"))
+    assert status == 0 and "import: 1 imported" in out
+    assert anyio.run(stored, url, "a")[1] == events
+
+
+async def _opened(url: str) -> HistoryStore:
+    store = await open_store(url, create=True)
+    await store.close()
+    return store
+
+
+def test_the_whole_corpus_imports_in_one_command_and_pages_exactly(tmp_path: Path) -> None:
+    root = corpus_dir()
+    if root is None or not root.is_dir():
+        pytest.skip(f"{CORPUS_ENV} is not set to the corpus folder; this test imports the whole corpus")
+    files = sorted(root.rglob("session*.jsonl"))
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    status, out, err = run("import", "--store", url, "--rename-templated", str(root))
+    assert status == 0, err
+    ids = imported_ids(out)
+    assert sorted(ids) == files, "every log, children included, imported once"
+    assert len(set(ids.values())) == len(files)
+    assert f"import: {len(files)} imported, 0 skipped, 0 failed" in out
+    anyio.run(_page_every_session, url, ids)
+
+
+async def _page_every_session(url: str, ids: dict[Path, str]) -> None:
+    store = await open_store(url)
+    try:
+        async with serving(create_app(Settings(store_url=url), store=store)) as http:
+            client = AsyncHistoryClient(http_client=http, max_messages=7)
+            for path, session_id in ids.items():
+                log = read_session_log(path.read_bytes())
+                info = await store.get_session(session_id)
+                parent = info.header.parentSession if info.header.origin == "subagent" else None
+                if isinstance(parent, str):
+                    recorded = log.header.parentSession
+                    assert isinstance(recorded, str)
+                    folder = {
+                        read_header(p.read_bytes().split(b"\n")[0]).id: i
+                        for p, i in ids.items()
+                        if p.parent == path.parent
+                    }
+                    assert parent == folder.get(recorded, recorded), "a child follows its parent's new id"
+                    got = [e async for e in client.iter_history(parent, child=session_id)]
+                else:
+                    got = [e async for e in client.iter_history(session_id)]
+                assert got == log.events, path
+                assert (
+                    msgspec.structs.replace(info.header, id=log.header.id, parentSession=log.header.parentSession)
+                    == log.header
+                )
+    finally:
+        await store.close()
