@@ -1,10 +1,12 @@
 """The Python client SDK: exact pages, exact history, and exactly-once live follow.
 
-It imports only the codec and httpx.
+It imports only the codec and httpx. The codec types a write needs (`SessionHeader`, `Event`,
+`ReplaceOp` and the delta data of ``assistant/chunk`` events) are re-exported here.
 """
 
 from __future__ import annotations
 
+from codec import DeltaData, Event, ReasoningDelta, ReplaceOp, SessionHeader, TextDelta, ToolCallDelta
 from history_client.client import AsyncHistoryClient, HistoryClient, service_error
 from history_client.errors import (
     ClientError,
@@ -26,6 +28,8 @@ __all__ = [
     "Backoff",
     "ClientError",
     "CursorAheadError",
+    "DeltaData",
+    "Event",
     "has_visible",
     "HistoryClient",
     "HistoryPage",
@@ -35,14 +39,19 @@ __all__ = [
     "PageContinuityError",
     "ProtocolError",
     "read_page",
+    "ReasoningDelta",
     "Reconnected",
+    "ReplaceOp",
     "ResumeBehindError",
     "Retrying",
     "RowText",
     "ServerSentEvent",
     "service_error",
     "ServiceError",
+    "SessionHeader",
     "SSEDecoder",
     "StreamOverlapError",
+    "TextDelta",
+    "ToolCallDelta",
     "TransportError",
 ]

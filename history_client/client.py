@@ -239,11 +239,27 @@ class AsyncHistoryClient(_Shared):
         return _json_body(response)
 
     async def create_session(self, header: SessionHeader) -> Any:
-        """Create a session; returns ``{"id", "headSeq"}``."""
+        """Create a session from its header (docs/protocol.md §6.1); returns ``{"id": ..., "headSeq": -1}``.
+
+        A subagent child is created the same way, with ``parentSession`` naming a session the
+        caller owns and ``origin="subagent"``. Raises `ServiceError` with ``code``
+        ``session_exists`` (even for the same header), ``invalid_header``,
+        ``invalid_session_id`` or ``invalid_parent``; `TransportError` when the service
+        cannot be reached.
+        """
         return await self._post("/v1/sessions", encode(header))
 
     async def append(self, session: str, events: Sequence[Event]) -> Any:
-        """Append one atomic batch; returns ``{"firstSeq", "headSeq"}`` (plus ``idempotent`` on a re-send)."""
+        """Append one atomic batch to a session, or a subagent child, by its own id (§6.2).
+
+        The batch must continue the head: its first ``seq`` is ``headSeq + 1`` and the seqs
+        run without gaps. Delta ``assistant/chunk`` events (``data`` a `DeltaData`) are packed
+        into chunk rows by the service. Returns ``{"firstSeq", "headSeq"}``; the exact batch
+        sent again is a no-op that adds ``"idempotent": True``, so a batch whose answer was
+        lost can be re-sent. Raises `ServiceError` with ``code`` ``seq_conflict`` (its
+        ``response`` body holds the ``headSeq`` to continue from), ``invalid_batch``,
+        ``invalid_event``, ``batch_too_large`` or ``session_not_found``.
+        """
         return await self._post(_Requests.path(session, None, "events"), encode({"events": events}))
 
     async def page_body(
@@ -417,9 +433,11 @@ class HistoryClient(_Shared):
         return _json_body(response)
 
     def create_session(self, header: SessionHeader) -> Any:
+        """Create a session from its header; as `AsyncHistoryClient.create_session`."""
         return self._post("/v1/sessions", encode(header))
 
     def append(self, session: str, events: Sequence[Event]) -> Any:
+        """Append one atomic batch that continues the head; as `AsyncHistoryClient.append`."""
         return self._post(_Requests.path(session, None, "events"), encode({"events": events}))
 
     def page_body(
