@@ -17,7 +17,7 @@ __all__ = ["DEMO_CHILD", "DEMO_SESSION", "demo_sessions"]
 
 DEMO_SESSION: Final = "demo"
 DEMO_CHILD: Final = "demo-explorer"
-_START: Final = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+_START: Final = 1_700_000_000_000  # as the other scenarios: sessions a reader makes by hand list first
 
 
 class _Log:
