@@ -1,5 +1,7 @@
 """The session viewer's static files: ``/viewer/`` and the JavaScript client it imports, ``/viewer/lib/``.
 
+``/`` redirects to ``/viewer/``, whose page lists the caller's sessions when no session is named.
+
 The viewer is plain files, no build step: ``history_service/viewer/`` holds the page, and
 ``/viewer/lib/`` serves ``clients/js/src`` from the source tree, the package a UI team uses,
 so the viewer runs the very code its tests check. An install without that tree (a wheel)
@@ -71,7 +73,9 @@ def viewer_routes() -> list[BaseRoute]:
     """The viewer's routes; `_unavailable` stands in when the client's sources are not installed."""
     if not JS_CLIENT_DIR.is_dir() or not VIEWER_DIR.is_dir():
         return [Route("/viewer", _unavailable), Route("/viewer/{path:path}", _unavailable)]
+    # The service's root is the way in: the viewer's list of sessions.
     return [
+        Route("/", _to_folder),
         Route("/viewer", _to_folder),
         Mount("/viewer/lib", app=_Files(directory=JS_CLIENT_DIR), name="viewer-lib"),
         Mount("/viewer", app=_Files(directory=VIEWER_DIR, html=True), name="viewer"),

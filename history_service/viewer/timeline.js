@@ -13,10 +13,16 @@ const ROW_KINDS = { "text-chunks": "text", "reasoning-chunks": "reasoning", "too
 /**
  * An item, and what it hides when it is an edit (`conversationOp`) or a replacement (`surfaceOp`).
  * @typedef {{start: number, end: number, why: string}} Hiding
- * @typedef {{kind: string, key: string, seq0: number, seq1: number, text: string, name?: string, hides?: Hiding}} Item
+ * An item may also carry its tool call's id (`callId`), whether a tool result is an error
+ * (`error`) and, for injected context, the kind of its source (`source`).
+ * @typedef {{kind: string, key: string, seq0: number, seq1: number, text: string, name?: string, hides?: Hiding, callId?: string, error?: boolean, source?: string}} Item
  */
 
-/** An item on screen: its element, the text node of its body and its name line (a tool call's). @typedef {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null}} Rendered */
+/**
+ * An item on screen: its element, the text node of its body, its name line (a tool call's)
+ * and the formatted copy of its arguments (a tool call's, once they parse as JSON).
+ * @typedef {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null, pretty: HTMLElement | null}} Rendered
+ */
 
 /** @param {any} data @param {string} kind @param {any} chunk */
 function blockKey(data, kind, chunk) {
@@ -34,14 +40,37 @@ function hiding(event) {
   return { start: op.start, end: op.end, why: event.conversationOp ? "edited out" : "replaced" };
 }
 
-/** @param {any} content */
-function messageText(content) {
+/**
+ * The text of a message's content: its text parts, and the text nested in its tool-result
+ * parts (a harness's tool result holds `{type: "tool-result", content: [...]}`), joined by lines.
+ * @param {any} content
+ * @returns {string}
+ */
+export function messageText(content) {
   if (typeof content === "string") return content;
   if (!Array.isArray(content)) return "";
-  return content
-    .filter((part) => part && part.type === "text" && typeof part.text === "string")
-    .map((part) => part.text)
-    .join("\n");
+  /** @type {string[]} */
+  const texts = [];
+  for (const part of content) {
+    if (!part || typeof part !== "object") continue;
+    if (part.type === "text" && typeof part.text === "string") texts.push(part.text);
+    else if (part.type === "tool-result") texts.push(messageText(part.content));
+  }
+  return texts.join("\n");
+}
+
+/** Whether a tool result says it failed: its own flag, an error beside it, or a part's flag. @param {any} data @param {any} message */
+function isErrorResult(data, message) {
+  if (data.isError === true || message.isError === true || (data.error !== undefined && data.error !== null)) return true;
+  return Array.isArray(message.content) && message.content.some((/** @type {any} */ part) => part && part.isError === true);
+}
+
+/** The call a tool result answers. @param {any} data @param {any} message @returns {string | undefined} */
+function resultCallId(data, message) {
+  if (typeof data.callId === "string") return data.callId;
+  if (message.source && typeof message.source.callId === "string") return message.source.callId;
+  const part = Array.isArray(message.content) ? message.content.find((/** @type {any} */ p) => p && typeof p.toolCallId === "string") : undefined;
+  return part ? part.toolCallId : undefined;
 }
 
 /**
@@ -59,10 +88,15 @@ export function eventItem(event) {
     const text = kind === "tool" ? chunk.argumentsDelta : chunk.text;
     if (typeof text !== "string") return null;
     const item = { kind, key: blockKey(data, kind, chunk), seq0: seq, seq1: seq, text };
-    return kind === "tool" && typeof chunk.name === "string" ? { ...item, name: chunk.name } : item;
+    return kind === "tool" ? toolCall(item, chunk) : item;
   }
   if (event.type === "user/message" && data && typeof data === "object") {
     const text = typeof data.text === "string" ? data.text : messageText(data.content);
+    // Context the harness injected (its runtime context, a plugin's, a subagent's report) is not the user.
+    const source = data.source && typeof data.source === "object" ? data.source.kind : undefined;
+    if (typeof source === "string" && source !== "user") {
+      return withHiding({ kind: "context", key: "", seq0: seq, seq1: seq, text, source }, event);
+    }
     return withHiding({ kind: "user", key: "", seq0: seq, seq1: seq, text }, event);
   }
   // A message built from deltas is already on screen as they were; one without is shown itself.
@@ -73,12 +107,25 @@ export function eventItem(event) {
   }
   if (event.type === "tool/result" && data && typeof data === "object") {
     const message = data.message && typeof data.message === "object" ? data.message : data;
-    return withHiding({ kind: "tool-result", key: "", seq0: seq, seq1: seq, text: messageText(message.content) }, event);
+    /** @type {Item} */
+    const item = { kind: "tool-result", key: "", seq0: seq, seq1: seq, text: messageText(message.content) };
+    if (isErrorResult(data, message)) item.error = true;
+    const callId = resultCallId(data, message);
+    if (callId !== undefined) item.callId = callId;
+    return withHiding(item, event);
   }
   if (event.type === "turn/start" && data && typeof data === "object" && data.turn !== undefined) {
     return { kind: "turn", key: "", seq0: seq, seq1: seq, text: String(data.turn) };
   }
   return null;
+}
+
+/** A tool call's item with its name and call id, where the chunk or row has them. @param {Item} item @param {any} source @returns {Item} */
+function toolCall(item, source) {
+  const out = { ...item };
+  if (typeof source.name === "string") out.name = source.name;
+  if (typeof source.id === "string") out.callId = source.id;
+  return out;
 }
 
 /** @param {Item} item @param {any} event @returns {Item} */
@@ -106,7 +153,7 @@ export function recordItem(record) {
     seq1: value.seq0 + members - 1,
     text: joined.text,
   };
-  return kind === "tool" && typeof data.name === "string" ? { ...item, name: data.name } : item;
+  return kind === "tool" ? toolCall(item, data) : item;
 }
 
 /** @param {Item} before @param {Item} after */
@@ -126,7 +173,13 @@ export function joinItems(items) {
     if (item === null) continue;
     const last = out[out.length - 1];
     if (last && joins(last, item)) {
-      out[out.length - 1] = { ...last, seq1: item.seq1, text: last.text + item.text, name: last.name ?? item.name };
+      out[out.length - 1] = {
+        ...last,
+        seq1: item.seq1,
+        text: last.text + item.text,
+        name: last.name ?? item.name,
+        callId: last.callId ?? item.callId,
+      };
     } else {
       out.push(item);
     }
@@ -135,14 +188,25 @@ export function joinItems(items) {
 }
 
 const LABELS = {
-  text: "",
+  text: "Assistant",
   reasoning: "Reasoning",
   tool: "Tool call",
   user: "User",
   assistant: "Assistant",
   "tool-result": "Tool result",
+  context: "Context",
   turn: "Turn",
 };
+
+/** A tool call's arguments as indented JSON, or null while they do not parse (yet). @param {string} text */
+export function prettyArguments(text) {
+  if (!text.trim()) return null;
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return null;
+  }
+}
 
 /** The rendered items of one timeline element, kept in seq order. */
 export class Timeline {
@@ -199,19 +263,27 @@ export class Timeline {
   /** @param {Item} item @returns {Rendered} */
   #render(item) {
     const doc = this.root.ownerDocument;
-    const el = doc.createElement(item.kind === "reasoning" ? "details" : "div");
+    const folded = item.kind === "reasoning" || item.kind === "context";
+    const el = doc.createElement(folded ? "details" : "div");
     el.className = `item ${item.kind}`;
     /** @type {HTMLElement | null} */
     let name = null;
-    if (item.kind === "reasoning") {
+    /** @type {HTMLElement | null} */
+    let pretty = null;
+    if (folded) {
       const summary = doc.createElement("summary");
-      summary.textContent = LABELS.reasoning;
+      summary.textContent = item.kind === "context" ? `${LABELS.context}: ${item.source}` : LABELS.reasoning;
       el.append(summary);
     } else if (item.kind === "tool") {
       name = doc.createElement("div");
       name.className = "name";
       name.textContent = item.name ?? "";
       el.append(name);
+    } else if (item.kind === "tool-result" && item.error) {
+      const label = doc.createElement("div");
+      label.className = "label";
+      label.textContent = "Tool result: error";
+      el.append(label);
     } else if (LABELS[/** @type {keyof LABELS} */ (item.kind)]) {
       const label = doc.createElement("div");
       label.className = "label";
@@ -223,15 +295,49 @@ export class Timeline {
     const text = doc.createTextNode(item.text);
     body.append(text);
     el.append(body);
-    this.#mark(el, item);
-    return { item, el, body: text, name };
+    if (item.kind === "tool") {
+      // The arguments as sent stay in the body; a formatted copy is shown once they parse.
+      pretty = doc.createElement("pre");
+      pretty.className = "pretty";
+      el.append(pretty);
+    }
+    const node = { item, el, body: text, name, pretty };
+    this.#mark(node);
+    return node;
   }
 
-  /** @param {HTMLElement} el @param {Item} item */
-  #mark(el, item) {
+  /** @param {Rendered} node */
+  #mark(node) {
+    const { el, item } = node;
     el.dataset.kind = item.kind;
     el.dataset.seq0 = String(item.seq0);
     el.dataset.seq1 = String(item.seq1);
+    if (item.error) el.dataset.error = "true";
+    if (item.callId !== undefined) el.dataset.callId = item.callId;
+    if (node.pretty) {
+      const formatted = prettyArguments(item.text);
+      node.pretty.textContent = formatted ?? "";
+      el.classList.toggle("formatted", formatted !== null);
+    }
+  }
+
+  /**
+   * Link the items of one tool call (the call and its result) to a subagent child's view.
+   * @param {Item} item an item that names the child
+   * @param {string} href
+   * @param {string} child
+   */
+  linkChild(item, href, child) {
+    for (const node of this.nodes) {
+      const same = node.item === item || (item.callId !== undefined && node.item.callId === item.callId);
+      if (!same || node.el.querySelector(`a.child[data-child="${CSS.escape(child)}"]`)) continue;
+      const link = node.el.ownerDocument.createElement("a");
+      link.className = "child";
+      link.href = href;
+      link.dataset.child = child;
+      link.textContent = `Open subagent ${child}`;
+      node.el.append(link);
+    }
   }
 
   /** Add newer items at the end; a delta that continues the last item extends it in place. @param {Item[]} items */
@@ -245,7 +351,8 @@ export class Timeline {
         last.body.appendData(item.text);
         last.item = { ...last.item, seq1: item.seq1, text: last.item.text + item.text };
         if (last.name && !last.name.textContent && item.name) last.name.textContent = item.name;
-        this.#mark(last.el, last.item);
+        if (last.item.callId === undefined && item.callId !== undefined) last.item.callId = item.callId;
+        this.#mark(last);
         // It now spans more seqs: a range seen before may hide one of them.
         if (added[added.length - 1] !== last) added.push(last);
         continue;
@@ -266,9 +373,15 @@ export class Timeline {
     if (first && older.length && joins(older[older.length - 1], first.item)) {
       const tail = older[older.length - 1];
       first.body.insertData(0, tail.text);
-      first.item = { ...first.item, seq0: tail.seq0, text: tail.text + first.item.text, name: tail.name ?? first.item.name };
+      first.item = {
+        ...first.item,
+        seq0: tail.seq0,
+        text: tail.text + first.item.text,
+        name: tail.name ?? first.item.name,
+        callId: tail.callId ?? first.item.callId,
+      };
       if (first.name && tail.name) first.name.textContent = tail.name;
-      this.#mark(first.el, first.item);
+      this.#mark(first);
       older = older.slice(0, -1);
     }
     const nodes = older.map((item) => this.#render(item));

@@ -3,12 +3,15 @@
 // Everything it shows comes through the public API of the JavaScript client package. The token
 // a user enters is kept in sessionStorage for this tab, never in the URL.
 import { Backoff, HistoryClient, ServiceError } from "history-transport-client";
+import { showSessions } from "./sessions.js";
 import { Timeline, eventItem, joinItems, recordItem } from "./timeline.js";
 
 const TOKEN_KEY = "history.token";
 const PRINCIPAL_KEY = "history.principal";
 // Load an older page when the reader comes this close to the top.
 const NEAR_TOP_PX = 200;
+// A subagent child's id, as the harness writes it in a call's arguments or result.
+const CHILD_ID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const scroller = $("scroller");
@@ -30,6 +33,37 @@ const timeline = new Timeline(timelineEl);
 const state = { client: null, oldest: 0, hasMore: false, cursor: -1, loading: false, olderFailed: false, stop: null };
 /** The live events not shown yet; the next animation frame shows them. @type {{events: any[]}} */
 const live = { events: [] };
+/** Ids a tool call or result named, and whether each is a subagent child of this session. @type {Map<string, Promise<boolean>>} */
+const children = new Map();
+
+/**
+ * Link each tool call and result that names a subagent child of this session to the child's
+ * view. A named id is looked up once (`/v1/sessions/{this}/subagents/{id}`): only a child
+ * the service holds under this session gets a link.
+ * @param {import("./timeline.js").Item[]} items
+ */
+function linkChildren(items) {
+  const client = state.client;
+  const self = child ?? sessionId;
+  if (client === null || !self) return;
+  for (const item of items) {
+    if (item.kind !== "tool" && item.kind !== "tool-result") continue;
+    for (const id of new Set(item.text.match(CHILD_ID) ?? [])) {
+      if (id === self) continue;
+      let known = children.get(id);
+      if (known === undefined) {
+        known = client.session(self, { child: id }).then(
+          (found) => found.header.parentSession === undefined || found.header.parentSession === self,
+          () => false,
+        );
+        children.set(id, known);
+      }
+      void known.then((yes) => {
+        if (yes) timeline.linkChild(item, `?parent=${encodeURIComponent(self)}&session=${encodeURIComponent(id)}`, id);
+      });
+    }
+  }
+}
 
 /** `pageSize` from the URL: a whole number of messages within the service's range, or the default. @param {string | null} value */
 function messagesPerPage(value) {
@@ -100,7 +134,9 @@ async function loadOlder() {
     const page = await client.page(/** @type {string} */ (sessionId), { child, through, maxMessages: pageSize });
     const height = scroller.scrollHeight;
     const top = scroller.scrollTop;
-    timeline.prepend(joinItems(page.records.map(recordItem)));
+    const older = joinItems(page.records.map(recordItem));
+    timeline.prepend(older);
+    linkChildren(older);
     // Keep what the reader was looking at in place: the new rows went above it.
     scroller.scrollTop = top + (scroller.scrollHeight - height);
     state.oldest = page.fromSeq;
@@ -162,7 +198,9 @@ function showLive() {
   const events = live.events;
   live.events = [];
   const stick = atBottom();
-  timeline.append(joinItems(events.map(eventItem)));
+  const items = joinItems(events.map(eventItem));
+  timeline.append(items);
+  linkChildren(items);
   state.cursor = events[events.length - 1].seq;
   markProgress();
   if (stick) scroller.scrollTop = scroller.scrollHeight;
@@ -184,19 +222,63 @@ function recordTailTiming(/** @type {number} */ records) {
   });
 }
 
+/** The client, with the token and principal this tab was given. */
+function connect() {
+  const token = sessionStorage.getItem(TOKEN_KEY) ?? undefined;
+  const principal = sessionStorage.getItem(PRINCIPAL_KEY) ?? undefined;
+  // A viewer left open waits out any outage: it never stops retrying, at most 10 s apart.
+  const client = new HistoryClient(location.origin, { token, principal, backoff: new Backoff({ maxRetries: null, capMs: 10_000 }) });
+  return { client, token, principal };
+}
+
+/** Without a session: the caller's sessions, newest first, a page at a time. */
+async function openList() {
+  document.title = "Sessions · session viewer";
+  $("title").textContent = "Sessions";
+  scroller.hidden = true;
+  const listEl = $("sessions");
+  const rows = $("session-rows");
+  const more = /** @type {HTMLButtonElement} */ ($("more"));
+  const { client, token } = connect();
+  rows.replaceChildren();
+  listEl.hidden = false;
+  /** @param {string | undefined} cursor */
+  const load = async (cursor) => {
+    more.disabled = true;
+    setStatus("connecting", "loading");
+    try {
+      const next = await showSessions(client, rows, cursor);
+      more.hidden = next === null;
+      more.onclick = next === null ? null : () => void load(next);
+      listEl.dataset.loaded = String(rows.children.length);
+      setStatus("idle", `${rows.children.length} sessions`);
+    } catch (error) {
+      if (error instanceof ServiceError && error.status === 401) {
+        sessionStorage.removeItem(TOKEN_KEY);
+        listEl.hidden = true;
+        askForToken(token ? `The service refused the token: ${error.message}` : "This service needs a token.");
+        if (token) showError(`The token was refused: ${describe(error)}`);
+        return;
+      }
+      showError(`Could not list sessions: ${describe(error)}`);
+      setStatus("error");
+    } finally {
+      more.disabled = false;
+      document.documentElement.dataset.ready = "true";
+    }
+  };
+  await load(undefined);
+}
+
 async function open() {
   if (!sessionId) {
-    showError("No session given: open /viewer/?session=ID (and &parent=P for a subagent child).");
-    setStatus("error");
+    await openList();
     return;
   }
   document.title = `${child ?? sessionId} · session viewer`;
   $("title").textContent = child ? `${sessionId} › ${child}` : sessionId;
-  const token = sessionStorage.getItem(TOKEN_KEY) ?? undefined;
   state.olderFailed = false;
-  const principal = sessionStorage.getItem(PRINCIPAL_KEY) ?? undefined;
-  // A viewer left open waits out any outage: it never stops retrying, at most 10 s apart.
-  const client = new HistoryClient(location.origin, { token, principal, backoff: new Backoff({ maxRetries: null, capMs: 10_000 }) });
+  const { client, token, principal } = connect();
   setStatus("connecting", "loading");
   let tail;
   try {
@@ -220,7 +302,9 @@ async function open() {
     return;
   }
   state.client = client;
-  timeline.append(joinItems(tail.records.map(recordItem)));
+  const items = joinItems(tail.records.map(recordItem));
+  timeline.append(items);
+  linkChildren(items);
   state.oldest = tail.fromSeq;
   state.hasMore = tail.hasMore;
   state.cursor = tail.toSeq - 1;

@@ -79,3 +79,8 @@ async def test_without_the_client_sources_the_viewer_says_why(monkeypatch, tmp_p
         error = response.json()["error"]
         assert error["code"] == "viewer_unavailable" and "clients/js/src" in error["message"]
         assert str(tmp_path) not in error["message"]
+
+
+async def test_the_root_redirects_to_the_viewer_whatever_the_host():
+    response = await get("/", follow_redirects=False, headers={"Host": "evil.example"})
+    assert response.status_code == 308 and response.headers["location"] == "/viewer/"

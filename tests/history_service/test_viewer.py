@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,8 @@ from msgspec import UNSET
 
 from codec import Event, ReplaceOp, encode
 from history_client import HistoryClient
-from testing.browser import checked_page, launch, missing_reason
+from testing.browser import checked_page, launch, missing_reason, screenshot
+from testing.corpus import CORPUS_ENV, corpus_dir
 from testing.seeding import SCENARIOS
 from testing.servers import ServerProcess
 
@@ -54,6 +57,9 @@ def event_item(event: dict[str, Any]) -> tuple[str, str, int, str] | None:
         return block, key, seq, text
     if kind == "user/message" and isinstance(data, dict):
         text = data["text"] if isinstance(data.get("text"), str) else message_text(data.get("content"))
+        source = data.get("source")
+        if isinstance(source, dict) and isinstance(source.get("kind"), str) and source["kind"] != "user":
+            return "context", "", seq, text
         return "user", "", seq, text
     if kind == "assistant/message" and isinstance(data, dict) and not event.get("sourceEventSeqs"):
         message = data["message"] if isinstance(data.get("message"), dict) else data
@@ -68,11 +74,18 @@ def event_item(event: dict[str, Any]) -> tuple[str, str, int, str] | None:
 
 
 def message_text(content: Any) -> str:
+    """Text parts, and the text nested in tool-result parts (the harness's shape), one a line."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         return ""
-    return "\n".join(p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text" and "text" in p)
+    texts = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif isinstance(part, dict) and part.get("type") == "tool-result":
+            texts.append(message_text(part.get("content")))
+    return "\n".join(texts)
 
 
 def expected_items(events: list[Event]) -> list[Item]:
@@ -455,3 +468,249 @@ def test_a_live_burst_appears_whole_and_in_order_one_update_a_frame(
     assert page.evaluate(AT_BOTTOM)
     seen = page.evaluate("() => window.burstSeen")
     assert 0 < seen["updates"] <= seen["framesAtLastUpdate"] + 1, seen
+
+
+def rendered_results(page: Page) -> list[tuple[int, str, bool]]:
+    """Each tool result on screen: its seq, its text, and whether it is marked as an error."""
+    rows = page.evaluate(
+        """() => Array.from(document.querySelectorAll('#timeline > .item.tool-result')).map((el) => [
+            Number(el.dataset.seq0), el.querySelector('.body').textContent, el.dataset.error === 'true',
+        ])"""
+    )
+    return [tuple(row) for row in rows]
+
+
+def is_error_result(data: dict[str, Any]) -> bool:
+    message = data["message"] if isinstance(data.get("message"), dict) else data
+    content = message.get("content")
+    parts: list[Any] = content if isinstance(content, list) else []
+    return (
+        data.get("isError") is True
+        or message.get("isError") is True
+        or data.get("error") is not None
+        or any(isinstance(p, dict) and p.get("isError") is True for p in parts)
+    )
+
+
+def expected_results(events: list[Event]) -> list[tuple[int, str, bool]]:
+    """Each tool/result event: its seq, the text joined from its parts (nested ones too), its error flag."""
+    out = []
+    for event in events:
+        if event.type != "tool/result":
+            continue
+        data = msgspec.json.decode(encode(event))["data"]
+        message = data["message"] if isinstance(data.get("message"), dict) else data
+        out.append((event.seq, message_text(message.get("content")), is_error_result(data)))
+    return out
+
+
+def is_child(header: dict[str, Any]) -> bool:
+    return header.get("origin") == "subagent" and isinstance(header.get("parentSession"), str)
+
+
+def corpus_scenarios() -> list[object]:
+    root = corpus_dir()
+    if root is None or not root.is_dir():
+        reason = f"{CORPUS_ENV} is not set; corpus tests need it"
+        return [pytest.param(None, marks=pytest.mark.skip(reason=reason))]
+    return [pytest.param(path, id=path.name) for path in sorted(p for p in root.iterdir() if p.is_dir())]
+
+
+@pytest.fixture
+def imported(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A service holding one corpus scenario, imported as `history-service import` does; its logs' headers."""
+    scenario: Path = request.param
+    store = f"sqlite:///{tmp_path / 'corpus.db'}"
+    # Its own process: Playwright's sync API already runs an event loop in this thread.
+    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", code, "import", "--store", store, str(scenario)], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    headers = [json.loads(path.read_bytes().split(b"\n", 1)[0]) for path in sorted(scenario.glob("session*.jsonl"))]
+    server = ServerProcess(store)
+    server.start()
+    try:
+        yield server.url, headers
+    finally:
+        server.stop()
+
+
+def viewer_query(header: dict[str, Any]) -> tuple[str, str | None]:
+    if is_child(header):
+        return f"parent={header['parentSession']}&session={header['id']}", header["parentSession"]
+    return f"session={header['id']}", None
+
+
+@pytest.mark.parametrize("imported", corpus_scenarios(), indirect=True)
+def test_every_corpus_log_renders_its_tool_results_and_links_its_children(
+    imported: tuple[str, list[dict[str, Any]]], page: Page, request: pytest.FixtureRequest
+) -> None:
+    url, headers = imported
+    for header in headers:
+        query, parent = viewer_query(header)
+        open_viewer(page, url, f"{query}&pageSize=50")
+        scroll_to_start(page)
+        screenshot(page, f"corpus-{request.node.callspec.id}-{header['id']}")
+        events = stored_events(url, parent or header["id"], header["id"] if parent else None)
+        assert rendered_items(page) == expected_items(events), header["id"]
+        results = rendered_results(page)
+        assert results == expected_results(events), header["id"]
+        assert all(text for _, text, _ in results), f"an empty tool-result box in {header['id']}"
+        # Every child this log names in a tool call or result is linked, and the link opens it.
+        named = {
+            child["id"]
+            for child in headers
+            if is_child(child)
+            and child["parentSession"] == header["id"]
+            and any(child["id"] in text for kind, _, _, text in expected_items(events) if kind in TOOL_KINDS)
+        }
+        for child in sorted(named):
+            link = page.locator(f"a.child[data-child='{child}']").first
+            link.wait_for(timeout=TIMEOUT_MS)
+            link.click()
+            page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
+            assert page.text_content("#title") == f"{header['id']} › {child}"
+            scroll_to_start(page)
+            assert rendered_items(page) == expected_items(stored_events(url, header["id"], child))
+            open_viewer(page, url, f"{query}&pageSize=50")
+
+
+TOOL_KINDS = ("tool", "tool-result")
+PARENT = "gen-parent"
+CHILD = "0f0f0f0f-1111-4222-8333-444444444444"
+
+
+def harness_result(seq: int, call: str, text: str, error: bool) -> dict[str, Any]:
+    part = {"type": "tool-result", "toolCallId": call, "content": [{"type": "text", "text": text}], "isError": error}
+    message = {"source": {"kind": "tool", "callId": call}, "content": [part], "role": "user", "id": f"r{seq}"}
+    return {"type": "tool/result", "seq": seq, "time": seq, "data": {"turn": 1, "step": 1, "message": message}}
+
+
+def generated_events() -> list[dict[str, Any]]:
+    """A turn as the harness writes one: context, reasoning, text, a subagent call, results (one failed)."""
+    args = {"description": "count", "prompt": "Count to three.", "run_in_background": True}
+    arguments = json.dumps(args)
+    user = {"id": "u", "role": "user", "content": [{"type": "text", "text": "hello"}], "source": {"kind": "user"}}
+    context: dict[str, Any] = {"id": "c", "role": "user", "source": {"kind": "plugin", "plugin": "system-prompt"}}
+    context["content"] = [{"type": "text", "text": "Current runtime context."}]
+
+    def chunk(seq: int, body: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "assistant/chunk", "seq": seq, "time": seq, "data": {"turn": 1, "step": 1, "chunk": body}}
+
+    call = {"type": "tool-call-delta", "index": 2, "id": "call-1", "name": "subagent"}
+    return [
+        {"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}},
+        {"type": "user/message", "seq": 1, "time": 1, "data": user, "surfaceOp": "append"},
+        {"type": "user/message", "seq": 2, "time": 2, "data": context, "surfaceOp": "append"},
+        chunk(3, {"type": "reasoning-delta", "index": 0, "text": "I should delegate."}),
+        chunk(4, {"type": "text-delta", "index": 1, "text": "Delegating now."}),
+        chunk(5, {**call, "argumentsDelta": arguments[:20]}),
+        chunk(6, {**call, "argumentsDelta": arguments[20:]}),
+        harness_result(7, "call-1", f"started subagent {CHILD}", False),
+        harness_result(8, "call-2", "Error: tool call aborted", True),
+    ]
+
+
+@pytest.fixture
+def generated(live_server: ServerProcess) -> str:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": PARENT, "createdAt": 0}).status_code == 201
+    append(url, PARENT, generated_events())
+    child = {"id": CHILD, "createdAt": 1, "parentSession": PARENT, "origin": "subagent"}
+    assert httpx.post(f"{url}/v1/sessions", json=child).status_code == 201, "child"
+    append(url, CHILD, [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 7}}])
+    return url
+
+
+def test_generated_events_show_results_errors_labels_arguments_context_and_child_links(
+    generated: str, page: Page
+) -> None:
+    url = generated
+    open_viewer(page, url, f"session={PARENT}")
+    events = stored_events(url, PARENT)
+    assert rendered_items(page) == expected_items(events)
+    assert rendered_results(page) == [
+        (7, f"started subagent {CHILD}", False),
+        (8, "Error: tool call aborted", True),
+    ]
+    failed = page.locator("#timeline > .item.tool-result[data-error='true']")
+    assert failed.locator(".label").text_content() == "Tool result: error"
+    assert page.locator("#timeline > .item.text .label").text_content() == "Assistant"
+    reasoning = page.locator("#timeline > details.item.reasoning")
+    assert reasoning.locator("summary").text_content() == "Reasoning"
+    assert reasoning.get_attribute("open") is None
+    context = page.locator("#timeline > details.item.context")
+    assert context.locator("summary").text_content() == "Context: plugin"
+    assert context.get_attribute("open") is None and page.locator("#timeline > .item.user").count() == 1
+    tool = page.locator("#timeline > .item.tool")
+    arguments = {"description": "count", "prompt": "Count to three.", "run_in_background": True}
+    assert tool.locator("pre.pretty").text_content() == json.dumps(arguments, indent=2)
+    assert tool.locator("pre.pretty").is_visible() and not tool.locator("pre.body").is_visible()
+    # The call and its result both link to the child; the link opens it, read through its parent.
+    for kind in TOOL_KINDS:
+        page.locator(f"#timeline > .item.{kind} a.child[data-child='{CHILD}']").first.wait_for(timeout=TIMEOUT_MS)
+    screenshot(page, "generated-parent")
+    page.locator("#timeline > .item.tool a.child").click()
+    page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
+    assert page.text_content("#title") == f"{PARENT} › {CHILD}"
+    assert rendered_items(page) == [("turn", 0, 0, "7")]
+
+
+def test_a_live_tool_call_is_formatted_once_its_arguments_parse(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": "args", "createdAt": 0}).status_code == 201
+    append(url, "args", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
+    open_viewer(page, url, "session=args")
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+    call = {"type": "tool-call-delta", "index": 0, "id": "c", "name": "bash"}
+    for seq, piece in ((1, '{"command": '), (2, '"ls -la"}')):
+        chunk = {**call, "argumentsDelta": piece}
+        append(
+            url,
+            "args",
+            [{"type": "assistant/chunk", "seq": seq, "time": seq, "data": {"turn": 1, "step": 1, "chunk": chunk}}],
+        )
+        page.wait_for_function(f"() => document.getElementById('timeline').dataset.cursor === '{seq}'")
+        tool = page.locator("#timeline > .item.tool")
+        if seq == 1:
+            assert tool.locator("pre.body").is_visible() and not tool.locator("pre.pretty").is_visible()
+    assert tool.locator("pre.body").text_content() == '{"command": "ls -la"}'
+    assert tool.locator("pre.pretty").text_content() == '{\n  "command": "ls -la"\n}'
+    assert tool.locator("pre.pretty").is_visible()
+
+
+LISTED = 120
+
+
+def test_the_session_list_pages_newest_first_and_the_root_lands_on_it(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    with httpx.Client(timeout=30) as http:
+        for k in range(LISTED):
+            response = http.post(f"{url}/v1/sessions", json={"id": f"s{k:03d}", "createdAt": 1_700_000_000_000 + k})
+            assert response.status_code == 201
+        append(url, "s007", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
+        child = {"id": "s007.child", "createdAt": 1, "parentSession": "s007", "origin": "subagent"}
+        assert http.post(f"{url}/v1/sessions", json=child).status_code == 201
+    page.goto(f"{url}/")
+    page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
+    assert page.url == f"{url}/viewer/"
+    assert page.is_visible("#sessions") and not page.is_visible("#error")
+    loads = 1
+    while page.is_visible("#more"):
+        shown = page.locator("#session-rows > tr").count()
+        page.click("#more")
+        page.wait_for_function(f"() => document.getElementById('session-rows').children.length > {shown}")
+        loads += 1
+    rows = page.evaluate(
+        "() => Array.from(document.querySelectorAll('#session-rows > tr'))"
+        ".map((tr) => Array.from(tr.children).map((td) => td.textContent))"
+    )
+    assert loads == 3
+    assert [row[0] for row in rows] == [f"s{k:03d}" for k in reversed(range(LISTED))]
+    by_id = {row[0]: row for row in rows}
+    assert by_id["s007"][2:] == ["0", "1"] and by_id["s008"][2:] == ["-1", "0"]
+    assert by_id["s000"][1] == "2023-11-14 22:13:20 UTC"
+    screenshot(page, "session-list")
+    page.click("#session-rows a:text-is('s007')")
+    page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
+    assert page.text_content("#title") == "s007"
+    assert rendered_items(page) == [("turn", 0, 0, "1")]

@@ -224,6 +224,28 @@ export class HistoryClient {
   }
 
   /**
+   * One page of the caller's sessions, newest first (§12.1); pass `nextCursor` back as `cursor`.
+   *
+   * @param {{limit?: number, cursor?: string, signal?: AbortSignal}} [options]
+   * @returns {Promise<{sessions: {id: string, createdAt: number, headSeq: number, childCount: number}[], nextCursor: string | null}>}
+   */
+  async sessions({ limit, cursor, signal } = {}) {
+    return JSON.parse(await this._get("/v1/sessions", { limit, cursor }, signal));
+  }
+
+  /**
+   * A session's header and head (§12.2), or a subagent child's, read through its parent.
+   *
+   * @param {string} sessionId
+   * @param {{child?: string, signal?: AbortSignal}} [options]
+   * @returns {Promise<{header: Record<string, any>, headSeq: number}>}
+   */
+  async session(sessionId, { child, signal } = {}) {
+    const path = sessionPath(sessionId, child, "").slice(0, -1);
+    return JSON.parse(await this._get(path, {}, signal));
+  }
+
+  /**
    * The exact events with `after < seq <= through` (default: to the head), in seq order.
    *
    * The page API cuts backwards from a cursor, so this walks back first, each page ending
@@ -338,7 +360,7 @@ export class HistoryClient {
 
   /**
    * @param {string} path
-   * @param {Record<string, number | undefined>} params
+   * @param {Record<string, number | string | undefined>} params
    * @returns {string}
    */
   _url(path, params) {
@@ -353,7 +375,7 @@ export class HistoryClient {
    * GET a JSON body as text; a non-2xx answer is a `ServiceError`, a failure to get one a `TransportError`.
    *
    * @param {string} path
-   * @param {Record<string, number | undefined>} params
+   * @param {Record<string, number | string | undefined>} params
    * @param {AbortSignal | undefined} signal
    * @returns {Promise<string>}
    */

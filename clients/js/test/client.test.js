@@ -535,3 +535,26 @@ test("the backoff grows to its cap, with jitter in the upper half, and follows t
   assert.deepEqual([server.delay(1, null), server.delay(2, 250)], [1000, 500]);
   assert.equal(new Backoff().maxRetries, 10);
 });
+
+describe("sessions and session", () => {
+  test("sessions passes the cursor back unchanged and returns the page", async () => {
+    const body = '{"sessions":[{"id":"s1","createdAt":5,"headSeq":-1,"childCount":0}],"nextCursor":null}';
+    const { fetch, seen } = fetchOf(() => json(body));
+    const client = new HistoryClient("http://h", { fetch });
+    const page = await client.sessions({ limit: 50, cursor: "a/b+c=" });
+    assert.deepEqual(page, JSON.parse(body));
+    assert.equal(seen[0].url.pathname, "/v1/sessions");
+    assert.equal(seen[0].url.searchParams.get("cursor"), "a/b+c=");
+    assert.equal(seen[0].url.searchParams.get("limit"), "50");
+  });
+
+  test("session reads a child through its parent", async () => {
+    const body = '{"header":{"type":"session","version":0,"id":"c","createdAt":1},"headSeq":3}';
+    const { fetch, seen } = fetchOf(() => json(body));
+    const client = new HistoryClient("http://h", { fetch });
+    assert.deepEqual(await client.session("p", { child: "c" }), JSON.parse(body));
+    assert.equal(seen[0].url.pathname, "/v1/sessions/p/subagents/c");
+    await client.session("p");
+    assert.equal(seen[1].url.pathname, "/v1/sessions/p");
+  });
+});
