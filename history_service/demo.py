@@ -16,7 +16,7 @@ from codec import DeltaData, Event, ReasoningDelta, SessionHeader, TextDelta, To
 __all__ = ["DEMO_CHILD", "DEMO_SESSION", "demo_sessions"]
 
 DEMO_SESSION: Final = "demo"
-DEMO_CHILD: Final = "demo-explorer"
+DEMO_CHILD: Final = "5f0c2a8e-3b1d-4e6a-9c7f-2d8b1e4a6c30"  # harnesses name subagents by UUID
 _START: Final = 1_700_000_000_000  # as the other scenarios: sessions a reader makes by hand list first
 
 
