@@ -71,11 +71,12 @@ async def _to_folder(request: Request) -> Response:
 
 def viewer_routes() -> list[BaseRoute]:
     """The viewer's routes; `_unavailable` stands in when the client's sources are not installed."""
+    # The service's root is the way in: the viewer's list of sessions (or why the viewer is not there).
+    root = Route("/", _to_folder, methods=["GET"])
     if not JS_CLIENT_DIR.is_dir() or not VIEWER_DIR.is_dir():
-        return [Route("/viewer", _unavailable), Route("/viewer/{path:path}", _unavailable)]
-    # The service's root is the way in: the viewer's list of sessions.
+        return [root, Route("/viewer", _unavailable), Route("/viewer/{path:path}", _unavailable)]
     return [
-        Route("/", _to_folder),
+        root,
         Route("/viewer", _to_folder),
         Mount("/viewer/lib", app=_Files(directory=JS_CLIENT_DIR), name="viewer-lib"),
         Mount("/viewer", app=_Files(directory=VIEWER_DIR, html=True), name="viewer"),

@@ -394,6 +394,18 @@ class _Builder:
                     "followChildSession", "`session.follow` of a subagent child (§5)", _SUBAGENT, (*_CHILD, *_LOADED)
                 )
             },
+            "/": {
+                "get": _public(
+                    "root",
+                    "The way in: a redirect to the session viewer",
+                    {
+                        "308": {
+                            "description": "To `/viewer/`, which lists the caller's sessions.",
+                            "headers": {"Location": {"required": True, "schema": {"const": "/viewer/"}}},
+                        }
+                    },
+                )
+            },
             "/healthz": {
                 "get": _public("healthz", "Liveness", {"200": {"description": "Serving.", "content": _json("Health")}})
             },
