@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -489,8 +491,36 @@ def _metrics_listener(settings: Settings, metrics: Metrics | None) -> Iterator[N
         thread.join()
 
 
-def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> int:
+def _listen(settings: Settings) -> socket.socket:
+    """The API port, bound before the store is prepared or anything printed, so a taken port is the only line."""
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+    # As uvicorn binds: a port whose last server just stopped (TIME_WAIT) is free again at once.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+    except OSError as exc:
+        sock.close()
+        where = f"{settings.host}:{settings.port}"
+        if exc.errno != errno.EADDRINUSE:
+            raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+        other = settings.port + 1 if settings.port < 65535 else settings.port - 1
+        raise CommandError(
+            f"port {settings.port} is in use on {settings.host} (another server is running?): choose another "
+            f"with `make serve PORT={other}`, HISTORY_PORT={other} or --port {other}"
+        ) from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _client_command() -> str:
+    """The absolute path of this environment's history-client, so the banner's command runs from anywhere."""
+    beside = Path(os.path.abspath(sys.executable)).parent / "history-client"
+    return str(beside) if beside.exists() else shutil.which("history-client") or "history-client"
+
+
+def _serve(sock: socket.socket, args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> int:
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from history_service.app import create_app
     from history_service.logs import configure_logging
@@ -512,10 +542,10 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
     if count is not None:
         base = f"http://{settings.host}:{settings.port}"
         session = f"{base}/v1/sessions/{DEMO_SESSION}"
-        print(f"demo session {DEMO_SESSION!r} ({count} events) in {settings.store_url}", file=out)
+        print(f"demo session {DEMO_SESSION!r} ({count} events) in {describe_url(settings.store_url)}", file=out)
         print(f"  page:   curl -s {session}/page", file=out)
         print(f"  follow: curl -N {session}/follow", file=out)
-        print(f"  client: .venv/bin/history-client follow {base} {DEMO_SESSION}", file=out)
+        print(f"  client: {_client_command()} follow {base} {DEMO_SESSION}", file=out)
         print(f"  viewer: {base}/viewer/?session={DEMO_SESSION}", file=out)
         out.flush()
     options: dict[str, Any] = {
@@ -539,18 +569,23 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
         print(f"{PROG}: metrics: {where}", file=err)
     else:
         print(f"{PROG}: metrics off", file=err)
+    print(f"{PROG}: listening on http://{settings.host}:{settings.port} (Ctrl+C to stop)", file=err)
     if settings.workers > 1:
         with _metrics_files(settings) as settings, _metrics_listener(settings, None):
-            # Each worker builds its own app from the settings resolved here.
+            # Each worker builds its own app from the settings resolved here, and serves the socket bound here.
             os.environ.update(settings.for_workers())
-            uvicorn.run("history_service.app:app_factory", factory=True, workers=settings.workers, **options)
+            app = "history_service.app:app_factory"
+            try:
+                Multiprocess(uvicorn.Config(app, factory=True, workers=settings.workers, **options), [sock]).run()
+            except KeyboardInterrupt:
+                pass
         return 0
     with _metrics_files(settings) as settings:
         metrics = metrics_for(settings)
         server = uvicorn.Server(uvicorn.Config(create_app(settings, metrics=metrics), **options))
         try:
             with _metrics_listener(settings, metrics):
-                server.run()
+                server.run(sockets=[sock])
         except KeyboardInterrupt:
             # Ctrl+C is how a user stops the server; uvicorn has already shut down cleanly.
             pass
@@ -571,9 +606,11 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         return 1
     try:
         settings = _settings(args)
-        print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
         if args.command == "serve":
-            return _serve(args, settings, out, err)
+            with _listen(settings) as sock:
+                print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
+                return _serve(sock, args, settings, out, err)
+        print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
         anyio.run(_run, args, settings, out, err)
     except (CommandError, StoreError, OSError) as exc:
         # One line, whatever the driver's message looks like.

@@ -310,7 +310,13 @@ def test_serve_demo_seeds_once_serves_and_stops_quietly_on_ctrl_c(tmp_path: Path
             assert process.stdout is not None and process.stderr is not None
             banner = [process.stdout.readline() for _ in range(4)]
             assert banner[0].startswith("demo session 'demo' (")
-            assert banner[3].split() == ["client:", ".venv/bin/history-client", "follow", base, "demo"]
+            assert banner[3].split() == [
+                "client:",
+                str(Path(sys.executable).parent / "history-client"),
+                "follow",
+                base,
+                "demo",
+            ]
             wait_healthy(base, process)
             with HistoryClient(base, timeout=30) as client:
                 counts.append(len(list(client.iter_history("demo"))))
@@ -319,6 +325,43 @@ def test_serve_demo_seeds_once_serves_and_stops_quietly_on_ctrl_c(tmp_path: Path
             assert process.wait(30) == 0
             assert "Traceback" not in process.stderr.read()
     assert counts[0] == counts[1] > 0
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_before_anything_else(tmp_path: Path) -> None:
+    """Issue 23: the port is bound first; taken, it is one line naming the ways to pick another, and nothing else."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code = "import sys; from history_service.cli import main; sys.exit(main())"
+        argv = [sys.executable, "-c", code, "serve", "--demo", "--store", "sqlite:///h.db", "--port", str(port)]
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    other = port + 1
+    assert done.stderr.splitlines() == [
+        f"history-service: error: port {port} is in use on 127.0.0.1 (another server is running?): choose another "
+        f"with `make serve PORT={other}`, HISTORY_PORT={other} or --port {other}"
+    ]
+    # Nothing was seeded: the store was never made.
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_demo_banner_prints_absolute_paths(tmp_path: Path) -> None:
+    """Issue 23: run from anywhere, the banner's client command and store path work from any directory."""
+    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    port = free_port()
+    argv = [sys.executable, "-c", code, "serve", "--demo", "--store", "sqlite:///demo.db", "--port", str(port)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path) as process:
+        assert process.stdout is not None and process.stderr is not None
+        banner = [process.stdout.readline() for _ in range(4)]
+        wait_healthy(f"http://127.0.0.1:{port}", process)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+        process.stderr.read()
+    assert banner[0].rstrip().endswith(f" in sqlite:///demo.db ({tmp_path.resolve() / 'demo.db'})")
+    client = Path(banner[3].split()[1])
+    assert client.is_absolute() and client.exists() and client.name == "history-client"
 
 
 def test_serve_applies_connection_limits_from_history_variables(tmp_path: Path) -> None:
