@@ -593,6 +593,17 @@ def _serve(sock: socket.socket, args: argparse.Namespace, settings: Settings, ou
     return 0 if server.started else 1
 
 
+def _discard(out: TextIO) -> None:
+    """Point ``out``'s descriptor at /dev/null, so the interpreter's flush of what is left at exit cannot fail again."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # not a file (a test's StringIO): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the command line; returns the exit status."""
     out, err = out or sys.stdout, err or sys.stderr
@@ -612,6 +623,11 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
                 return _serve(sock, args, settings, out, err)
         print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
         anyio.run(_run, args, settings, out, err)
+        out.flush()
+    except BrokenPipeError:
+        # The reader went away (`export ... | head`): it has what it wanted.
+        _discard(out)
+        return 0
     except (CommandError, StoreError, OSError) as exc:
         # One line, whatever the driver's message looks like.
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]

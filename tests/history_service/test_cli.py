@@ -20,7 +20,7 @@ import httpx
 import msgspec
 import pytest
 
-from codec import encode, pack_page, read_session_log
+from codec import SessionHeader, encode, pack_page, read_session_log
 from history_client import HistoryClient
 from history_service.app import create_app
 from history_service.cli import main
@@ -29,6 +29,7 @@ from history_service.settings import Settings
 from persistence import open_store
 from testing.asgi import serving
 from testing.corpus import corpus_dir
+from testing.events import make_events
 from testing.golden import GOLDEN_DIR
 from testing.postgres import PG_URL, empty_postgres
 from testing.servers import free_port, wait_healthy
@@ -362,6 +363,32 @@ def test_the_demo_banner_prints_absolute_paths(tmp_path: Path) -> None:
     assert banner[0].rstrip().endswith(f" in sqlite:///demo.db ({tmp_path.resolve() / 'demo.db'})")
     client = Path(banner[3].split()[1])
     assert client.is_absolute() and client.exists() and client.name == "history-client"
+
+
+def test_export_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
+    """Issue 23: `history-service export ... | head` ends with status 0 and no error once the reader has gone."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+
+    async def seed() -> None:
+        store = await open_store(url, create=True)
+        try:
+            await store.create_session(SessionHeader(id="big", createdAt=0), owner="local")
+            await store.append("big", make_events(20_000))
+        finally:
+            await store.close()
+
+    anyio.run(seed)
+    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    argv = [sys.executable, "-c", code, "export", "big", "--store", url]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().startswith(b'{"type":"session"')
+        # Far more than a pipe holds is still to come: the next writes meet a closed pipe.
+        process.stdout.close()
+        status = process.wait(60)
+        stderr = process.stderr.read().decode()
+    assert status == 0, stderr
+    assert stderr.splitlines() == [f"history-service: store {url} ({tmp_path / 'h.db'})"]
 
 
 def test_serve_applies_connection_limits_from_history_variables(tmp_path: Path) -> None:
