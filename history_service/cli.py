@@ -138,7 +138,10 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--metrics-port",
         type=_port,
-        help="serve GET /metrics on this port of --host instead, without authentication (or HISTORY_METRICS_PORT)",
+        help=(
+            "serve GET /metrics on this port of --host instead of the API port, without authentication "
+            "(or HISTORY_METRICS_PORT)"
+        ),
     )
     server.add_argument(
         "--no-metrics", action="store_true", help="record no metrics and serve no /metrics (or HISTORY_METRICS=0)"
@@ -565,7 +568,7 @@ def _serve(sock: socket.socket, args: argparse.Namespace, settings: Settings, ou
     if settings.metrics:
         where = "GET /metrics" + (" with the service token" if settings.auth == "token" else "")
         if settings.metrics_port is not None:
-            where += f", and unauthenticated at http://{settings.host}:{settings.metrics_port}/metrics"
+            where = f"unauthenticated at http://{settings.host}:{settings.metrics_port}/metrics, not on the API port"
         print(f"{PROG}: metrics: {where}", file=err)
     else:
         print(f"{PROG}: metrics off", file=err)

@@ -8,6 +8,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,3 +102,13 @@ def test_the_deployment_notes_show_the_gateway_configuration_the_tests_run() -> 
     """Issue 11: docs/deploy.md holds scripts/nginx.conf.template verbatim."""
     template = (ROOT / "scripts" / "nginx.conf.template").read_text()
     assert template in (ROOT / "docs" / "deploy.md").read_text()
+
+
+def test_the_gateway_configuration_refuses_metrics() -> None:
+    """Issue 23: docs/deploy.md says a gateway must not forward /metrics; the configuration it shows refuses it."""
+    template = (ROOT / "scripts" / "nginx.conf.template").read_text()
+    assert "location = /metrics {\n            return 404;\n        }" in template
+    gateway = os.environ.get("HISTORY_TEST_GATEWAY_URL")
+    if gateway:
+        # nginx answers itself, whether the upstreams run or not.
+        assert httpx.get(f"{gateway}/metrics").status_code == 404
