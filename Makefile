@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
 CORPUS_DEFAULT := ../shared/corpus/dsh-sessions
 HISTORY_CORPUS_DIR ?= $(if $(wildcard $(CORPUS_DEFAULT)),$(abspath $(CORPUS_DEFAULT)),)
@@ -11,19 +12,28 @@ export HISTORY_CORPUS_DIR
 
 PACKAGES := codec persistence history_service history_client
 
-.PHONY: serve test lint typecheck typecheck-js unit fuzz bench venv clean
+.PHONY: serve test lint typecheck typecheck-js unit fuzz bench venv venv-server clean
 
 JS := clients/js
 JS_STAMP := $(JS)/node_modules/.installed
 
-venv: $(STAMP)
+# `make venv`: everything a developer runs; `make venv-server`: what `make serve` needs.
+venv: $(DEV_STAMP)
 
-# The service and the stores are the `server` extra; developers get them with dev.
+venv-server: $(STAMP)
+
+# The service and the stores are the `server` extra: all `make serve` installs. The dev extra
+# (which includes server) is added on top, once, by the first target that needs it; it is
+# redone whenever the server install is, so a changed pyproject.toml reaches both.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[server,dev]'
+	$(BIN)/python -m pip install -e '.[server]'
 	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $(DEV_STAMP)
 
 # `make serve PORT=8001 HOST=0.0.0.0` runs the service with HISTORY_PORT / HISTORY_HOST set.
 # Only values given on the make command line count (a HOST or PORT exported in the environment
@@ -36,11 +46,11 @@ serve: $(STAMP)
 
 test: lint typecheck unit
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP) typecheck-js
+typecheck: $(DEV_STAMP) typecheck-js
 	$(BIN)/mypy $(PACKAGES) testing tests bench
 
 # The JavaScript package and the viewer are JSDoc-typed JavaScript, checked by tsc (a dev
@@ -61,18 +71,18 @@ SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_histo
 	bench/test_follow_load.py bench/test_follow_scale.py bench/test_throughput.py bench/test_js_perf.py \
 	bench/test_viewer_perf.py bench/test_metrics_cost.py bench/test_memory_bounds.py bench/test_report.py
 
-unit: $(STAMP)
+unit: $(DEV_STAMP)
 	$(BIN)/pytest
 	HISTORY_BENCH_SMOKE=1 $(BIN)/pytest -p no:cacheprovider $(SMOKE_BENCH)
 
 # Contract fuzzing at depth: `make test` runs 100 cases per operation, always the same ones;
 # this runs 1000 per operation, new ones each run, against the same real server.
-fuzz: $(STAMP)
+fuzz: $(DEV_STAMP)
 	HISTORY_FUZZ_EXAMPLES=1000 $(BIN)/pytest -p no:cacheprovider tests/history_service/test_fuzz.py
 
 # Every suite at full size, then the report. The run's result lines are kept in
 # bench/results/<UTC time>.txt and docs/benchmarks.md is regenerated from them.
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	mkdir -p bench/results
 	run=bench/results/$$(date -u +%Y%m%dT%H%M%SZ).txt; \
 	$(BIN)/pytest -p no:cacheprovider bench -s 2>&1 | tee bench/results/last-run.log; \

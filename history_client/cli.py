@@ -209,13 +209,28 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
                 count = _write_events(history, out, progress)
                 if progress is not None:
                     print(f"history-client: exported {count:,} events", file=progress)
+        out.flush()
     except (ClientError, SessionIdError) as exc:
         print(f"history-client: {exc}", file=err)
         return 1
+    except BrokenPipeError:
+        # The reader went away (`follow ... | head`): it has what it wanted.
+        _discard(out)
+        return 0
     except KeyboardInterrupt:
         return 130
-    out.flush()
     return 0
+
+
+def _discard(out: TextIO) -> None:
+    """Point ``out``'s descriptor at /dev/null, so the interpreter's flush of what is left at exit cannot fail again."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # not a file (a test's StringIO): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

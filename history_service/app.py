@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
 import anyio
+import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.errors import ServerErrorMiddleware
@@ -21,7 +23,7 @@ from history_service.errors import EXCEPTION_HANDLERS
 from history_service.logs import AccessLog, RequestIds, Tracebacks, configure_logging
 from history_service.metrics import Metrics, MetricsMiddleware, metrics_for, scrape
 from history_service.service import HistoryService
-from history_service.settings import Settings
+from history_service.settings import LAUNCHED, Settings
 from history_service.shutdown import Shutdown, on_signals
 from persistence import HistoryStore, open_store
 
@@ -111,7 +113,8 @@ def create_app(
         from history_service import seed
 
         routes.append(Route("/v1/test-only/seed", seed.seed, methods=["POST"]))
-    if recorded.enabled:
+    if recorded.enabled and settings.metrics_port is None:
+        # With a metrics port, that port serves them instead: the API port never shows them to a gateway's callers.
         routes.append(Route("/metrics", scrape, methods=["GET"]))
     # Request ids are outermost (see `_Edge`), then the access log, so every line and response carries one.
     middleware = [
@@ -144,5 +147,8 @@ def app_factory() -> Starlette:
     The factory is the process's edge, so it also sets up logging (`configure_logging`).
     """
     settings = Settings.from_env()
+    if settings.metrics_port is not None and LAUNCHED not in os.environ:
+        # Only `serve` opens the metrics port; under a launcher of one's own the API port serves them.
+        settings = msgspec.structs.replace(settings, metrics_port=None)
     configure_logging(settings)
     return create_app(settings)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -135,7 +137,10 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--metrics-port",
         type=_port,
-        help="serve GET /metrics on this port of --host instead, without authentication (or HISTORY_METRICS_PORT)",
+        help=(
+            "serve GET /metrics on this port of --host instead of the API port, without authentication "
+            "(or HISTORY_METRICS_PORT)"
+        ),
     )
     server.add_argument(
         "--no-metrics", action="store_true", help="record no metrics and serve no /metrics (or HISTORY_METRICS=0)"
@@ -472,8 +477,36 @@ def _metrics_listener(settings: Settings, metrics: Metrics | None) -> Iterator[N
         thread.join()
 
 
-def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> int:
+def _listen(settings: Settings) -> socket.socket:
+    """The API port, bound before the store is prepared or anything printed, so a taken port is the only line."""
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+    # As uvicorn binds: a port whose last server just stopped (TIME_WAIT) is free again at once.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+    except OSError as exc:
+        sock.close()
+        where = f"{settings.host}:{settings.port}"
+        if exc.errno != errno.EADDRINUSE:
+            raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+        other = settings.port + 1 if settings.port < 65535 else settings.port - 1
+        raise CommandError(
+            f"port {settings.port} is in use on {settings.host} (another server is running?): choose another "
+            f"with `make serve PORT={other}`, HISTORY_PORT={other} or --port {other}"
+        ) from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _client_command() -> str:
+    """The absolute path of this environment's history-client, so the banner's command runs from anywhere."""
+    beside = Path(os.path.abspath(sys.executable)).parent / "history-client"
+    return str(beside) if beside.exists() else shutil.which("history-client") or "history-client"
+
+
+def _serve(sock: socket.socket, args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> int:
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from history_service.app import create_app
     from history_service.logs import configure_logging
@@ -495,10 +528,10 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
     if count is not None:
         base = f"http://{settings.host}:{settings.port}"
         session = f"{base}/v1/sessions/{DEMO_SESSION}"
-        print(f"demo session {DEMO_SESSION!r} ({count} events) in {settings.store_url}", file=out)
+        print(f"demo session {DEMO_SESSION!r} ({count} events) in {describe_url(settings.store_url)}", file=out)
         print(f"  page:   curl -s {session}/page", file=out)
         print(f"  follow: curl -N {session}/follow", file=out)
-        print(f"  client: .venv/bin/history-client follow {base} {DEMO_SESSION}", file=out)
+        print(f"  client: {_client_command()} follow {base} {DEMO_SESSION}", file=out)
         print(f"  viewer: {base}/viewer/?session={DEMO_SESSION}", file=out)
         out.flush()
     options: dict[str, Any] = {
@@ -518,27 +551,43 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextI
     if settings.metrics:
         where = "GET /metrics" + (" with the service token" if settings.auth == "token" else "")
         if settings.metrics_port is not None:
-            where += f", and unauthenticated at http://{settings.host}:{settings.metrics_port}/metrics"
+            where = f"unauthenticated at http://{settings.host}:{settings.metrics_port}/metrics, not on the API port"
         print(f"{PROG}: metrics: {where}", file=err)
     else:
         print(f"{PROG}: metrics off", file=err)
+    print(f"{PROG}: listening on http://{settings.host}:{settings.port} (Ctrl+C to stop)", file=err)
     if settings.workers > 1:
         with _metrics_files(settings) as settings, _metrics_listener(settings, None):
-            # Each worker builds its own app from the settings resolved here.
+            # Each worker builds its own app from the settings resolved here, and serves the socket bound here.
             os.environ.update(settings.for_workers())
-            uvicorn.run("history_service.app:app_factory", factory=True, workers=settings.workers, **options)
+            app = "history_service.app:app_factory"
+            try:
+                Multiprocess(uvicorn.Config(app, factory=True, workers=settings.workers, **options), [sock]).run()
+            except KeyboardInterrupt:
+                pass
         return 0
     with _metrics_files(settings) as settings:
         metrics = metrics_for(settings)
         server = uvicorn.Server(uvicorn.Config(create_app(settings, metrics=metrics), **options))
         try:
             with _metrics_listener(settings, metrics):
-                server.run()
+                server.run(sockets=[sock])
         except KeyboardInterrupt:
             # Ctrl+C is how a user stops the server; uvicorn has already shut down cleanly.
             pass
     # uvicorn returns normally when the app fails to start (it has logged why).
     return 0 if server.started else 1
+
+
+def _discard(out: TextIO) -> None:
+    """Point ``out``'s descriptor at /dev/null, so the interpreter's flush of what is left at exit cannot fail again."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # not a file (a test's StringIO): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -554,10 +603,17 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         return 1
     try:
         settings = _settings(args)
-        print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
         if args.command == "serve":
-            return _serve(args, settings, out, err)
+            with _listen(settings) as sock:
+                print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
+                return _serve(sock, args, settings, out, err)
+        print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
         anyio.run(_run, args, settings, out, err)
+        out.flush()
+    except BrokenPipeError:
+        # The reader went away (`export ... | head`): it has what it wanted.
+        _discard(out)
+        return 0
     except (CommandError, StoreError, OSError) as exc:
         # One line, whatever the driver's message looks like.
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]

@@ -65,8 +65,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         log_format: ``text`` (one readable line per record) or ``json`` (one JSON object per line).
         log_level: the least severe records written: ``debug``, ``info``, ``warning``, ``error`` or ``critical``.
         metrics: record Prometheus metrics and serve them at ``GET /metrics`` (off: neither).
-        metrics_port: ``serve`` also serves the metrics on this port of ``host``, with no
-            authentication, from its own process (a launcher's setting, like ``port``).
+        metrics_port: ``serve`` serves the metrics on this port of ``host`` instead, with no
+            authentication, from its own process, and the API port serves no ``/metrics``
+            (a launcher's setting, like ``port``: ``uvicorn --factory`` ignores it).
         metrics_dir: where every worker process writes its metric samples, so that each one's
             ``/metrics`` sums them all (``PROMETHEUS_MULTIPROC_DIR``; ``serve --workers`` makes one).
     """

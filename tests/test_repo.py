@@ -8,6 +8,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +59,33 @@ def test_make_serve_passes_port_and_host_through() -> None:
     assert dry_run() == ".venv/bin/history-service serve --demo"
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_serve_installs_the_server_extra_only_and_make_test_adds_dev(tmp_path: Path) -> None:
+    """Issue 23: `make serve` installs `[server]` alone; the dev targets add `[dev]` on top, each once."""
+    shutil.copy(ROOT / "Makefile", tmp_path)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+
+    def installs(target: str) -> list[str]:
+        command = ["make", "--no-print-directory", "-n", target]
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=True, env=env)
+        return [line for line in done.stdout.splitlines() if "pip install -e" in line]
+
+    assert installs("serve") == [".venv/bin/python -m pip install -e '.[server]'"]
+    assert installs("unit") == [
+        ".venv/bin/python -m pip install -e '.[server]'",
+        ".venv/bin/python -m pip install -e '.[dev]'",
+    ]
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / ".installed").touch()
+    # After `make serve`: serving installs nothing more, testing adds dev alone.
+    assert installs("serve") == []
+    assert installs("unit") == installs("lint") == [".venv/bin/python -m pip install -e '.[dev]'"]
+    (tmp_path / ".venv" / ".installed-dev").touch()
+    # After `make test`: neither reinstalls.
+    assert installs("serve") == installs("unit") == installs("lint") == []
+
+
 def test_the_readme_examples_use_one_base_url() -> None:
     """Item 5: a user changes one line, BASE, to point every example at another port."""
     readme = (ROOT / "README.md").read_text()
@@ -74,3 +102,13 @@ def test_the_deployment_notes_show_the_gateway_configuration_the_tests_run() -> 
     """Issue 11: docs/deploy.md holds scripts/nginx.conf.template verbatim."""
     template = (ROOT / "scripts" / "nginx.conf.template").read_text()
     assert template in (ROOT / "docs" / "deploy.md").read_text()
+
+
+def test_the_gateway_configuration_refuses_metrics() -> None:
+    """Issue 23: docs/deploy.md says a gateway must not forward /metrics; the configuration it shows refuses it."""
+    template = (ROOT / "scripts" / "nginx.conf.template").read_text()
+    assert "location = /metrics {\n            return 404;\n        }" in template
+    gateway = os.environ.get("HISTORY_TEST_GATEWAY_URL")
+    if gateway:
+        # nginx answers itself, whether the upstreams run or not.
+        assert httpx.get(f"{gateway}/metrics").status_code == 404

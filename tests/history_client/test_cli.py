@@ -169,6 +169,30 @@ def test_follow_reports_losing_its_server_and_reconnecting(tmp_path: Path) -> No
     assert lines[-1] == f"history-client: reconnected after {failures} failed attempt{'s' * (failures > 1)}", lines
 
 
+def test_follow_into_a_pipe_closed_early_exits_quietly() -> None:
+    """Issue 23: `history-client follow ... | head` exits 0, with nothing on stderr, once the reader has gone."""
+    events = make_events(40)
+    with serve_in_thread(Settings(), store=MemoryStore()) as running:
+        assert httpx.post(f"{running.url}/v1/sessions", json={"id": "s", "createdAt": 0}).status_code == 201
+        append(running.url, events[:10])
+        argv = [sys.executable, "-c", CLI, "follow", running.url, "s", "--after", "4"]
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+            # A hang guard, not a timing check: a follow that never stops is killed and fails the status check.
+            watchdog = threading.Timer(120, process.kill)
+            watchdog.start()
+            try:
+                assert process.stdout is not None and process.stderr is not None
+                assert decode_event(process.stdout.readline()) == events[5]
+                process.stdout.close()
+                # The next event the follower prints meets the closed pipe.
+                append(running.url, events[10:])
+                status = process.wait(120)
+                stderr = process.stderr.read().decode()
+            finally:
+                watchdog.cancel()
+    assert (status, stderr) == (0, "")
+
+
 def test_an_id_the_service_could_never_accept_is_refused_before_any_request(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["page", "http://127.0.0.1:9", "a/b"]) == 1
     assert capsys.readouterr().err.startswith("history-client: session id 'a/b' is not a session id")

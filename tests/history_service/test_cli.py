@@ -20,7 +20,7 @@ import httpx
 import msgspec
 import pytest
 
-from codec import encode, pack_page, read_session_log
+from codec import SessionHeader, encode, pack_page, read_session_log
 from history_client import HistoryClient
 from history_service.app import create_app
 from history_service.cli import main
@@ -29,6 +29,7 @@ from history_service.settings import Settings
 from persistence import open_store
 from testing.asgi import serving
 from testing.corpus import corpus_dir
+from testing.events import make_events
 from testing.golden import GOLDEN_DIR
 from testing.postgres import PG_URL, empty_postgres
 from testing.servers import free_port, wait_healthy
@@ -310,7 +311,13 @@ def test_serve_demo_seeds_once_serves_and_stops_quietly_on_ctrl_c(tmp_path: Path
             assert process.stdout is not None and process.stderr is not None
             banner = [process.stdout.readline() for _ in range(4)]
             assert banner[0].startswith("demo session 'demo' (")
-            assert banner[3].split() == ["client:", ".venv/bin/history-client", "follow", base, "demo"]
+            assert banner[3].split() == [
+                "client:",
+                str(Path(sys.executable).parent / "history-client"),
+                "follow",
+                base,
+                "demo",
+            ]
             wait_healthy(base, process)
             with HistoryClient(base, timeout=30) as client:
                 counts.append(len(list(client.iter_history("demo"))))
@@ -319,6 +326,69 @@ def test_serve_demo_seeds_once_serves_and_stops_quietly_on_ctrl_c(tmp_path: Path
             assert process.wait(30) == 0
             assert "Traceback" not in process.stderr.read()
     assert counts[0] == counts[1] > 0
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_before_anything_else(tmp_path: Path) -> None:
+    """Issue 23: the port is bound first; taken, it is one line naming the ways to pick another, and nothing else."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code = "import sys; from history_service.cli import main; sys.exit(main())"
+        argv = [sys.executable, "-c", code, "serve", "--demo", "--store", "sqlite:///h.db", "--port", str(port)]
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    other = port + 1
+    assert done.stderr.splitlines() == [
+        f"history-service: error: port {port} is in use on 127.0.0.1 (another server is running?): choose another "
+        f"with `make serve PORT={other}`, HISTORY_PORT={other} or --port {other}"
+    ]
+    # Nothing was seeded: the store was never made.
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_demo_banner_prints_absolute_paths(tmp_path: Path) -> None:
+    """Issue 23: run from anywhere, the banner's client command and store path work from any directory."""
+    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    port = free_port()
+    argv = [sys.executable, "-c", code, "serve", "--demo", "--store", "sqlite:///demo.db", "--port", str(port)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path) as process:
+        assert process.stdout is not None and process.stderr is not None
+        banner = [process.stdout.readline() for _ in range(4)]
+        wait_healthy(f"http://127.0.0.1:{port}", process)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+        process.stderr.read()
+    assert banner[0].rstrip().endswith(f" in sqlite:///demo.db ({tmp_path.resolve() / 'demo.db'})")
+    client = Path(banner[3].split()[1])
+    assert client.is_absolute() and client.exists() and client.name == "history-client"
+
+
+def test_export_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
+    """Issue 23: `history-service export ... | head` ends with status 0 and no error once the reader has gone."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+
+    async def seed() -> None:
+        store = await open_store(url, create=True)
+        try:
+            await store.create_session(SessionHeader(id="big", createdAt=0), owner="local")
+            await store.append("big", make_events(20_000))
+        finally:
+            await store.close()
+
+    anyio.run(seed)
+    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    argv = [sys.executable, "-c", code, "export", "big", "--store", url]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().startswith(b'{"type":"session"')
+        # Far more than a pipe holds is still to come: the next writes meet a closed pipe.
+        process.stdout.close()
+        status = process.wait(60)
+        stderr = process.stderr.read().decode()
+    assert status == 0, stderr
+    assert stderr.splitlines() == [f"history-service: store {url} ({tmp_path / 'h.db'})"]
 
 
 def test_serve_applies_connection_limits_from_history_variables(tmp_path: Path) -> None:

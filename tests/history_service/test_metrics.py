@@ -306,13 +306,39 @@ def test_serve_with_a_metrics_port_serves_them_there_without_auth(tmp_path: Path
     server.start("--metrics-port", str(metrics_port))
     try:
         assert httpx.get(f"{server.url}/readyz").status_code == 200
-        assert httpx.get(f"{server.url}/metrics").status_code == 401
+        # Served there instead: the API port has no /metrics, with the service token or without it.
+        assert httpx.get(f"{server.url}/metrics").status_code == 404
+        assert httpx.get(f"{server.url}/metrics", headers={"Authorization": "Bearer t"}).status_code == 404
         with httpx.Client(base_url=f"http://127.0.0.1:{metrics_port}") as client:
-            assert scrape(client).value(REQUESTS, route="/readyz", status="200") == 1
-        with httpx.Client(base_url=server.url) as client:
-            assert scrape(client, Authorization="Bearer t").value(REQUESTS, route="/metrics", status="401") == 1
+            seen = scrape(client)
+        assert seen.value(REQUESTS, route="/readyz", status="200") == 1
+        assert seen.value(REQUESTS, route="unmatched", status="404") == 2
+        assert "unauthenticated at" in server.stderr() and "not on the API port" in server.stderr()
     finally:
         server.stop()
+
+
+@pytest.mark.anyio
+async def test_an_app_with_a_metrics_port_serves_no_metrics_on_its_own_port() -> None:
+    """Issue 23: `--metrics-port` serves the metrics there instead, as its help says, and the document agrees."""
+    async with serving(create_app(Settings(metrics_port=9100), store=MemoryStore())) as client:
+        assert (await client.get("/metrics")).status_code == 404
+        assert "/metrics" not in (await client.get("/openapi.json")).json()["paths"]
+        assert (await client.get("/readyz")).status_code == 200
+
+
+def test_under_a_launcher_of_ones_own_the_metrics_port_is_ignored(tmp_path: Path) -> None:
+    """Issue 23: only `serve` opens the metrics port, so under `uvicorn --factory` the API port keeps /metrics."""
+    port = free_port()
+    env = {**os.environ, "HISTORY_STORE": f"sqlite:///{tmp_path / 'h.db'}", "HISTORY_METRICS_PORT": str(free_port())}
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "history_service.app:app_factory", "--port", str(port)]
+    with subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}", process)
+            assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 200
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
 
 
 def test_serve_no_metrics_serves_none(tmp_path: Path) -> None:
