@@ -187,6 +187,11 @@ class CuttingProxy:
         self._server.close()
         await self._server.wait_closed()
 
+    @property
+    def open(self) -> int:
+        """How many connections pass through the proxy now."""
+        return len(self._pairs)
+
     def cut(self) -> None:
         self.cuts += 1
         self.severed += len(self._pairs)

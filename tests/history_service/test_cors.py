@@ -233,7 +233,7 @@ def test_an_origin_no_browser_sends_is_refused(origin: str, message: str) -> Non
 def test_serve_takes_repeated_cors_origin_flags_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     served: list[Settings] = []
 
-    def serve(args: Any, settings: Settings, out: Any, err: Any) -> int:
+    def serve(sock: Any, args: Any, settings: Settings, out: Any, err: Any) -> int:
         served.append(settings)
         return 0
 
