@@ -2,10 +2,11 @@
 
 ``/`` redirects to ``/viewer/``, whose page lists the caller's sessions when no session is named.
 
-The viewer is plain files, no build step: ``history_service/viewer/`` holds the page, and
-``/viewer/lib/`` serves ``clients/js/src`` from the source tree, the package a UI team uses,
-so the viewer runs the very code its tests check. An install without that tree (a wheel)
-answers the viewer's addresses with 404 ``viewer_unavailable`` and says why.
+The viewer is plain files, no bundling: ``history_service/viewer/`` holds the page, and
+``/viewer/lib/`` serves the JavaScript client package a UI team uses, so the viewer runs the
+very code its tests check. A wheel carries that package as ``history_service/viewer/lib/``
+(copied in by ``setup.py``); a source checkout serves ``clients/js/src`` itself. An install
+with neither answers the viewer's addresses with 404 ``viewer_unavailable`` and says why.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from history_service.errors import ViewerUnavailable
 __all__ = ["VIEWER_DIR", "JS_CLIENT_DIR", "viewer_routes"]
 
 VIEWER_DIR: Final = Path(__file__).resolve().parent / "viewer"
-JS_CLIENT_DIR: Final = Path(__file__).resolve().parent.parent / "clients" / "js" / "src"
+
+
+def _js_client_dir() -> Path:
+    shipped = VIEWER_DIR / "lib"
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parent.parent / "clients" / "js" / "src"
+
+
+JS_CLIENT_DIR: Final = _js_client_dir()
 
 
 def _import_map_hash() -> str:

@@ -118,11 +118,21 @@ def wait_healthy(url: str, process: subprocess.Popen[Any] | None = None, timeout
 class ServerProcess:
     """``history-service serve`` as a child process on a fixed port, so it can be killed and restarted.
 
+    ``python`` is the interpreter that runs it: another venv's, to serve what that venv installed.
+
     Its stderr goes to a file, never an unread pipe that a chatty server could fill and block on.
     """
 
-    def __init__(self, store_url: str, *, env: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        store_url: str,
+        *,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        python: str | Path = sys.executable,
+    ) -> None:
         self.store_url = store_url
+        self.python = str(python)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "HISTORY_PING_INTERVAL": "1", **(env or {})}
@@ -131,7 +141,21 @@ class ServerProcess:
 
     def start(self, *extra: str) -> None:
         code = "import sys; from history_service.cli import main; sys.exit(main())"
-        args = [sys.executable, "-c", code, "serve", "--store", self.store_url, "--port", str(self.port), *extra]
+        # Another venv's interpreter runs isolated (-I): neither the caller's PYTHONPATH nor the working
+        # directory's packages may stand in for what that venv installed.
+        isolated = ["-I"] if self.python != sys.executable else []
+        args = [
+            self.python,
+            *isolated,
+            "-c",
+            code,
+            "serve",
+            "--store",
+            self.store_url,
+            "--port",
+            str(self.port),
+            *extra,
+        ]
         self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(args, env=self.env, stdout=subprocess.DEVNULL, stderr=self._log)
         try:
