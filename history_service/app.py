@@ -100,6 +100,7 @@ def create_app(
         openapi.route(settings),
         Route("/v1/sessions", endpoints.sessions, methods=["GET", "POST"]),
         Route("/v1/sessions/{session_id}", endpoints.get_session, methods=["GET"]),
+        Route("/v1/sessions/{session_id}/subagents", endpoints.list_subagents, methods=["GET"]),
         Route("/v1/sessions/{session_id}/subagents/{child_id}", endpoints.get_session, methods=["GET"]),
         Route("/v1/sessions/{session_id}/events", endpoints.append_events, methods=["POST"]),
         Route("/v1/sessions/{session_id}/page", endpoints.page, methods=["GET"]),

@@ -71,7 +71,10 @@ class ListedSession(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class SessionList(Struct, frozen=True, forbid_unknown_fields=True):
-    """The caller's top-level sessions, newest first; ``nextCursor`` continues the listing (``null``: no more)."""
+    """A page of a listing, newest first: the caller's top-level sessions, or one session's subagent children.
+
+    ``nextCursor`` continues the listing (``null``: no more).
+    """
 
     sessions: list[ListedSession]
     nextCursor: str | None

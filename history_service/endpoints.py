@@ -34,7 +34,7 @@ from history_service.requests import (
 )
 from history_service.responses import EndedStreamingResponse, PartsResponse
 from history_service.service import HistoryService
-from persistence import StoreError
+from persistence import SessionSummary, StoreError
 
 __all__ = [
     "append_events",
@@ -82,7 +82,19 @@ async def list_sessions(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
     limit, before = list_params(request)
-    found = await service.sessions(who, limit + 1, before)
+    return _listing(await service.sessions(who, limit + 1, before), limit)
+
+
+async def list_subagents(request: Request) -> Response:
+    service = _service(request)
+    who = principal(request, service.settings)
+    session_id, _ = address(request)
+    limit, before = list_params(request)
+    return _listing(await service.subagents(who, session_id, limit + 1, before), limit)
+
+
+def _listing(found: list[SessionSummary], limit: int) -> Response:
+    """A listing's page from up to ``limit + 1`` sessions: the extra one only says that more follow."""
     listed = found[:limit]
     sessions = [
         {"id": s.id, "createdAt": s.created_at, "headSeq": s.head_seq, "childCount": s.child_count} for s in listed

@@ -121,6 +121,10 @@ _SUBAGENT: Final = _path("parent", "child")
 _MAX_MESSAGES: Final = _parameter(
     "maxMessages", "query", _integer(1, 1000, default=50), "Most counted messages (§4.3)."
 )
+_LISTING: Final = [
+    _parameter("limit", "query", _integer(1, 1000, default=50), "Most sessions in the answer."),
+    _parameter("cursor", "query", {"type": "string"}, "A `nextCursor` the service returned, unchanged."),
+]
 _CONTENT_ENCODING: Final = _parameter(
     "Content-Encoding", "header", {"enum": ["identity", "zstd", "br", "gzip"]}, "The body's content coding (§11.2)."
 )
@@ -313,10 +317,7 @@ class _Builder:
             "sessions",
             {"200": {"description": "One page of the listing.", "content": _json("SessionList")}},
             ("invalid_parameter", *_FAILURES),
-            parameters=[
-                _parameter("limit", "query", _integer(1, 1000, default=50), "Most sessions in the answer."),
-                _parameter("cursor", "query", {"type": "string"}, "A `nextCursor` the service returned, unchanged."),
-            ],
+            parameters=_LISTING,
         )
         create = self.operation(
             "createSession",
@@ -334,6 +335,16 @@ class _Builder:
             requestBody={"required": True, "content": _json("NewSessionHeader")},
         )
         return {"get": listing, "post": create}
+
+    def subagents(self) -> dict[str, Any]:
+        return self.operation(
+            "listSubagents",
+            "A session's direct subagent children, newest first (§12.3)",
+            "sessions",
+            {"200": {"description": "One page of the listing.", "content": _json("SessionList")}},
+            ("invalid_parameter", *_ADDRESSED),
+            parameters=[*_TOP, *_LISTING],
+        )
 
     def append(self) -> dict[str, Any]:
         return self.operation(
@@ -376,6 +387,7 @@ class _Builder:
             "/v1/sessions/{id}": {
                 "get": self.state("getSession", "A session's header and head (§12.2)", _TOP, _READ, links=_READ_STATE)
             },
+            "/v1/sessions/{id}/subagents": {"get": self.subagents()},
             "/v1/sessions/{parent}/subagents/{child}": {
                 "get": self.state("getChildSession", "A subagent child's header and head (§12.2)", _SUBAGENT, _CHILD)
             },

@@ -37,6 +37,7 @@ from persistence import (
     SessionNotFoundError,
     SessionSummary,
     StoreError,
+    newest_first,
     subagent_parent,
 )
 from persistence.locks import KeyedLocks
@@ -128,6 +129,21 @@ class HistoryService:
     async def sessions(self, principal: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
         """Up to ``limit`` of the caller's own sessions that are not children, newest first, after ``before``."""
         return await self.store.list_sessions(principal, limit=limit, before=before)
+
+    async def subagents(
+        self, principal: str, session_id: str, limit: int, before: SessionKey | None
+    ) -> list[SessionSummary]:
+        """Up to ``limit`` of the direct subagent children of the caller's session, newest first, after ``before``.
+
+        A harness need not name a child in the parent's events, so this listing is how a reader finds them all.
+        """
+        await self._owned(principal, session_id, need_head=False)
+        listed = []
+        for child in newest_first(await self.store.children(session_id), limit=limit, before=before):
+            info = await self.store.get_session(child.id)
+            grandchildren = await self.store.children(child.id)
+            listed.append(SessionSummary(child.id, child.createdAt, info.head_seq, len(grandchildren)))
+        return listed
 
     async def create(self, principal: str, header: SessionHeader) -> SessionInfo:
         parent = subagent_parent(header)

@@ -15,6 +15,7 @@ from persistence.base import (
     SessionInfo,
     SessionKey,
     SessionSummary,
+    newest_first,
     subagent_parent,
 )
 from persistence.errors import (
@@ -43,6 +44,7 @@ __all__ = [
     "InvalidSessionIdError",
     "JsonlStore",
     "MemoryStore",
+    "newest_first",
     "open_store",
     "PageRead",
     "SchemaVersionError",

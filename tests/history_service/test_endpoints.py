@@ -1,4 +1,5 @@
-"""Listing and reading sessions: the caller's own, newest first, paged, under the same rules as pages."""
+"""Listing and reading sessions: the caller's own and a session's subagent children, newest first, paged,
+under the same rules as pages."""
 
 from __future__ import annotations
 
@@ -99,3 +100,76 @@ async def test_a_session_follows_the_rules_of_pages(
     assert response.status_code == status and response.json()["error"]["code"] == code
     page = await api.get(path + "/page", headers=who(principal))
     assert (page.status_code, page.json()["error"]["code"]) == (status, code)
+
+
+async def test_a_sessions_children_are_listed_newest_first_even_those_its_events_never_name(
+    api: httpx.AsyncClient,
+) -> None:
+    for created_at, child in [(3, "d.x"), (8, "d.z"), (3, "d.y")]:
+        header = {"id": child, "createdAt": created_at, "origin": "subagent", "parentSession": "d"}
+        assert (await api.post("/v1/sessions", json=header, headers=who("alice"))).status_code == 201
+    grandchild = {"id": "d.z.g", "createdAt": 1, "origin": "subagent", "parentSession": "d.z"}
+    assert (await api.post("/v1/sessions", json=grandchild, headers=who("alice"))).status_code == 201
+    appended = await api.post(
+        "/v1/sessions/d.y/events",
+        json={"events": [{"seq": 0, "time": 4, "type": "user/message", "data": {"text": "hi"}}]},
+        headers=who("alice"),
+    )
+    assert appended.status_code == 201
+
+    response = await api.get("/v1/sessions/d/subagents", headers=who("alice"))
+    assert response.status_code == 200
+    assert response.json() == {
+        "sessions": [
+            {"id": "d.z", "createdAt": 8, "headSeq": -1, "childCount": 1},
+            {"id": "d.y", "createdAt": 3, "headSeq": 0, "childCount": 0},
+            {"id": "d.x", "createdAt": 3, "headSeq": -1, "childCount": 0},
+        ],
+        "nextCursor": None,
+    }
+    # A child's own children are listed at its address, the one its pages use as a parent.
+    nested = (await api.get("/v1/sessions/d.z/subagents", headers=who("alice"))).json()
+    assert [s["id"] for s in nested["sessions"]] == ["d.z.g"]
+    assert (await api.get("/v1/sessions/a/subagents", headers=who("alice"))).json() == {
+        "sessions": [],
+        "nextCursor": None,
+    }
+    # The top-level listing still holds no child.
+    top = (await api.get("/v1/sessions", headers=who("alice"))).json()
+    assert "d.x" not in {s["id"] for s in top["sessions"]} and top["sessions"][1]["childCount"] == 3
+
+
+async def test_pages_of_a_childrens_listing_cover_every_child_once(api: httpx.AsyncClient) -> None:
+    expected = [f"c.{n:02}" for n in range(7)]
+    for child in expected:
+        header = {"id": child, "createdAt": 10, "origin": "subagent", "parentSession": "c"}
+        assert (await api.post("/v1/sessions", json=header, headers=who("alice"))).status_code == 201
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        params = {"limit": "3", **({"cursor": cursor} if cursor else {})}
+        body = (await api.get("/v1/sessions/c/subagents", params=params, headers=who("alice"))).json()
+        seen.extend(s["id"] for s in body["sessions"])
+        cursor = body["nextCursor"]
+        if cursor is None:
+            break
+        assert len(body["sessions"]) == 3
+    assert seen == expected[::-1]
+
+
+@pytest.mark.parametrize(
+    ("path", "principal", "params", "status", "code"),
+    [
+        ("/v1/sessions/tree/subagents", "bob", {}, 404, "session_not_found"),
+        ("/v1/sessions/nope/subagents", "alice", {}, 404, "session_not_found"),
+        ("/v1/sessions/a%20b/subagents", "alice", {}, 422, "invalid_session_id"),
+        ("/v1/sessions/tree/subagents", "alice", {"limit": "0"}, 400, "invalid_parameter"),
+        ("/v1/sessions/tree/subagents", "alice", {"cursor": "nope"}, 400, "invalid_parameter"),
+        ("/v1/sessions/tree/subagents", "alice", {"after": "1"}, 400, "invalid_parameter"),
+    ],
+)
+async def test_a_childrens_listing_answers_a_foreign_or_bad_address_as_an_append_does(
+    api: httpx.AsyncClient, path: str, principal: str, params: dict[str, str], status: int, code: str
+) -> None:
+    response = await api.get(path, params=params, headers=who(principal))
+    assert response.status_code == status and response.json()["error"]["code"] == code

@@ -70,6 +70,11 @@ CONFIG: Final = schemathesis.Config.from_dict(
                 "include-operation-id": "listSessions",
                 "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400"]}},
             },
+            # The same, under a session id the fuzzer makes up: an unknown one is 404.
+            {
+                "include-operation-id": "listSubagents",
+                "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404"]}},
+            },
         ],
     }
 )
