@@ -2,7 +2,7 @@
 
 Each error is named for what happened; only `ERRORS` knows how it is answered::
 
-    ServiceError(Exception)
+    HistoryServiceError(Exception)
     ├── RequestError                 the request, as sent, is refused before the service acts on it
     │   ├── InvalidParameter         a query parameter, Last-Event-ID or X-Principal: malformed or out of range
     │   ├── DuplicateHeader          two Authorization or two X-Principal headers
@@ -69,6 +69,7 @@ __all__ = [
     "ContentEncodingError",
     "ContentTooLargeError",
     "DuplicateHeader",
+    "HistoryServiceError",
     "InvalidBatch",
     "InvalidEvent",
     "InvalidHeader",
@@ -81,7 +82,6 @@ __all__ = [
     "NotOwner",
     "Overloaded",
     "RequestError",
-    "ServiceError",
     "SubagentChild",
     "ThroughBeyondHead",
     "Unauthenticated",
@@ -96,11 +96,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class ServiceError(Exception):
+class HistoryServiceError(Exception):
     """Base class for the service's own errors."""
 
 
-class RequestError(ServiceError):
+class RequestError(HistoryServiceError):
     """Base class for a request refused as it was sent: its parameters, headers or body."""
 
 
@@ -152,7 +152,7 @@ class InvalidSeed(RequestError):
     """Raised when a seeder request is not one the seeder can run."""
 
 
-class ContentEncodingError(ServiceError, ValueError):
+class ContentEncodingError(HistoryServiceError, ValueError):
     """Raised when a body cannot be decoded with its content coding."""
 
 
@@ -160,7 +160,7 @@ class ContentTooLargeError(ContentEncodingError):
     """Raised when a compressed body decodes to more than its size limit; decoding stops there."""
 
 
-class NotOwner(ServiceError):
+class NotOwner(HistoryServiceError):
     """Raised when the session an address names belongs to another principal."""
 
     def __init__(self, session_id: str) -> None:
@@ -168,7 +168,7 @@ class NotOwner(ServiceError):
         self.session_id = session_id
 
 
-class SubagentChild(ServiceError):
+class SubagentChild(HistoryServiceError):
     """Raised when a subagent child is read as a top-level session, not through its parent."""
 
     def __init__(self, session_id: str, *, parent: str) -> None:
@@ -177,7 +177,7 @@ class SubagentChild(ServiceError):
         self.parent = parent
 
 
-class NotADirectChild(ServiceError):
+class NotADirectChild(HistoryServiceError):
     """Raised when the caller's session is read under a parent that it is not a direct subagent child of."""
 
     def __init__(self, child: str, *, parent: str) -> None:
@@ -186,7 +186,7 @@ class NotADirectChild(ServiceError):
         self.parent = parent
 
 
-class InvalidParent(ServiceError):
+class InvalidParent(HistoryServiceError):
     """Raised when a subagent header names a parent that does not exist or that the caller does not own."""
 
     def __init__(self, parent: str) -> None:
@@ -194,7 +194,7 @@ class InvalidParent(ServiceError):
         self.parent = parent
 
 
-class ThroughBeyondHead(ServiceError):
+class ThroughBeyondHead(HistoryServiceError):
     """Raised when a page is asked to end (``through``) past the head of its session."""
 
     def __init__(self, through: int, head: int) -> None:
@@ -203,11 +203,11 @@ class ThroughBeyondHead(ServiceError):
         self.head = head
 
 
-class Overloaded(ServiceError):
+class Overloaded(HistoryServiceError):
     """Raised when a read would pass the process's budget of bytes in flight, or a follow its cap of streams."""
 
 
-class ViewerUnavailable(ServiceError):
+class ViewerUnavailable(HistoryServiceError):
     """Raised when the viewer is asked for on an install without the JavaScript client's sources."""
 
     def __init__(self) -> None:
@@ -256,7 +256,7 @@ _NO_SESSION: Final = Answer(404, "session_not_found", lambda exc: f"no session {
 _INTERNAL: Final = Answer(500, "internal", _fixed("internal server error"), logged=True)
 
 ERRORS: Final[Mapping[type[Exception], Answer]] = {
-    ServiceError: _INTERNAL,
+    HistoryServiceError: _INTERNAL,
     InvalidParameter: Answer(400, "invalid_parameter"),
     DuplicateHeader: Answer(400, "duplicate_header"),
     Unauthenticated: Answer(401, "unauthorized", headers={"WWW-Authenticate": "Bearer"}),

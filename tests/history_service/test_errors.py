@@ -37,6 +37,7 @@ from history_service.errors import (
     ContentEncodingError,
     ContentTooLargeError,
     DuplicateHeader,
+    HistoryServiceError,
     InvalidBatch,
     InvalidEvent,
     InvalidHeader,
@@ -49,7 +50,6 @@ from history_service.errors import (
     NotOwner,
     Overloaded,
     RequestError,
-    ServiceError,
     SubagentChild,
     ThroughBeyondHead,
     Unauthenticated,
@@ -73,12 +73,16 @@ from persistence.errors import (
 from testing.asgi import serving
 
 ROOT = Path(__file__).resolve().parents[2]
-BASES: dict[str, type[Exception]] = {"codec": CodecError, "persistence": StoreError, "history_service": ServiceError}
+BASES: dict[str, type[Exception]] = {
+    "codec": CodecError,
+    "persistence": StoreError,
+    "history_service": HistoryServiceError,
+}
 
 # The classes answered as an ancestor is, on purpose; every other class has an entry of its own.
 INHERITED: dict[type[Exception], type[Exception]] = {
     # Raised only as one of its subclasses.
-    RequestError: ServiceError,
+    RequestError: HistoryServiceError,
     # Placed by history_service.requests as a header's, the batch's or an item's; unplaced, an
     # internal failure on the service's own data.
     EventValidationError: CodecError,
@@ -94,7 +98,7 @@ INHERITED: dict[type[Exception], type[Exception]] = {
 SECRET = "/srv/history/db: disk I/O error"
 
 EXAMPLES: dict[type[Exception], Exception] = {
-    ServiceError: ServiceError(SECRET),
+    HistoryServiceError: HistoryServiceError(SECRET),
     InvalidParameter: InvalidParameter("limit must be an integer from 1 to 1000, got '0'"),
     DuplicateHeader: DuplicateHeader("the request carries 2 X-Principal headers; send one"),
     Unauthenticated: Unauthenticated("missing or invalid service token"),
