@@ -49,7 +49,6 @@ from codec.pages import (
     Page,
     PageRecord,
     PageShell,
-    SplicedRecords,
     check_cover,
     check_page,
     decode_follow_snapshot,
@@ -60,16 +59,21 @@ from codec.pages import (
     decode_record_range,
     iter_page_events,
     pack_page,
+    record_seq_range,
+)
+from codec.session_log import SessionLog, read_header, read_session_log, record_from_value
+from codec.splice import (
+    SplicedRecords,
+    event_lines,
+    join,
     page_body,
     page_parts,
     page_size,
     raw_records,
-    record_seq_range,
     snapshot_body,
     splice,
 )
-from codec.session_log import SessionLog, read_header, read_session_log, record_from_value
-from codec.stored import StoredRecord, decode_storage_line, event_lines, join, runs, stored_batch, stored_record
+from codec.stored import Part, StoredRecord, decode_storage_line, runs, stored_batch, stored_record
 
 __all__ = [
     "BatchTooLargeError",
@@ -112,6 +116,7 @@ __all__ = [
     "page_size",
     "PageRecord",
     "PageShell",
+    "Part",
     "raw_records",
     "read_header",
     "read_session_log",

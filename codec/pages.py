@@ -5,16 +5,14 @@ body is ``{"records", "hasMore", "fromSeq", "toSeq"}`` and covers the logical in
 ``[fromSeq, toSeq)``; ``hasMore`` is ``fromSeq > 0``. A follow snapshot is a page body
 with the session ``header`` and the ``cursor`` in front.
 
-This module is the one home of those bytes. A server builds them by splicing stored
-records (`splice`, `raw_records`), byte-identical to encoding `pack_page` of the same
-events; a client decodes them strictly (`decode_page`, or record by record from a
-`PageShell`).
+A server builds those bytes by splicing stored records (`codec.splice`), byte-identical
+to encoding `pack_page` of the same events; this module decodes them strictly
+(`decode_page`, or record by record from a `PageShell`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from itertools import accumulate
 from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
@@ -36,16 +34,14 @@ from codec.chunk_rows import (
     row_from_value,
 )
 from codec.errors import CodecError, InvalidJsonError, RecordFormatError, RowFormatError
-from codec.event_json import decode_event, encode, event_from_value, finish_event
+from codec.event_json import decode_event, event_from_value, finish_event
 from codec.events import MAX_SAFE_INTEGER, Event, Seq, SessionHeader
-from codec.stored import Part, StoredRecord, event_lines, run_lines, runs
 
 __all__ = [
     "FollowSnapshot",
     "Page",
     "PageRecord",
     "PageShell",
-    "SplicedRecords",
     "check_cover",
     "check_page",
     "decode_follow_snapshot",
@@ -56,19 +52,11 @@ __all__ = [
     "iter_page_events",
     "pack_page",
     "page_record",
-    "page_body",
-    "page_size",
-    "raw_records",
     "record_seq_range",
-    "snapshot_body",
-    "splice",
 ]
 
 _T = TypeVar("_T")
 _ANY: Final = msgspec.json.Decoder()
-_EVENT_OPEN: Final = b'{"event":'
-_CHUNKS_OPEN: Final = b'{"chunks":'
-_RECORDS_OPEN: Final = b'{"records":['
 
 
 class PageRecord(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
@@ -420,142 +408,3 @@ def _record_error(record: Any, i: int) -> CodecError | None:
         except CodecError as event_exc:
             return event_exc
     return None
-
-
-class SplicedRecords:
-    """The page records of an interval, as byte parts that join into the records array's content.
-
-    Records are separated by ``,``. Each record's byte position and place in the parts are
-    kept, so the records from any one on, which is the page for a later ``fromSeq``, are a
-    slice of the parts and their size a subtraction.
-    """
-
-    __slots__ = ("_offsets", "_part_of", "_parts", "_positions", "_size", "starts")
-
-    def __init__(self) -> None:
-        self._parts: list[Part] = []
-        self._size = 0
-        self.starts: list[int] = []
-        self._positions: list[int] = []
-        self._part_of: list[int] = []
-        self._offsets: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def _separate(self) -> None:
-        if self.starts:
-            self._parts.append(b",")
-            self._size += 1
-
-    def add(self, seq: int, parts: Iterable[Part]) -> None:
-        """Add one record, given as the parts of its bytes."""
-        self._separate()
-        self.starts.append(seq)
-        self._positions.append(self._size)
-        self._part_of.append(len(self._parts))
-        self._offsets.append(0)
-        for part in parts:
-            self._parts.append(part)
-            self._size += len(part)
-
-    def add_each(self, first_seq: int, records: list[bytes]) -> None:
-        """Add records of consecutive seqs, one bytes each, as one part."""
-        if not records:
-            return
-        self._separate()
-        offsets = list(accumulate([len(record) + 1 for record in records[:-1]], initial=0))
-        self.starts.extend(range(first_seq, first_seq + len(records)))
-        self._positions.extend([self._size + offset for offset in offsets])
-        self._part_of.extend([len(self._parts)] * len(records))
-        self._offsets.extend(offsets)
-        blob = records[0] if len(records) == 1 else b",".join(records)
-        self._parts.append(blob)
-        self._size += len(blob)
-
-    def size(self, first: int = 0) -> int:
-        """The bytes of records ``first..`` joined by commas."""
-        return self._size - self._positions[first] if first < len(self.starts) else 0
-
-    def parts(self, first: int = 0) -> list[Part]:
-        """The parts of records ``first..``."""
-        if first >= len(self.starts):
-            return []
-        at, offset = self._part_of[first], self._offsets[first]
-        return [memoryview(self._parts[at])[offset:] if offset else self._parts[at], *self._parts[at + 1 :]]
-
-    def followed_by(self, other: SplicedRecords, first: int) -> SplicedRecords:
-        """These records, then ``other``'s records ``first..``."""
-        out = SplicedRecords()
-        out._parts, out._size = self._parts[:], self._size
-        out.starts, out._positions = self.starts[:], self._positions[:]
-        out._part_of, out._offsets = self._part_of[:], self._offsets[:]
-        if first >= len(other.starts):
-            return out
-        out._separate()
-        at, offset, position = other._part_of[first], other._offsets[first], other._positions[first]
-        base = len(out._parts)
-        for j in range(first, len(other.starts)):
-            out.starts.append(other.starts[j])
-            out._positions.append(out._size + other._positions[j] - position)
-            out._part_of.append(base + other._part_of[j] - at)
-            out._offsets.append(other._offsets[j] - offset if other._part_of[j] == at else other._offsets[j])
-        tail = other.parts(first)
-        out._parts.extend(tail)
-        out._size += sum(map(len, tail))
-        return out
-
-    def __iter__(self) -> Iterator[bytes]:
-        """Each record's bytes, for tests and tools."""
-        content = b"".join(self._parts)
-        ends = [position - 1 for position in self._positions[1:]] + [len(content)] if self.starts else []
-        for position, end in zip(self._positions, ends, strict=True):
-            yield content[position:end]
-
-
-def splice(stored: Iterable[StoredRecord], from_seq: int, to_seq: int) -> SplicedRecords:
-    """The page records for ``[from_seq, to_seq)`` from the stored records covering it, in seq order.
-
-    Byte-identical to encoding ``pack_page`` of the same logical events: runs split by
-    appends are joined into the one row `pack` builds, from spans of the stored lines.
-    """
-    out = SplicedRecords()
-    for run in runs(record for record in stored if record.end > from_seq and record.seq < to_seq):
-        for is_row, seq, _, parts in run_lines(run, from_seq, to_seq):
-            out.add(seq, [_CHUNKS_OPEN if is_row else _EVENT_OPEN, *parts, b"}"])
-    return out
-
-
-def raw_records(stored: Iterable[StoredRecord], from_seq: int, to_seq: int) -> SplicedRecords:
-    """Every logical event of ``[from_seq, to_seq)`` as its own ``{"event"}`` record: the unpacked page."""
-    out = SplicedRecords()
-    for seq, records in event_lines(stored, from_seq, to_seq, opening=_EVENT_OPEN, closing=b"}"):
-        out.add_each(seq, records)
-    return out
-
-
-def _tail(from_seq: int, to_seq: int) -> bytes:
-    return b'],"hasMore":%b,"fromSeq":%d,"toSeq":%d}' % (b"true" if from_seq > 0 else b"false", from_seq, to_seq)
-
-
-def page_size(records: SplicedRecords, first: int, from_seq: int, to_seq: int) -> int:
-    """The bytes `page_body` would make, without making them."""
-    return len(_RECORDS_OPEN) + records.size(first) + len(_tail(from_seq, to_seq))
-
-
-def page_parts(records: SplicedRecords, first: int, from_seq: int, to_seq: int) -> list[Part]:
-    """The page body of records ``first..``, which cover ``[from_seq, to_seq)``, as parts in order.
-
-    Sent part by part, a page never exists as one more copy of its stored records.
-    """
-    return [_RECORDS_OPEN, *records.parts(first), _tail(from_seq, to_seq)]
-
-
-def page_body(records: SplicedRecords, first: int, from_seq: int, to_seq: int) -> bytes:
-    """The page body of records ``first..``, which cover ``[from_seq, to_seq)``."""
-    return b"".join(page_parts(records, first, from_seq, to_seq))
-
-
-def snapshot_body(header: SessionHeader, cursor: int, page: bytes) -> bytes:
-    """A follow snapshot's data: the header and the cursor, then the fields of ``page``, a page body."""
-    return b"".join([b'{"header":%b,"cursor":%d,' % (encode(header), cursor), memoryview(page)[1:]])

@@ -6,26 +6,20 @@ first and last member times. Whether two records join is decided from the column
 with the one run rule (`continues_run`); joining them concatenates byte spans of their
 lines. Only a row cut by an interval's edge is decoded.
 
-Appends may store one run in several pieces. `join` builds from them the one row `pack`
-would build, which is how stores seal a run; `run_lines` does the same for a page's
-interval, and `event_lines` expands records into canonical event lines.
+Appends may store one run in several pieces; `runs` groups them, and `codec.splice` joins
+them from spans of their lines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate
 from typing import Any, Final, NamedTuple
 
 import msgspec
 
 from codec._paths import DECODE_FAILURES, describe, reason
 from codec.chunk_rows import (
-    MIN_RUN,
-    REASONING_BLOCK,
     ROW_TAGS,
-    TEXT_BLOCK,
-    TOOL_BLOCK,
     Block,
     ChunkRow,
     StorageRecord,
@@ -39,16 +33,13 @@ from codec.chunk_rows import (
 )
 from codec.errors import InvalidJsonError, RecordFormatError, RowFormatError
 from codec.event_json import decode_event, encode
-from codec.events import CHUNK_EVENT_TYPE, Event
+from codec.events import Event
 
 __all__ = [
     "OTHER",
     "Part",
     "StoredRecord",
     "decode_storage_line",
-    "event_lines",
-    "join",
-    "run_lines",
     "runs",
     "stored_batch",
     "stored_record",
@@ -56,14 +47,6 @@ __all__ = [
 
 OTHER: Final = 0
 _SINGLE: Final = 4
-_ROW_TAG: Final = {TEXT_BLOCK: b"text-chunks", REASONING_BLOCK: b"reasoning-chunks", TOOL_BLOCK: b"tool-call-chunks"}
-_DELTA_TAG: Final = {TEXT_BLOCK: b"text-delta", REASONING_BLOCK: b"reasoning-delta", TOOL_BLOCK: b"tool-call-delta"}
-_MEMBER_KEY: Final = {TEXT_BLOCK: b',"text":', REASONING_BLOCK: b',"text":', TOOL_BLOCK: b',"argumentsDelta":'}
-_INDEX: Final = b',"index":'
-_ID: Final = b',"id":'
-_DT: Final = b'"dt":['
-_ARGS: Final = b',"args":['
-_TEXTS: Final = b',"texts":['
 
 Part = bytes | memoryview
 
@@ -164,179 +147,3 @@ def runs(stored: Iterable[StoredRecord]) -> Iterator[list[StoredRecord]]:
         run = [record]
     if run:
         yield run
-
-
-class _Piece(NamedTuple):
-    """Part of a run, clipped: first seq, first and last time, and its ``dt`` and members as JSON without brackets."""
-
-    seq: int
-    time0: int
-    time1: int
-    dt: Part
-    values: Part
-
-
-class _RowBody(msgspec.Struct, gc=False):
-    dt: list[int]
-    texts: list[str] = []
-    args: list[str] = []
-
-
-class _RowLine(msgspec.Struct, gc=False):
-    data: _RowBody
-
-
-_ROW_BODY: Final = msgspec.json.Decoder(_RowLine)
-
-
-class _SingleChunk(msgspec.Struct, gc=False):
-    text: msgspec.Raw = msgspec.Raw(b"")
-    argumentsDelta: msgspec.Raw = msgspec.Raw(b"")
-
-
-class _SingleData(msgspec.Struct, gc=False):
-    chunk: _SingleChunk
-
-
-class _SingleLine(msgspec.Struct, gc=False):
-    data: _SingleData
-
-
-_SINGLE_LINE: Final = msgspec.json.Decoder(_SingleLine)
-
-
-def _members(record: StoredRecord) -> tuple[list[int], list[str]]:
-    """A stored row's ``dt`` and member strings, decoded; stored lines are canonical and trusted."""
-    body = _ROW_BODY.decode(record.line).data
-    return body.dt, body.args if record.kind == TOOL_BLOCK else body.texts
-
-
-def _piece(record: StoredRecord, lo: int, hi: int) -> _Piece:
-    """``record`` clipped to seqs ``[lo, hi)``: spans of its line unless the clip cuts it."""
-    line = record.line
-    view = memoryview(line)
-    if not record.is_row:
-        # A single delta keeps the key order it was sent in (docs/protocol.md §2.2), so its
-        # member is found by decoding, never by its place in the line.
-        chunk = _SINGLE_LINE.decode(line).data.chunk
-        return _Piece(record.seq, record.time0, record.time1, b"", bytes(chunk.argumentsDelta or chunk.text))
-    start, stop = max(lo, record.seq) - record.seq, min(hi, record.end) - record.seq
-    if start == 0 and stop == record.members:
-        dt_start = line.index(_DT) + len(_DT)
-        dt_end = line.index(b"]", dt_start)
-        marker = _ARGS if record.kind == TOOL_BLOCK else _TEXTS
-        values = line.index(marker, dt_end) + len(marker)
-        return _Piece(record.seq, record.time0, record.time1, view[dt_start:dt_end], view[values:-3])
-    dt, members = _members(record)
-    times = list(accumulate(dt, initial=record.time0))
-    return _Piece(
-        record.seq + start,
-        times[start],
-        times[stop - 1],
-        encode(dt[start : stop - 1])[1:-1],
-        encode(members[start:stop])[1:-1],
-    )
-
-
-def _comma_separated(items: Iterable[Part]) -> list[Part]:
-    out: list[Part] = []
-    for item in items:
-        if out:
-            out.append(b",")
-        out.append(item)
-    return out
-
-
-def _row_parts(block: Block, pieces: Sequence[_Piece]) -> list[Part]:
-    """The canonical line, in parts, of the row holding ``pieces`` (one run, in order)."""
-    kind, key = block
-    if kind == TOOL_BLOCK:
-        split = key.index(_ID)
-        fields, values = key[:split], b"]," + key[split + 1 : -1] + _ARGS
-    else:
-        fields, values = key[:-1], b"]" + _TEXTS
-    first = pieces[0]
-    dt: list[Part] = []
-    for i, piece in enumerate(pieces):
-        if i:
-            dt.append(b"%d" % (piece.time0 - pieces[i - 1].time1))
-        if piece.dt:
-            dt.append(piece.dt)
-    head = b'{"type":"%b","seq0":%d,"time0":%d,"data":%b,"dt":[' % (_ROW_TAG[kind], first.seq, first.time0, fields)
-    return [head, *_comma_separated(dt), values, *_comma_separated(piece.values for piece in pieces), b"]}}"]
-
-
-def run_lines(run: Sequence[StoredRecord], lo: int, hi: int) -> Iterator[tuple[bool, int, int, list[Part]]]:
-    """The records `pack` builds from a run (see `runs`) clipped to seqs ``[lo, hi)``.
-
-    Yields ``(is_row, first seq, members, parts)``, where the parts join into the record's
-    canonical line. A run that is one stored record, uncut, is its line as it is.
-    """
-    first, last = run[0], run[-1]
-    start, stop = max(lo, first.seq), min(hi, last.end)
-    if start >= stop:
-        return
-    if len(run) == 1 and (not first.is_row or (first.members >= MIN_RUN and stop - start == first.members)):
-        yield first.is_row, first.seq, first.members, [first.line]
-        return
-    inside = [record for record in run if record.end > start and record.seq < stop]
-    if stop - start >= MIN_RUN:
-        pieces = [_piece(record, start, stop) for record in inside]
-        yield True, start, stop - start, _row_parts(first.block, pieces)
-        return
-    # Too short for a row: pack leaves these as events.
-    for seq, lines in event_lines(inside, start, stop):
-        for i, line in enumerate(lines):
-            yield False, seq + i, 1, [line]
-
-
-def join(run: Sequence[StoredRecord]) -> list[StoredRecord]:
-    """The stored records `pack` builds from the pieces of one run (see `runs`): how a store seals it."""
-    first, last = run[0], run[-1]
-    if len(run) == 1 and (not first.is_row or first.members >= MIN_RUN):
-        return [first]
-    members = last.end - first.seq
-    if members < MIN_RUN and not any(record.is_row for record in run):
-        return list(run)
-    if members < MIN_RUN:
-        lines = [line for _, group in event_lines(run, first.seq, last.end) for line in group]
-        return [stored_record(decode_event(line), line) for line in lines]
-    line = b"".join(_row_parts(first.block, [_piece(record, first.seq, last.end) for record in run]))
-    return [StoredRecord(first.seq, members, line, first.kind & 3, first.key, first.time0, last.time1)]
-
-
-def event_lines(
-    stored: Iterable[StoredRecord], lo: int, hi: int, *, opening: bytes = b"", closing: bytes = b""
-) -> Iterator[tuple[int, list[bytes]]]:
-    """The canonical lines of the logical events in ``[lo, hi)``, each between ``opening`` and ``closing``.
-
-    Yields, per stored record that overlaps the interval, its first seq there and its lines.
-    """
-    for record in stored:
-        if record.end <= lo or record.seq >= hi:
-            continue
-        if not record.is_row:
-            yield record.seq, [opening + record.line + closing if opening or closing else record.line]
-            continue
-        dt, members = _members(record)
-        start, stop = max(lo, record.seq) - record.seq, min(hi, record.end) - record.seq
-        times = list(accumulate(dt[: stop - 1], initial=record.time0))
-        template = _line_template(record.block, opening, closing)
-        items = zip(
-            range(record.seq + start, record.seq + stop), times[start:], map(encode, members[start:stop]), strict=True
-        )
-        yield record.seq + start, [template % item for item in items]
-
-
-def _line_template(block: Block, opening: bytes, closing: bytes) -> bytes:
-    """A ``%``-template of a block's delta event line, taking the seq, the time and the member's JSON."""
-    kind, key = block
-    at = key.index(_INDEX)
-    fixed = (
-        opening + b'{"type":"' + CHUNK_EVENT_TYPE.encode() + b'","seq":',
-        b',"time":',
-        b',"data":%b,"chunk":{"type":"%b"%b%b' % (key[:at], _DELTA_TAG[kind], key[at:-1], _MEMBER_KEY[kind]),
-        b"}}}" + closing,
-    )
-    escaped = [part.replace(b"%", b"%%") for part in fixed]
-    return escaped[0] + b"%d" + escaped[1] + b"%d" + escaped[2] + b"%b" + escaped[3]

@@ -26,8 +26,7 @@ from typing import Final, NamedTuple
 import anyio.to_thread
 import msgspec
 
-from codec import SplicedRecords, StoredRecord, page_parts, page_size, raw_records, splice
-from codec.stored import Part
+from codec import Part, SplicedRecords, StoredRecord, page_parts, page_size, raw_records, splice
 from history_service.budget import Hold
 from history_service.encoding import compress
 from history_service.metrics import Metrics

@@ -1,11 +1,8 @@
-"""The page wire format: records, bodies, snapshots, coverage checks, and splicing from stored records."""
+"""The page wire format: records, bodies, snapshots and coverage checks, decoded strictly."""
 
 from __future__ import annotations
 
-import bisect
-
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from codec import (
     CodecError,
@@ -14,7 +11,6 @@ from codec import (
     PageRecord,
     RecordFormatError,
     RowFormatError,
-    SessionHeader,
     TextChunks,
     check_page,
     decode_follow_snapshot,
@@ -25,21 +21,12 @@ from codec import (
     encode,
     expand_records,
     iter_page_events,
-    join,
     pack,
     pack_page,
-    page_body,
-    page_size,
-    raw_records,
     record_seq_range,
-    runs,
-    snapshot_body,
-    splice,
-    stored_batch,
 )
 from codec.pages import page_record
 from testing.events import plain, reasoning, text
-from testing.strategies import layouts, sessions, stored_in
 
 
 def session() -> list[Event]:
@@ -194,60 +181,3 @@ def test_follow_snapshot_keeps_header_cursor_and_raw_records():
     assert (snapshot.header.id, snapshot.cursor, len(snapshot.records), snapshot.toSeq) == ("s", 9, 3, 10)
     with pytest.raises(RecordFormatError, match="snapshot"):
         decode_follow_snapshot(b'{"header":{"id":"s","createdAt":0},"cursor":-2,' + body[1:])
-
-
-@settings(max_examples=150, deadline=None)
-@given(sessions(), st.data())
-def test_splice_of_stored_records_is_pack_page_for_every_interval(events: list[Event], data: st.DataObject) -> None:
-    """splice(stored) == encode(pack_page(events)), for random sessions, random batch layouts and every interval."""
-    stored = stored_in(events, data.draw(layouts(len(events))))
-    if data.draw(st.booleans()):
-        stored = [record for run in runs(stored) for record in join(run)]
-    n = len(events)
-    for lo in range(n + 1):
-        for hi in range(lo, n + 1):
-            records = splice(stored, lo, hi)
-            assert page_body(records, 0, lo, hi) == encode(Page(pack_page(events[lo:hi]), lo > 0, lo, hi)), (lo, hi)
-
-
-@settings(max_examples=100, deadline=None)
-@given(sessions(), st.data())
-def test_every_suffix_of_spliced_records_is_the_later_page(events: list[Event], data: st.DataObject) -> None:
-    stored = stored_in(events, data.draw(layouts(len(events))))
-    n = len(events)
-    raw = data.draw(st.booleans())
-    build = raw_records if raw else splice
-    records = build(stored, 0, n)
-    for first, start in enumerate(records.starts):
-        expected = encode(Page(_records(events[start:], raw), start > 0, start, n))
-        assert page_body(records, first, start, n) == expected
-        assert page_size(records, first, start, n) == len(expected)
-    # A start inside a record: that record again from the start, then the rest as they are.
-    for cut in range(n):
-        i = bisect.bisect_left(records.starts, cut)
-        if i < len(records.starts) and records.starts[i] == cut:
-            continue
-        end = records.starts[i] if i < len(records.starts) else n
-        joined = build(stored, cut, end).followed_by(records, i)
-        expected = encode(Page(_records(events[cut:], raw), cut > 0, cut, n))
-        assert page_body(joined, 0, cut, n) == expected
-        assert page_size(joined, 0, cut, n) == len(expected)
-        assert list(joined) == [encode(record) for record in _records(events[cut:], raw)]
-
-
-def _records(events: list[Event], raw: bool) -> list[PageRecord]:
-    return [PageRecord(event=event) for event in events] if raw else pack_page(events)
-
-
-def test_raw_records_are_one_event_record_per_logical_event() -> None:
-    events = [text(i, i, "t") for i in range(5)] + [plain(5)]
-    records = raw_records(stored_batch(events), 1, 6)
-    assert list(records) == [b'{"event":' + encode(event) + b"}" for event in events[1:]]
-    assert records.starts == [1, 2, 3, 4, 5]
-
-
-def test_a_snapshot_is_the_page_after_the_header_and_the_cursor() -> None:
-    header = SessionHeader(id="s", createdAt=1)
-    page = page_body(splice(stored_batch([plain(0)]), 0, 1), 0, 0, 1)
-    snapshot = decode_follow_snapshot(snapshot_body(header, 0, page))
-    assert snapshot.header == header and snapshot.cursor == 0 and (snapshot.fromSeq, snapshot.toSeq) == (0, 1)

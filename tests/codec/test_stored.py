@@ -1,27 +1,20 @@
-"""Stored records: join columns, runs, sealing joins and event lines (docs/protocol.md §7.4)."""
+"""Stored records: join columns, runs and storage lines (docs/protocol.md §7.4)."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from codec import (
     CodecError,
-    Event,
     RecordFormatError,
     decode_storage_line,
-    encode,
-    event_lines,
-    join,
     pack,
-    runs,
     stored_batch,
     stored_record,
 )
 from codec.chunk_rows import block_of, continues_run, delta_member
 from codec.stored import OTHER
 from testing.events import plain, reasoning, text, tool
-from testing.strategies import layouts, sessions, stored_in
 
 
 def test_columns_name_the_block_and_the_member_times() -> None:
@@ -49,32 +42,6 @@ def test_spellings_that_json_tells_apart_are_different_blocks() -> None:
         assert first is not None and second is not None
         assert not continues_run(block_of(first), 0, 0, block_of(second), 1, 0)
         assert len(pack([text(0, 0, "x", turn=a), text(1, 0, "y", turn=b), text(2, 0, "z", turn=b)])) == 3
-
-
-@settings(max_examples=200, deadline=None)
-@given(sessions(), st.data())
-def test_joining_every_run_gives_what_pack_gives(events: list[Event], data: st.DataObject) -> None:
-    stored = stored_in(events, data.draw(layouts(len(events))))
-    sealed = [record for run in runs(stored) for record in join(run)]
-    assert sealed == [stored_record(record) for record in pack(events)]
-
-
-@settings(max_examples=200, deadline=None)
-@given(sessions(), st.data())
-def test_event_lines_are_the_canonical_events(events: list[Event], data: st.DataObject) -> None:
-    stored = stored_in(events, data.draw(layouts(len(events))))
-    lo = data.draw(st.integers(0, len(events)))
-    hi = data.draw(st.integers(lo, len(events)))
-    lines = [(seq + i, line) for seq, group in event_lines(stored, lo, hi) for i, line in enumerate(group)]
-    assert lines == [(event.seq, encode(event)) for event in events[lo:hi]]
-    wrapped = [line for _, group in event_lines(stored, lo, hi, opening=b"<%", closing=b"%>") for line in group]
-    assert wrapped == [b"<%" + encode(event) + b"%>" for event in events[lo:hi]]
-
-
-def test_a_percent_sign_in_a_tool_id_survives_the_line_template() -> None:
-    events = [tool(i, i, "%d%b", call_id="id%s", name="n%%") for i in range(4)]
-    stored = stored_batch(events)
-    assert [line for _, group in event_lines(stored, 0, 4) for line in group] == [encode(e) for e in events]
 
 
 @pytest.mark.parametrize("line", [b"", b"not json", b"[1,2]", b'"text"', b'{"type":"x"', b"\xff\xfe"])
