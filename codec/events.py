@@ -27,6 +27,7 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "MAX_SESSION_ID",
     "RESERVED_TYPES",
+    "SESSION_ID_CHARS",
     "DeltaChunk",
     "DeltaData",
     "Event",
@@ -48,7 +49,9 @@ CHUNK_EVENT_TYPE: Final = "assistant/chunk"
 RESERVED_TYPES: Final = frozenset({"session", "text-chunks", "reasoning-chunks", "tool-call-chunks"})
 MAX_SESSION_ID: Final = 200
 MAX_DEPTH: Final = 64
-_SESSION_ID: Final = re.compile(rf"[A-Za-z0-9._:@~{{}}-]{{1,{MAX_SESSION_ID}}}")
+# The characters of a session id, as the body of a regex character class (docs/protocol.md §2.4).
+SESSION_ID_CHARS: Final = "A-Za-z0-9._:@~{}-"
+_SESSION_ID: Final = re.compile(rf"[{SESSION_ID_CHARS}]{{1,{MAX_SESSION_ID}}}")
 
 SafeInt = Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 Seq = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]

@@ -14,8 +14,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from codec import MAX_SAFE_INTEGER, SessionHeader
-from codec.events import MAX_SESSION_ID
+from codec import MAX_SAFE_INTEGER, MAX_SESSION_ID, SESSION_ID_CHARS, SessionHeader
 
 __all__ = [
     "AppendBody",
@@ -34,7 +33,7 @@ __all__ = [
 ]
 
 # docs/protocol.md §2.4; the ids "." and ".." match this too, and are refused all the same.
-SessionId = Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID, pattern=r"^[A-Za-z0-9._:@~{}-]+$")]
+SessionId = Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID, pattern=rf"^[{SESSION_ID_CHARS}]+$")]
 Head = Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER)]
 Seq = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
 Count = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]

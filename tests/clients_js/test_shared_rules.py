@@ -1,0 +1,118 @@
+"""The rules the JavaScript package keeps a copy of agree with the Python ones they copy.
+
+The browser cannot import Python, so clients/js/src holds its own limits, its own session-id
+rule and its own header field order. Each is checked here against the one Python definition
+(`codec`), and the id rule also against the pattern `docs/openapi.json` publishes: constants
+by value, the id rule by the verdict on the same ids, edge cases and random ones alike.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from codec import (
+    CHUNK_EVENT_TYPE,
+    MAX_DEPTH,
+    MAX_SESSION_ID,
+    RESERVED_TYPES,
+    CodecError,
+    SessionHeader,
+    check_session_id,
+)
+from codec.chunk_rows import MIN_RUN, ROW_TAGS
+from history_service import openapi
+
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not on PATH (scripts/with-node installs Debian's nodejs)")
+
+CODEC = (Path(__file__).resolve().parents[2] / "clients" / "js" / "src" / "codec.js").as_uri()
+HEADER_FIELDS = (Path(__file__).resolve().parents[2] / "clients" / "js" / "src" / "events.js").as_uri()
+PROBE = f"""
+import {{ readFileSync }} from "node:fs";
+import * as codec from {json.dumps(CODEC)};
+import {{ HEADER_FIELDS }} from {json.dumps(HEADER_FIELDS)};
+const ids = JSON.parse(readFileSync(0, "utf8"));
+const accepted = ids.map((id) => {{ try {{ codec.checkSessionId(id); return true; }} catch {{ return false; }} }});
+console.log(JSON.stringify({{
+  CHUNK_EVENT_TYPE: codec.CHUNK_EVENT_TYPE, MAX_DEPTH: codec.MAX_DEPTH, MAX_SESSION_ID: codec.MAX_SESSION_ID,
+  MIN_RUN: codec.MIN_RUN, RESERVED_TYPES: [...codec.RESERVED_TYPES].sort(), ROW_TAGS: [...codec.ROW_TAGS].sort(),
+  HEADER_FIELDS, accepted,
+}}));
+"""
+EDGE_IDS = [
+    "",
+    ".",
+    "..",
+    "...",
+    "a",
+    "s1.child-1",
+    "{{sessionId}}",
+    "x" * MAX_SESSION_ID,
+    "x" * (MAX_SESSION_ID + 1),
+    "a b",
+    "a/b",
+    "é",
+    "a\n",
+    "\u0130",
+    "ＡＢ",
+    "@~:_-.{}",
+]
+ID_CHARS = st.sampled_from("Aa0._:@~{}- /\\\n%é\u0130Ｋ")
+
+
+def probe(ids: list[str]) -> dict[str, Any]:
+    assert NODE is not None
+    run = subprocess.run(
+        [NODE, "--input-type=module", "-e", PROBE], input=json.dumps(ids), capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    found: dict[str, Any] = json.loads(run.stdout)
+    return found
+
+
+def python_accepts(session_id: str) -> bool:
+    try:
+        check_session_id(session_id)
+    except CodecError:
+        return False
+    return True
+
+
+def openapi_accepts(session_id: str) -> bool:
+    schema = openapi.document()["components"]["schemas"]["SessionId"]
+    # JSON Schema patterns are ECMAScript's, whose "$" (unlike Python's) never matches before a final newline.
+    matches = re.fullmatch(schema["pattern"].removeprefix("^").removesuffix("$"), session_id) is not None
+    return matches and schema["minLength"] <= len(session_id) <= schema["maxLength"]
+
+
+def test_the_javascript_constants_are_the_python_ones() -> None:
+    found = probe([])
+    assert found["CHUNK_EVENT_TYPE"] == CHUNK_EVENT_TYPE
+    assert (found["MAX_DEPTH"], found["MAX_SESSION_ID"], found["MIN_RUN"]) == (MAX_DEPTH, MAX_SESSION_ID, MIN_RUN)
+    assert found["RESERVED_TYPES"] == sorted(RESERVED_TYPES)
+    assert found["ROW_TAGS"] == sorted(ROW_TAGS)
+    # The tag ("type") leads, as msgspec encodes it, then the fields in their declared order.
+    assert found["HEADER_FIELDS"] == [SessionHeader.__struct_config__.tag_field, *SessionHeader.__struct_fields__]
+
+
+def test_the_edge_case_ids_get_one_verdict_everywhere() -> None:
+    verdicts = probe(EDGE_IDS)["accepted"]
+    assert verdicts == [python_accepts(i) for i in EDGE_IDS]
+    # The published pattern admits "." and "..", which every check then refuses (docs/protocol.md §2.4).
+    assert [openapi_accepts(i) for i in EDGE_IDS] == [
+        v or i in (".", "..") for i, v in zip(EDGE_IDS, verdicts, strict=True)
+    ]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.text(ID_CHARS, max_size=MAX_SESSION_ID + 2), min_size=1, max_size=200))
+def test_random_ids_get_the_python_verdict_in_javascript(ids: list[str]) -> None:
+    assert probe(ids)["accepted"] == [python_accepts(i) for i in ids]
