@@ -15,7 +15,7 @@ PACKAGES := codec persistence history_service history_client
 .PHONY: serve test lint typecheck typecheck-js unit fuzz bench venv venv-server clean
 
 JS := clients/js
-JS_STAMP := $(JS)/node_modules/.installed
+JS_STAMP := $(JS)/node_modules/.installed-lock
 
 # `make venv`: everything a developer runs; `make venv-server`: what `make serve` needs.
 venv: $(DEV_STAMP)
@@ -55,9 +55,10 @@ typecheck: $(DEV_STAMP) typecheck-js
 
 # The JavaScript package and the viewer are JSDoc-typed JavaScript, checked by tsc (a dev
 # dependency of clients/js, pinned by its package-lock.json). Without npm this step says so.
+# The stamp is a copy of the lock that was installed, as scripts/with-node keeps it.
 $(JS_STAMP): $(JS)/package-lock.json
 	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
-	touch $(JS_STAMP)
+	cp $(JS)/package-lock.json $(JS_STAMP)
 
 typecheck-js:
 	@if command -v npm >/dev/null; then \

@@ -152,7 +152,8 @@ def js_exports(path: Path) -> set[str]:
 
 def test_the_javascript_package_has_no_runtime_dependency():
     manifest = json.loads((JS_PACKAGE / "package.json").read_text())
-    assert not manifest.get("dependencies") and manifest["exports"] == {".": "./src/index.js"}
+    assert not manifest.get("dependencies")
+    assert manifest["exports"]["."] == {"types": "./types/index.d.ts", "default": "./src/index.js"}
     for path in sorted((JS_PACKAGE / "src").glob("*.js")):
         outside = [source for _, source in js_imports(path) if not source.startswith("./")]
         assert outside == [], f"{path.relative_to(ROOT)} imports {outside}"

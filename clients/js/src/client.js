@@ -1,6 +1,6 @@
 /**
  * `HistoryClient`: exact pages, exact history and exactly-once live follow over `fetch`,
- * for browsers and Node. The twin of history_client/client.py and the plans beside it
+ * for browsers and Node, and the two writes: create a session, append a batch. The twin of history_client/client.py and the plans beside it
  * (history.py, follow.py): the same requests, the same error mapping, the same
  * continuity rules. As in Python, this module is the I/O shell; the follow rules (the
  * reconnect backoff, the journal, the stream's frames and errors) are in follow.js.
@@ -10,14 +10,28 @@
  * reconnect.
  */
 
-import { checkSessionId, readPage } from "./codec.js";
+import { checkSessionId, encodeRecord, readPage, validateEvent, validateHeader } from "./codec.js";
+import { RecordFormatError } from "./errors.js";
 import { ClientError, ProtocolError, ServiceError, TransportError, describe } from "./client-errors.js";
 import { Backoff, Disconnected, Frames, Journal, streamError } from "./follow.js";
 
 export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js";
 
 /** @typedef {import("./codec.js").Event} Event */
+/** @typedef {import("./codec.js").SessionHeader} SessionHeader */
 /** @typedef {import("./codec.js").ReadPage} Page */
+/**
+ * A session header as `createSession` takes it: `type` and `version` may be left out.
+ *
+ * @typedef {Omit<SessionHeader, "type" | "version"> & {type?: "session", version?: 0}} NewSession
+ */
+/** @typedef {{id: string, headSeq: number}} Created */
+/**
+ * What an append answers: the batch's first seq and the new head; `idempotent` when the
+ * batch was already stored, so nothing was.
+ *
+ * @typedef {{firstSeq: number, headSeq: number, idempotent?: true}} Appended
+ */
 /** @typedef {import("./sse.js").ServerSentEvent} ServerSentEvent */
 
 /**
@@ -224,6 +238,52 @@ export class HistoryClient {
   }
 
   /**
+   * Create a session from its header (docs/protocol.md §6.1); answers `{id, headSeq: -1}`.
+   *
+   * A subagent child is created the same way, with `parentSession` naming a session the
+   * caller owns and `origin: "subagent"`. The header is checked as the service checks it
+   * (an `EventValidationError` before any request); the service's refusals are a
+   * `ServiceError` with `code` `session_exists` (even for the same header),
+   * `invalid_header`, `invalid_session_id` or `invalid_parent`. A connection that fails
+   * is a `TransportError` and is not retried: the session may have been created.
+   *
+   * @param {NewSession} header
+   * @param {{signal?: AbortSignal}} [options]
+   * @returns {Promise<Created>}
+   */
+  async createSession(header, { signal } = {}) {
+    return this._post("/v1/sessions", encodeRecord(validateHeader(header)), signal, false);
+  }
+
+  /**
+   * Append one atomic batch to a session, or to a subagent child by the child's own id (§6.2).
+   *
+   * The batch must continue the head: its first `seq` is `headSeq + 1` and the seqs run
+   * without gaps. Delta `assistant/chunk` events are packed into chunk rows by the service.
+   * Answers `{firstSeq, headSeq}`; the exact batch sent again is a no-op that answers
+   * `idempotent: true` too, so a batch whose answer was lost can be sent again, whole. A
+   * request that fails before any answer is sent once more here, for that reason.
+   *
+   * Each event is checked as the service checks it, before any request: an empty batch is
+   * a `RecordFormatError`, a bad event an `EventValidationError` naming it
+   * (`events[1].time: ...`), a bad id a `SessionIdError`. The service's refusals are a
+   * `ServiceError` with `code` `seq_conflict` (its `body.error.headSeq` is the head to
+   * continue from), `batch_too_large`, `body_too_large` or `session_not_found`.
+   *
+   * @param {string} sessionId
+   * @param {readonly Event[]} events
+   * @param {{signal?: AbortSignal}} [options]
+   * @returns {Promise<Appended>}
+   */
+  async append(sessionId, events, { signal } = {}) {
+    const path = sessionPath(sessionId, null, "events");
+    if (!Array.isArray(events)) throw new RecordFormatError('expected {"events": [...]}: events must be an array');
+    if (events.length === 0) throw new RecordFormatError("events must not be empty");
+    const lines = events.map((event, i) => encodeRecord(validateEvent(event, `events[${i}]`)));
+    return this._post(path, `{"events":[${lines.join(",")}]}`, signal, true);
+  }
+
+  /**
    * One page of the caller's sessions, newest first (§12.1); pass `nextCursor` back as `cursor`.
    *
    * @param {{limit?: number, cursor?: string, signal?: AbortSignal}} [options]
@@ -379,28 +439,63 @@ export class HistoryClient {
    * @param {AbortSignal | undefined} signal
    * @returns {Promise<string>}
    */
-  async _get(path, params, signal) {
+  _get(path, params, signal) {
+    // Node's fetch fails at once on a pooled keep-alive connection that the server closed
+    // as the request went out. A GET is safe to send again, once, as browsers do.
+    const headers = { Accept: "application/json", ...this._headers };
+    return this._send("GET", path, this._url(path, params), { headers }, signal, true);
+  }
+
+  /**
+   * POST a JSON body and parse the JSON answer; errors as `_get`, and a `ProtocolError` for an
+   * answer that is not JSON.
+   *
+   * @param {string} path
+   * @param {string} body
+   * @param {AbortSignal | undefined} signal
+   * @param {boolean} resend whether a request that failed before any answer may be sent once more
+   * @returns {Promise<any>}
+   */
+  async _post(path, body, signal, resend) {
+    const headers = { Accept: "application/json", "Content-Type": "application/json", ...this._headers };
+    const text = await this._send("POST", path, this._url(path, {}), { method: "POST", headers, body }, signal, resend);
+    try {
+      return JSON.parse(text);
+    } catch (caught) {
+      throw new ProtocolError(`${path}: the answer is not JSON: ${describe(caught)}`, { cause: caught });
+    }
+  }
+
+  /**
+   * One request, its body read as text, within `timeoutMs`.
+   *
+   * @param {string} method
+   * @param {string} path
+   * @param {string} url
+   * @param {RequestInit} init
+   * @param {AbortSignal | undefined} signal
+   * @param {boolean} resend
+   * @returns {Promise<string>}
+   */
+  async _send(method, path, url, init, signal, resend) {
     const fetch = this._fetch;
-    const url = this._url(path, params);
     const abort = linkedAbort(signal, this.timeoutMs);
-    const init = { headers: { Accept: "application/json", ...this._headers }, signal: abort.signal };
+    const request = { ...init, signal: abort.signal };
     try {
       /** @type {Response} */
       let response;
       try {
-        response = await fetch(url, init);
+        response = await fetch(url, request);
       } catch (caught) {
-        if (signal?.aborted || abort.state.timedOut) throw caught;
-        // Node's fetch fails at once on a pooled keep-alive connection that the server closed
-        // as the request went out. A GET is safe to send again, once, as browsers do.
-        response = await fetch(url, init);
+        if (!resend || signal?.aborted || abort.state.timedOut) throw caught;
+        response = await fetch(url, request);
       }
       if (!response.ok) throw await serviceError(response);
       return await response.text();
     } catch (caught) {
       if (caught instanceof ClientError) throw caught;
       if (signal?.aborted) throw signal.reason ?? caught;
-      if (abort.state.timedOut) throw new TransportError(`GET ${path} timed out after ${this.timeoutMs} ms`);
+      if (abort.state.timedOut) throw new TransportError(`${method} ${path} timed out after ${this.timeoutMs} ms`);
       throw new TransportError(describe(caught), { cause: caught });
     } finally {
       abort.close();

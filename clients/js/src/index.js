@@ -3,7 +3,7 @@
  *
  * The one public entry point. The codec (events, chunk rows, pages and follow frames, with
  * the rules of docs/protocol.md), the joined-text view of a row, the error classes, and
- * `HistoryClient` for pages, whole histories and exactly-once live follow.
+ * `HistoryClient` for pages, whole histories, exactly-once live follow and the two writes.
  */
 
 export * from "./codec.js";
@@ -38,4 +38,8 @@ export { SSEDecoder } from "./sse.js";
  * @typedef {import("./codec.js").PageRecord} PageRecord
  * @typedef {import("./codec.js").ReadPage} ReadPage
  * @typedef {import("./codec.js").FollowSnapshot} FollowSnapshot
+ * @typedef {import("./client.js").NewSession} NewSession
+ * @typedef {import("./client.js").Created} Created
+ * @typedef {import("./client.js").Appended} Appended
+ * @typedef {import("./client.js").ConnectionChange} ConnectionChange
  */

@@ -1,5 +1,6 @@
 // The client against a real `history-service serve` on 127.0.0.1: exact history for every
-// seeder scenario, children through their parents, token auth, and follow across a SIGKILL.
+// seeder scenario, children through their parents, writes and their refusals, token auth,
+// and follow across a SIGKILL.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -8,7 +9,7 @@ import { after, before, describe, test } from "node:test";
 
 import { ServiceError } from "../src/client-errors.js";
 import { HistoryClient } from "../src/client.js";
-import { encodeRecord } from "../src/codec.js";
+import { encodeRecord, parseJsonExact } from "../src/codec.js";
 import {
   SKIP,
   ServiceProcess,
@@ -143,6 +144,96 @@ describe("the client against a real history-service", () => {
     });
   });
 
+  describe("writes, with --auth none", () => {
+    /** @type {ServiceProcess} */
+    let server;
+    /** @type {string} */
+    let store;
+    /** @type {HistoryClient} */
+    let client;
+    before(async () => {
+      if (SKIP) return;
+      store = `sqlite:///${join(dir, "writes.db")}`;
+      server = new ServiceProcess(store, { port: await freePort() });
+      await server.start();
+      client = new HistoryClient(server.url, { maxMessages: 3 });
+    });
+    after(() => server?.stop());
+
+    /** @param {number} status @param {string} code */
+    const refused = (status, code) => (/** @type {unknown} */ error) => {
+      assert.ok(error instanceof ServiceError, String(error));
+      assert.deepEqual([error.status, error.code], [status, code]);
+      return true;
+    };
+
+    /** Notes and text deltas, one spelt `3.0`, so a packed row and a number spelling reach the store. */
+    function batchOf(/** @type {number} */ start, /** @type {number} */ count) {
+      return Array.from({ length: count }, (_, i) => {
+        const seq = start + i;
+        if (seq % 7 === 0) return parseJsonExact(`{"type":"note","seq":${seq},"time":${seq},"data":{"seq":${seq},"x":3.0}}`);
+        const chunk = { type: "text-delta", index: Math.floor(seq / 7), text: ` t${seq}` };
+        return { type: "assistant/chunk", seq, time: seq, data: { turn: 1, step: 1, chunk } };
+      });
+    }
+
+    test("createSession and append store exactly the events sent, read back byte for byte", LIVE, async () => {
+      assert.deepEqual(await client.createSession({ id: "w1", createdAt: 7, cwd: "/w" }), { id: "w1", headSeq: -1 });
+      const events = batchOf(0, 30);
+      assert.deepEqual(await client.append("w1", events.slice(0, 12)), { firstSeq: 0, headSeq: 11 });
+      assert.deepEqual(await client.append("w1", events.slice(12)), { firstSeq: 12, headSeq: 29 });
+      const stored = await exportSession(store, "w1");
+      assert.deepEqual(stored.header, { type: "session", version: 0, id: "w1", createdAt: 7, cwd: "/w" });
+      assertSameBytes(stored.events, events, "stored");
+      assertSameBytes(await drain(new HistoryClient(server.url, { exact: true }).iterHistory("w1")), events, "read");
+    });
+
+    test("the same batch sent again, or re-cut at or below the head, is idempotent and stores nothing", LIVE, async () => {
+      await client.createSession({ id: "w2", createdAt: 0 });
+      const events = batchOf(0, 20);
+      assert.deepEqual(await client.append("w2", events.slice(0, 10)), { firstSeq: 0, headSeq: 9 });
+      assert.deepEqual(await client.append("w2", events.slice(10)), { firstSeq: 10, headSeq: 19 });
+      assert.deepEqual(await client.append("w2", events.slice(10)), { firstSeq: 10, headSeq: 19, idempotent: true });
+      assert.deepEqual(await client.append("w2", events.slice(5, 15)), { firstSeq: 5, headSeq: 19, idempotent: true });
+      assertSameBytes((await exportSession(store, "w2")).events, events, "stored");
+    });
+
+    test("a batch that does not continue the head, or differs from what is stored, is a seq_conflict with the head", LIVE, async () => {
+      await client.createSession({ id: "w3", createdAt: 0 });
+      const events = batchOf(0, 10);
+      await client.append("w3", events);
+      for (const batch of [batchOf(11, 3), batchOf(10, 2).map((event) => ({ ...event, seq: event.seq - 2 }))]) {
+        await assert.rejects(client.append("w3", batch), (error) => {
+          refused(409, "seq_conflict")(error);
+          assert.equal(/** @type {any} */ (error).body.error.headSeq, 9);
+          return true;
+        });
+      }
+      assertSameBytes((await exportSession(store, "w3")).events, events, "stored");
+    });
+
+    test("the service's other refusals of a write are ServiceErrors with its codes", LIVE, async () => {
+      await client.createSession({ id: "w4", createdAt: 0 });
+      await assert.rejects(client.createSession({ id: "w4", createdAt: 0 }), refused(409, "session_exists"));
+      await assert.rejects(client.createSession({ id: "w/4", createdAt: 0 }), refused(422, "invalid_session_id"));
+      await assert.rejects(client.append("w-none", batchOf(0, 1)), refused(404, "session_not_found"));
+      const orphan = { id: "w4.orphan", createdAt: 0, parentSession: "w-none", origin: "subagent" };
+      await assert.rejects(client.createSession(orphan), refused(422, "invalid_parent"));
+    });
+
+    test("a child is created under its parent, appended by its own id and read through the parent", LIVE, async () => {
+      await client.createSession({ id: "w5", createdAt: 0 });
+      const child = { id: "w5.child", createdAt: 1, parentSession: "w5", origin: "subagent" };
+      assert.deepEqual(await client.createSession(child), { id: "w5.child", headSeq: -1 });
+      const events = batchOf(0, 9);
+      assert.deepEqual(await client.append("w5.child", events), { firstSeq: 0, headSeq: 8 });
+      assertSameBytes((await exportSession(store, "w5.child")).events, events, "stored");
+      const exact = new HistoryClient(server.url, { exact: true });
+      assertSameBytes(await drain(exact.iterHistory("w5", { child: "w5.child" })), events, "read");
+      await assert.rejects(client.page("w5.child"), refused(403, "subagent_child"));
+    });
+  });
+
   test("with --auth token, the token and principal are sent on pages and follow", LIVE, async () => {
     const store = `sqlite:///${join(dir, "token.db")}`;
     const env = { HISTORY_SERVICE_TOKENS: "t0k-1,t0k-2" };
@@ -172,6 +263,14 @@ describe("the client against a real history-service", () => {
       const bob = new HistoryClient(server.url, { token: "t0k-1", principal: "bob" });
       await assert.rejects(bob.page("ann-1"), refused(404, "session_not_found"));
       await assert.rejects(drain(bob.follow("ann-1")), refused(404, "session_not_found"));
+
+      // Writes carry them too: ann's session is hers, and to bob it does not exist.
+      assert.deepEqual(await client.createSession({ id: "ann-2", createdAt: 0 }), { id: "ann-2", headSeq: -1 });
+      const note = { type: "note", seq: 0, time: 0, data: {} };
+      await assert.rejects(bob.append("ann-2", [note]), refused(404, "session_not_found"));
+      await assert.rejects(new HistoryClient(server.url).createSession({ id: "anon", createdAt: 0 }), refused(401, "unauthorized"));
+      assert.deepEqual(await client.append("ann-2", [note]), { firstSeq: 0, headSeq: 0 });
+      assert.deepStrictEqual(await drain(client.iterHistory("ann-2")), [note]);
     } finally {
       await server.stop();
     }

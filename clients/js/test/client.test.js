@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
-import { encodeRecord, packChunkRuns } from "../src/codec.js";
+import { encodeRecord, packChunkRuns, parseJsonExact } from "../src/codec.js";
 import {
   CursorAheadError,
   ProtocolError,
@@ -12,7 +12,15 @@ import {
   TransportError,
 } from "../src/client-errors.js";
 import { Backoff, HistoryClient } from "../src/client.js";
-import { CodecError, InvalidJsonError, PageContinuityError, RowFormatError, SessionIdError } from "../src/errors.js";
+import {
+  CodecError,
+  EventValidationError,
+  InvalidJsonError,
+  PageContinuityError,
+  RecordFormatError,
+  RowFormatError,
+  SessionIdError,
+} from "../src/errors.js";
 import {
   Broken,
   Hang,
@@ -37,12 +45,12 @@ function live(start, stop) {
 
 /** @param {(url: URL, init: RequestInit) => Response | Promise<Response>} handler */
 function fetchOf(handler) {
-  /** @type {{url: URL, headers: Headers}[]} */
+  /** @type {{url: URL, headers: Headers, method: string, body: unknown}[]} */
   const seen = [];
   /** @type {typeof globalThis.fetch} */
   const fetch = async (input, init = {}) => {
     const url = new URL(String(input));
-    seen.push({ url, headers: new Headers(init.headers) });
+    seen.push({ url, headers: new Headers(init.headers), method: init.method ?? "GET", body: init.body });
     return handler(url, init);
   };
   return { fetch, seen };
@@ -557,4 +565,161 @@ describe("sessions and session", () => {
     await client.session("p");
     assert.equal(seen[1].url.pathname, "/v1/sessions/p");
   });
+});
+
+describe("createSession and append", () => {
+  /** @param {number} status @param {unknown} body */
+  const answer = (status, body) => json(JSON.stringify(body), status);
+
+  test("createSession posts the header's canonical bytes with the credentials and returns the answer", async () => {
+    const { fetch, seen } = fetchOf(() => answer(201, { id: "s", headSeq: -1 }));
+    const client = new HistoryClient("http://test/", { token: "t0k", principal: "ann", fetch });
+    const created = await client.createSession({ meta: { k: [1] }, createdAt: 5, id: "s", cwd: "/w" });
+    assert.deepEqual(created, { id: "s", headSeq: -1 });
+    const [{ url, headers, method, body }] = seen;
+    assert.deepEqual([method, url.pathname, url.search], ["POST", "/v1/sessions", ""]);
+    assert.equal(body, '{"type":"session","version":0,"id":"s","createdAt":5,"cwd":"/w","meta":{"k":[1]}}');
+    assert.equal(headers.get("content-type"), "application/json");
+    assert.equal(headers.get("accept"), "application/json");
+    assert.equal(headers.get("authorization"), "Bearer t0k");
+    assert.equal(headers.get("x-principal"), "ann");
+  });
+
+  test("append posts the batch's canonical bytes to the session's own address", async () => {
+    const { fetch, seen } = fetchOf(() => answer(201, { firstSeq: 0, headSeq: 39 }));
+    const client = new HistoryClient("http://test", { fetch });
+    const out = { data: { ok: true }, time: 1, seq: 40, type: "tool/result", surfaceOp: { end: 2, op: "replace", start: 1 } };
+    assert.deepEqual(await client.append("c@d:e", [...LOG.slice(0, 40), out]), { firstSeq: 0, headSeq: 39 });
+    const [{ url, method, body, headers }] = seen;
+    assert.deepEqual([method, url.pathname], ["POST", "/v1/sessions/c%40d%3Ae/events"]);
+    assert.equal(headers.get("content-type"), "application/json");
+    const last = '{"type":"tool/result","seq":40,"time":1,"data":{"ok":true},"surfaceOp":{"op":"replace","start":1,"end":2}}';
+    assert.equal(body, `{"events":[${LOG.slice(0, 40).map(encodeRecord).join(",")},${last}]}`);
+  });
+
+  test("append keeps the number spellings of events read exactly", async () => {
+    const { fetch, seen } = fetchOf(() => answer(201, { firstSeq: 0, headSeq: 0 }));
+    const text = '{"type":"note","seq":0,"time":0,"data":{"x":3.0,"big":12345678901234567890,"-0":-0.0}}';
+    await new HistoryClient("http://test", { fetch }).append("s", [parseJsonExact(text)]);
+    assert.equal(seen[0].body, `{"events":[${text}]}`);
+  });
+
+  test("an append whose connection fails before any answer is sent again, whole, and may answer idempotent", async () => {
+    /** @type {unknown[]} */
+    const bodies = [];
+    const fetch = async (/** @type {unknown} */ _, /** @type {RequestInit} */ init) => {
+      bodies.push(init.body);
+      if (bodies.length === 1) throw new TypeError("fetch failed", { cause: new Error("other side closed") });
+      return answer(200, { firstSeq: 0, headSeq: 1, idempotent: true });
+    };
+    const appended = await new HistoryClient("http://test", { fetch }).append("s", LOG.slice(0, 2));
+    assert.deepEqual(appended, { firstSeq: 0, headSeq: 1, idempotent: true });
+    assert.equal(bodies.length, 2);
+    assert.equal(bodies[1], bodies[0]);
+  });
+
+  test("an append that fails twice is a TransportError: the caller sends the same batch again", async () => {
+    let calls = 0;
+    const fetch = async () => {
+      calls += 1;
+      throw new TypeError("fetch failed", { cause: new Error("connect ECONNREFUSED 127.0.0.1:9") });
+    };
+    await assert.rejects(new HistoryClient("http://test", { fetch }).append("s", LOG.slice(0, 2)), (error) => {
+      assert.ok(error instanceof TransportError);
+      assert.match(error.message, /fetch failed: connect ECONNREFUSED/);
+      return true;
+    });
+    assert.equal(calls, 2);
+  });
+
+  test("createSession is not sent again: a lost answer may have created the session", async () => {
+    let calls = 0;
+    const fetch = async () => {
+      calls += 1;
+      throw new TypeError("fetch failed", { cause: new Error("other side closed") });
+    };
+    const created = new HistoryClient("http://test", { fetch }).createSession({ id: "s", createdAt: 0 });
+    await assert.rejects(created, TransportError);
+    assert.equal(calls, 1);
+  });
+
+  test("an append that times out is a TransportError and is not sent again", async () => {
+    let calls = 0;
+    /** @type {typeof globalThis.fetch} */
+    const fetch = (_, init) => {
+      calls += 1;
+      return new Promise((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal?.reason)));
+    };
+    const client = new HistoryClient("http://test", { fetch, timeoutMs: 20 });
+    await assert.rejects(client.append("s", LOG.slice(0, 1)), (error) => {
+      assert.ok(error instanceof TransportError);
+      assert.equal(error.message, "POST /v1/sessions/s/events timed out after 20 ms");
+      return true;
+    });
+    assert.equal(calls, 1);
+  });
+
+  const REFUSALS = [
+    ["seq_conflict", 409, { error: { code: "seq_conflict", message: "expected 5", headSeq: 4 } }],
+    ["session_exists", 409, { error: { code: "session_exists", message: "taken" } }],
+    ["session_not_found", 404, { error: { code: "session_not_found", message: "no such" } }],
+    ["batch_too_large", 413, { error: { code: "batch_too_large", message: "too many" } }],
+  ];
+  for (const [code, status, body] of REFUSALS) {
+    test(`a refusal is a ServiceError with its status, code and body: ${code}`, async () => {
+      const client = new HistoryClient("http://test", { fetch: async () => answer(status, body) });
+      const write = code === "session_exists" ? client.createSession({ id: "s", createdAt: 0 }) : client.append("s", LOG.slice(5, 7));
+      const error = await write.catch((caught) => caught);
+      assert.ok(error instanceof ServiceError);
+      assert.deepEqual([error.status, error.code, error.message, error.body], [status, code, body.error.message, body]);
+    });
+  }
+
+  test("a 2xx answer that is not JSON is a ProtocolError", async () => {
+    const fetch = async () => new Response("<html>ok</html>", { status: 201 });
+    await assert.rejects(new HistoryClient("http://test", { fetch }).append("s", LOG.slice(0, 1)), (error) => {
+      assert.ok(error instanceof ProtocolError);
+      assert.match(error.message, /^\/v1\/sessions\/s\/events: the answer is not JSON/);
+      return true;
+    });
+  });
+
+  const REFUSED_HERE = [
+    ["a session id outside the rule", (/** @type {HistoryClient} */ c) => c.append("..", LOG.slice(0, 1)), SessionIdError, /^session id '\.\.'/],
+    ["an empty batch", (/** @type {HistoryClient} */ c) => c.append("s", []), RecordFormatError, /^events must not be empty$/],
+    ["a batch that is not an array", (/** @type {any} */ c) => c.append("s", LOG[0]), RecordFormatError, /events must be an array/],
+    [
+      "an event of the wrong shape, by its index",
+      (/** @type {HistoryClient} */ c) => c.append("s", [LOG[0], { ...LOG[1], time: "1" }]),
+      EventValidationError,
+      /^events\[1\]\.time: expected `int`, got `str`$/,
+    ],
+    [
+      "an event with a field the protocol does not have",
+      (/** @type {HistoryClient} */ c) => c.append("s", [{ ...LOG[0], sq: 1 }]),
+      EventValidationError,
+      /^events\[0\]: object contains unknown field `sq`$/,
+    ],
+    [
+      "a header without createdAt",
+      (/** @type {any} */ c) => c.createSession({ id: "s" }),
+      EventValidationError,
+      /^header: object missing required field `createdAt`$/,
+    ],
+  ];
+  for (const [name, write, Kind, message] of REFUSED_HERE) {
+    test(`refused before any request: ${name}`, async () => {
+      const { fetch, seen } = fetchOf(() => answer(201, {}));
+      const client = new HistoryClient("http://test", { fetch });
+      await assert.rejects(
+        async () => /** @type {any} */ (write)(client),
+        (/** @type {any} */ error) => {
+          assert.ok(error instanceof /** @type {any} */ (Kind), String(error));
+          assert.match(error.message, /** @type {RegExp} */ (message));
+          return true;
+        },
+      );
+      assert.equal(seen.length, 0);
+    });
+  }
 });

@@ -1,0 +1,217 @@
+"""clients/js as npm would publish it: packed, installed into a fresh project, used from TypeScript.
+
+`npm pack` builds the declarations (the ``prepack`` script) and packs the tarball; a new
+project installs it with ``npm install --offline`` (the package has no dependencies, so
+nothing is fetched), and the pinned TypeScript of clients/js (its package-lock.json,
+installed by scripts/with-node) type-checks a file that uses the client and the codec,
+strictly, and one whose every marked line misuses them, so the types are not `any`.
+`npm publish --dry-run` must pass without a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "clients" / "js"
+NAME = "history-transport-client"
+NODE = shutil.which("node")
+NPM = shutil.which("npm")
+TSC = PACKAGE / "node_modules" / ".bin" / "tsc"
+
+pytestmark = [
+    pytest.mark.skipif(NODE is None or NPM is None, reason="no node or npm on PATH (scripts/with-node installs it)"),
+    pytest.mark.skipif(not TSC.exists(), reason="no clients/js/node_modules/.bin/tsc (scripts/with-node installs it)"),
+]
+
+CONSUMER_TSCONFIG = {
+    "compilerOptions": {
+        "strict": True,
+        "noEmit": True,
+        "target": "ES2022",
+        "module": "NodeNext",
+        "moduleResolution": "NodeNext",
+        "lib": ["ES2022", "DOM"],
+        "types": [],
+        "skipLibCheck": False,
+    },
+}
+
+USE = """\
+import {
+  HistoryClient,
+  ServiceError,
+  decodePage,
+  readPage,
+  type Appended,
+  type Created,
+  type Event,
+  type NewSession,
+  type ReadPage,
+} from "history-transport-client";
+
+const client = new HistoryClient("http://127.0.0.1:8000", { token: "t0k", principal: "ann", timeoutMs: 5000 });
+const header: NewSession = { id: "s1", createdAt: 0, cwd: "/w" };
+const events: Event[] = [{ type: "user/message", seq: 0, time: 0, data: { text: "hi" }, surfaceOp: "append" }];
+
+export async function write(): Promise<number> {
+  const created: Created = await client.createSession(header);
+  const child = await client.createSession({ id: "s1.c", createdAt: 1, parentSession: "s1", origin: "subagent" });
+  const appended: Appended = await client.append(created.id, events, { signal: new AbortController().signal });
+  const again = await client.append(child.id, events);
+  const idempotent: true | undefined = again.idempotent;
+  return appended.firstSeq + appended.headSeq + (idempotent ? 1 : 0);
+}
+
+export async function read(): Promise<string[]> {
+  const page: ReadPage = await client.page("s1", { through: 0, maxMessages: 10 });
+  const decoded = decodePage(JSON.parse('{"records":[],"hasMore":false,"fromSeq":0,"toSeq":0}'));
+  const checked = readPage('{"records":[],"hasMore":false,"fromSeq":0,"toSeq":0}', { through: null });
+  const bounds: number[] = [page.fromSeq, page.toSeq, decoded.fromSeq, checked.toSeq];
+  const more: boolean = page.hasMore;
+  const types: string[] = page.events({ after: -1 }).map((event: Event) => event.type);
+  for await (const event of client.iterHistory("s1", { after: 0 })) types.push(`${event.seq}`);
+  return more ? types : types.concat(bounds.map(String));
+}
+
+export function why(error: unknown): string | null {
+  return error instanceof ServiceError ? `${error.status} ${error.code}: ${error.message}` : null;
+}
+"""
+
+# Each line marked `// wrong` must be a type error; nothing else in the file is one.
+WRONG = """\
+import { HistoryClient, readPage, type Appended } from "history-transport-client";
+
+const client = new HistoryClient("");
+export async function misuse(): Promise<void> {
+  await client.append("s1", [{ type: "note", seq: "0", time: 0, data: {} }]); // wrong
+  await client.append("s1", [{ type: "note", seq: 0, data: {} }]); // wrong
+  await client.createSession({ createdAt: 0 }); // wrong
+  await client.createSession({ id: "s1", createdAt: 0, colour: "red" }); // wrong
+  await client.page(42); // wrong
+  const appended: Appended = await client.createSession({ id: "s2", createdAt: 0 }); // wrong
+  const from: string = readPage("{}").fromSeq; // wrong
+  const missing: number = (await client.append("s1", [])).nextSeq; // wrong
+  console.log(appended, from, missing);
+}
+"""
+
+
+@dataclass(frozen=True)
+class Packed:
+    tarball: Path
+    files: list[str]
+    consumer: Path
+
+
+def run(command: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    # No update notifier, no audit and no funding messages: nothing that asks the registry.
+    env = {**os.environ, "NO_UPDATE_NOTIFIER": "1", "npm_config_update_notifier": "false"}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def tsc(project: Path, config: str) -> subprocess.CompletedProcess[str]:
+    return run([str(TSC), "--noEmit", "-p", config], cwd=project)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
+    assert NPM is not None
+    out = tmp_path_factory.mktemp("pack")
+    pack = run([NPM, "pack", "--json", "--offline", "--pack-destination", str(out)], cwd=PACKAGE)
+    assert pack.returncode == 0, pack.stdout + pack.stderr
+    [report] = json.loads(pack.stdout)
+    tarball = out / report["filename"]
+    assert tarball.is_file()
+
+    consumer = tmp_path_factory.mktemp("consumer")
+    (consumer / "package.json").write_text(json.dumps({"name": "consumer", "private": True, "type": "module"}))
+    install = run([NPM, "install", "--offline", "--no-audit", "--no-fund", str(tarball)], cwd=consumer)
+    assert install.returncode == 0, install.stdout + install.stderr
+    (consumer / "tsconfig.json").write_text(json.dumps({**CONSUMER_TSCONFIG, "files": ["use.ts"]}))
+    (consumer / "tsconfig.wrong.json").write_text(json.dumps({**CONSUMER_TSCONFIG, "files": ["wrong.ts"]}))
+    (consumer / "use.ts").write_text(USE)
+    (consumer / "wrong.ts").write_text(WRONG)
+    yield Packed(tarball, sorted(entry["path"] for entry in report["files"]), consumer)
+
+
+def test_the_tarball_holds_the_sources_the_declarations_and_the_license_only(packed: Packed) -> None:
+    sources = sorted(path.name for path in (PACKAGE / "src").glob("*.js"))
+    assert sources
+    expected = {"LICENSE", "README.md", "package.json"}
+    expected |= {f"src/{name}" for name in sources}
+    expected |= {f"types/{name.removesuffix('.js')}.d.ts{map}" for name in sources for map in ("", ".map")}
+    assert set(packed.files) == expected
+
+
+def test_the_packed_manifest_is_public_and_points_at_the_declarations(packed: Packed) -> None:
+    with tarfile.open(packed.tarball) as archive:
+        member = archive.extractfile("package/package.json")
+        assert member is not None
+        manifest = json.load(member)
+    assert manifest["name"] == NAME
+    assert "private" not in manifest
+    assert manifest["types"] == "./types/index.d.ts"
+    assert manifest["exports"]["."] == {"types": "./types/index.d.ts", "default": "./src/index.js"}
+    assert manifest.get("dependencies", {}) == {}
+
+
+def test_the_readme_has_no_link_that_breaks_outside_the_repository() -> None:
+    readme = (PACKAGE / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)]*)\)", readme)
+    assert [target for target in targets if not re.match(r"https?://|#", target)] == []
+    assert "../" not in readme
+    assert f"npm install {NAME}" in readme
+
+
+def test_the_installed_package_imports_in_node(packed: Packed) -> None:
+    assert NODE is not None
+    script = (
+        f'import {{ HistoryClient, readPage }} from "{NAME}";'
+        'const page = readPage(\'{"records":[{"event":{"type":"note","seq":0,"time":0,"data":{}}}],'
+        '"hasMore":false,"fromSeq":0,"toSeq":1}\');'
+        "console.log(JSON.stringify([typeof HistoryClient.prototype.append, page.events()]));"
+    )
+    imported = run([NODE, "--input-type=module", "-e", script], cwd=packed.consumer)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout) == ["function", [{"type": "note", "seq": 0, "time": 0, "data": {}}]]
+
+
+def test_typescript_checks_a_strict_use_of_the_installed_package(packed: Packed) -> None:
+    checked = tsc(packed.consumer, "tsconfig.json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_typescript_refuses_every_misuse_so_the_types_are_not_any(packed: Packed) -> None:
+    checked = tsc(packed.consumer, "tsconfig.wrong.json")
+    assert checked.returncode != 0
+    wrong = {number for number, line in enumerate(WRONG.splitlines(), 1) if line.endswith("// wrong")}
+    flagged = {int(line) for line in re.findall(r"^wrong\.ts\((\d+),\d+\): error TS\d+", checked.stdout, re.MULTILINE)}
+    assert flagged == wrong, checked.stdout
+
+
+def test_npm_publish_dry_run_passes_without_a_warning(tmp_path: Path) -> None:
+    assert NPM is not None
+    # A dry run warns when no login is configured for the registry, and asks the registry
+    # whether the version exists. This one is offline and names a port on the loopback that
+    # nothing serves, with a placeholder login: nothing leaves the machine.
+    registry = "http://127.0.0.1:9/"
+    npmrc = tmp_path / "npmrc"
+    npmrc.write_text("//127.0.0.1:9/:_authToken=dry-run-placeholder\n")
+    command = [NPM, "publish", "--dry-run", "--offline", "--userconfig", str(npmrc), "--registry", registry]
+    published = run(command, cwd=PACKAGE)
+    output = published.stdout + published.stderr
+    assert published.returncode == 0, output
+    assert [line for line in output.splitlines() if line.lower().startswith("npm warn")] == [], output
+    assert f"+ {NAME}@" in output
