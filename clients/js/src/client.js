@@ -27,6 +27,10 @@ export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js"
  */
 /** @typedef {{id: string, headSeq: number}} Created */
 /**
+ * A page of a listing (§12.1, §12.3): sessions newest first, and the cursor of the next page (`null`: none).
+ * @typedef {{sessions: {id: string, createdAt: number, headSeq: number, childCount: number}[], nextCursor: string | null}} SessionList
+ */
+/**
  * What an append answers: the batch's first seq and the new head; `idempotent` when the
  * batch was already stored, so nothing was.
  *
@@ -287,10 +291,23 @@ export class HistoryClient {
    * One page of the caller's sessions, newest first (§12.1); pass `nextCursor` back as `cursor`.
    *
    * @param {{limit?: number, cursor?: string, signal?: AbortSignal}} [options]
-   * @returns {Promise<{sessions: {id: string, createdAt: number, headSeq: number, childCount: number}[], nextCursor: string | null}>}
+   * @returns {Promise<SessionList>}
    */
   async sessions({ limit, cursor, signal } = {}) {
     return JSON.parse(await this._get("/v1/sessions", { limit, cursor }, signal));
+  }
+
+  /**
+   * One page of a session's direct subagent children, newest first (§12.3), named in its events or not.
+   * A child's own children are listed at the child's id.
+   *
+   * @param {string} sessionId
+   * @param {{limit?: number, cursor?: string, signal?: AbortSignal}} [options]
+   * @returns {Promise<SessionList>}
+   */
+  async subagents(sessionId, { limit, cursor, signal } = {}) {
+    checkSessionId(sessionId);
+    return JSON.parse(await this._get(`/v1/sessions/${sessionId}/subagents`, { limit, cursor }, signal));
   }
 
   /**

@@ -41,5 +41,6 @@ export { SSEDecoder } from "./sse.js";
  * @typedef {import("./client.js").NewSession} NewSession
  * @typedef {import("./client.js").Created} Created
  * @typedef {import("./client.js").Appended} Appended
+ * @typedef {import("./client.js").SessionList} SessionList
  * @typedef {import("./client.js").ConnectionChange} ConnectionChange
  */

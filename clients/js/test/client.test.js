@@ -556,6 +556,17 @@ describe("sessions and session", () => {
     assert.equal(seen[0].url.searchParams.get("limit"), "50");
   });
 
+  test("subagents lists a session's children at its own id, paged like sessions", async () => {
+    const body = '{"sessions":[{"id":"p.c","createdAt":5,"headSeq":2,"childCount":1}],"nextCursor":"x"}';
+    const { fetch, seen } = fetchOf(() => json(body));
+    const client = new HistoryClient("http://h", { fetch });
+    assert.deepEqual(await client.subagents("p", { limit: 2, cursor: "a/b" }), JSON.parse(body));
+    assert.equal(seen[0].url.pathname, "/v1/sessions/p/subagents");
+    assert.deepEqual([...seen[0].url.searchParams], [["limit", "2"], ["cursor", "a/b"]]);
+    await assert.rejects(client.subagents("a/b"), SessionIdError);
+    assert.equal(seen.length, 1);
+  });
+
   test("session reads a child through its parent", async () => {
     const body = '{"header":{"type":"session","version":0,"id":"c","createdAt":1},"headSeq":3}';
     const { fetch, seen } = fetchOf(() => json(body));
