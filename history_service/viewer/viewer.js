@@ -3,6 +3,7 @@
 // Everything it shows comes through the public API of the JavaScript client package. The token
 // a user enters is kept in sessionStorage for this tab, never in the URL.
 import { Backoff, HistoryClient, ServiceError } from "history-transport-client";
+import { Finder } from "./find.js";
 import { showSessions } from "./sessions.js";
 import { Timeline, eventItem, joinItems, recordItem } from "./timeline.js";
 
@@ -20,6 +21,7 @@ const statusEl = $("status");
 const errorEl = $("error");
 const olderEl = $("older");
 const loginEl = /** @type {HTMLFormElement} */ ($("login"));
+const jumpEl = $("jump");
 
 const params = new URLSearchParams(location.search);
 const parent = params.get("parent");
@@ -29,6 +31,12 @@ const child = parent ? requested ?? undefined : undefined;
 const pageSize = messagesPerPage(params.get("pageSize"));
 
 const timeline = new Timeline(timelineEl);
+const finder = new Finder(timeline, {
+  input: /** @type {HTMLInputElement} */ ($("find")),
+  count: $("find-count"),
+  prev: /** @type {HTMLButtonElement} */ ($("find-prev")),
+  next: /** @type {HTMLButtonElement} */ ($("find-next")),
+});
 /** @type {{client: HistoryClient | null, oldest: number, hasMore: boolean, cursor: number, loading: boolean, olderFailed: boolean, stop: AbortController | null}} */
 const state = { client: null, oldest: 0, hasMore: false, cursor: -1, loading: false, olderFailed: false, stop: null };
 /** The live events not shown yet; the next animation frame shows them. @type {{events: any[]}} */
@@ -98,11 +106,28 @@ function atBottom() {
   return scroller.scrollTop + scroller.clientHeight >= scroller.scrollHeight - 4;
 }
 
+/** After items came: the marks and the find count that depend on what is loaded. */
 function markProgress() {
   timelineEl.dataset.from = String(state.oldest);
   timelineEl.dataset.hasMore = String(state.hasMore);
   timelineEl.dataset.cursor = String(state.cursor);
+  if (finder.query) finder.refresh();
 }
+
+/**
+ * The jump-to-end button shows while the reader is away from the newest item. Older items
+ * go above the reader without moving them, so only scrolling, resizing and live items change it.
+ * @param {boolean} [bottom] whether the reader is at the bottom, when the caller knows
+ */
+function showJump(bottom = atBottom()) {
+  jumpEl.hidden = bottom;
+}
+
+window.addEventListener("resize", () => showJump());
+jumpEl.addEventListener("click", () => {
+  scroller.scrollTop = scroller.scrollHeight;
+  showJump(true);
+});
 
 /** @param {string} why */
 function askForToken(why) {
@@ -160,6 +185,7 @@ async function fillViewport() {
 
 scroller.addEventListener("scroll", () => {
   if (scroller.scrollTop < NEAR_TOP_PX) void loadOlder();
+  showJump();
 });
 
 async function follow() {
@@ -204,6 +230,8 @@ function showLive() {
   state.cursor = events[events.length - 1].seq;
   markProgress();
   if (stick) scroller.scrollTop = scroller.scrollHeight;
+  // Kept at the bottom, or away from it with newer items below: known without reading layout again.
+  showJump(stick);
 }
 
 /** The time from the tail page's last byte to its rendering, for the browser benchmark. */
@@ -308,9 +336,11 @@ async function open() {
   state.oldest = tail.fromSeq;
   state.hasMore = tail.hasMore;
   state.cursor = tail.toSeq - 1;
+  $("find-bar").hidden = false;
   markProgress();
   recordTailTiming(tail.records.length);
   scroller.scrollTop = scroller.scrollHeight;
+  showJump();
   // Live updates need not wait for older pages: appends and prepends touch opposite ends.
   void fillViewport();
   try {

@@ -5,16 +5,22 @@ block's deltas joined, a user message, a tool result, a turn marker), in seq ord
 exactly once, after scrolling up through every page; live tokens in place, across a SIGKILL
 and restart of the server; a burst of 3,000 live events whole, in order, with its hidden
 markers, in at most one DOM update an animation frame; the same items whatever the response's
-content coding; and token auth from the login form. Each test leaves a screenshot in ``test-output/``.
+content coding; and token auth from the login form. What a chat UI has, on the seeded scenarios,
+the demo and every corpus log: each item's time (a ``<time datetime>`` of its first event's
+time) and each step's token usage (the numbers its usage chunk gives), outside the body; copy
+buttons that copy exactly the text shown; find with its count; jump-to-end; the dark scheme.
+Each test leaves a screenshot in ``test-output/``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +31,10 @@ from msgspec import UNSET
 
 from codec import Event, ReplaceOp, encode
 from history_client import HistoryClient
-from testing.browser import checked_page, launch, missing_reason, screenshot
+from history_service.demo import DEMO_CHILD, DEMO_SESSION
+from testing.browser import OUTPUT_DIR, checked_page, launch, missing_reason, screenshot
 from testing.corpus import CORPUS_ENV, corpus_dir
+from testing.docs_screenshots import SCHEMES, VIEWPORT, make_screenshots
 from testing.seeding import SCENARIOS
 from testing.servers import ServerProcess
 
@@ -206,15 +214,23 @@ def viewer_cases() -> list[tuple[str, int]]:
     return [(name, 0) for name in SCENARIOS] + [("subagent", 1), ("subagent", 3)]
 
 
+def seeded_session(made: dict[str, list[dict[str, Any]]], scenario: str, which: int) -> tuple[str, str | None]:
+    """One session a scenario made, and its parent when it is a subagent child."""
+    session = made[scenario][which]["id"]
+    return session, session.rsplit(".", 1)[0] if which else None
+
+
+def seeded_query(session: str, parent: str | None, page_size: int) -> str:
+    return f"session={session}&pageSize={page_size}" + (f"&parent={parent}" if parent else "")
+
+
 @pytest.mark.parametrize(("scenario", "which"), viewer_cases())
 def test_the_viewer_renders_every_stored_event_once_in_order(
     seeded: Seeded, page: Page, scenario: str, which: int
 ) -> None:
     url, made = seeded
-    session = made[scenario][which]["id"]
-    parent = session.rsplit(".", 1)[0] if which else None
-    query = f"session={session}&pageSize=1" + (f"&parent={parent}" if parent else "")
-    open_viewer(page, url, query)
+    session, parent = seeded_session(made, scenario, which)
+    open_viewer(page, url, seeded_query(session, parent, 1))
     first = rendered_items(page)
     loads = scroll_to_start(page)
 
@@ -540,17 +556,24 @@ def viewer_query(header: dict[str, Any]) -> tuple[str, str | None]:
     return f"session={header['id']}", None
 
 
+def corpus_views(
+    page: Page, url: str, headers: list[dict[str, Any]], name: str
+) -> Iterator[tuple[dict[str, Any], str, list[Event]]]:
+    """Each log of a scenario opened, scrolled to its start and photographed: its header, query and stored events."""
+    for header in headers:
+        query, parent = viewer_query(header)
+        open_viewer(page, url, f"{query}&pageSize=50")
+        scroll_to_start(page)
+        screenshot(page, f"{name}-{header['id']}")
+        yield header, query, stored_events(url, parent or header["id"], header["id"] if parent else None)
+
+
 @pytest.mark.parametrize("imported", corpus_scenarios(), indirect=True)
 def test_every_corpus_log_renders_its_tool_results_and_links_its_children(
     imported: tuple[str, list[dict[str, Any]]], page: Page, request: pytest.FixtureRequest
 ) -> None:
     url, headers = imported
-    for header in headers:
-        query, parent = viewer_query(header)
-        open_viewer(page, url, f"{query}&pageSize=50")
-        scroll_to_start(page)
-        screenshot(page, f"corpus-{request.node.callspec.id}-{header['id']}")
-        events = stored_events(url, parent or header["id"], header["id"] if parent else None)
+    for header, query, events in corpus_views(page, url, headers, f"corpus-{request.node.callspec.id}"):
         assert rendered_items(page) == expected_items(events), header["id"]
         results = rendered_results(page)
         assert results == expected_results(events), header["id"]
@@ -714,3 +737,373 @@ def test_the_session_list_pages_newest_first_and_the_root_lands_on_it(live_serve
     page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
     assert page.text_content("#title") == "s007"
     assert rendered_items(page) == [("turn", 0, 0, "1")]
+
+
+# --- What a chat UI has: times, token usage, copy, find, jump-to-end, the dark scheme ---
+
+BLOCK_KINDS = ("text", "reasoning", "tool")
+FOLDED_KINDS = ("reasoning", "context")
+USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "reasoningTokens")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Each item's <time datetime> and usage line (its data-* numbers and its text), by first seq.
+RENDERED_META = """() => Array.from(document.querySelectorAll('#timeline > .item')).map((el) => {
+    const time = el.querySelector(':scope > .meta > time');
+    const usage = el.querySelector(':scope > .meta > .usage');
+    return [
+        Number(el.dataset.seq0),
+        time ? [time.dateTime, time.textContent, time.title] : null,
+        usage ? [{...usage.dataset}, usage.textContent] : null,
+    ];
+})"""
+
+
+def iso(ms: int) -> str:
+    """What ``new Date(ms).toISOString()`` says, for a time within years 0-9999."""
+    at = EPOCH + timedelta(milliseconds=ms)
+    return f"{at:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
+def expected_times(events: list[Event], items: list[Item]) -> dict[int, str | None]:
+    """Each item's time: its first event's, as ISO; a log that recorded none reads as time 0, which is no time."""
+    times = {event.seq: event.time for event in events}
+    return {seq0: iso(times[seq0]) if times[seq0] != 0 else None for _, seq0, _, _ in items}
+
+
+def usage_fields(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    numbers = {k: v for k, v in value.items() if k in USAGE_FIELDS and type(v) in (int, float)}
+    return {k: str(v) for k, v in numbers.items()}
+
+
+def expected_usage(events: list[Event], items: list[Item]) -> dict[int, dict[str, str]]:
+    """Which item shows which token counts, by first seq, the viewer's rule written again.
+
+    A step's usage chunk (the last, if several) goes on the step's last block before it that is
+    not folded away (reasoning is), else on its last block; a step with no block shown shows
+    none. An assistant message shown itself shows the usage it carries.
+    """
+    steps: dict[int, tuple[Any, Any]] = {}
+    usage: dict[tuple[Any, Any], tuple[int, dict[str, str]]] = {}
+    shown: dict[int, dict[str, str]] = {}
+    for event in events:
+        value = msgspec.json.decode(encode(event))
+        data = value["data"]
+        if event.type == "assistant/chunk" and isinstance(data, dict) and isinstance(data.get("chunk"), dict):
+            if "step" not in data:
+                continue
+            step = (data.get("turn"), data["step"])
+            if data["chunk"].get("type") == "usage":
+                if fields := usage_fields(data["chunk"].get("usage")):
+                    usage[step] = (event.seq, fields)
+            else:
+                steps[event.seq] = step
+        elif event.type == "assistant/message" and isinstance(data, dict) and not value.get("sourceEventSeqs"):
+            message = data["message"] if isinstance(data.get("message"), dict) else data
+            carried = message.get("usage") if message.get("usage") is not None else data.get("usage")
+            if fields := usage_fields(carried):
+                shown[event.seq] = fields
+
+    def step_of(k: int) -> tuple[Any, Any] | None:
+        kind, seq0, _, _ = items[k]
+        return steps.get(seq0) if kind in BLOCK_KINDS else None
+
+    for step, (seq, fields) in usage.items():
+        k = max((k for k, item in enumerate(items) if item[2] < seq), default=-1)
+        carrier = None
+        while k >= 0 and step_of(k) == step:
+            if items[k][0] not in FOLDED_KINDS:
+                carrier = k
+                break
+            carrier = k if carrier is None else carrier
+            k -= 1
+        if carrier is not None:
+            shown[items[carrier][1]] = fields
+    return shown
+
+
+def check_times_and_usage(page: Page, events: list[Event], where: str) -> tuple[int, int]:
+    """The times and usage on screen are the events' own; how many of each there are."""
+    items = expected_items(events)
+    assert rendered_items(page) == items, where
+    meta = page.evaluate(RENDERED_META)
+    times = {seq0: time[0] if time else None for seq0, time, _ in meta}
+    assert times == expected_times(events, items), where
+    # A time shows something short, with the full date in its title.
+    assert all(time[1] and time[2] for _, time, _ in meta if time), where
+    usage = {seq0: line[0] for seq0, _, line in meta if line}
+    assert usage == expected_usage(events, items), where
+    for seq0, _, line in meta:
+        if line and {"inputTokens", "outputTokens"} <= line[0].keys():
+            # "1,840 in · 61 out tokens", grouped as the page's locale groups numbers.
+            numbers = [int(re.sub(r"\D", "", part)) for part in line[1].split("·")]
+            assert numbers == [int(line[0]["inputTokens"]), int(line[0]["outputTokens"])], (where, seq0, line)
+    return sum(1 for t in times.values() if t), len(usage)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A service seeded with the demo session, as ``serve --demo`` (what ``make serve`` runs) seeds it."""
+    server = ServerProcess(f"sqlite:///{tmp_path_factory.mktemp('demo') / 'demo.db'}")
+    server.start("--demo")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def open_demo(page: Page, url: str, query: str = f"session={DEMO_SESSION}") -> list[Event]:
+    open_viewer(page, url, query)
+    scroll_to_start(page)
+    session = DEMO_SESSION
+    child = DEMO_CHILD if "parent=" in query else None
+    return stored_events(url, session, child)
+
+
+@pytest.mark.parametrize(
+    "query", [f"session={DEMO_SESSION}", f"parent={DEMO_SESSION}&session={DEMO_CHILD}"], ids=["demo", "demo-child"]
+)
+def test_the_demo_shows_each_items_time_and_each_steps_usage(demo: str, page: Page, query: str) -> None:
+    events = open_demo(page, demo, query)
+    timed, used = check_times_and_usage(page, events, query)
+    # Every demo event has a time, and every model step has a usage chunk and a block shown.
+    assert timed == len(expected_items(events))
+    steps = {(e.data["turn"], e.data["step"]) for e in events if e.type == "assistant/message"}
+    assert used == len(steps) > 0
+    # The numbers are the demo's own: its first step used 1,840 tokens in and 61 out.
+    if "parent" not in query:
+        first = page.locator("#timeline > .item .meta .usage").first
+        assert first.get_attribute("data-input-tokens") == "1840" and first.get_attribute("data-output-tokens") == "61"
+
+
+@pytest.mark.parametrize(("scenario", "which"), viewer_cases())
+def test_seeded_items_show_their_times_and_steps_their_usage_across_pages(
+    seeded: Seeded, page: Page, scenario: str, which: int
+) -> None:
+    url, made = seeded
+    session, parent = seeded_session(made, scenario, which)
+    # Two messages a page: blocks and their step's usage chunk often arrive on different pages.
+    open_viewer(page, url, seeded_query(session, parent, 2))
+    scroll_to_start(page)
+    events = stored_events(url, parent or session, session if parent else None)
+    timed, used = check_times_and_usage(page, events, scenario)
+    assert timed == len(expected_items(events)), "every seeded event has a time"
+    if scenario in ("multi-turn", "compaction"):
+        assert used > 0
+
+
+def test_live_items_show_their_time_and_usage_as_it_arrives(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": "meta", "createdAt": 0}).status_code == 201
+    append(url, "meta", [{"type": "turn/start", "seq": 0, "time": 1_700_000_000_000, "data": {"turn": 1}}])
+    open_viewer(page, url, "session=meta")
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+    usage = {"type": "usage", "usage": {"inputTokens": 1234, "outputTokens": 56, "cacheReadTokens": 7}}
+    events = [
+        delta(1, "Hello"),
+        delta(2, " there"),
+        {
+            "type": "assistant/chunk",
+            "seq": 3,
+            "time": 1_700_000_000_500,
+            "data": {"turn": 1, "step": 1, "chunk": usage},
+        },
+    ]
+    for event in events:
+        append(url, "meta", [event])
+        page.wait_for_function(
+            f"() => document.getElementById('timeline').dataset.cursor === '{event['seq']}'", timeout=TIMEOUT_MS
+        )
+    check_times_and_usage(page, stored_events(url, "meta"), "live")
+    line = page.locator("#timeline > .item.text .meta .usage")
+    assert line.get_attribute("data-cache-read-tokens") == "7"
+    assert "cache read" in (line.get_attribute("title") or "")
+    # The text's time is its first delta's, not its last's.
+    assert page.locator("#timeline > .item.text time").get_attribute("datetime") == iso(1_700_000_000_001)
+
+
+@pytest.mark.parametrize("imported", corpus_scenarios(), indirect=True)
+def test_every_corpus_log_shows_times_and_usage_as_its_events_carry_them(
+    imported: tuple[str, list[dict[str, Any]]], page: Page, request: pytest.FixtureRequest
+) -> None:
+    url, headers = imported
+    for header, _, events in corpus_views(page, url, headers, f"corpus-meta-{request.node.callspec.id}"):
+        check_times_and_usage(page, events, header["id"])
+
+
+def copyable_texts(events: list[Event]) -> dict[int, str]:
+    """The text each item shows, by first seq: a tool call's arguments formatted once they parse."""
+    out = {}
+    for kind, seq0, _, text in expected_items(events):
+        if kind == "turn":
+            continue
+        if kind == "tool":
+            try:
+                text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+            except ValueError:
+                pass
+        out[seq0] = text
+    return out
+
+
+def test_copy_puts_exactly_the_shown_text_on_the_clipboard(demo: str, page: Page) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=demo)
+    events = open_demo(page, demo)
+    expected = copyable_texts(events)
+    assert {kind for kind, *_ in expected_items(events)} >= {"user", "context", "reasoning", "text", "tool"}
+    assert page.locator("#timeline > .item.turn .copy").count() == 0
+    copied = {}
+    for seq0 in expected:
+        item = page.locator(f"#timeline > .item[data-seq0='{seq0}']")
+        # Folded reasoning and context are opened first: their button is in the folded part.
+        item.evaluate("el => { if (el.tagName === 'DETAILS') el.open = true; }")
+        button = item.locator(":scope > .meta > button.copy")
+        page.evaluate("() => navigator.clipboard.writeText('')")
+        button.click()
+        item.locator(":scope > .meta > button.copy[data-state='copied']").wait_for(timeout=TIMEOUT_MS)
+        copied[seq0] = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == expected
+    screenshot(page, "copy-after")
+
+
+def find_count(page: Page) -> tuple[str, int, int]:
+    count = page.locator("#find-count")
+    at, total = count.get_attribute("data-at"), count.get_attribute("data-total")
+    return count.text_content() or "", int(at or 0), int(total or 0)
+
+
+MATCHED = "() => Array.from(document.querySelectorAll('#timeline > .item[data-match]')).map((el) => +el.dataset.seq0)"
+
+
+def current_match(page: Page) -> int:
+    return int(page.locator("#timeline > .item[data-current]").get_attribute("data-seq0") or -1)
+
+
+def test_find_counts_and_walks_the_items_that_contain_the_query(demo: str, page: Page) -> None:
+    events = open_demo(page, demo)
+    shown = copyable_texts(events)
+    assert page.is_visible("#find-bar")
+    for query in ("cart", "CART", "Items", "assert 5 == 15", "no such words anywhere"):
+        page.fill("#find", query)
+        matching = [seq0 for seq0, text in shown.items() if query.lower() in text.lower()]
+        marked = page.evaluate(MATCHED)
+        assert marked == matching, query
+        total = len(matching)
+        # A new query starts at the newest match.
+        assert find_count(page) == (f"{total} of {total}", total, total), query
+        if total == 0:
+            assert page.locator("#timeline > .item[data-current]").count() == 0
+            assert page.is_disabled("#find-next") and page.is_disabled("#find-prev")
+            continue
+        assert current_match(page) == matching[-1]
+        screenshot(page, f"find-{re.sub(r'[^a-z0-9]+', '-', query.lower())}")
+        # Next wraps to the first; previous goes back; Enter is next, Shift+Enter previous.
+        page.click("#find-next")
+        assert find_count(page)[1] == 1 and current_match(page) == matching[0]
+        page.press("#find", "Enter")
+        assert find_count(page)[1] == min(2, total) and current_match(page) == matching[min(2, total) - 1]
+        page.press("#find", "Shift+Enter")
+        assert find_count(page)[1] == 1
+        page.click("#find-prev")
+        assert find_count(page)[1] == total and current_match(page) == matching[-1]
+        # The current match is in view.
+        assert page.locator("#timeline > .item[data-current]").is_visible()
+        box = page.locator("#timeline > .item[data-current]").bounding_box()
+        frame = page.locator("#scroller").bounding_box()
+        assert box is not None and frame is not None
+        assert box["y"] < frame["y"] + frame["height"] and box["y"] + box["height"] > frame["y"]
+    assert len([seq0 for seq0, text in shown.items() if "cart" in text.lower()]) >= 3
+    page.press("#find", "Escape")
+    assert page.input_value("#find") == "" and page.locator("#timeline > .item[data-match]").count() == 0
+
+
+def test_find_counts_live_items_as_they_arrive(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": "find", "createdAt": 0}).status_code == 201
+    append(url, "find", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}, user_message(1)])
+    open_viewer(page, url, "session=find")
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+    page.fill("#find", "message")
+    assert find_count(page) == ("1 of 1", 1, 1)
+    append(url, "find", [user_message(2), user_message(3)])
+    page.wait_for_function("() => document.getElementById('timeline').dataset.cursor === '3'", timeout=TIMEOUT_MS)
+    # The reader's place stays on the match it was on; the count grows.
+    assert find_count(page) == ("1 of 3", 1, 3) and current_match(page) == 1
+
+
+def test_jump_to_end_shows_away_from_the_bottom_and_scrolls_there(demo: str, page: Page) -> None:
+    open_demo(page, demo)
+    page.evaluate("() => { const s = document.getElementById('scroller'); s.scrollTop = s.scrollHeight; }")
+    page.wait_for_selector("#jump", state="hidden", timeout=TIMEOUT_MS)
+    assert page.evaluate(AT_BOTTOM)
+    page.evaluate("() => { const s = document.getElementById('scroller'); s.scrollTop = s.scrollHeight / 2; }")
+    page.wait_for_selector("#jump:not([hidden])", timeout=TIMEOUT_MS)
+    assert not page.evaluate(AT_BOTTOM)
+    screenshot(page, "jump-shown")
+    page.click("#jump")
+    assert page.evaluate(AT_BOTTOM)
+    page.wait_for_selector("#jump", state="hidden", timeout=TIMEOUT_MS)
+    last = page.locator("#timeline > .item").last
+    assert last.is_visible() and last.get_attribute("data-seq0") == str(rendered_items(page)[-1][1])
+
+
+def test_jump_to_end_shows_when_live_items_come_below_the_reader(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": "jump", "createdAt": 0}).status_code == 201
+    append(url, "jump", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
+    append(url, "jump", [user_message(seq) for seq in range(1, 40)])
+    open_viewer(page, url, "session=jump")
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+    assert page.evaluate(AT_BOTTOM) and page.is_hidden("#jump")
+    page.evaluate("() => { document.getElementById('scroller').scrollTop = 300; }")
+    page.wait_for_selector("#jump:not([hidden])", timeout=TIMEOUT_MS)
+    top = page.evaluate("() => document.getElementById('scroller').scrollTop")
+    append(url, "jump", [user_message(40)])
+    page.wait_for_function("() => document.getElementById('timeline').dataset.cursor === '40'", timeout=TIMEOUT_MS)
+    # The reader was away from the bottom: the new item does not move them, and the button stays.
+    assert page.evaluate("() => document.getElementById('scroller').scrollTop") == top
+    assert page.is_visible("#jump")
+    page.click("#jump")
+    assert page.evaluate(AT_BOTTOM)
+    assert page.locator("#timeline > .item").last.is_visible()
+
+
+COLOURS = """() => {
+    const body = getComputedStyle(document.body);
+    const user = getComputedStyle(document.querySelector('#timeline > .item.user'));
+    return [body.backgroundColor, body.color, user.backgroundColor];
+}"""
+
+
+def luminance(colour: str) -> float:
+    red, green, blue = (int(part) for part in re.findall(r"\d+", colour)[:3])
+    return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+
+def test_the_dark_scheme_changes_the_colours(demo: str, page: Page) -> None:
+    open_demo(page, demo)
+    page.emulate_media(color_scheme="light")
+    light = page.evaluate(COLOURS)
+    screenshot(page, "scheme-light")
+    page.emulate_media(color_scheme="dark")
+    dark = page.evaluate(COLOURS)
+    screenshot(page, "scheme-dark")
+    assert all(a != b for a, b in zip(light, dark, strict=True)), (light, dark)
+    # Light text on a dark ground, and the other way round.
+    assert luminance(dark[0]) < luminance(dark[1]) and luminance(light[0]) > luminance(light[1]), (light, dark)
+    assert luminance(dark[0]) < luminance(light[0])
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_the_docs_screenshots_are_made_from_the_demo(demo: str, browser: Browser) -> None:
+    made = make_screenshots(browser, demo, OUTPUT_DIR / "docs-screenshots")
+    assert set(made) == set(SCHEMES)
+    pictures = {scheme: path.read_bytes() for scheme, path in made.items()}
+    for data in pictures.values():
+        assert png_size(data) == (VIEWPORT["width"], VIEWPORT["height"])
+    assert pictures["light"] != pictures["dark"]
