@@ -73,6 +73,41 @@ function linkChildren(items) {
   }
 }
 
+/**
+ * List every subagent child of the open session, named in its events or not (`/v1/sessions/{this}/subagents`),
+ * as links to their views, oldest first as they were started.
+ * @param {HistoryClient} client
+ */
+async function listSubagents(client) {
+  const self = child ?? sessionId;
+  if (!self) return;
+  const nav = $("subagents");
+  /** @type {{id: string, createdAt: number, headSeq: number, childCount: number}[]} */
+  const found = [];
+  let cursor;
+  try {
+    do {
+      const listed = await client.subagents(self, { limit: 200, cursor });
+      found.push(...listed.sessions);
+      cursor = listed.nextCursor ?? undefined;
+    } while (cursor !== undefined);
+  } catch (error) {
+    // The transcript is what the reader came for; a failed listing only leaves the links out.
+    console.warn(`could not list the subagents of ${self}: ${describe(/** @type {Error} */ (error))}`);
+    return;
+  }
+  for (const entry of found.reverse()) {
+    const link = document.createElement("a");
+    link.href = `?parent=${encodeURIComponent(self)}&session=${encodeURIComponent(entry.id)}`;
+    link.textContent = entry.id;
+    link.dataset.child = entry.id;
+    link.title = `${entry.headSeq + 1} events, started ${new Date(entry.createdAt).toLocaleString()}`;
+    nav.append(link);
+  }
+  nav.dataset.count = String(found.length);
+  nav.hidden = found.length === 0;
+}
+
 /** `pageSize` from the URL: a whole number of messages within the service's range, or the default. @param {string | null} value */
 function messagesPerPage(value) {
   const count = Number(value);
@@ -330,6 +365,7 @@ async function open() {
     return;
   }
   state.client = client;
+  void listSubagents(client);
   const items = joinItems(tail.records.map(recordItem));
   timeline.append(items);
   linkChildren(items);

@@ -569,15 +569,17 @@ def corpus_views(
 
 
 @pytest.mark.parametrize("imported", corpus_scenarios(), indirect=True)
-def test_every_corpus_log_renders_its_tool_results_and_links_its_children(
+def test_every_corpus_log_renders_its_results_times_and_usage_and_links_its_children(
     imported: tuple[str, list[dict[str, Any]]], page: Page, request: pytest.FixtureRequest
 ) -> None:
+    # One test per scenario, since importing each one and starting its server is most of the cost.
     url, headers = imported
     for header, query, events in corpus_views(page, url, headers, f"corpus-{request.node.callspec.id}"):
         assert rendered_items(page) == expected_items(events), header["id"]
         results = rendered_results(page)
         assert results == expected_results(events), header["id"]
         assert all(text for _, text, _ in results), f"an empty tool-result box in {header['id']}"
+        check_times_and_usage(page, events, header["id"])
         # Every child this log names in a tool call or result is linked, and the link opens it.
         named = {
             child["id"]
@@ -737,6 +739,34 @@ def test_the_session_list_pages_newest_first_and_the_root_lands_on_it(live_serve
     page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
     assert page.text_content("#title") == "s007"
     assert rendered_items(page) == [("turn", 0, 0, "1")]
+
+
+def test_children_the_parents_events_never_name_are_listed_and_open(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    with httpx.Client(timeout=30) as http:
+        assert http.post(f"{url}/v1/sessions", json={"id": "quiet", "createdAt": 0}).status_code == 201
+        for k in range(3):
+            child = {"id": f"quiet.w{k}", "createdAt": 10 + k, "parentSession": "quiet", "origin": "subagent"}
+            assert http.post(f"{url}/v1/sessions", json=child).status_code == 201
+        grandchild = {"id": "quiet.w1.g", "createdAt": 20, "parentSession": "quiet.w1", "origin": "subagent"}
+        assert http.post(f"{url}/v1/sessions", json=grandchild).status_code == 201
+    append(url, "quiet", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
+    append(url, "quiet.w1", [{"type": "turn/start", "seq": 0, "time": 5, "data": {"turn": 7}}])
+    open_viewer(page, url, "session=quiet")
+    page.wait_for_selector("#subagents[data-count='3']", timeout=TIMEOUT_MS)
+    # Oldest first, as the subagents were started; the parent's one event names none of them.
+    assert page.locator("#subagents a").all_text_contents() == ["quiet.w0", "quiet.w1", "quiet.w2"]
+    screenshot(page, "subagents-listed")
+    page.click("#subagents a:text-is('quiet.w1')")
+    page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
+    assert page.text_content("#title") == "quiet › quiet.w1"
+    assert rendered_items(page) == [("turn", 0, 0, "7")]
+    # The child's own child is listed at the child, and a session with none shows no list.
+    page.wait_for_selector("#subagents[data-count='1']", timeout=TIMEOUT_MS)
+    assert page.locator("#subagents a").all_text_contents() == ["quiet.w1.g"]
+    open_viewer(page, url, "parent=quiet&session=quiet.w2")
+    page.wait_for_selector("#subagents[data-count='0']", state="attached", timeout=TIMEOUT_MS)
+    assert not page.is_visible("#subagents")
 
 
 # --- What a chat UI has: times, token usage, copy, find, jump-to-end, the dark scheme ---
@@ -921,15 +951,6 @@ def test_live_items_show_their_time_and_usage_as_it_arrives(live_server: ServerP
     assert "cache read" in (line.get_attribute("title") or "")
     # The text's time is its first delta's, not its last's.
     assert page.locator("#timeline > .item.text time").get_attribute("datetime") == iso(1_700_000_000_001)
-
-
-@pytest.mark.parametrize("imported", corpus_scenarios(), indirect=True)
-def test_every_corpus_log_shows_times_and_usage_as_its_events_carry_them(
-    imported: tuple[str, list[dict[str, Any]]], page: Page, request: pytest.FixtureRequest
-) -> None:
-    url, headers = imported
-    for header, _, events in corpus_views(page, url, headers, f"corpus-meta-{request.node.callspec.id}"):
-        check_times_and_usage(page, events, header["id"])
 
 
 def copyable_texts(events: list[Event]) -> dict[int, str]:
