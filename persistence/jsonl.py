@@ -114,11 +114,10 @@ from persistence.jsonl_index import (
     read_last_entry,
     windows,
 )
-from persistence.locks import KeyedLocks
-from persistence.lru import Lru
 from persistence.message_index import MessageEntry, index_entries
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.sealing import MAX_TAIL, open_run, plan_append
+from persistence.state import KeyedLocks, Lru
 from persistence.stored import PreparedBatch, prepared
 
 __all__ = ["FORMAT_VERSION", "JsonlStore", "encode_segment"]

@@ -77,7 +77,6 @@ from persistence.errors import (
     StoreError,
 )
 from persistence.group_commit import GroupCommit, SqlGroups
-from persistence.lru import Lru
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, PostgresListener, notice
 from persistence.page_bound import bounded_cuts, floor_sizes
@@ -85,6 +84,7 @@ from persistence.pg_readers import AsyncReaders
 from persistence.pg_timeouts import Deadline, Watchdog, connect_options
 from persistence.prepared import Prepared
 from persistence.sealing import MAX_TAIL, kept, open_run, plan_append
+from persistence.state import Lru
 from persistence.stored import PreparedBatch, prepared
 
 __all__ = ["INLINE_BYTES", "SCHEMA_VERSION", "SqlStore"]
