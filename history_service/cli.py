@@ -33,8 +33,7 @@ try:
     from history_service.importer import ImportOptions, find_logs, import_logs
     from history_service.metrics import Metrics, PrometheusMetrics, metrics_for, multiprocess_registry
     from history_service.pages import PageQuery, PageReader
-    from persistence import DEFAULT_OWNER, HistoryStore, StoreError, open_store
-    from persistence.url import describe_url
+    from persistence import DEFAULT_OWNER, HistoryStore, StoreError, describe_url, open_store
 except ModuleNotFoundError as missing:  # a client-only install: say what to install, not a traceback
     _MISSING: ModuleNotFoundError | None = missing
 else:

@@ -30,8 +30,7 @@ import anyio.abc
 
 from codec import Event, StoredRecord, encode, event_lines
 from history_service.metrics import Metrics
-from persistence import HistoryStore, SessionInfo, StoreError
-from persistence.notify import HeadListener
+from persistence import HeadListener, HistoryStore, SessionInfo, StoreError
 
 __all__ = [
     "CATCH_UP_WINDOW",

@@ -28,6 +28,7 @@ from typing import Final, Literal, TextIO
 import msgspec
 
 from codec import (
+    MAX_SESSION_ID,
     CodecError,
     SessionHeader,
     SessionIdError,
@@ -35,7 +36,6 @@ from codec import (
     read_header,
     read_session_log,
 )
-from codec.events import MAX_SESSION_ID
 from persistence import HistoryStore, SessionExistsError, SessionNotFoundError, StoreError, subagent_parent
 
 __all__ = ["ImportOptions", "Outcome", "derived_id", "find_logs", "import_logs", "is_templated", "plan_ids"]

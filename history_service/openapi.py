@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from codec import (
     MAX_SAFE_INTEGER,
+    RESERVED_TYPES,
     Event,
     FollowSnapshot,
     Page,
@@ -39,7 +40,6 @@ from codec import (
     ToolCallChunks,
     distribution_version,
 )
-from codec.events import RESERVED_TYPES
 from history_service import bodies
 from history_service.errors import ERRORS
 from history_service.settings import Settings

@@ -31,6 +31,8 @@ from history_service.settings import Settings
 from persistence import (
     AppendResult,
     HistoryStore,
+    KeyedLocks,
+    Lru,
     SeqConflictError,
     SessionInfo,
     SessionKey,
@@ -40,8 +42,6 @@ from persistence import (
     newest_first,
     subagent_parent,
 )
-from persistence.locks import KeyedLocks
-from persistence.lru import Lru
 
 __all__ = ["HistoryService"]
 

@@ -31,8 +31,10 @@ from persistence.errors import (
 from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.message_index import select_cuts
+from persistence.notify import HeadListener
 from persistence.sql import SqlStore
-from persistence.url import open_store
+from persistence.state import KeyedLocks, Lru
+from persistence.url import describe_url, open_store
 
 __all__ = [
     "AppendResult",
@@ -40,9 +42,13 @@ __all__ = [
     "DEFAULT_OWNER",
     "DEFAULT_SESSION_CACHE",
     "DEFAULT_STORE_TIMEOUT",
+    "describe_url",
+    "HeadListener",
     "HistoryStore",
     "InvalidSessionIdError",
     "JsonlStore",
+    "KeyedLocks",
+    "Lru",
     "MemoryStore",
     "newest_first",
     "open_store",

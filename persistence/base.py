@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 DEFAULT_OWNER: Final = "local"
-# How many idle sessions' state a store or service keeps by default (see `persistence.lru`).
+# How many idle sessions' state a store or service keeps by default (see `persistence.state.Lru`).
 DEFAULT_SESSION_CACHE: Final = 10_000
 # Seconds a store call may take by default before it fails with `StoreError` (the SQL store's bound).
 DEFAULT_STORE_TIMEOUT: Final = 5.0

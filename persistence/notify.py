@@ -2,7 +2,7 @@
 
 A store whose appends can come from other processes offers a `HeadListener`. On
 PostgreSQL every append sends ``NOTIFY`` on one channel inside its own transaction, so a
-notice is sent exactly when the append commits; `PostgresListener` holds one connection
+notice is sent exactly when the append commits; `persistence.sql.pg_listener` holds one connection
 per process that ``LISTEN``s on it, whatever the number of sessions. A notice names the
 store instance that sent it, and a listener passes on only other instances' notices: a
 process publishes its own appends from memory, and re-reading them would double the
@@ -18,26 +18,15 @@ and replaced.
 
 from __future__ import annotations
 
-import logging
-import random
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-import anyio
 import msgspec
-import psycopg
 
-from persistence.pg_timeouts import Watchdog, connect_options
-
-__all__ = ["NOTIFY_CHANNEL", "HeadListener", "PostgresListener", "notice"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["NOTIFY_CHANNEL", "HeadListener", "notice"]
 
 NOTIFY_CHANNEL: Final = "history_heads"
-_NOTICE: Final = msgspec.json.Decoder(tuple[str, int, str])
-_BACKOFF_BASE: Final = 0.1
-_BACKOFF_CAP: Final = 5.0
 
 OnHead = Callable[[str, int], None]
 OnConnect = Callable[[], Awaitable[None]]
@@ -59,53 +48,3 @@ class HeadListener(ABC):
     @abstractmethod
     async def run(self, on_head: OnHead, on_connect: OnConnect) -> None:
         """Listen until cancelled: ``on_head(session, head)`` per notice, ``on_connect()`` after each (re)connect."""
-
-
-class PostgresListener(HeadListener):
-    """One ``LISTEN`` connection per process, reconnected with jittered exponential backoff.
-
-    Notices whose origin is ``own`` (the store this listener serves) are not passed on.
-    Every ``watchdog.timeout`` seconds the listener pings the server, within that bound.
-    """
-
-    def __init__(self, conninfo: str, own: str, *, watchdog: Watchdog) -> None:
-        self._conninfo = conninfo
-        self._own = own
-        self._watchdog = watchdog
-
-    async def run(self, on_head: OnHead, on_connect: OnConnect) -> None:
-        failures = 0
-        while True:
-            try:
-                # The connection sits idle while no one appends: TCP keepalives find a server that vanished
-                # without closing it (a host down, a cut that sends no reset), and the ping one that stopped
-                # answering, so `state`, which readiness reports, stops saying "listening" for a dead connection.
-                connecting = psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True, **connect_options(self._watchdog.timeout)
-                )
-                async with await connecting as conn:
-                    await self._ping(conn, f"LISTEN {NOTIFY_CHANNEL}")
-                    self.state = "listening"
-                    failures = 0
-                    await on_connect()
-                    while True:
-                        # Notices that arrive during the ping wait in the connection for the next round.
-                        async for message in conn.notifies(timeout=self._watchdog.timeout):
-                            try:
-                                session_id, head, origin = _NOTICE.decode(message.payload)
-                            except msgspec.DecodeError:
-                                logger.warning("ignoring a malformed head notice %r", message.payload[:200])
-                                continue
-                            if origin != self._own:
-                                on_head(session_id, head)
-                        await self._ping(conn, "SELECT 1")
-            except psycopg.Error as exc:
-                failures += 1
-                delay = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (failures - 1)) * (0.5 + random.random() / 2)
-                self.state = "reconnecting"
-                logger.warning("head notices lost (%s); reconnecting in %.2f s", exc, delay)
-                await anyio.sleep(delay)
-
-    async def _ping(self, conn: psycopg.AsyncConnection[tuple[object, ...]], statement: str) -> None:
-        with self._watchdog.bound(conn):
-            await conn.execute(statement)

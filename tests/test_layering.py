@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import re
 import subprocess
 import sys
 import tomllib
+import types
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,87 @@ def test_the_viewer_uses_only_the_public_exports_of_the_javascript_package():
             assert named - {""} <= public, f"{path.name} imports non-public {sorted(named - public - {''})}"
     page = (VIEWER / "index.html").read_text(encoding="utf-8")
     assert '"history-transport-client": "./lib/index.js"' in page
+
+
+# No product module grows past this many lines: one concept per module (issue 24).
+MAX_MODULE_LINES = 600
+# Being split by issue 24 item 5 (launcher, store tools and parsing apart); the exemption goes when that lands.
+OVERSIZED = {"history_service/cli.py"}
+
+
+def product_modules() -> list[Path]:
+    return sorted(path for package in PRODUCT for path in (ROOT / package).rglob("*.py"))
+
+
+def test_the_product_packages_are_codec_persistence_service_and_client():
+    assert {"codec", "persistence", "history_service", "history_client"} <= set(PRODUCT)
+
+
+def test_no_product_module_is_over_the_size_limit():
+    sizes = {str(path.relative_to(ROOT)): len(path.read_bytes().splitlines()) for path in product_modules()}
+    assert sizes and OVERSIZED <= set(sizes)
+    over = {path: lines for path, lines in sizes.items() if lines > MAX_MODULE_LINES and path not in OVERSIZED}
+    assert over == {}
+
+
+# A branch on which SQL database the store runs: only the two dialect modules may ask.
+DIALECT_BRANCH = re.compile(
+    r"""dialect\.name\b|\b_sqlite\b|\bis_sqlite\b|\bis_postgres(ql)?\b|\b_postgres(ql)?\b"""
+    r"""|\b(name|backend)\s*[!=]=\s*["'](sqlite|postgresql)["']|get_backend_name\(\)\s*[!=]="""
+)
+DIALECT_MODULES = {"persistence/sql/sqlite.py", "persistence/sql/postgres.py"}
+
+
+def dialect_branches(paths: list[Path]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in paths:
+        hits = [match.group(0) for match in DIALECT_BRANCH.finditer(path.read_text(encoding="utf-8"))]
+        if hits:
+            found[str(path.relative_to(ROOT))] = hits
+    return found
+
+
+def test_dialect_differences_live_only_in_the_dialect_modules():
+    assert dialect_branches(product_modules()).keys() <= DIALECT_MODULES
+
+
+def test_the_dialect_branch_scan_is_live():
+    """The scan above finds branches: the dialect modules each say which backend they serve."""
+    assert dialect_branches([ROOT / name for name in sorted(DIALECT_MODULES)]).keys() == DIALECT_MODULES
+    for branch in ['self._sqlite = engine.dialect.name == "sqlite"', "if not is_postgres:", 'url.name == "postgresql"']:
+        assert DIALECT_BRANCH.search(branch), branch
+
+
+def modules_imported_from(path: Path, packages: set[str]) -> set[str]:
+    """The dotted modules of ``packages`` that a source file imports, wherever the import statement sits."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            if node.module in packages:
+                # ``from persistence import sql`` names a module too (``from codec import splice`` a function).
+                package = importlib.import_module(node.module)
+                names |= {
+                    f"{node.module}.{alias.name}"
+                    for alias in node.names
+                    if isinstance(getattr(package, alias.name, None), types.ModuleType)
+                }
+    return {name for name in names if name.split(".")[0] in packages}
+
+
+def test_the_service_imports_only_the_public_persistence_and_codec_packages():
+    packages = {"persistence", "codec"}
+    offenders = {}
+    for path in sorted((ROOT / "history_service").rglob("*.py")):
+        imported = modules_imported_from(path, packages)
+        reaching = sorted(name for name in imported if name not in packages)
+        if reaching:
+            offenders[str(path.relative_to(ROOT))] = reaching
+    assert offenders == {}
+
+
+def test_the_import_scan_sees_a_module_import():
+    sample = ROOT / "persistence" / "sql" / "store.py"
+    assert "persistence.sql.dialect" in modules_imported_from(sample, {"persistence"})

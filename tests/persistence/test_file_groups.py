@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from persistence._files import write_unsynced
 from persistence.errors import SeqConflictError, StoreError
-from persistence.file_groups import FileGroup, FileGroups, Staged
+from persistence.jsonl.file_groups import FileGroup, FileGroups, Staged
+from persistence.jsonl.files import write_unsynced
 
 
 def staging(path: Path, data: bytes, calls: list[str], done: list[str], undone: list[str]) -> Any:

@@ -29,7 +29,8 @@ import sqlalchemy as sa
 
 from codec import Event, SessionHeader, encode
 from persistence.errors import SeqConflictError, StoreError
-from persistence.group_commit import GroupCommit, SqlGroups
+from persistence.group_commit import GroupCommit
+from persistence.sql.groups import SqlGroups
 from persistence.url import open_store
 from testing.events import plain, text
 from testing.postgres import PG_URL, PG_URL_ENV

@@ -18,11 +18,11 @@ import pytest
 from codec import SessionHeader, encode, pack, pack_page, read_session_log
 from history_service.scenarios import multi_turn
 from persistence import open_store
-from persistence._files import LOCK_NAME, locked
 from persistence.base import DEFAULT_OWNER
 from persistence.errors import InvalidSessionIdError, SchemaVersionError, StoreError
 from persistence.jsonl import INDEX_NAME, JsonlStore, encode_segment
-from persistence.jsonl_index import TAIL_WINDOW, last_seq, read_index, read_last_entry
+from persistence.jsonl.files import LOCK_NAME, locked
+from persistence.jsonl.index import TAIL_WINDOW, last_seq, read_index, read_last_entry
 from persistence.sealing import MAX_TAIL
 from testing.corpus import corpus_logs
 from testing.events import plain

@@ -10,9 +10,8 @@ import anyio
 import pytest
 
 from codec import Event, SessionHeader, encode, pack_page
-from persistence import jsonl_journal
 from persistence.errors import StoreError
-from persistence.jsonl import INDEX_NAME, JsonlStore
+from persistence.jsonl import INDEX_NAME, JsonlStore, journal as jsonl_journal
 from testing.events import plain, text
 from testing.stores import page_records
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from persistence.locks import KeyedLocks
+from persistence import KeyedLocks
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from persistence.lru import Lru
+from persistence import Lru
 
 
 def test_the_least_recently_used_entry_goes_first() -> None:

@@ -85,7 +85,7 @@ async def test_two_processes_append_to_one_session(tmp_path: Path, kind: str) ->
 KILLER = textwrap.dedent(
     """
     import anyio, os, sys
-    import persistence.sql as sql
+    import persistence.sql.store as sql
     from codec import Event
     from persistence.url import open_store
 

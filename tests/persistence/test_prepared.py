@@ -7,7 +7,7 @@ import sqlite3
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from persistence.prepared import Prepared
+from persistence.sql.prepared import Prepared
 
 table = sa.Table("t", sa.MetaData(), sa.Column("k", sa.String, primary_key=True), sa.Column("v", sa.Integer))
 query = sa.select(table.c.k).where(table.c.v >= sa.bindparam("low"), table.c.k != sa.bindparam("skip"))

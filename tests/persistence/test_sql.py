@@ -324,7 +324,7 @@ CRASHING_APPENDER = """
 import os, signal, sys
 import anyio
 from codec import decode_event
-from persistence import sql
+from persistence.sql import store as sql
 from persistence.sealing import plan_append
 
 url, kill_at, when = sys.argv[1], int(sys.argv[2]), sys.argv[3]

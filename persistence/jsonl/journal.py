@@ -25,9 +25,10 @@ from typing import Final
 
 import msgspec
 
-from persistence._files import fsync_dir, pread_path, truncate, write_at, write_file, write_unsynced
+from persistence.jsonl.files import fsync_dir, pread_path, truncate, write_at, write_file, write_unsynced
 
 __all__ = [
+    "Clearing",
     "JOURNAL_NAME",
     "Journal",
     "cleared",
@@ -147,3 +148,17 @@ def _done(log_path: Path, journal: Journal) -> bool:
     if os.stat(log_path).st_size < end:
         return False
     return zlib.crc32(pread_path(log_path, journal.log_at, end)) == journal.new_crc
+
+
+class Clearing:
+    """The step that clears a rewrite's journal, which remembers that it was reached."""
+
+    __slots__ = ("directory", "started")
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started = False
+
+    def __call__(self) -> int:
+        self.started = True
+        return cleared(self.directory)

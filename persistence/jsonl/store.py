@@ -17,10 +17,10 @@ the last indexed batch (written by another tool) are scanned and kept, and a mis
 unreadable index is rebuilt from the log: the log always wins.
 
 An append that seals the open run (`persistence.sealing`) rewrites the log from the start
-of the batch that holds the run's first piece; a rollback journal (`jsonl_journal`) makes
+of the batch that holds the run's first piece; a rollback journal (`persistence.jsonl.journal`) makes
 that all or nothing. Writers hold the session's lock exclusively and readers share it, so
 no read sees a log mid-rewrite; every holder passes the session's gate first, so readers
-that arrive after a waiting writer queue behind it (`persistence._files.acquire`). An
+that arrive after a waiting writer queue behind it (`persistence.jsonl.files.acquire`). An
 append takes its lock before it joins a group: the writer thread never waits on a lock.
 
 A log placed in a root by hand (a recorded fixture, say) is served as it is: lines that
@@ -32,11 +32,9 @@ from __future__ import annotations
 import bisect
 import contextlib
 import functools
-import hashlib
 import logging
 import os
 import uuid
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -45,32 +43,14 @@ from typing import Any, Final, TypeVar
 import anyio
 import anyio.to_thread
 import msgspec
-import zstandard
 
 from codec import (
-    CodecError,
     Event,
     SessionHeader,
     StoredRecord,
     decode_json,
     encode,
-    expand_records,
-    read_header,
     record_from_value,
-    stored_record,
-)
-from persistence import jsonl_journal
-from persistence._files import (
-    SessionLock,
-    acquire,
-    fsync_dir,
-    locked,
-    pread,
-    read_head,
-    truncate,
-    write_atomic,
-    write_file,
-    write_unsynced,
 )
 from persistence._zstd import ZstdContexts
 from persistence.base import (
@@ -91,82 +71,58 @@ from persistence.base import (
 )
 from persistence.errors import (
     CorruptLogError,
-    InvalidSessionIdError,
-    SchemaVersionError,
     SessionExistsError,
     SessionNotFoundError,
     StoreError,
 )
-from persistence.file_groups import FileGroup, FileGroups, Staged, Step
 from persistence.group_commit import GroupCommit, unavailable
-from persistence.jsonl_index import (
+from persistence.jsonl import journal as jsonl_journal
+from persistence.jsonl.file_groups import FileGroup, FileGroups, Staged, Step
+from persistence.jsonl.files import (
+    SessionLock,
+    acquire,
+    fsync_dir,
+    locked,
+    pread,
+    truncate,
+    write_file,
+    write_unsynced,
+)
+from persistence.jsonl.index import (
     INDEX_VERSION,
     Entry,
-    IndexedRecord,
     IndexHead,
     SessionState,
     block_ranges,
     index_frame,
+    index_size,
     last_seq,
-    make_entry,
     position,
-    read_index,
     read_last_entry,
     windows,
 )
-from persistence.locks import KeyedLocks
-from persistence.lru import Lru
-from persistence.message_index import MessageEntry, index_entries
-from persistence.page_bound import bounded_cuts, floor_sizes
-from persistence.sealing import MAX_TAIL, open_run, plan_append
+from persistence.jsonl.layout import (
+    FORMAT_VERSION,
+    INDEX_NAME,
+    MODES,
+    OWNER_NAME,
+    ROOT_MARKER,
+    encode_segment,
+    named_for,
+    open_root,
+    read_marker,
+)
+from persistence.jsonl.recovery import Loader
+from persistence.jsonl.rewrite import bounded, span, write_plan
+from persistence.state import KeyedLocks, Lru
 from persistence.stored import PreparedBatch, prepared
 
-__all__ = ["FORMAT_VERSION", "JsonlStore", "encode_segment"]
+__all__ = ["JsonlStore"]
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION: Final = 1
-MODES: Final = ("none", "zstd")
-ROOT_MARKER: Final = ".history-store.json"
-INDEX_NAME: Final = "index.jsonl"
-OWNER_NAME: Final = "owner"
-_MAX_DIR_NAME: Final = 240
-# A page whose records span more log bytes than this is read in a worker thread, off the event loop.
 INLINE_BYTES: Final = 256 * 1024
-_FEED: Final = 64 * 1024
-_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 T = TypeVar("T")
-
-
-def encode_segment(session_id: str) -> str:
-    """A directory name for ``session_id``: safe characters kept, every other UTF-16 unit as ``~XXXX``.
-
-    Dots are escaped too, so no id can name ``.``, ``..`` or a hidden entry of the root. A
-    name that would pass `_MAX_DIR_NAME` characters (file systems allow 255 bytes) becomes
-    ``~~`` and a hash of the id instead; escaping never writes two ``~`` in a row, so the two
-    kinds of name cannot meet, and the header inside names the id itself.
-    """
-    if not session_id:
-        raise InvalidSessionIdError("a session id must not be empty")
-    out = []
-    for char in session_id:
-        if char in _SAFE:
-            out.append(char)
-        else:
-            data = char.encode("utf-16-be")
-            out.extend(f"~{int.from_bytes(data[i : i + 2], 'big'):04X}" for i in range(0, len(data), 2))
-    name = "".join(out)
-    if len(name) > _MAX_DIR_NAME:
-        return "~~" + hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=32).hexdigest()
-    return name
-
-
-class _RootMarker(msgspec.Struct, frozen=True):
-    format: int
-    compression: str
-
-
-_MARKER: Final = msgspec.json.Decoder(_RootMarker)
 
 
 class JsonlStore(HistoryStore):
@@ -177,6 +133,7 @@ class JsonlStore(HistoryStore):
         self._zstd = compression == "zstd"
         self._contexts = ZstdContexts(level=3, write_checksum=True)
         self._log_name = "session.jsonl.zst" if self._zstd else "session.jsonl"
+        self._loader = Loader(self._zstd, self._contexts, self._log_name)
         # Loaded state of the sessions used last; an evicted one is loaded again from its index when next used.
         self._states: Lru[str, SessionState] = Lru(session_cache)
         # Headers and owners (by directory name) never change: these only save re-reading them for listings.
@@ -203,26 +160,7 @@ class JsonlStore(HistoryStore):
 
     @classmethod
     def _open_sync(cls, root: Path, compression: str | None, session_cache: int) -> JsonlStore:
-        root.mkdir(parents=True, exist_ok=True)
-        marker = root / ROOT_MARKER
-        if marker.exists():
-            try:
-                found = _MARKER.decode(marker.read_bytes())
-            except msgspec.DecodeError as exc:
-                raise StoreError(f"{marker} is unreadable: {exc}") from exc
-            if found.format != FORMAT_VERSION:
-                raise SchemaVersionError(
-                    f"{root} has JSONL store format {found.format}; this build reads {FORMAT_VERSION}"
-                )
-            if compression is not None and found.compression != compression:
-                raise StoreError(
-                    f"{root} holds compression={found.compression} logs, not compression={compression}; "
-                    "leave ?compression out to use the store's own"
-                )
-            compression = found.compression
-        else:
-            compression = compression or "none"
-            write_atomic(marker, encode(_RootMarker(FORMAT_VERSION, compression)))
+        compression = open_root(root, compression)
         return cls(root, compression, session_cache=session_cache)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -245,7 +183,7 @@ class JsonlStore(HistoryStore):
         staging.mkdir()
         try:
             line = encode(header) + b"\n"
-            block = self._frame(line)
+            block = self._loader.frame(line)
             write_file(staging / self._log_name, block)
             head = IndexHead(INDEX_VERSION, "zstd" if self._zstd else "none", len(block))
             write_file(staging / INDEX_NAME, encode(head) + b"\n")
@@ -272,7 +210,7 @@ class JsonlStore(HistoryStore):
     def _fresh(self, session_id: str) -> SessionState | None:
         """The loaded state when its index has not grown since, found without leaving the event loop; else ``None``."""
         state = self._states.get(session_id)
-        if state is None or _index_size(state.directory) != state.index_size:
+        if state is None or index_size(state.directory) != state.index_size:
             return None
         return state
 
@@ -291,24 +229,11 @@ class JsonlStore(HistoryStore):
                     continue
                 known = self._headers.get(entry.name)
                 if known is None:
-                    known = (self._peek_header(Path(entry.path)),)
+                    known = (self._loader.peek_header(Path(entry.path)),)
                     self._headers.put(entry.name, known)
                 header = known[0]
                 if header is not None:
                     yield entry.name, header
-
-    def _peek_header(self, directory: Path) -> SessionHeader | None:
-        # A directory without a readable log holds no session; any other OSError is the store's, and
-        # must not be cached as "no session here", or the session would vanish from listings for good.
-        try:
-            data = read_head(directory / self._log_name, self._zstd)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return None
-        try:
-            line = self._unframe_first(data).split(b"\n", 1)[0]
-            return read_header(line)
-        except (CodecError, zstandard.ZstdError):
-            return None
 
     async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
         return await self._run(self._list_sync, owner, limit, before)
@@ -320,7 +245,7 @@ class JsonlStore(HistoryStore):
             parent = subagent_parent(header)
             if parent is not None:
                 child_counts[parent] += 1
-            elif self._owner(name) == owner and self._named_for(name, header):
+            elif self._owner(name) == owner and named_for(name, header):
                 mine.append(header)
         listed: list[SessionSummary] = []
         if limit < 1:
@@ -348,14 +273,6 @@ class JsonlStore(HistoryStore):
                 owner = DEFAULT_OWNER
             self._owners.put(name, owner)
         return owner
-
-    @staticmethod
-    def _named_for(name: str, header: SessionHeader) -> bool:
-        # A log placed in a directory its id does not name is unreachable by id: do not list it.
-        try:
-            return encode_segment(header.id) == name
-        except InvalidSessionIdError:
-            return False
 
     def _listed_head(self, session_id: str) -> int:
         # Only the listed page's sessions need a head seq, and the index's last entry holds it:
@@ -389,7 +306,7 @@ class JsonlStore(HistoryStore):
         """
         state = self._states.get(session_id)
         directory = self._directory(session_id)
-        if state is not None and _index_size(directory) == state.index_size:
+        if state is not None and index_size(directory) == state.index_size:
             return state
         if holding_lock:
             state = self._load(directory, session_id)
@@ -400,149 +317,7 @@ class JsonlStore(HistoryStore):
         return state
 
     def _load(self, directory: Path, session_id: str) -> SessionState:
-        log_path = directory / self._log_name
-        try:
-            if jsonl_journal.settle(directory, log_path, directory / INDEX_NAME):
-                logger.warning("session %r: undid a sealing rewrite that a crash interrupted", session_id)
-            log_size = log_path.stat().st_size
-            first = read_head(log_path, self._zstd)
-        except FileNotFoundError:
-            raise SessionNotFoundError(session_id) from None
-        try:
-            header_block = self._unframe_first(first)
-            header_line, newline, _ = header_block.partition(b"\n")
-            if not newline:
-                raise CorruptLogError(f"{log_path}: the header line is incomplete")
-            header = read_header(header_line)
-        except (CodecError, zstandard.ZstdError) as exc:
-            raise CorruptLogError(f"{log_path}: unreadable header: {exc}") from exc
-        if header.id != session_id:
-            raise CorruptLogError(f"{log_path}: header names session {header.id!r}, not {session_id!r}")
-        try:
-            owner = (directory / OWNER_NAME).read_text()
-        except FileNotFoundError:
-            owner = DEFAULT_OWNER
-        head_end = self._header_end(first, header_block)
-        loaded = read_index(directory / INDEX_NAME)
-        if loaded is None or loaded[0].headerEnd != head_end:
-            return self._rebuild(directory, header, owner, head_end, log_size)
-        head, entries, sizes = loaded
-        state = SessionState(directory, header, owner, head)
-        # Only the last batch can be torn: its entry is written before its bytes.
-        if entries and entries[-1].end > log_size and entries[-1].start <= log_size:
-            torn = entries.pop()
-            sizes.pop()
-            truncate(log_path, torn.start)
-            log_size = torn.start
-        index_size = sizes[-1] if sizes else len(encode(head)) + 1
-        if (directory / INDEX_NAME).stat().st_size != index_size:
-            truncate(directory / INDEX_NAME, index_size)
-        if entries and entries[-1].end > log_size:
-            raise CorruptLogError(
-                f"{log_path}: committed batch at bytes {entries[-1].start}..{entries[-1].end} is missing from the log"
-            )
-        state.add_all(entries)
-        state.index_size = index_size
-        if log_size > state.log_end:
-            self._recover_tail(state, log_path, log_size)
-        return state
-
-    def _header_end(self, first: bytes, header_block: bytes) -> int:
-        if not self._zstd:
-            return header_block.index(b"\n") + 1
-        frame = self._contexts.decompressor().decompressobj()
-        frame.decompress(first)
-        return len(first) - len(frame.unused_data)
-
-    def _rebuild(
-        self, directory: Path, header: SessionHeader, owner: str, header_end: int, log_size: int
-    ) -> SessionState:
-        head = IndexHead(INDEX_VERSION, "zstd" if self._zstd else "none", header_end)
-        write_atomic(directory / INDEX_NAME, encode(head) + b"\n")
-        state = SessionState(directory, header, owner, head)
-        state.index_size = len(encode(head)) + 1
-        if log_size > header_end:
-            self._recover_tail(state, directory / self._log_name, log_size)
-        return state
-
-    def _recover_tail(self, state: SessionState, log_path: Path, log_size: int) -> None:
-        """Index the complete records after ``state.log_end``; cut an incomplete final line or frame."""
-        base = state.log_end
-        with open(log_path, "rb") as log:
-            log.seek(base)
-            data = log.read(log_size - base)
-        blocks = self._split_frames(data) if self._zstd else [(0, len(data), data)]
-        for start, end, content in blocks:
-            records, events, used = self._scan(content, state.head + 1, log_path)
-            if self._zstd and used != len(content):
-                raise CorruptLogError(f"{log_path}: frame at byte {base + start} ends inside a line")
-            if records:
-                messages, hidden = index_entries(events)
-                entry = make_entry(base + start, base + (end if self._zstd else used), records, messages, hidden)
-                line = index_frame(entry)
-                with open(state.directory / INDEX_NAME, "ab") as index:
-                    index.write(line)
-                    index.flush()
-                    os.fsync(index.fileno())
-                state.add(entry)
-                state.index_size += len(line)
-        if state.log_end < log_size:
-            truncate(log_path, state.log_end)
-
-    def _scan(self, content: bytes, seq: int, log_path: Path) -> tuple[list[IndexedRecord], list[Event], int]:
-        records: list[IndexedRecord] = []
-        events: list[Event] = []
-        position = 0
-        while True:
-            newline = content.find(b"\n", position)
-            if newline < 0:
-                return records, events, position
-            line = content[position:newline]
-            try:
-                record = record_from_value(decode_json(line), seq)
-            except CodecError as exc:
-                raise CorruptLogError(f"{log_path}: committed record for seq {seq} is unreadable: {exc}") from exc
-            canonical = encode(record)
-            stored = stored_record(record, canonical)
-            if stored.seq != seq:
-                raise CorruptLogError(f"{log_path}: seq gap in the committed log: expected {seq}, found {stored.seq}")
-            records.append(IndexedRecord(stored._replace(line=b""), position, len(line), canonical == line))
-            events.extend(expand_records([record]))
-            seq += stored.members
-            position = newline + 1
-
-    def _split_frames(self, data: bytes) -> list[tuple[int, int, bytes]]:
-        """The complete zstd frames at the start of ``data``: each one's span and content."""
-        frames = []
-        position = 0
-        view = memoryview(data)
-        while position < len(data):
-            frame = self._contexts.decompressor().decompressobj()
-            content: list[bytes] = []
-            end = position
-            try:
-                # Fed a slice at a time, so what is left over is at most a slice, never the rest of the log.
-                while not frame.eof and end < len(data):
-                    piece = view[end : end + _FEED]
-                    content.append(frame.decompress(piece))
-                    end += len(piece) - len(frame.unused_data)
-            except zstandard.ZstdError:
-                break
-            if not frame.eof:
-                break
-            frames.append((position, end, b"".join(content)))
-            position = end
-        return frames
-
-    def _frame(self, content: bytes) -> bytes:
-        if not self._zstd:
-            return content
-        return self._contexts.compress(content)
-
-    def _unframe_first(self, data: bytes) -> bytes:
-        if not self._zstd:
-            return data
-        return self._contexts.decompressor().decompressobj().decompress(data)
+        return self._loader.load(directory, session_id)
 
     # Appends.
 
@@ -606,7 +381,7 @@ class JsonlStore(HistoryStore):
             stored = events_in(self._stored(state, first, to_seq), first, to_seq)
             is_resend(session_id, events, stored, state.head)
             return AppendResult(first, state.head, idempotent=True)
-        entries, start, block, journal = self._write_plan(state, batch)
+        entries, start, block, journal = write_plan(state, batch, self._loader, self._stored)
         line = b"".join(map(index_frame, entries))
         index_at = state.index_size
         index_path, log_path = directory / INDEX_NAME, directory / self._log_name
@@ -622,7 +397,7 @@ class JsonlStore(HistoryStore):
             # A sealing rewrite: its journal is durable before anything is overwritten, and cleared after.
             jsonl_journal.ready(directory)
             journal = msgspec.structs.replace(journal, entries=line)
-            clearing = _Clearing(directory)
+            clearing = jsonl_journal.Clearing(directory)
             steps[0] = functools.partial(jsonl_journal.written, directory, journal)
             steps[3] = clearing
             failed = functools.partial(self._settle_failed, state, clearing)
@@ -635,7 +410,7 @@ class JsonlStore(HistoryStore):
         state.add_all(entries)
         state.index_size += size
 
-    def _settle_failed(self, state: SessionState, clearing: _Clearing) -> None:
+    def _settle_failed(self, state: SessionState, clearing: jsonl_journal.Clearing) -> None:
         """Undo a failed rewrite from its journal, or stop appends when its journal may not be durably clear.
 
         A journal whose clearing was not made durable can come back after a power loss, long
@@ -670,64 +445,6 @@ class JsonlStore(HistoryStore):
             truncate(state.directory / self._log_name, start)
             truncate(state.directory / INDEX_NAME, index_size)
 
-    def _write_plan(
-        self, state: SessionState, batch: PreparedBatch
-    ) -> tuple[list[Entry], int, bytes, jsonl_journal.Journal | None]:
-        """The entries, log offset and bytes that append a batch, sealing the open run; a journal for a rewrite."""
-        count = len(state.starts)
-        tail = open_run([state.record(i) for i in range(max(0, count - MAX_TAIL), count)])
-        keep, records = plan_append(
-            tail, batch.records, lambda pieces: self._stored(state, pieces[0].seq, pieces[-1].end) if pieces else []
-        )
-        at = count - len(tail) + keep
-        content, indexed = self._lines_block(records)
-        block = self._frame(content)
-        if at == count:
-            entry = make_entry(state.log_end, state.log_end + len(block), indexed, batch.messages, batch.hidden)
-            return [entry], state.log_end, block, None
-        # The batch that holds record `at` is split there: its earlier records keep their lines
-        # (re-framed under zstd) in an entry of their own, and the rewrite starts at `at`. So a
-        # rewrite never carries the records before the open run, and stays as small as the run.
-        number = state.blocks[at]
-        old = state.entries[number]
-        first, messages, hidden = state.first(number)
-        old_messages, old_hidden = _messages(state, messages), state.messages.hidden[hidden:]
-        kept = [
-            IndexedRecord(state.record(i), state.offsets[i], state.lengths[i], bool(state.canonical[i]))
-            for i in range(first, at)
-        ]
-        with open(state.directory / self._log_name, "rb") as log:
-            if self._zstd:
-                start, kept_block = old.start, b""
-                if kept:
-                    prefix = self._contexts.decompressor().decompressobj().decompress(pread(log, old.start, old.end))
-                    kept_block = self._frame(prefix[: state.offsets[at]])
-            else:
-                start, kept_block = position(state, at), b""
-            saved = pread(log, start, state.log_end)
-        split = start + len(kept_block)
-        if kept:
-            entries = [
-                make_entry(old.start, split, kept, old_messages, old_hidden, replaces=number),
-                make_entry(split, split + len(block), indexed, batch.messages, batch.hidden),
-            ]
-        else:
-            both = ([*old_messages, *batch.messages], [*old_hidden, *batch.hidden])
-            entries = [make_entry(split, split + len(block), indexed, *both, replaces=number)]
-        written = kept_block + block
-        journal = jsonl_journal.Journal(start, saved, state.index_size, len(written), zlib.crc32(written))
-        return entries, start, written, journal
-
-    @staticmethod
-    def _lines_block(records: Sequence[StoredRecord]) -> tuple[bytes, list[IndexedRecord]]:
-        content = bytearray()
-        indexed = []
-        for record in records:
-            indexed.append(IndexedRecord(record._replace(line=b""), len(content), len(record.line), True))
-            content += record.line
-            content += b"\n"
-        return bytes(content), indexed
-
     # Reads.
 
     async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
@@ -745,7 +462,7 @@ class JsonlStore(HistoryStore):
             state = self._state(session_id)
             with locked(directory, session_id, shared=True):
                 # The index only grows, except when a crash is undone, which restores an earlier state.
-                if _index_size(directory) == state.index_size:
+                if index_size(directory) == state.index_size:
                     yield state
                     return
 
@@ -801,7 +518,7 @@ class JsonlStore(HistoryStore):
         try:
             # Never wait on the event loop: a writer holding the lock sends the read to a worker thread.
             with locked(state.directory, session_id, shared=True, wait=False):
-                if _index_size(state.directory) != state.index_size:
+                if index_size(state.directory) != state.index_size:
                     return None
                 return self._page_of(state, through, before, max_messages, max_bytes, INLINE_BYTES)
         except (BlockingIOError, SessionNotFoundError):
@@ -831,33 +548,10 @@ class JsonlStore(HistoryStore):
             return PageRead(info, to_seq, [], [])
         cuts = state.messages.cuts(to_seq, max_messages)
         if max_bytes is not None and len(cuts) > 1:
-            cuts = self._bounded(state, cuts, to_seq, max_bytes)
-        if limit is not None and self._span(state, cuts[-1], to_seq) > limit:
+            cuts = bounded(state, cuts, to_seq, max_bytes)
+        if limit is not None and span(state, cuts[-1], to_seq) > limit:
             return None
         return PageRead(info, to_seq, cuts, self._stored(state, cuts[-1], to_seq))
-
-    @staticmethod
-    def _bounded(state: SessionState, cuts: list[int], to_seq: int, max_bytes: int) -> list[int]:
-        """The cuts whose pages may fit ``max_bytes``, from the index alone (`persistence.page_bound`).
-
-        A line that is not canonical is re-encoded when read, so its length vouches for nothing.
-        """
-        first = max(0, bisect.bisect_right(state.starts, cuts[-1]) - 1)
-        last = bisect.bisect_left(state.starts, to_seq)
-        if sum(state.lengths[first:last]) <= max_bytes:
-            return cuts
-        records = [state.record(i) for i in range(first, last)]
-        sizes = [state.lengths[i] if state.canonical[i] else 0 for i in range(first, last)]
-        return bounded_cuts(cuts, to_seq, records, floor_sizes(records, sizes), max_bytes)
-
-    @staticmethod
-    def _span(state: SessionState, from_seq: int, to_seq: int) -> int:
-        """The bytes of a plain log that a read of ``[from_seq, to_seq)`` covers."""
-        first = max(0, bisect.bisect_right(state.starts, from_seq) - 1)
-        last = bisect.bisect_left(state.starts, to_seq)
-        if first >= last:
-            return 0
-        return position(state, last - 1) + state.lengths[last - 1] - position(state, first)
 
     async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
         return await self._run(self._cuts_sync, session_id, to_seq, max_messages)
@@ -875,7 +569,7 @@ class JsonlStore(HistoryStore):
     def _check_ready_sync(self) -> None:
         self._check_writable()
         try:
-            found = _MARKER.decode((self._root / ROOT_MARKER).read_bytes())
+            found = read_marker((self._root / ROOT_MARKER).read_bytes())
             with os.scandir(self._root) as entries:
                 next(entries, None)
         except (OSError, msgspec.DecodeError) as exc:
@@ -889,37 +583,6 @@ class JsonlStore(HistoryStore):
         self._states.clear()
         self._headers.clear()
         self._owners.clear()
-
-
-class _Clearing:
-    """The step that clears a rewrite's journal, which remembers that it was reached."""
-
-    __slots__ = ("directory", "started")
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.started = False
-
-    def __call__(self) -> int:
-        self.started = True
-        return jsonl_journal.cleared(self.directory)
-
-
-def _messages(state: SessionState, first: int) -> list[MessageEntry]:
-    return [
-        MessageEntry(seq, group)
-        for seq, group in zip(state.messages.seqs[first:], state.messages.groups[first:], strict=True)
-    ]
-
-
-def _index_size(directory: Path) -> int:
-    """The index file's size, or -1 when it is gone."""
-    try:
-        return os.stat(directory / INDEX_NAME).st_size
-    except FileNotFoundError:
-        return -1
-    except OSError as exc:
-        raise unavailable(exc) from exc
 
 
 def _translated(fn: Callable[..., T], *args: Any) -> T:

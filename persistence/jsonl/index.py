@@ -23,6 +23,8 @@ from typing import Final, NamedTuple
 import msgspec
 
 from codec import SessionHeader, StoredRecord
+from persistence.group_commit import unavailable
+from persistence.jsonl.layout import INDEX_NAME
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "SessionState",
     "block_ranges",
     "index_frame",
+    "index_size",
     "last_seq",
     "make_entry",
     "position",
@@ -352,3 +355,13 @@ def windows(state: SessionState, first: int, last: int) -> Iterator[tuple[int, i
             yield start, lo, i
             if i < last:
                 lo, start = i, position(state, i)
+
+
+def index_size(directory: Path) -> int:
+    """The index file's size, or -1 when it is gone."""
+    try:
+        return os.stat(directory / INDEX_NAME).st_size
+    except FileNotFoundError:
+        return -1
+    except OSError as exc:
+        raise unavailable(exc) from exc

@@ -16,7 +16,7 @@ import anyio
 import psycopg
 
 from persistence.errors import StoreError
-from persistence.pg_timeouts import Deadline, Watchdog, connect_options
+from persistence.sql.pg_timeouts import Deadline, Watchdog, connect_options
 
 __all__ = ["AsyncReaders"]
 

@@ -1,0 +1,103 @@
+"""A JSONL root's layout: the root marker, each session's directory name and file names."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from codec import SessionHeader, encode
+from persistence.errors import InvalidSessionIdError, SchemaVersionError, StoreError
+from persistence.jsonl.files import write_atomic
+
+__all__ = [
+    "FORMAT_VERSION",
+    "INDEX_NAME",
+    "MODES",
+    "OWNER_NAME",
+    "ROOT_MARKER",
+    "RootMarker",
+    "encode_segment",
+    "named_for",
+    "open_root",
+    "read_marker",
+]
+
+FORMAT_VERSION: Final = 1
+MODES: Final = ("none", "zstd")
+ROOT_MARKER: Final = ".history-store.json"
+INDEX_NAME: Final = "index.jsonl"
+OWNER_NAME: Final = "owner"
+_MAX_DIR_NAME: Final = 240
+# A page whose records span more log bytes than this is read in a worker thread, off the event loop.
+_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def encode_segment(session_id: str) -> str:
+    """A directory name for ``session_id``: safe characters kept, every other UTF-16 unit as ``~XXXX``.
+
+    Dots are escaped too, so no id can name ``.``, ``..`` or a hidden entry of the root. A
+    name that would pass `_MAX_DIR_NAME` characters (file systems allow 255 bytes) becomes
+    ``~~`` and a hash of the id instead; escaping never writes two ``~`` in a row, so the two
+    kinds of name cannot meet, and the header inside names the id itself.
+    """
+    if not session_id:
+        raise InvalidSessionIdError("a session id must not be empty")
+    out = []
+    for char in session_id:
+        if char in _SAFE:
+            out.append(char)
+        else:
+            data = char.encode("utf-16-be")
+            out.extend(f"~{int.from_bytes(data[i : i + 2], 'big'):04X}" for i in range(0, len(data), 2))
+    name = "".join(out)
+    if len(name) > _MAX_DIR_NAME:
+        return "~~" + hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=32).hexdigest()
+    return name
+
+
+class RootMarker(msgspec.Struct, frozen=True):
+    format: int
+    compression: str
+
+
+_MARKER: Final = msgspec.json.Decoder(RootMarker)
+
+
+def read_marker(data: bytes) -> RootMarker:
+    """A root marker's contents (`msgspec.DecodeError` when unreadable)."""
+    return _MARKER.decode(data)
+
+
+def open_root(root: Path, compression: str | None) -> str:
+    """Create ``root`` and its marker if needed, and return its compression mode (see `JsonlStore.open`)."""
+    root.mkdir(parents=True, exist_ok=True)
+    marker = root / ROOT_MARKER
+    if marker.exists():
+        try:
+            found = read_marker(marker.read_bytes())
+        except msgspec.DecodeError as exc:
+            raise StoreError(f"{marker} is unreadable: {exc}") from exc
+        if found.format != FORMAT_VERSION:
+            raise SchemaVersionError(f"{root} has JSONL store format {found.format}; this build reads {FORMAT_VERSION}")
+        if compression is not None and found.compression != compression:
+            raise StoreError(
+                f"{root} holds compression={found.compression} logs, not compression={compression}; "
+                "leave ?compression out to use the store's own"
+            )
+        compression = found.compression
+    else:
+        compression = compression or "none"
+        write_atomic(marker, encode(RootMarker(FORMAT_VERSION, compression)))
+    return compression
+
+
+def named_for(name: str, header: SessionHeader) -> bool:
+    """Whether a directory ``name`` is the one ``header``'s id names."""
+    # A log placed in a directory its id does not name is unreachable by id: do not list it.
+    try:
+        return encode_segment(header.id) == name
+    except InvalidSessionIdError:
+        return False

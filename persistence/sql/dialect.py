@@ -1,0 +1,177 @@
+"""What the SQL store asks of its database's dialect, and what the two dialects share.
+
+`persistence.sql.sqlite` and `persistence.sql.postgres` each implement `Dialect`; the store
+(`persistence.sql.store`) holds one and never asks which it is. Each dialect owns its
+connections' setup, its read path (SQLite reads on the event loop, PostgreSQL in one hop),
+its one-statement append where it has one, readiness and head notices.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import Select, Update
+
+from codec import StoredRecord
+from persistence.base import PageRead, SessionInfo
+from persistence.notify import HeadListener
+from persistence.sql.pg_timeouts import Deadline
+from persistence.stored import PreparedBatch
+
+if TYPE_CHECKING:
+    from persistence.sql.store import SqlStore
+
+__all__ = ["INLINE_BYTES", "MESSAGE_PAGE", "READERS_KEPT", "Busy", "Dialect", "Head", "LongWalk"]
+
+# A read whose records' stored bytes pass this, or hold a compressed line, is finished in a worker thread.
+INLINE_BYTES: Final = 256 * 1024
+READERS_KEPT: Final = 8
+# Messages per read of the message index.
+MESSAGE_PAGE: Final = 256
+T = TypeVar("T")
+
+
+class LongWalk(Exception):
+    """A cut that needs more of the message index than an event-loop read may walk."""
+
+
+class Busy(Exception):
+    """A read on the event loop that would wait for another connection's lock: it is retried in a worker thread."""
+
+
+class Head(NamedTuple):
+    """A page's session, end and cuts, once its head is read."""
+
+    info: SessionInfo
+    to_seq: int
+    cuts: list[int]
+
+
+class Dialect(ABC):
+    """One database's ways, for a `SqlStore` on an engine of that database."""
+
+    # The empty byte string as a DDL default.
+    EMPTY_BYTES: ClassVar[str]
+    # The SQL that opens the writer's transaction (``None``: the driver opens one).
+    BEGIN: ClassVar[str | None]
+
+    @classmethod
+    @abstractmethod
+    def serves(cls, backend: str) -> bool:
+        """Whether this dialect is the one for a SQLAlchemy backend name."""
+
+    @classmethod
+    @abstractmethod
+    def connect_args(cls, timeout: float) -> dict[str, Any]:
+        """The driver's connect arguments, bounding connecting by ``timeout`` where the driver can."""
+
+    @classmethod
+    @abstractmethod
+    def prepare_engine(cls, engine: Engine, busy_ms: int) -> None:
+        """Set up a new engine's connections and transactions."""
+
+    @abstractmethod
+    def __init__(self, engine: Engine, timeout: float, origin: str) -> None: ...
+
+    @abstractmethod
+    def opened(self, store: SqlStore) -> None:
+        """Once per open, before the schema is migrated."""
+
+    @abstractmethod
+    def before_migration(self, conn: Connection) -> None:
+        """In the migration's transaction, before it reads the schema."""
+
+    @abstractmethod
+    def lock_head(self, head: Select[Any]) -> Select[Any]:
+        """The head's read, made to hold the session's write lock to the end of the transaction."""
+
+    @abstractmethod
+    def advance(self, advance: Update) -> Update:
+        """The head's move, made to do what else this database does with it."""
+
+    @abstractmethod
+    def advance_params(self, session_id: str, new_head: int) -> dict[str, Any]:
+        """What `advance` needs besides the session and heads."""
+
+    @abstractmethod
+    def bound(self, connection: Any) -> AbstractContextManager[Deadline]:
+        """Bound one call on a DBAPI connection."""
+
+    @abstractmethod
+    def writer(self, connection: Any) -> Any:
+        """A new DBAPI connection, set up for the writer."""
+
+    @abstractmethod
+    def new_reader(self, store: SqlStore, busy_ms: int) -> tuple[Any, int]:
+        """A new reader connection, and the busy timeout (ms) it has."""
+
+    @abstractmethod
+    def wait_for_locks(self, connection: Any, busy: int, busy_ms: int) -> int:
+        """Make a reader that waits ``busy`` ms for a lock wait ``busy_ms``; returns what it waits now."""
+
+    @abstractmethod
+    def run_read(self, connection: Any, work: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """``work(cursor, *args)`` as one read on ``connection``."""
+
+    @abstractmethod
+    def lock_taken(self, exc: Exception) -> bool:
+        """Whether a read failed only because another connection holds a lock."""
+
+    @abstractmethod
+    async def read(self, store: SqlStore, work: Callable[..., T], *args: Any) -> T:
+        """``work`` on a reader, where this database's reads run."""
+
+    @abstractmethod
+    async def read_page(
+        self,
+        store: SqlStore,
+        session_id: str,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        max_bytes: int | None,
+    ) -> PageRead:
+        """`HistoryStore.read_page`."""
+
+    @abstractmethod
+    def page_head(
+        self,
+        store: SqlStore,
+        cursor: Any,
+        session_id: str,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        inline: bool,
+    ) -> Head | tuple[PageRead, bool]:
+        """A page's head in a read transaction, or the page itself when it ends there (and if it is complete)."""
+
+    @abstractmethod
+    async def read_stored(self, store: SqlStore, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
+        """`HistoryStore.read_stored`."""
+
+    @abstractmethod
+    def append_at_once(
+        self, store: SqlStore, cursor: Any, session_id: str, expected: int, new_head: int, batch: PreparedBatch
+    ) -> bool:
+        """The usual append in one statement, where this database has one; ``False``, changing nothing, if not."""
+
+    @abstractmethod
+    async def check_ready(self, store: SqlStore) -> None:
+        """`HistoryStore.check_ready`."""
+
+    @abstractmethod
+    def listener(self) -> HeadListener | None:
+        """Head notices from every process, where this database sends them."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close what this dialect opened on the event loop."""
+
+    @abstractmethod
+    def close_sync(self) -> None:
+        """Close what this dialect opened in threads, once the store's connections are closed."""

@@ -1,0 +1,141 @@
+"""The schema version in ``history_meta``, and the upgrades from versions 1 and 2 to the current one.
+
+A version-1 or -2 database is upgraded in place when opened; an unknown version refuses to open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from codec import CodecError, SessionHeader, decode_storage_line, stored_record
+from persistence.errors import CorruptLogError, SchemaVersionError
+from persistence.sql.dialect import Dialect
+from persistence.sql.schema import (
+    JOIN_COLUMNS,
+    SCHEMA_VERSION,
+    listing_index,
+    meta_table,
+    metadata,
+    records_table,
+    sessions_table,
+)
+
+__all__ = ["migrate", "refuse"]
+
+_BACKFILL_BATCH: Final = 1000
+
+Header = Callable[[bytes, str], SessionHeader]
+Unpack = Callable[[int, bool, bytes], bytes]
+
+
+def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) -> str | None:
+    """Create the schema on an empty database or upgrade an old one, in ``conn``'s write transaction.
+
+    Returns the version found when it is none this build upgrades, for `refuse` once the transaction is over.
+    """
+    dialect.before_migration(conn)
+    if not sa.inspect(conn).has_table(meta_table.name):
+        metadata.create_all(conn)
+        conn.execute(sa.insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
+        return None
+    # FOR UPDATE: of two processes opening a version-1 database, one upgrades it and the
+    # other then reads version 2 (SQLite's write transaction already serializes them).
+    version = conn.execute(
+        sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version").with_for_update()
+    ).scalar()
+    if version == "1":
+        _upgrade_from_1(conn, header)
+        version = "2"
+    if version == "2":
+        _upgrade_from_2(conn, dialect, unpack)
+        return None
+    return version
+
+
+def refuse(version: str | None) -> None:
+    """Raise `SchemaVersionError` for a version `migrate` found and could not upgrade."""
+    if version is not None and version != str(SCHEMA_VERSION):
+        raise SchemaVersionError(
+            f"the database has history schema version {version!r}; "
+            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 and 2"
+        )
+
+
+def _upgrade_from_1(conn: Connection, header: Header) -> None:
+    """Version 2 adds ``history_sessions.created_at`` and the listing index; one transaction does it all."""
+    # SQLite cannot add a NOT NULL column without a default; every insert names created_at.
+    conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN created_at BIGINT NOT NULL DEFAULT 0")
+    c = sessions_table.c
+    set_created_at = (
+        sa.update(sessions_table).where(c.id == sa.bindparam("b_id")).values(created_at=sa.bindparam("b_created"))
+    )
+    after: str | None = None
+    while True:
+        batch = sa.select(c.id, c.header).order_by(c.id).limit(_BACKFILL_BATCH)
+        rows = conn.execute(batch if after is None else batch.where(c.id > after)).all()
+        if not rows:
+            break
+        conn.execute(
+            set_created_at,
+            [{"b_id": row.id, "b_created": header(row.header, row.id).createdAt} for row in rows],
+        )
+        after = rows[-1].id
+    listing_index.create(conn)
+    _set_version(conn, "2")
+
+
+def _upgrade_from_2(conn: Connection, dialect: Dialect, unpack: Unpack) -> None:
+    """Version 3 adds the join columns to ``history_records``, filled from each record's line."""
+    for name, kind, default in (
+        ("kind", sa.SmallInteger(), "0"),
+        ("key", sa.LargeBinary(), dialect.EMPTY_BYTES),
+        ("time0", sa.BigInteger(), "0"),
+        ("time1", sa.BigInteger(), "0"),
+    ):
+        column_type = kind.compile(dialect=conn.dialect)
+        conn.exec_driver_sql(f"ALTER TABLE history_records ADD COLUMN {name} {column_type} NOT NULL DEFAULT {default}")
+    c = records_table.c
+    set_columns = (
+        sa.update(records_table)
+        .where(c.session_id == sa.bindparam("b_session"), c.seq == sa.bindparam("b_seq"))
+        .values({name: sa.bindparam(f"b_{name}") for name in JOIN_COLUMNS})
+    )
+    after: tuple[str, int] | None = None
+    while True:
+        batch = (
+            sa.select(c.session_id, c.seq, c.compressed, c.data).order_by(c.session_id, c.seq).limit(_BACKFILL_BATCH)
+        )
+        if after is not None:
+            batch = batch.where(sa.tuple_(c.session_id, c.seq) > sa.tuple_(*after))
+        rows = conn.execute(batch).all()
+        if not rows:
+            break
+        updates = []
+        for row in rows:
+            line = unpack(row.seq, row.compressed, row.data)
+            try:
+                record = stored_record(decode_storage_line(line), line)
+            except CodecError as exc:
+                raise CorruptLogError(
+                    f"session {row.session_id!r}: stored record at seq {row.seq} is corrupt: {exc}"
+                ) from exc
+            if record.kind:
+                updates.append(
+                    {
+                        "b_session": row.session_id,
+                        "b_seq": row.seq,
+                        **{f"b_{name}": getattr(record, name) for name in JOIN_COLUMNS},
+                    }
+                )
+        if updates:
+            conn.execute(set_columns, updates)
+        after = (rows[-1].session_id, rows[-1].seq)
+    _set_version(conn, "3")
+
+
+def _set_version(conn: Connection, version: str) -> None:
+    conn.execute(sa.update(meta_table).where(meta_table.c.key == "schema_version").values(value=version))

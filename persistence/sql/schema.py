@@ -1,0 +1,116 @@
+"""The SQL store's tables, and the code-point order its listing sorts ids by.
+
+Tables, keyed ``(session_id, seq)``:
+
+* ``history_sessions``: header (canonical JSON), owner, parent (for subagent children), the
+  header's ``createdAt`` (for listings, indexed by owner) and head seq;
+* ``history_records``: one row per stored record (`codec.StoredRecord`), a packed row at its
+  ``seq0``: its member count, its canonical JSON line in ``data``, and the join columns
+  ``kind``, ``key``, ``time0`` and ``time1``. A line of at least 4 KiB is zstd-compressed
+  when that is smaller: measured on the realistic tail page, a cold read costs the same
+  either way (decompressing offsets reading five times the bytes), and the file is a
+  fifth of the size.
+* ``history_messages`` and ``history_hidden``: the message index and ``conversationOp`` ranges;
+* ``history_meta``: the schema version (`persistence.sql.migrations`).
+
+Each dialect module compiles `CodePointOrder` for its database.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.sql.visitors import InternalTraversal
+
+__all__ = [
+    "COMPRESS_AT",
+    "CodePointOrder",
+    "FRAME_HEADER",
+    "JOIN_COLUMNS",
+    "PROBE",
+    "SCHEMA_VERSION",
+    "hidden_table",
+    "listing_index",
+    "messages_table",
+    "meta_table",
+    "metadata",
+    "records_table",
+    "sessions_table",
+]
+
+SCHEMA_VERSION: Final = 3
+COMPRESS_AT: Final = 4096
+
+
+class CodePointOrder(sa.ColumnElement[str]):
+    """A text column compared by code point, as Python compares str (and so every other store)."""
+
+    inherit_cache = True
+    _traverse_internals = [("column", InternalTraversal.dp_clauseelement)]
+    type = sa.String()
+
+    def __init__(self, column: sa.ColumnElement[str]) -> None:
+        self.column = column
+
+
+metadata = sa.MetaData()
+meta_table = sa.Table(
+    "history_meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(255), nullable=False),
+)
+sessions_table = sa.Table(
+    "history_sessions",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("header", sa.LargeBinary, nullable=False),
+    sa.Column("owner", sa.String, nullable=False),
+    sa.Column("parent_id", sa.String, nullable=True, index=True),
+    sa.Column("head_seq", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+# A listing reads one owner's top-level sessions newest first: a backward range scan of this
+# index that never visits a child's entry, so a page costs its length, not the owner's sessions.
+listing_index = sa.Index(
+    "ix_history_sessions_listing",
+    sessions_table.c.owner,
+    sessions_table.c.created_at,
+    CodePointOrder(sessions_table.c.id),
+    sqlite_where=sessions_table.c.parent_id.is_(None),
+    postgresql_where=sessions_table.c.parent_id.is_(None),
+)
+records_table = sa.Table(
+    "history_records",
+    metadata,
+    sa.Column("session_id", sa.String, sa.ForeignKey("history_sessions.id"), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("members", sa.Integer, nullable=False),
+    sa.Column("compressed", sa.Boolean, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("kind", sa.SmallInteger, nullable=False),
+    sa.Column("key", sa.LargeBinary, nullable=False),
+    sa.Column("time0", sa.BigInteger, nullable=False),
+    sa.Column("time1", sa.BigInteger, nullable=False),
+)
+JOIN_COLUMNS: Final = ("kind", "key", "time0", "time1")
+# The longest zstd frame header: magic, descriptor, window, dictionary id and content size.
+FRAME_HEADER: Final = 18
+# The readiness probe's read: one row of the sessions table, so it reads the table itself, not only the catalog.
+PROBE: Final = f"SELECT 1 FROM {sessions_table.name} LIMIT 1"
+messages_table = sa.Table(
+    "history_messages",
+    metadata,
+    sa.Column("session_id", sa.String, sa.ForeignKey("history_sessions.id"), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("group_start", sa.BigInteger, nullable=False),
+)
+hidden_table = sa.Table(
+    "history_hidden",
+    metadata,
+    sa.Column("session_id", sa.String, sa.ForeignKey("history_sessions.id"), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("start", sa.BigInteger, nullable=False),
+    sa.Column("end", sa.BigInteger, nullable=False),
+)

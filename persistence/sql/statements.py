@@ -1,0 +1,93 @@
+"""The SQL store's hot-path statements, compiled once for the engine's dialect (`persistence.sql.prepared`)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect as SaDialect
+from sqlalchemy.sql.elements import ClauseElement
+
+from persistence.sealing import MAX_TAIL
+from persistence.sql.dialect import MESSAGE_PAGE, Dialect
+from persistence.sql.prepared import Prepared
+from persistence.sql.schema import (
+    FRAME_HEADER,
+    JOIN_COLUMNS,
+    hidden_table,
+    messages_table,
+    records_table,
+    sessions_table,
+)
+
+__all__ = ["Statements"]
+
+
+class Statements:
+    """The hot path's statements, compiled once for the engine's dialect."""
+
+    def __init__(self, dialect: SaDialect, ways: Dialect) -> None:
+        s, r, m, h = sessions_table.c, records_table.c, messages_table.c, hidden_table.c
+        b = sa.bindparam
+
+        def prepared(statement: ClauseElement) -> Prepared:
+            return Prepared(statement, dialect)
+
+        self.session = prepared(sa.select(s.header, s.owner, s.head_seq).where(s.id == b("id")))
+        self.exists = prepared(sa.select(s.id).where(s.id == b("id")))
+        head = sa.select(s.head_seq).where(s.id == b("id"))
+        self.head_for_update = prepared(ways.lock_head(head))
+        advance = sa.update(sessions_table).where(s.id == b("id"), s.head_seq == b("expected"))
+        self.advance = prepared(ways.advance(advance.values(head_seq=b("new_head"))))
+        self.create = prepared(sa.insert(sessions_table))
+        self.tail = prepared(
+            sa.select(r.seq, r.members, *(r[name] for name in JOIN_COLUMNS))
+            .where(r.session_id == b("id"))
+            .order_by(r.seq.desc())
+            .limit(MAX_TAIL)
+        )
+        self.lines = prepared(
+            sa.select(r.seq, r.compressed, r.data)
+            .where(r.session_id == b("id"), r.seq >= b("lo"), r.seq <= b("hi"))
+            .order_by(r.seq)
+        )
+        self.drop_from = prepared(sa.delete(records_table).where(r.session_id == b("id"), r.seq >= b("seq")))
+        self.insert_record = prepared(sa.insert(records_table))
+        self.insert_message = prepared(sa.insert(messages_table))
+        self.insert_hidden = prepared(sa.insert(hidden_table))
+        # From the record covering from_seq (the last one starting at or before it, one index
+        # probe), in one statement: a seal that commits between two statements would move it.
+        covering = sa.select(sa.func.max(r.seq)).where(r.session_id == b("id"), r.seq <= b("from_seq"))
+        start = sa.func.coalesce(covering.scalar_subquery(), b("from_seq"))
+        where = (r.session_id == b("id"), r.seq >= start, r.seq < b("to_seq"))
+        self.stored = prepared(
+            sa.select(r.seq, r.members, r.compressed, r.data, *(r[name] for name in JOIN_COLUMNS))
+            .where(*where)
+            .order_by(r.seq)
+        )
+        # Those records' columns and stored sizes, no line: what bounds a page read by bytes.
+        self.sizes = prepared(
+            sa.select(
+                r.seq,
+                r.members,
+                sa.func.length(r.data),
+                # A compressed line's frame header, which tells its size (zstd writes it by default).
+                sa.case((r.compressed, sa.func.substr(r.data, 1, FRAME_HEADER)), else_=None),
+                *(r[name] for name in JOIN_COLUMNS),
+            )
+            .where(*where)
+            .order_by(r.seq)
+        )
+        # The stored size of those records, and whether any is compressed, from each row's header:
+        # no record is read. (For reads on the event loop.)
+        self.stored_bytes = prepared(
+            sa.select(
+                sa.func.coalesce(sa.func.sum(sa.func.length(r.data)), 0),
+                sa.func.coalesce(sa.func.max(r.compressed), 0),
+            ).where(*where)
+        )
+        self.hidden = prepared(sa.select(h.seq, h.start, h.end).where(h.session_id == b("id"), h.seq < b("to_seq")))
+        self.messages = prepared(
+            sa.select(m.seq, m.group_start)
+            .where(m.session_id == b("id"), m.seq < b("below"))
+            .order_by(m.seq.desc())
+            .limit(MESSAGE_PAGE)
+        )

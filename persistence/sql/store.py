@@ -1,0 +1,597 @@
+"""The SQL store (SQLAlchemy 2 Core): SQLite embedded, PostgreSQL for several nodes.
+
+The tables are `persistence.sql.schema`'s, upgraded by `persistence.sql.migrations`. Appends
+serialize on the session: the dialect holds its write lock for the transaction (SQLite's
+``BEGIN IMMEDIATE``, PostgreSQL's ``SELECT ... FOR UPDATE``), so two processes never
+duplicate or skip a seq; the loser of a race gets `SeqConflictError`. An append seals the
+session's open run in the same transaction (`persistence.sealing`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final, TypeVar
+
+import anyio.to_thread
+import sqlalchemy as sa
+import zstandard
+from sqlalchemy.engine import Connection, Engine
+
+from codec import CodecError, Event, SessionHeader, StoredRecord, decode_header, encode
+from persistence._zstd import ZstdContexts
+from persistence.base import (
+    DEFAULT_OWNER,
+    DEFAULT_SESSION_CACHE,
+    DEFAULT_STORE_TIMEOUT,
+    AppendResult,
+    HistoryStore,
+    PageRead,
+    SessionInfo,
+    SessionKey,
+    SessionSummary,
+    check_batch,
+    events_in,
+    is_resend,
+    subagent_parent,
+)
+from persistence.errors import CorruptLogError, SessionExistsError, SessionNotFoundError, StoreError
+from persistence.group_commit import GroupCommit
+from persistence.message_index import HiddenRange, MessageEntry, select_cuts
+from persistence.notify import HeadListener
+from persistence.page_bound import bounded_cuts, floor_sizes
+from persistence.sealing import open_run, plan_append
+from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Dialect, Head, LongWalk
+from persistence.sql.groups import SqlGroups
+from persistence.sql.migrations import migrate, refuse
+from persistence.sql.pg_timeouts import Deadline
+from persistence.sql.postgres import PostgresDialect
+from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, CodePointOrder, sessions_table
+from persistence.sql.sqlite import SqliteDialect
+from persistence.sql.statements import Statements
+from persistence.state import Lru
+from persistence.stored import PreparedBatch, prepared
+
+__all__ = ["INLINE_BYTES", "SCHEMA_VERSION", "SqlStore"]
+
+_MAX_LINE: Final = 256 * 1024 * 1024
+T = TypeVar("T")
+
+
+def _dialect_for(backend: str) -> type[Dialect]:
+    """The dialect of a SQLAlchemy backend; PostgreSQL's for any other, as a server database."""
+    return SqliteDialect if SqliteDialect.serves(backend) else PostgresDialect
+
+
+def _line_size(stored: int, frame: bytes | None) -> int:
+    """A line's length: its stored size, or what its compressed frame says it holds (at least its stored size)."""
+    if frame is None:
+        return int(stored)
+    try:
+        size = zstandard.frame_content_size(bytes(frame))
+    except zstandard.ZstdError:
+        return int(stored)
+    return max(int(stored), size)
+
+
+def _dense(events: Sequence[Event]) -> bool:
+    first = events[0].seq
+    return all(event.seq == first + i for i, event in enumerate(events))
+
+
+class SqlStore(HistoryStore):
+    """A store on a SQLAlchemy engine. Open it with `SqlStore.open`.
+
+    The hot path runs compiled statements (`persistence.sql.prepared`) on DBAPI connections
+    the store keeps: appends and creates go through one writer thread that commits them in
+    groups (`persistence.sql.groups`); reads take a kept reader connection. Where a read
+    runs, and how a call is bounded, is the dialect's (`persistence.sql.sqlite`,
+    `persistence.sql.postgres`). Every call is bounded by ``timeout`` seconds, and past it
+    raises `StoreError`.
+    """
+
+    def __init__(
+        self, engine: Engine, *, session_cache: int = DEFAULT_SESSION_CACHE, timeout: float = DEFAULT_STORE_TIMEOUT
+    ) -> None:
+        self._engine = engine
+        self._timeout = timeout
+        self._busy_ms = _busy_ms(timeout)
+        self._origin = uuid.uuid4().hex[:12]
+        self._dialect = _dialect_for(engine.url.get_backend_name())(engine, timeout, self._origin)
+        self._sql = Statements(engine.dialect, self._dialect)
+        dbapi = engine.dialect.loaded_dbapi
+        self._driver_error: type[Exception] = dbapi.Error
+        self._integrity_error: type[Exception] = dbapi.IntegrityError
+        # zstd contexts are not thread-safe, and the store's work runs in several threads.
+        self._zstd = ZstdContexts(level=3)
+        # Each session's open run (join columns only) as of the head this process last wrote;
+        # only the writer thread touches it.
+        self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
+        # Kept reader connections, each with the busy timeout (ms) it has now (SQLite's; unused on PostgreSQL).
+        self._readers: list[tuple[Any, int]] = []
+        self._read_threads: anyio.CapacityLimiter | None = None
+        self._groups = SqlGroups(
+            self._connect_writer, begin=self._dialect.BEGIN, aborted=self._tails.clear, bound=self._dialect.bound
+        )
+        self._writer = GroupCommit(self._groups, name="history-sql-writer")
+
+    @classmethod
+    async def open(
+        cls, url: str, *, session_cache: int = DEFAULT_SESSION_CACHE, timeout: float = DEFAULT_STORE_TIMEOUT
+    ) -> SqlStore:
+        """Connect, create the schema on an empty database, and refuse an unknown schema version.
+
+        ``timeout`` (seconds, positive) bounds every call of the store (see `SqlStore`).
+        """
+        if not timeout > 0:
+            raise ValueError(f"the store timeout must be positive, got {timeout!r}")
+        return await anyio.to_thread.run_sync(cls._open_sync, url, session_cache, timeout)
+
+    @classmethod
+    def _open_sync(cls, url: str, session_cache: int, timeout: float) -> SqlStore:
+        try:
+            dialect = _dialect_for(sa.make_url(url).get_backend_name())
+            engine = sa.create_engine(url, connect_args=dialect.connect_args(timeout))
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise StoreError(f"not a usable database URL: {exc}") from exc
+        dialect.prepare_engine(engine, _busy_ms(timeout))
+        store = cls(engine, session_cache=session_cache, timeout=timeout)
+        try:
+            store._dialect.opened(store)
+            store._migrate()
+        except BaseException:
+            engine.dispose()
+            raise
+        return store
+
+    def _migrate(self) -> None:
+        with self._write() as conn:
+            found = migrate(conn, self._dialect, self._header, self._unpack_line)
+        refuse(found)
+
+    # Connections.
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A SQLAlchemy write transaction, for schema work."""
+        try:
+            with self._engine.connect() as conn:
+                conn = conn.execution_options(history_write=True)
+                with conn.begin():
+                    yield conn
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"store unavailable: {exc.orig}") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A SQLAlchemy read transaction, for the listings, which are off the hot path; bounded."""
+        deadline: Deadline | None = None
+        try:
+            with self._engine.connect() as conn:
+                with self._dialect.bound(conn.connection.dbapi_connection) as deadline:
+                    try:
+                        with conn.begin():
+                            yield conn
+                    finally:
+                        if deadline.expired:
+                            # Cut by the watchdog: the pool must not hand it out again.
+                            conn.invalidate()
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"store unavailable: {self._failure(exc.orig, deadline)}") from exc
+
+    def _failure(self, exc: BaseException | None, deadline: Deadline | None) -> str:
+        """What went wrong, for a `StoreError`: the bound when the watchdog cut the call, else the driver's words."""
+        if deadline is not None and deadline.expired:
+            return f"no answer within {self._timeout:g} s"
+        return str(exc)
+
+    def _connect(self) -> Any:
+        """A DBAPI connection of the store's own, set up as the engine's are (the SQLite pragmas)."""
+        pooled = self._engine.raw_connection()
+        connection = pooled.dbapi_connection
+        pooled.detach()
+        return connection
+
+    def _connect_writer(self) -> Any:
+        return self._dialect.writer(self._connect())
+
+    def _reading(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(cursor, *args)`` in a read transaction on a kept reader, in the calling thread, within the bound."""
+        return self._read_on(work, args, self._busy_ms)
+
+    def _reading_on_loop(self, work: Callable[..., T], *args: Any) -> T:
+        """`_reading` on the event loop (SQLite): never waiting for a lock, it raises `Busy` instead."""
+        return self._read_on(work, args, 0)
+
+    def _read_on(self, work: Callable[..., T], args: tuple[Any, ...], busy_ms: int) -> T:
+        connection, busy = self._readers.pop() if self._readers else (None, busy_ms)
+        deadline: Deadline | None = None
+        try:
+            if connection is None:
+                connection, busy = self._dialect.new_reader(self, busy_ms)
+            busy = self._dialect.wait_for_locks(connection, busy, busy_ms)
+            with self._dialect.bound(connection) as deadline:
+                result = self._dialect.run_read(connection, work, args)
+        except (self._driver_error, sa.exc.DBAPIError) as exc:
+            if connection is not None and busy_ms == 0 and self._dialect.lock_taken(exc):
+                # The connection is sound: only the lock was taken.
+                self._keep(connection, busy)
+                raise Busy from exc
+            if connection is not None:
+                with contextlib.suppress(Exception):
+                    connection.close()
+            cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+            raise StoreError(f"store unavailable: {self._failure(cause, deadline)}") from exc
+        except BaseException:
+            if connection is not None:
+                self._keep(connection, busy, deadline)
+            raise
+        self._keep(connection, busy, deadline)
+        return result
+
+    def _keep(self, connection: Any, busy: int, deadline: Deadline | None = None) -> None:
+        if deadline is not None and deadline.expired:
+            # The watchdog cut it: the next read opens a new one.
+            with contextlib.suppress(Exception):
+                connection.close()
+        elif len(self._readers) < READERS_KEPT:
+            self._readers.append((connection, busy))
+        else:
+            connection.close()
+
+    async def _in_thread(self, work: Callable[..., T], *args: Any) -> T:
+        if self._read_threads is None:
+            # As many reads at once as connections are kept, so no read opens a connection of its own.
+            self._read_threads = anyio.CapacityLimiter(READERS_KEPT)
+        return await anyio.to_thread.run_sync(functools.partial(self._reading, work, *args), limiter=self._read_threads)
+
+    # Sessions.
+
+    async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
+        row = {
+            "id": header.id,
+            "header": encode(header),
+            "owner": owner,
+            "parent_id": subagent_parent(header),
+            "head_seq": -1,
+            "created_at": header.createdAt,
+        }
+        await self._writer.run(lambda cursor: self._create_unit(cursor, row), header.id)
+        return SessionInfo(header, owner, -1)
+
+    def _create_unit(self, cursor: Any, row: dict[str, Any]) -> None:
+        try:
+            self._sql.create.run(cursor, **row)
+        except self._integrity_error as exc:
+            raise SessionExistsError(row["id"]) from exc
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        return await self._dialect.read(self, self._info, session_id)
+
+    def _info(self, cursor: Any, session_id: str) -> SessionInfo:
+        row = self._sql.session.run(cursor, id=session_id).fetchone()
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        return SessionInfo(self._header(row[0], session_id), row[1], row[2])
+
+    @staticmethod
+    def _header(data: bytes, session_id: str) -> SessionHeader:
+        try:
+            return decode_header(data)
+        except CodecError as exc:
+            raise CorruptLogError(f"session {session_id!r}: stored header is corrupt: {exc}") from exc
+
+    async def children(self, parent_id: str) -> list[SessionHeader]:
+        return await anyio.to_thread.run_sync(self._children_sync, parent_id)
+
+    def _children_sync(self, parent_id: str) -> list[SessionHeader]:
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(sessions_table.c.id, sessions_table.c.header)
+                .where(sessions_table.c.parent_id == parent_id)
+                .order_by(sessions_table.c.id)
+            ).all()
+        return [self._header(row.header, row.id) for row in rows]
+
+    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+        if limit < 1:
+            return []
+        return await anyio.to_thread.run_sync(self._list_sync, owner, limit, before)
+
+    def _list_sync(self, owner: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
+        s, child = sessions_table.c, sessions_table.alias("child").c
+        order_id = CodePointOrder(s.id)
+        # Counted per listed row through the parent_id index, never by reading headers.
+        child_count = sa.select(sa.func.count()).where(child.parent_id == s.id).scalar_subquery()
+        query = (
+            sa.select(s.id, s.created_at, s.head_seq, child_count.label("child_count"))
+            .where(s.owner == owner, s.parent_id.is_(None))
+            .order_by(s.created_at.desc(), order_id.desc())
+            .limit(limit)
+        )
+        if before is not None:
+            bound = sa.tuple_(before.created_at, before.id, types=[s.created_at.type, s.id.type])
+            query = query.where(sa.tuple_(s.created_at, order_id) < bound)
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return [SessionSummary(row.id, row.created_at, row.head_seq, row.child_count) for row in rows]
+
+    # Appends.
+
+    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+        # Packing is pure work: done before the writer, never inside its transaction.
+        batch = await prepared(events)
+        return await self._writer.run(lambda cursor: self._append_unit(cursor, session_id, events, batch), session_id)
+
+    def _append_unit(
+        self, cursor: Any, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
+    ) -> AppendResult:
+        """One append, in the writer thread, inside its own savepoint of the group's transaction."""
+        if batch is not None and _dense(events):
+            expected, new_head = events[0].seq - 1, events[-1].seq
+            if self._dialect.append_at_once(self, cursor, session_id, expected, new_head, batch):
+                return AppendResult(expected + 1, new_head)
+            if self._advance(cursor, session_id, expected, new_head):
+                # The usual case: the head was just before the batch, and the row is now locked.
+                self._insert(cursor, session_id, batch)
+                return AppendResult(expected + 1, new_head)
+        row = self._sql.head_for_update.run(cursor, id=session_id).fetchone()
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        head = row[0]
+        if batch is None:
+            return AppendResult(head + 1, head)
+        first, to_seq = events[0].seq, events[-1].seq + 1
+        if not check_batch(session_id, events, head):
+            stored = events_in(self._stored(cursor, session_id, first, to_seq), first, to_seq)
+            is_resend(session_id, events, stored, head)
+            return AppendResult(first, head, idempotent=True)
+        if not self._advance(cursor, session_id, head, to_seq - 1):
+            raise AssertionError("the locked head moved")
+        self._insert(cursor, session_id, batch)
+        return AppendResult(first, to_seq - 1)
+
+    def _remember(self, session_id: str, head: int, trailing: Sequence[StoredRecord]) -> None:
+        """Keep the session's open run, columns only, for the next append's plan."""
+        self._tails.put(session_id, (head, [record._replace(line=b"") for record in open_run(trailing)]))
+
+    def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int) -> bool:
+        """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""
+        extra = self._dialect.advance_params(session_id, new_head)
+        self._sql.advance.run(cursor, id=session_id, expected=expected, new_head=new_head, **extra)
+        return bool(cursor.rowcount == 1)
+
+    def _insert(self, cursor: Any, session_id: str, batch: PreparedBatch) -> None:
+        """Write a batch after the stored head, sealing the open run (the head is locked already)."""
+        known = self._tails.get(session_id)
+        if known is not None and known[0] == batch.records[0].seq - 1:
+            # The head has not moved since this writer last wrote it, so neither has the open run.
+            tail = known[1]
+        else:
+            trailing = self._sql.tail.run(cursor, id=session_id).fetchall()
+            tail = open_run([StoredRecord(r[0], r[1], b"", r[2], bytes(r[3]), r[4], r[5]) for r in reversed(trailing)])
+        keep, records = plan_append(tail, batch.records, lambda pieces: self._lines(cursor, session_id, pieces))
+        if keep < len(tail):
+            self._sql.drop_from.run(cursor, id=session_id, seq=tail[keep].seq)
+        self._sql.insert_record.run_many(cursor, [self._row(session_id, record) for record in records])
+        if batch.messages:
+            self._sql.insert_message.run_many(
+                cursor, [{"session_id": session_id, "seq": m.seq, "group_start": m.group_start} for m in batch.messages]
+            )
+        if batch.hidden:
+            self._sql.insert_hidden.run_many(
+                cursor,
+                [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
+            )
+        self._remember(session_id, records[-1].end - 1, [*tail[:keep], *records])
+
+    def _lines(self, cursor: Any, session_id: str, pieces: Sequence[StoredRecord]) -> list[StoredRecord]:
+        """``pieces`` (trailing records, columns only) with their stored lines."""
+        if not pieces:
+            return []
+        rows = self._sql.lines.run(cursor, id=session_id, lo=pieces[0].seq, hi=pieces[-1].seq).fetchall()
+        lines = {row[0]: self._unpack_line(row[0], row[1], row[2]) for row in rows}
+        return [piece._replace(line=lines[piece.seq]) for piece in pieces]
+
+    def _row(self, session_id: str, record: StoredRecord) -> dict[str, Any]:
+        compressed, data = False, record.line
+        if len(data) >= COMPRESS_AT:
+            packed = self._zstd.compress(data)
+            if len(packed) < len(data):
+                compressed, data = True, packed
+        return {
+            "session_id": session_id,
+            "seq": record.seq,
+            "members": record.members,
+            "compressed": compressed,
+            "data": data,
+            "kind": record.kind,
+            "key": record.key,
+            "time0": record.time0,
+            "time1": record.time1,
+        }
+
+    def _unpack_line(self, seq: int, compressed: bool, data: bytes) -> bytes:
+        if not compressed:
+            return bytes(data)
+        try:
+            return self._zstd.decompressor().decompress(data, max_output_size=_MAX_LINE)
+        except zstandard.ZstdError as exc:
+            raise CorruptLogError(f"stored record at seq {seq} does not decompress: {exc}") from exc
+
+    # Reads.
+
+    async def read_page(
+        self,
+        session_id: str,
+        *,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        max_bytes: int | None = None,
+    ) -> PageRead:
+        return await self._dialect.read_page(self, session_id, through, before, max_messages, max_bytes)
+
+    def _page_sync(
+        self,
+        cursor: Any,
+        session_id: str,
+        through: int | None,
+        before: int | None,
+        max_messages: int,
+        max_bytes: int | None,
+        inline: bool,
+    ) -> tuple[PageRead, bool]:
+        """The page's read in one transaction; ``False`` when its records are too large to read ``inline``."""
+        found = self._dialect.page_head(self, cursor, session_id, through, before, max_messages, inline)
+        if not isinstance(found, Head):
+            return found
+        info, to_seq, cuts = found
+        sized = None
+        if max_bytes is not None and len(cuts) > 1:
+            cuts, sized = self._bounded(cursor, session_id, cuts, to_seq, max_bytes)
+        if inline and not self._inline(cursor, session_id, cuts[-1], to_seq, sized):
+            return PageRead(info, to_seq, cuts, []), False
+        return PageRead(info, to_seq, cuts, self._stored(cursor, session_id, cuts[-1], to_seq)), True
+
+    async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
+        return await self._dialect.read_stored(self, session_id, from_seq, to_seq)
+
+    def _stored_checked(
+        self, cursor: Any, session_id: str, from_seq: int, to_seq: int, inline: bool
+    ) -> list[StoredRecord] | None:
+        """The records, or ``None`` when they are too large to read ``inline``; an unknown session raises."""
+        if inline and not self._inline(cursor, session_id, from_seq, to_seq):
+            return None
+        stored = self._stored(cursor, session_id, from_seq, to_seq)
+        if not stored:
+            self._require(cursor, session_id)
+        return stored
+
+    def _bounded(
+        self, cursor: Any, session_id: str, cuts: list[int], to_seq: int, max_bytes: int
+    ) -> tuple[list[int], tuple[int, bool] | None]:
+        """The cuts whose pages may fit ``max_bytes``, from the records' columns and stored sizes alone.
+
+        A compressed line's stored size is below its own (it is kept compressed only when
+        smaller), so it is a floor too. A read that surely fits is not sized row by row; it
+        comes back with its stored bytes and whether any is compressed, which `_inline` needs.
+        """
+        values = {"id": session_id, "from_seq": cuts[-1], "to_seq": to_seq}
+        size, compressed = self._sql.stored_bytes.run(cursor, **values).fetchone()
+        if int(size) <= max_bytes and not compressed:
+            return cuts, (int(size), bool(compressed))
+        return self._bounded_rows(cuts, to_seq, self._sql.sizes.run(cursor, **values).fetchall(), max_bytes), None
+
+    @staticmethod
+    def _bounded_rows(cuts: list[int], to_seq: int, rows: Sequence[Any], max_bytes: int) -> list[int]:
+        """`bounded_cuts` over `Statements.sizes` rows."""
+        records = [
+            StoredRecord(seq, members, b"", kind, bytes(key), time0, time1)
+            for seq, members, _, _, kind, key, time0, time1 in rows
+        ]
+        return bounded_cuts(
+            cuts, to_seq, records, floor_sizes(records, [_line_size(row[2], row[3]) for row in rows]), max_bytes
+        )
+
+    def _inline(
+        self, cursor: Any, session_id: str, from_seq: int, to_seq: int, sized: tuple[int, bool] | None = None
+    ) -> bool:
+        """Whether the records may be read on the event loop: few stored bytes, none of them to decompress.
+
+        A compressed line may decompress to any size, so a read holding one goes to a worker thread.
+        ``sized`` is the range's stored bytes and compression when already read.
+        """
+        if sized is None:
+            found = self._sql.stored_bytes.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchone()
+            sized = (int(found[0]), bool(found[1]))
+        size, compressed = sized
+        return size <= INLINE_BYTES and not compressed
+
+    def _stored(self, cursor: Any, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
+        return self._records(self._sql.stored.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchall())
+
+    def _records(self, rows: Sequence[Any]) -> list[StoredRecord]:
+        return [
+            StoredRecord(seq, members, self._unpack_line(seq, compressed, data), kind, bytes(key), time0, time1)
+            for seq, members, compressed, data, kind, key, time0, time1 in rows
+        ]
+
+    def _require(self, cursor: Any, session_id: str) -> None:
+        if self._sql.exists.run(cursor, id=session_id).fetchone() is None:
+            raise SessionNotFoundError(session_id)
+
+    async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
+        return await self._dialect.read(self, self._cuts_checked, session_id, to_seq, max_messages)
+
+    def _cuts_checked(self, cursor: Any, session_id: str, to_seq: int, max_messages: int) -> list[int]:
+        self._require(cursor, session_id)
+        return self._cuts(cursor, session_id, to_seq, max_messages)
+
+    def _cuts(
+        self, cursor: Any, session_id: str, to_seq: int, max_messages: int, pages: int | None = None
+    ) -> list[int]:
+        """The candidate cuts; with ``pages``, raise `LongWalk` rather than read more message pages than that."""
+        hidden = [HiddenRange(*row) for row in self._sql.hidden.run(cursor, id=session_id, to_seq=to_seq).fetchall()]
+        messages = self._messages_desc(cursor, session_id, to_seq, pages=pages)
+        return select_cuts(messages, hidden, to_seq=to_seq, max_messages=max_messages)
+
+    def _messages_desc(
+        self,
+        cursor: Any,
+        session_id: str,
+        to_seq: int,
+        first: Sequence[MessageEntry] = (),
+        more: bool = True,
+        pages: int | None = None,
+    ) -> Iterator[MessageEntry]:
+        """Counted messages below ``to_seq``, newest first: ``first``, then, if ``more``, read a page at a time.
+
+        With ``pages``, reading more message pages than that raises `LongWalk`.
+        """
+        yield from first
+        if not more:
+            return
+        below = first[-1].seq if first else to_seq
+        while True:
+            if pages is not None:
+                if pages == 0:
+                    raise LongWalk
+                pages -= 1
+            rows = self._sql.messages.run(cursor, id=session_id, below=below).fetchall()
+            for seq, group_start in rows:
+                yield MessageEntry(seq, group_start)
+            if len(rows) < MESSAGE_PAGE:
+                return
+            below = rows[-1][0]
+
+    # Readiness.
+
+    async def check_ready(self) -> None:
+        """Read the sessions table through a connection that works now (the dialect says which)."""
+        await self._dialect.check_ready(self)
+
+    def listener(self) -> HeadListener | None:
+        """Head notices from every process, where the database sends them (PostgreSQL); SQLite has none."""
+        return self._dialect.listener()
+
+    async def close(self) -> None:
+        await self._dialect.close()
+        await anyio.to_thread.run_sync(self._close_sync)
+
+    def _close_sync(self) -> None:
+        self._writer.close()
+        self._groups.close()
+        while self._readers:
+            with contextlib.suppress(Exception):
+                self._readers.pop()[0].close()
+        self._engine.dispose()
+        self._dialect.close_sync()
+
+
+def _busy_ms(timeout: float) -> int:
+    """SQLite's busy timeout, in whole milliseconds, for a bound in seconds."""
+    return max(1, round(timeout * 1000))
