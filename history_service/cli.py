@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from codec import distribution_version
 from history_client import cli_args
 from history_service.command import PROG, CommandError
-from history_service.settings import DEFAULT_STORE, Settings, read_token_file
+from history_service.settings import DEFAULT_STORE, ServerSettings, Settings, read_token_file
 
 try:
     import anyio
@@ -178,38 +178,44 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    """A store command's settings: the store from ``--store`` or ``HISTORY_STORE``, the rest as ``serve`` reads them."""
     try:
-        if args.command != "serve":
-            settings = Settings.from_env(store_url=args.store)
-        else:
-            tokens, auth = None, args.auth
-            if args.token_file is not None:
-                if auth == "none":
-                    raise CommandError("--token-file needs --auth token; with --auth none no token is checked")
-                try:
-                    tokens = read_token_file(args.token_file)
-                except OSError as exc:
-                    raise CommandError(f"cannot read the token file {args.token_file}: {exc.strerror}") from exc
-                # A token file means tokens are to be checked: never serve open by mistake.
-                auth = "token"
-            settings = Settings.from_env(
-                store_url=args.store,
-                host=args.host,
-                port=args.port,
-                auth=auth,
-                tokens=tokens,
-                cors_origins=None if args.cors_origin is None else tuple(args.cors_origin),
-                workers=args.workers,
-                metrics=False if args.no_metrics else None,
-                metrics_port=args.metrics_port,
-                log_format=args.log_format,
-                log_level=args.log_level,
-            )
+        settings = ServerSettings.from_env(store_url=args.store).app
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
-    if urlsplit(settings.store_url).scheme == "memory" and args.command != "serve":
+    if urlsplit(settings.store_url).scheme == "memory":
         raise CommandError(f"memory:// keeps nothing between commands; `{args.command}` needs a store on disk")
     return settings
+
+
+def _server_settings(args: argparse.Namespace) -> ServerSettings:
+    """The settings of ``serve``: the app's and the launcher's, from ``HISTORY_*`` and the flags."""
+    tokens, auth = None, args.auth
+    if args.token_file is not None:
+        if auth == "none":
+            raise CommandError("--token-file needs --auth token; with --auth none no token is checked")
+        try:
+            tokens = read_token_file(args.token_file)
+        except OSError as exc:
+            raise CommandError(f"cannot read the token file {args.token_file}: {exc.strerror}") from exc
+        # A token file means tokens are to be checked: never serve open by mistake.
+        auth = "token"
+    try:
+        return ServerSettings.from_env(
+            store_url=args.store,
+            host=args.host,
+            port=args.port,
+            auth=auth,
+            tokens=tokens,
+            cors_origins=None if args.cors_origin is None else tuple(args.cors_origin),
+            workers=args.workers,
+            metrics=False if args.no_metrics else None,
+            metrics_port=args.metrics_port,
+            log_format=args.log_format,
+            log_level=args.log_level,
+        )
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -224,11 +230,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         )
         return 1
     try:
-        settings = _settings(args)
         if args.command == "serve":
-            with serve.listen(settings) as sock:
-                print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
-                return serve.serve(sock, settings, demo=args.demo, out=out, err=err)
+            server = _server_settings(args)
+            with serve.listen(server) as sock:
+                print(f"{PROG}: store {describe_url(server.app.store_url)}", file=err)
+                return serve.serve(sock, server, demo=args.demo, out=out, err=err)
+        settings = _settings(args)
         print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
         anyio.run(admin.run, args, settings, out, err)
         out.flush()
