@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Final, TextIO
 
 from codec import Event, SessionIdError, distribution_version, encode, encode_lines
+from history_client import cli_args
 from history_client.client import HistoryClient
 from history_client.errors import ClientError
 from history_client.follow import (
@@ -70,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     follow.add_argument("--after", type=int, metavar="N", help="start after seq N instead of at the tail page")
     follow.add_argument(
         "--max-retries",
-        type=_count,
+        type=cli_args.count,
         default=DEFAULT_MAX_RETRIES,
         metavar="N",
         help="give up, with exit status 1, when N retries in a row fail, that is after N + 1 failed attempts "
@@ -78,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     follow.add_argument(
         "--retry-delay",
-        type=_seconds,
+        type=cli_args.seconds,
         metavar="SECONDS",
         help="the delay before the first retry, doubling with each failure in a row up to --max-delay; each "
         "actual delay is drawn from the upper half of that (default: the server's retry field, 1 s until one "
@@ -86,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     follow.add_argument(
         "--max-delay",
-        type=_seconds,
+        type=cli_args.seconds,
         default=DEFAULT_MAX_DELAY,
         metavar="SECONDS",
         help="the longest delay between retries (default: %(default)s)",
@@ -100,26 +101,6 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--after", type=int, default=-1, metavar="N", help="only events after seq N")
     export.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, not {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds, more than 0, not {text!r}")
-    return value
 
 
 def _token(path: Path | None) -> str | None:
@@ -215,22 +196,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
         return 1
     except BrokenPipeError:
         # The reader went away (`follow ... | head`): it has what it wanted.
-        _discard(out)
+        cli_args.discard(out)
         return 0
     except KeyboardInterrupt:
         return 130
     return 0
-
-
-def _discard(out: TextIO) -> None:
-    """Point ``out``'s descriptor at /dev/null, so the interpreter's flush of what is left at exit cannot fail again."""
-    try:
-        fd = out.fileno()
-    except (OSError, ValueError):  # not a file (a test's StringIO): nothing is flushed at exit
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
@@ -23,7 +22,7 @@ from history_service.errors import EXCEPTION_HANDLERS
 from history_service.logs import AccessLog, RequestIds, Tracebacks, configure_logging
 from history_service.metrics import Metrics, MetricsMiddleware, metrics_for, scrape
 from history_service.service import HistoryService
-from history_service.settings import LAUNCHED, Settings
+from history_service.settings import Settings
 from history_service.shutdown import Shutdown, on_signals
 from persistence import HistoryStore, open_store
 
@@ -142,14 +141,15 @@ def create_app(
     )
 
 
-def app_factory() -> Starlette:
+def app_factory(settings: Settings | None = None) -> Starlette:
     """For ``uvicorn --factory history_service.app:app_factory``: settings from the environment.
 
-    The factory is the process's edge, so it also sets up logging (`configure_logging`).
+    ``serve --workers`` hands each worker the settings it resolved instead (``settings``), as
+    the factory's argument. The factory is the process's edge, so it also sets up logging
+    (`configure_logging`).
     """
-    settings = Settings.from_env()
-    if settings.metrics_port is not None and LAUNCHED not in os.environ:
+    if settings is None:
         # Only `serve` opens the metrics port; under a launcher of one's own the API port serves them.
-        settings = msgspec.structs.replace(settings, metrics_port=None)
+        settings = msgspec.structs.replace(Settings.from_env(), metrics_port=None)
     configure_logging(settings)
     return create_app(settings)

@@ -1,32 +1,132 @@
-"""Service configuration: one frozen `Settings`, parsed from the environment once, at the edge."""
+"""Service configuration, parsed from the environment once, at the edge.
+
+`Settings` is the app's (`create_app` takes one); `ServerSettings` is the launcher's: where
+``serve`` listens, and what it hands uvicorn. Each field names its own environment variable
+(`Env`), so the variables are read, and a bad one is named, from the fields alone.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Annotated, Any, Final, Literal, Self, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import msgspec
 
 from persistence import DEFAULT_SESSION_CACHE, DEFAULT_STORE_TIMEOUT
 
-__all__ = ["DEFAULT_STORE", "Settings"]
+__all__ = ["DEFAULT_STORE", "Env", "ServerSettings", "Settings", "environment_variables"]
 
 DEFAULT_STORE: Final = "sqlite:///history.db"
-LAUNCHED: Final = "_HISTORY_LAUNCHED_SETTINGS"
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    """Every knob of the service. Unknown or invalid values raise ``ValueError`` at startup.
+@dataclass(frozen=True)
+class Env:
+    """The environment variable a setting is read from (``Annotated[int, Env("HISTORY_PORT")]``).
+
+    ``parse`` turns the variable's text into the value, raising ``ValueError`` with what is
+    wrong; without it the field's type does: a number, a string, or a comma-separated tuple.
+    """
+
+    name: str
+    parse: Callable[[str], object] | None = None
+
+
+def _one(text: str) -> bool:
+    return text == "1"
+
+
+def _zero_or_one(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError("must be 0 or 1")
+    return text == "1"
+
+
+class _FromEnv(msgspec.Struct, frozen=True, kw_only=True):
+    """Reading ``HISTORY_*`` variables into the fields that name them."""
+
+    @classmethod
+    def _read(cls, environ: Mapping[str, str], overrides: Mapping[str, object]) -> Self:
+        values: dict[str, object] = {}
+        named: dict[str, str] = {}
+        for name, env, kind in _env_fields(cls):
+            if env.name in environ:
+                text = environ[env.name]
+                try:
+                    values[name] = (env.parse or _parser(kind))(text)
+                except ValueError as exc:
+                    raise ValueError(f"{env.name}={text!r} {exc}") from None
+                named[name] = env.name
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return msgspec.convert(values, cls)
+        except msgspec.ValidationError as exc:
+            # Name the variable when one alone is at fault: every field has a default, so each converts alone.
+            for name, variable in named.items():
+                if overrides.get(name) is None:
+                    try:
+                        msgspec.convert({name: values[name]}, cls)
+                    except (msgspec.ValidationError, ValueError):
+                        raise ValueError(f"invalid setting ({variable}): {exc}") from exc
+            raise ValueError(f"invalid setting: {exc}") from exc
+
+
+def _env_fields(cls: type[msgspec.Struct]) -> list[tuple[str, Env, Any]]:
+    """Each field of ``cls`` read from the environment: its name, its `Env`, and its type."""
+    found = []
+    for field in msgspec.structs.fields(cls):
+        if get_origin(field.type) is Annotated:
+            kind, *extras = get_args(field.type)
+            found += [(field.name, extra, kind) for extra in extras if isinstance(extra, Env)]
+    return found
+
+
+def _parser(kind: Any) -> Callable[[str], object]:
+    """How a variable's text becomes a value of ``kind``."""
+    if get_origin(kind) in (Union, types.UnionType):
+        (kind,) = [arg for arg in get_args(kind) if arg is not type(None)]
+    if get_origin(kind) is tuple:
+        return lambda text: tuple(part.strip() for part in text.split(",") if part.strip())
+    if kind in (int, float):
+        return _number(kind)
+    return str  # a string, or a Literal that msgspec checks
+
+
+def _number(kind: type[int] | type[float]) -> Callable[[str], object]:
+    def parse(text: str) -> object:
+        try:
+            return kind(text)
+        except ValueError:
+            raise ValueError(f"is not a valid {kind.__name__}") from None
+
+    return parse
+
+
+def _check_positive(settings: msgspec.Struct, names: tuple[str, ...]) -> None:
+    for name in names:
+        if getattr(settings, name) <= 0:
+            raise ValueError(f"{name} must be positive")
+
+
+def environment_variables() -> dict[str, str]:
+    """Every variable the settings read, with the field that reads it (``ServerSettings.port``)."""
+    return {
+        env.name: f"{cls.__name__}.{name}" for cls in (Settings, ServerSettings) for name, env, _ in _env_fields(cls)
+    }
+
+
+class Settings(_FromEnv, frozen=True, kw_only=True):
+    """Every knob of the app. Unknown or invalid values raise ``ValueError`` at startup.
 
     Parameters:
         store_url: the store (see `persistence.url`).
         store_timeout: seconds a call of a SQL store may take (connecting, waiting for a lock,
             a server that does not answer) before it fails and the request gets 503 ``store_unavailable``.
-        host, port: where ``serve`` listens.
         auth: ``none`` (one principal, ``local``) or ``token`` (a service bearer token plus ``X-Principal``).
         tokens: accepted service tokens when ``auth == "token"``.
         cors_origins: the browser origins (``scheme://host[:port]``) whose pages may call the
@@ -54,56 +154,45 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             this, the least time between two writes to one follower; events published
             meanwhile share the next write. Quieter sessions are written at once.
         enable_test_seed: mount ``POST /v1/test-only/seed``.
-        timeout_keep_alive: seconds an idle keep-alive connection stays open between requests.
         limit_concurrency: most connections and requests in flight; beyond it new requests get 503.
-        max_header_bytes: most bytes of a request's head (request line and headers) the server buffers.
-        workers: how many server processes ``serve`` runs; more than one needs a store that
-            tells every process of the others' appends (PostgreSQL).
-        http: the HTTP/1.1 implementation ``serve`` runs: ``h11`` enforces ``max_header_bytes``;
-            ``httptools`` is faster but buffers a request's headers without a bound, so use it
-            only behind a gateway that bounds them.
+            The server enforces it (``serve`` hands it to uvicorn); the app keeps its follow
+            streams below it (`follower_cap`), so it is the app's to know.
         log_format: ``text`` (one readable line per record) or ``json`` (one JSON object per line).
         log_level: the least severe records written: ``debug``, ``info``, ``warning``, ``error`` or ``critical``.
         metrics: record Prometheus metrics and serve them at ``GET /metrics`` (off: neither).
-        metrics_port: ``serve`` serves the metrics on this port of ``host`` instead, with no
-            authentication, from its own process, and the API port serves no ``/metrics``
-            (a launcher's setting, like ``port``: ``uvicorn --factory`` ignores it).
+        metrics_port: the metrics are served on this port, with no authentication, by the
+            launcher's own process, and the API port serves no ``/metrics``. Only ``serve``
+            opens it: `history_service.app.app_factory` (``uvicorn --factory``) ignores it.
         metrics_dir: where every worker process writes its metric samples, so that each one's
             ``/metrics`` sums them all (``PROMETHEUS_MULTIPROC_DIR``; ``serve --workers`` makes one).
     """
 
-    store_url: str = DEFAULT_STORE
-    store_timeout: float = DEFAULT_STORE_TIMEOUT
-    host: str = "127.0.0.1"
-    port: int = 8000
-    auth: Literal["none", "token"] = "none"
-    tokens: tuple[str, ...] = ()
-    cors_origins: tuple[str, ...] = ()
-    max_batch_events: int = 100_000
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_body_values: int = 2_000_000
-    default_max_bytes: int = 16 * 1024 * 1024
-    page_cache_bytes: int = 64 * 1024 * 1024
-    page_cache_entries: int = 10_000
-    inflight_bytes: int = 32 * 1024 * 1024
-    inflight_wait: float = 1.0
-    max_followers: int | None = None
-    session_cache: int = DEFAULT_SESSION_CACHE
-    ping_interval: float = 15.0
-    retry_ms: int = 1000
-    follow_buffer: int = 8192
-    follow_coalesce_ms: float = 40.0
-    enable_test_seed: bool = False
-    timeout_keep_alive: int = 5
-    limit_concurrency: int = 4096
-    max_header_bytes: int = 16 * 1024
-    http: Literal["h11", "httptools"] = "h11"
-    workers: int = 1
-    log_format: Literal["text", "json"] = "text"
-    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
-    metrics: bool = True
-    metrics_port: int | None = None
-    metrics_dir: str | None = None
+    store_url: Annotated[str, Env("HISTORY_STORE")] = DEFAULT_STORE
+    store_timeout: Annotated[float, Env("HISTORY_STORE_TIMEOUT")] = DEFAULT_STORE_TIMEOUT
+    auth: Annotated[Literal["none", "token"], Env("HISTORY_AUTH")] = "none"
+    tokens: Annotated[tuple[str, ...], Env("HISTORY_SERVICE_TOKENS")] = ()
+    cors_origins: Annotated[tuple[str, ...], Env("HISTORY_CORS_ORIGINS")] = ()
+    max_batch_events: Annotated[int, Env("HISTORY_MAX_BATCH_EVENTS")] = 100_000
+    max_body_bytes: Annotated[int, Env("HISTORY_MAX_BODY_BYTES")] = 64 * 1024 * 1024
+    max_body_values: Annotated[int, Env("HISTORY_MAX_BODY_VALUES")] = 2_000_000
+    default_max_bytes: Annotated[int, Env("HISTORY_DEFAULT_MAX_BYTES")] = 16 * 1024 * 1024
+    page_cache_bytes: Annotated[int, Env("HISTORY_PAGE_CACHE_BYTES")] = 64 * 1024 * 1024
+    page_cache_entries: Annotated[int, Env("HISTORY_PAGE_CACHE_ENTRIES")] = 10_000
+    inflight_bytes: Annotated[int, Env("HISTORY_INFLIGHT_BYTES")] = 32 * 1024 * 1024
+    inflight_wait: Annotated[float, Env("HISTORY_INFLIGHT_WAIT")] = 1.0
+    max_followers: Annotated[int | None, Env("HISTORY_MAX_FOLLOWERS")] = None
+    session_cache: Annotated[int, Env("HISTORY_SESSION_CACHE")] = DEFAULT_SESSION_CACHE
+    ping_interval: Annotated[float, Env("HISTORY_PING_INTERVAL")] = 15.0
+    retry_ms: Annotated[int, Env("HISTORY_RETRY_MS")] = 1000
+    follow_buffer: Annotated[int, Env("HISTORY_FOLLOW_BUFFER")] = 8192
+    follow_coalesce_ms: Annotated[float, Env("HISTORY_FOLLOW_COALESCE_MS")] = 40.0
+    enable_test_seed: Annotated[bool, Env("HISTORY_ENABLE_TEST_SEED", _one)] = False
+    limit_concurrency: Annotated[int, Env("HISTORY_LIMIT_CONCURRENCY")] = 4096
+    log_format: Annotated[Literal["text", "json"], Env("HISTORY_LOG_FORMAT")] = "text"
+    log_level: Annotated[Literal["debug", "info", "warning", "error", "critical"], Env("HISTORY_LOG_LEVEL")] = "info"
+    metrics: Annotated[bool, Env("HISTORY_METRICS", _zero_or_one)] = True
+    metrics_port: Annotated[int | None, Env("HISTORY_METRICS_PORT")] = None
+    metrics_dir: Annotated[str | None, Env("PROMETHEUS_MULTIPROC_DIR")] = None
 
     def __post_init__(self) -> None:
         if self.auth == "token" and not self.tokens:
@@ -119,16 +208,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "session_cache",
             "retry_ms",
             "ping_interval",
-            "timeout_keep_alive",
             "limit_concurrency",
-            "max_header_bytes",
-            "workers",
             "inflight_bytes",
             "store_timeout",
         )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
+        _check_positive(self, positive)
         if self.max_followers is not None and not 1 <= self.max_followers <= self.limit_concurrency - 2:
             raise ValueError(
                 f"max_followers must be at least 1 and at most limit_concurrency - 2 ({self.limit_concurrency - 2}): "
@@ -138,10 +222,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("page_cache_bytes", "page_cache_entries", "follow_coalesce_ms", "inflight_wait"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
-        if not 1 <= self.port <= 65535:
-            raise ValueError(f"port must be from 1 to 65535, got {self.port}")
         if self.metrics_port is not None:
-            if not 1 <= self.metrics_port <= 65535 or self.metrics_port == self.port:
+            if not 1 <= self.metrics_port <= 65535:
                 raise ValueError(f"metrics_port must be from 1 to 65535 and not the port, got {self.metrics_port}")
             if not self.metrics:
                 raise ValueError("metrics_port needs metrics on (HISTORY_METRICS=1)")
@@ -157,77 +239,48 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             return self.max_followers
         return max(1, min(self.limit_concurrency * 3 // 4, self.limit_concurrency - 2))
 
-    def for_workers(self) -> dict[str, str]:
-        """The environment that hands these settings, exactly, to worker processes a launcher starts."""
-        return {LAUNCHED: msgspec.json.encode(self).decode()}
-
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: object) -> Settings:
-        """Read ``HISTORY_*`` variables; keyword overrides (from CLI flags) win.
+        """Read the variables the fields name; keyword overrides (from CLI flags) win, unless ``None``."""
+        return cls._read(environ, overrides)
 
-        A worker process that ``serve --workers`` started reads the settings its launcher
-        resolved (`for_workers`), so every worker runs with the same ones.
-        """
-        if LAUNCHED in environ and not overrides:
-            return msgspec.json.decode(environ[LAUNCHED], type=cls)
-        values: dict[str, object] = {}
-        table = {
-            "HISTORY_STORE": ("store_url", str),
-            "HISTORY_STORE_TIMEOUT": ("store_timeout", float),
-            "HISTORY_HOST": ("host", str),
-            "HISTORY_PORT": ("port", int),
-            "HISTORY_AUTH": ("auth", str),
-            "HISTORY_MAX_BATCH_EVENTS": ("max_batch_events", int),
-            "HISTORY_MAX_BODY_BYTES": ("max_body_bytes", int),
-            "HISTORY_MAX_BODY_VALUES": ("max_body_values", int),
-            "HISTORY_DEFAULT_MAX_BYTES": ("default_max_bytes", int),
-            "HISTORY_PAGE_CACHE_BYTES": ("page_cache_bytes", int),
-            "HISTORY_PAGE_CACHE_ENTRIES": ("page_cache_entries", int),
-            "HISTORY_SESSION_CACHE": ("session_cache", int),
-            "HISTORY_INFLIGHT_BYTES": ("inflight_bytes", int),
-            "HISTORY_INFLIGHT_WAIT": ("inflight_wait", float),
-            "HISTORY_MAX_FOLLOWERS": ("max_followers", int),
-            "HISTORY_PING_INTERVAL": ("ping_interval", float),
-            "HISTORY_RETRY_MS": ("retry_ms", int),
-            "HISTORY_FOLLOW_BUFFER": ("follow_buffer", int),
-            "HISTORY_FOLLOW_COALESCE_MS": ("follow_coalesce_ms", float),
-            "HISTORY_TIMEOUT_KEEP_ALIVE": ("timeout_keep_alive", int),
-            "HISTORY_LIMIT_CONCURRENCY": ("limit_concurrency", int),
-            "HISTORY_MAX_HEADER_BYTES": ("max_header_bytes", int),
-            "HISTORY_HTTP": ("http", str),
-            "HISTORY_WORKERS": ("workers", int),
-            "HISTORY_LOG_FORMAT": ("log_format", str),
-            "HISTORY_LOG_LEVEL": ("log_level", str),
-            "HISTORY_METRICS_PORT": ("metrics_port", int),
-            "PROMETHEUS_MULTIPROC_DIR": ("metrics_dir", str),
-        }
-        for variable, (name, kind) in table.items():
-            if variable in environ:
-                try:
-                    values[name] = kind(environ[variable])
-                except ValueError:
-                    raise ValueError(f"{variable}={environ[variable]!r} is not a valid {kind.__name__}") from None
-        if "HISTORY_SERVICE_TOKENS" in environ:
-            values["tokens"] = tuple(t.strip() for t in environ["HISTORY_SERVICE_TOKENS"].split(",") if t.strip())
-        if "HISTORY_CORS_ORIGINS" in environ:
-            values["cors_origins"] = tuple(o.strip() for o in environ["HISTORY_CORS_ORIGINS"].split(",") if o.strip())
-        values["enable_test_seed"] = environ.get("HISTORY_ENABLE_TEST_SEED") == "1"
-        if "HISTORY_METRICS" in environ:
-            if environ["HISTORY_METRICS"] not in ("0", "1"):
-                raise ValueError(f"HISTORY_METRICS={environ['HISTORY_METRICS']!r} must be 0 or 1")
-            values["metrics"] = environ["HISTORY_METRICS"] == "1"
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        try:
-            return msgspec.convert(values, cls)
-        except msgspec.ValidationError as exc:
-            # Name the variable when one alone is at fault: every field has a default, so each converts alone.
-            for variable, (name, _) in table.items():
-                if variable in environ and name in values and overrides.get(name) is None:
-                    try:
-                        msgspec.convert({name: values[name]}, cls)
-                    except (msgspec.ValidationError, ValueError):
-                        raise ValueError(f"invalid setting ({variable}): {exc}") from exc
-            raise ValueError(f"invalid setting: {exc}") from exc
+
+class ServerSettings(_FromEnv, frozen=True, kw_only=True):
+    """What the launcher (``serve``) reads besides the app's `Settings`: where it listens, and how it runs uvicorn.
+
+    Parameters:
+        app: the settings of the app each server process runs.
+        host, port: where ``serve`` listens.
+        workers: how many server processes ``serve`` runs; more than one needs a store that
+            tells every process of the others' appends (`persistence.url.shareable_across_workers`).
+        http: the HTTP/1.1 implementation ``serve`` runs: ``h11`` enforces ``max_header_bytes``;
+            ``httptools`` is faster but buffers a request's headers without a bound, so use it
+            only behind a gateway that bounds them.
+        timeout_keep_alive: seconds an idle keep-alive connection stays open between requests.
+        max_header_bytes: most bytes of a request's head (request line and headers) the server buffers.
+    """
+
+    app: Settings = Settings()
+    host: Annotated[str, Env("HISTORY_HOST")] = "127.0.0.1"
+    port: Annotated[int, Env("HISTORY_PORT")] = 8000
+    workers: Annotated[int, Env("HISTORY_WORKERS")] = 1
+    http: Annotated[Literal["h11", "httptools"], Env("HISTORY_HTTP")] = "h11"
+    timeout_keep_alive: Annotated[int, Env("HISTORY_TIMEOUT_KEEP_ALIVE")] = 5
+    max_header_bytes: Annotated[int, Env("HISTORY_MAX_HEADER_BYTES")] = 16 * 1024
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("timeout_keep_alive", "max_header_bytes", "workers"))
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"port must be from 1 to 65535, got {self.port}")
+        if self.app.metrics_port == self.port:
+            raise ValueError(f"metrics_port must be from 1 to 65535 and not the port, got {self.app.metrics_port}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: object) -> ServerSettings:
+        """The app's settings and the launcher's, from the same variables; overrides go to whichever has the field."""
+        own = set(cls.__struct_fields__)
+        app = Settings.from_env(environ, **{k: v for k, v in overrides.items() if k not in own})
+        return cls._read(environ, {"app": app, **{k: v for k, v in overrides.items() if k in own}})
 
 
 def read_token_file(path: Path) -> tuple[str, ...]:

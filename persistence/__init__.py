@@ -34,7 +34,7 @@ from persistence.message_index import select_cuts
 from persistence.notify import HeadListener
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
-from persistence.url import describe_url, open_store
+from persistence.url import describe_url, open_store, shareable_across_workers
 
 __all__ = [
     "AppendResult",
@@ -61,6 +61,7 @@ __all__ = [
     "SessionKey",
     "SessionNotFoundError",
     "SessionSummary",
+    "shareable_across_workers",
     "SqlStore",
     "StoreError",
     "StoreNotFoundError",

@@ -24,9 +24,11 @@ from persistence.jsonl import ROOT_MARKER, JsonlStore
 from persistence.memory import MemoryStore
 from persistence.sql import SqlStore
 
-__all__ = ["describe_url", "open_store"]
+__all__ = ["describe_url", "open_store", "shareable_across_workers"]
 
 _KNOWN = frozenset({"memory", "sqlite", "postgresql", "postgres", "postgresql+psycopg", "jsonl"})
+# Stores that tell every process of the others' appends (a HeadListener over LISTEN/NOTIFY).
+_SHARED = frozenset({"postgresql", "postgres", "postgresql+psycopg"})
 _SCHEMES = "use sqlite:///path.db, postgresql+psycopg://user@host/db, jsonl:///dir or memory://"
 
 
@@ -74,6 +76,15 @@ async def _open(url: str, create: bool, session_cache: int, timeout: float) -> H
             _check_location(root / ROOT_MARKER, create, what="JSONL store", url=url, shown=root)
         return await JsonlStore.open(root, compression=compression, session_cache=session_cache)
     raise AssertionError(scheme)
+
+
+def shareable_across_workers(url: str) -> bool:
+    """Whether several processes may serve one store of this URL, each hearing of the appends made through the others.
+
+    Only PostgreSQL tells every process of another's append; with a file or memory store, a
+    follower in one process would never hear of an append made through another.
+    """
+    return urlsplit(url).scheme.lower() in _SHARED
 
 
 def describe_url(url: str) -> str:

@@ -27,7 +27,7 @@ from starlette.routing import Route
 from codec import Event, encode
 from history_service.app import create_app
 from history_service.metrics import MetricsMiddleware, PrometheusMetrics
-from history_service.settings import Settings
+from history_service.settings import ServerSettings, Settings
 from persistence import MemoryStore, PageRead, StoreError
 from testing.asgi import serving
 from testing.postgres import PG_URL, empty_postgres
@@ -295,7 +295,7 @@ def test_metrics_settings_come_from_the_environment(environ: dict[str, str], exp
 )
 def test_bad_metrics_settings_refuse_to_start(environ: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="METRICS|metrics"):
-        Settings.from_env(environ)
+        ServerSettings.from_env(environ)
 
 
 def test_serve_with_a_metrics_port_serves_them_there_without_auth(tmp_path: Path) -> None:

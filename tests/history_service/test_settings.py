@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from history_service import app
-from history_service.settings import Settings, read_token_file
+from history_service.settings import ServerSettings, Settings, environment_variables, read_token_file
 from persistence import HistoryStore, MemoryStore
 
 
@@ -50,7 +51,7 @@ def test_defaults_and_environment() -> None:
 )
 def test_bad_values_are_refused_at_startup(environ: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Settings.from_env(environ)
+        ServerSettings.from_env(environ)
 
 
 def test_token_file_ignores_blanks_and_comments(tmp_path: Path) -> None:
@@ -102,3 +103,28 @@ async def test_the_store_timeout_is_read_and_reaches_the_store(monkeypatch: pyte
     async with application.router.lifespan_context(application):
         pass
     assert [(o["url"], o["timeout"]) for o in opened] == [("memory://", 0.25)]
+
+
+def documented_variables() -> set[str]:
+    """The variables in the first column of docs/protocol.md §11's settings tables (§11.3 to §11.5)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
+    section = text[text.index("### 11.3 ") : text.index("\n## 12.")]
+    cells = [line.strip().split("|")[1] for line in section.splitlines() if line.strip().startswith("| `")]
+    return {name for cell in cells for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", cell)}
+
+
+def test_every_variable_is_named_on_its_field_and_documented() -> None:
+    variables = environment_variables()
+    assert variables["HISTORY_PORT"] == "ServerSettings.port" and variables["HISTORY_STORE"] == "Settings.store_url"
+    assert documented_variables() == set(variables)
+
+
+def test_each_field_reads_the_variable_it_names() -> None:
+    server = ServerSettings.from_env(
+        {"HISTORY_PORT": "9000", "HISTORY_WORKERS": "3", "HISTORY_STORE": "jsonl:///x", "HISTORY_METRICS": "0"},
+        host="::1",
+    )
+    assert (server.host, server.port, server.workers) == ("::1", 9000, 3)
+    assert (server.app.store_url, server.app.metrics) == ("jsonl:///x", False)
+    # The app's settings never read the launcher's variables.
+    assert not {"port", "host", "workers", "http"} & set(Settings.__struct_fields__)

@@ -1,0 +1,162 @@
+"""The store tools of ``history-service``: import, export, list and page, straight on a store.
+
+Each opens the store of the settings, does its one thing and closes it; only ``import``
+may create the store. The import itself is `history_service.importer`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, TextIO
+
+from codec import CodecError, check_session_id, encode
+from history_service.command import CommandError
+from history_service.importer import ImportOptions, find_logs, import_logs
+from history_service.pages import PageQuery, PageReader
+from history_service.settings import Settings
+from persistence import HistoryStore, open_store
+
+__all__ = ["EXPORT_WINDOW", "run"]
+
+EXPORT_WINDOW: Final = 10_000
+
+
+# Import.
+
+
+def _logs(args: argparse.Namespace) -> list[Path]:
+    try:
+        logs = find_logs(args.paths)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+    if args.id is not None:
+        try:
+            check_session_id(args.id, where="--id")
+        except CodecError as exc:
+            raise CommandError(str(exc)) from exc
+        if len(logs) != 1:
+            raise CommandError(f"--id names one log, and {len(logs)} were given: {', '.join(map(str, logs[:3]))}...")
+    return logs
+
+
+async def _import(
+    store: HistoryStore, logs: Sequence[Path], args: argparse.Namespace, out: TextIO, err: TextIO
+) -> None:
+    options = ImportOptions(
+        owner=args.owner, new_id=args.id, rename=args.rename_templated, skip_existing=args.skip_existing
+    )
+    outcomes = await import_logs(store, logs, options, out, err)
+    failed = sum(outcome.status == "failed" for outcome in outcomes)
+    if failed:
+        raise CommandError(f"{failed} of {len(outcomes)} log{'' if len(outcomes) == 1 else 's'} not imported")
+
+
+# Export.
+
+
+async def _write_log(store: HistoryStore, session_id: str, out: TextIO) -> int:
+    """Write the header line and every stored record; returns the number of logical events."""
+    info = await store.get_session(session_id)
+    out.write(encode(info.header).decode() + "\n")
+    next_seq = 0
+    while next_seq <= info.head_seq:
+        records = await store.read_stored(session_id, next_seq, min(info.head_seq + 1, next_seq + EXPORT_WINDOW))
+        lines = []
+        for record in records:
+            if record.seq >= next_seq:
+                lines.append(record.line.decode())
+                next_seq = record.seq + record.members
+        if not lines:
+            raise CommandError(f"the store returned no record at seq {next_seq} of session {session_id!r}")
+        out.write("\n".join(lines) + "\n")
+    return info.head_seq + 1
+
+
+async def _descendants(store: HistoryStore, session_id: str) -> list[str]:
+    """Every subagent descendant, breadth first, so each parent comes before its children."""
+    found: list[str] = []
+    frontier = [session_id]
+    while frontier:
+        children = [header.id for parent in frontier for header in await store.children(parent)]
+        found.extend(children)
+        frontier = children
+    return found
+
+
+async def _export(store: HistoryStore, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+    if args.with_children:
+        if args.output is None:
+            raise CommandError("--with-children writes a directory: give it with -o DIR")
+        if args.output.exists() and (not args.output.is_dir() or any(args.output.iterdir())):
+            raise CommandError(f"{args.output} exists and is not an empty directory; give a new one")
+        await store.get_session(args.session_id)
+        args.output.mkdir(parents=True, exist_ok=True)
+        sessions = [args.session_id, *await _descendants(store, args.session_id)]
+        for number, session_id in enumerate(sessions):
+            name = "session.jsonl" if number == 0 else f"session.{number}.jsonl"
+            with open(args.output / name, "w", encoding="utf-8") as target:
+                count = await _write_log(store, session_id, target)
+            print(f"exported {session_id} ({count} events) to {args.output / name}", file=err)
+    elif args.output is not None:
+        if args.output.is_dir():
+            raise CommandError(f"{args.output} is a directory; give a file, or --with-children to write a directory")
+        with open(args.output, "w", encoding="utf-8") as target:
+            await _write_log(store, args.session_id, target)
+    else:
+        await _write_log(store, args.session_id, out)
+
+
+# List.
+
+
+async def _list(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> None:
+    before = None
+    left = args.limit
+    while left is None or left > 0:
+        batch = await store.list_sessions(args.owner, limit=min(500, left or 500), before=before)
+        for summary in batch:
+            row = {"id": summary.id, "createdAt": summary.created_at, "headSeq": summary.head_seq}
+            out.write(encode({**row, "childCount": summary.child_count}).decode() + "\n")
+        if len(batch) < min(500, left or 500):
+            return
+        before = batch[-1].key
+        left = None if left is None else left - len(batch)
+
+
+# Page.
+
+
+async def _page(store: HistoryStore, args: argparse.Namespace, settings: Settings, out: TextIO) -> None:
+    if not 1 <= args.max_messages <= 1000:
+        raise CommandError("--max-messages must be from 1 to 1000")
+    head = (await store.get_session(args.session_id)).head_seq
+    if args.through is not None and args.through > head:
+        raise CommandError(f"--through {args.through} is beyond the head {head}")
+    query = PageQuery(
+        through=args.through,
+        before=args.before,
+        max_messages=args.max_messages,
+        max_bytes=args.max_bytes or settings.default_max_bytes,
+    )
+    body, _, _ = await PageReader(store).body(args.session_id, head, query)
+    out.write(body.decode() + "\n")
+
+
+async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
+    """Run the store command ``args.command`` (import, export, list or page) on the store of ``settings``."""
+    # The inputs are found before the store is opened, so a typo creates no empty store.
+    logs = _logs(args) if args.command == "import" else []
+    store = await open_store(settings.store_url, create=args.command == "import", timeout=settings.store_timeout)
+    try:
+        if args.command == "import":
+            await _import(store, logs, args, out, err)
+        elif args.command == "export":
+            await _export(store, args, out, err)
+        elif args.command == "list":
+            await _list(store, args, out)
+        else:
+            await _page(store, args, settings, out)
+    finally:
+        await store.close()
