@@ -20,10 +20,10 @@ from persistence.base import (
     newest_first,
     subagent_parent,
 )
+from persistence.batch import prepare_batch
 from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 from persistence.sealing import MAX_TAIL, open_run, plan_append
-from persistence.stored import prepare_batch
 
 __all__ = ["MemoryStore", "RecordIndex"]
 

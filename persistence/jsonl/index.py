@@ -33,7 +33,7 @@ __all__ = [
     "Entry",
     "IndexHead",
     "IndexedRecord",
-    "SessionState",
+    "IndexedSession",
     "block_ranges",
     "index_frame",
     "index_size",
@@ -236,7 +236,7 @@ def last_seq(entry: Entry) -> int | None:
     return start + int.from_bytes(entry.members[-8:], "little", signed=True) - 1
 
 
-class SessionState:
+class IndexedSession:
     """What an open session knows: header, owner and the index, as loaded from disk.
 
     ``entries`` are the batches in effect (a replacing entry has dropped the ones it
@@ -332,7 +332,7 @@ class SessionState:
         )
 
 
-def block_ranges(state: SessionState, first: int, last: int) -> Iterator[tuple[int, int, int]]:
+def block_ranges(state: IndexedSession, first: int, last: int) -> Iterator[tuple[int, int, int]]:
     """``(block, lo, hi)`` for each run of records ``first..last-1`` that share a batch (a zstd frame)."""
     blocks = state.blocks
     lo = first
@@ -342,11 +342,11 @@ def block_ranges(state: SessionState, first: int, last: int) -> Iterator[tuple[i
             lo = i
 
 
-def position(state: SessionState, i: int) -> int:
+def position(state: IndexedSession, i: int) -> int:
     return state.entries[state.blocks[i]].start + state.offsets[i]
 
 
-def windows(state: SessionState, first: int, last: int) -> Iterator[tuple[int, int, int]]:
+def windows(state: IndexedSession, first: int, last: int) -> Iterator[tuple[int, int, int]]:
     """``(log offset, lo, hi)`` for reads of at most `READ_WINDOW` bytes (or one record) over a plain log."""
     lo = first
     start = position(state, lo)

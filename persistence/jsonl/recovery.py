@@ -35,8 +35,8 @@ from persistence.jsonl.files import read_head, truncate, write_atomic
 from persistence.jsonl.index import (
     INDEX_VERSION,
     IndexedRecord,
+    IndexedSession,
     IndexHead,
-    SessionState,
     index_frame,
     make_entry,
     read_index,
@@ -70,7 +70,7 @@ class Loader:
     def decompressor(self) -> zstandard.ZstdDecompressor:
         return self._contexts.decompressor()
 
-    def load(self, directory: Path, session_id: str) -> SessionState:
+    def load(self, directory: Path, session_id: str) -> IndexedSession:
         log_path = directory / self._log_name
         try:
             if jsonl_journal.settle(directory, log_path, directory / INDEX_NAME):
@@ -98,7 +98,7 @@ class Loader:
         if loaded is None or loaded[0].headerEnd != head_end:
             return self._rebuild(directory, header, owner, head_end, log_size)
         head, entries, sizes = loaded
-        state = SessionState(directory, header, owner, head)
+        state = IndexedSession(directory, header, owner, head)
         # Only the last batch can be torn: its entry is written before its bytes.
         if entries and entries[-1].end > log_size and entries[-1].start <= log_size:
             torn = entries.pop()
@@ -127,16 +127,16 @@ class Loader:
 
     def _rebuild(
         self, directory: Path, header: SessionHeader, owner: str, header_end: int, log_size: int
-    ) -> SessionState:
+    ) -> IndexedSession:
         head = IndexHead(INDEX_VERSION, "zstd" if self._zstd else "none", header_end)
         write_atomic(directory / INDEX_NAME, encode(head) + b"\n")
-        state = SessionState(directory, header, owner, head)
+        state = IndexedSession(directory, header, owner, head)
         state.index_size = len(encode(head)) + 1
         if log_size > header_end:
             self._recover_tail(state, directory / self._log_name, log_size)
         return state
 
-    def _recover_tail(self, state: SessionState, log_path: Path, log_size: int) -> None:
+    def _recover_tail(self, state: IndexedSession, log_path: Path, log_size: int) -> None:
         """Index the complete records after ``state.log_end``; cut an incomplete final line or frame."""
         base = state.log_end
         with open(log_path, "rb") as log:

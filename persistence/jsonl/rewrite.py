@@ -11,22 +11,22 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from codec import StoredRecord
+from persistence.batch import PreparedBatch
 from persistence.jsonl import journal as jsonl_journal
 from persistence.jsonl.files import pread
-from persistence.jsonl.index import Entry, IndexedRecord, SessionState, make_entry, position
+from persistence.jsonl.index import Entry, IndexedRecord, IndexedSession, make_entry, position
 from persistence.jsonl.recovery import Loader
 from persistence.message_index import MessageEntry
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.sealing import MAX_TAIL, open_run, plan_append
-from persistence.stored import PreparedBatch
 
 __all__ = ["bounded", "span", "write_plan"]
 
-Stored = Callable[[SessionState, int, int], list[StoredRecord]]
+Stored = Callable[[IndexedSession, int, int], list[StoredRecord]]
 
 
 def write_plan(
-    state: SessionState, batch: PreparedBatch, loader: Loader, stored: Stored
+    state: IndexedSession, batch: PreparedBatch, loader: Loader, stored: Stored
 ) -> tuple[list[Entry], int, bytes, jsonl_journal.Journal | None]:
     """The entries, log offset and bytes that append a batch, sealing the open run; a journal for a rewrite."""
     count = len(state.starts)
@@ -84,7 +84,7 @@ def _lines_block(records: Sequence[StoredRecord]) -> tuple[bytes, list[IndexedRe
     return bytes(content), indexed
 
 
-def bounded(state: SessionState, cuts: list[int], to_seq: int, max_bytes: int) -> list[int]:
+def bounded(state: IndexedSession, cuts: list[int], to_seq: int, max_bytes: int) -> list[int]:
     """The cuts whose pages may fit ``max_bytes``, from the index alone (`persistence.page_bound`).
 
     A line that is not canonical is re-encoded when read, so its length vouches for nothing.
@@ -98,7 +98,7 @@ def bounded(state: SessionState, cuts: list[int], to_seq: int, max_bytes: int) -
     return bounded_cuts(cuts, to_seq, records, floor_sizes(records, sizes), max_bytes)
 
 
-def span(state: SessionState, from_seq: int, to_seq: int) -> int:
+def span(state: IndexedSession, from_seq: int, to_seq: int) -> int:
     """The bytes of a plain log that a read of ``[from_seq, to_seq)`` covers."""
     first = max(0, bisect.bisect_right(state.starts, from_seq) - 1)
     last = bisect.bisect_left(state.starts, to_seq)
@@ -107,7 +107,7 @@ def span(state: SessionState, from_seq: int, to_seq: int) -> int:
     return position(state, last - 1) + state.lengths[last - 1] - position(state, first)
 
 
-def _messages(state: SessionState, first: int) -> list[MessageEntry]:
+def _messages(state: IndexedSession, first: int) -> list[MessageEntry]:
     return [
         MessageEntry(seq, group)
         for seq, group in zip(state.messages.seqs[first:], state.messages.groups[first:], strict=True)

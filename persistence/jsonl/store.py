@@ -69,6 +69,7 @@ from persistence.base import (
     page_end,
     subagent_parent,
 )
+from persistence.batch import PreparedBatch, prepared
 from persistence.errors import (
     CorruptLogError,
     SessionExistsError,
@@ -91,8 +92,8 @@ from persistence.jsonl.files import (
 from persistence.jsonl.index import (
     INDEX_VERSION,
     Entry,
+    IndexedSession,
     IndexHead,
-    SessionState,
     block_ranges,
     index_frame,
     index_size,
@@ -115,7 +116,6 @@ from persistence.jsonl.layout import (
 from persistence.jsonl.recovery import Loader
 from persistence.jsonl.rewrite import bounded, span, write_plan
 from persistence.state import KeyedLocks, Lru
-from persistence.stored import PreparedBatch, prepared
 
 __all__ = ["JsonlStore"]
 
@@ -135,7 +135,7 @@ class JsonlStore(HistoryStore):
         self._log_name = "session.jsonl.zst" if self._zstd else "session.jsonl"
         self._loader = Loader(self._zstd, self._contexts, self._log_name)
         # Loaded state of the sessions used last; an evicted one is loaded again from its index when next used.
-        self._states: Lru[str, SessionState] = Lru(session_cache)
+        self._states: Lru[str, IndexedSession] = Lru(session_cache)
         # Headers and owners (by directory name) never change: these only save re-reading them for listings.
         self._headers: Lru[str, tuple[SessionHeader | None]] = Lru(session_cache)
         self._owners: Lru[str, str] = Lru(session_cache)
@@ -207,7 +207,7 @@ class JsonlStore(HistoryStore):
             state = await self._run(self._state, session_id)
         return SessionInfo(state.header, state.owner, state.head)
 
-    def _fresh(self, session_id: str) -> SessionState | None:
+    def _fresh(self, session_id: str) -> IndexedSession | None:
         """The loaded state when its index has not grown since, found without leaving the event loop; else ``None``."""
         state = self._states.get(session_id)
         if state is None or index_size(state.directory) != state.index_size:
@@ -299,7 +299,7 @@ class JsonlStore(HistoryStore):
 
     # Loading and recovery.
 
-    def _state(self, session_id: str, *, holding_lock: bool = False) -> SessionState:
+    def _state(self, session_id: str, *, holding_lock: bool = False) -> IndexedSession:
         """The session's state, loaded on first use and reloaded when another writer grew the index.
 
         ``holding_lock`` says the caller already holds the session's lock (a second flock would wait on it).
@@ -316,7 +316,7 @@ class JsonlStore(HistoryStore):
         self._states.put(session_id, state)
         return state
 
-    def _load(self, directory: Path, session_id: str) -> SessionState:
+    def _load(self, directory: Path, session_id: str) -> IndexedSession:
         return self._loader.load(directory, session_id)
 
     # Appends.
@@ -406,11 +406,11 @@ class JsonlStore(HistoryStore):
         return AppendResult(first, to_seq - 1)
 
     @staticmethod
-    def _applied(state: SessionState, entries: list[Entry], size: int) -> None:
+    def _applied(state: IndexedSession, entries: list[Entry], size: int) -> None:
         state.add_all(entries)
         state.index_size += size
 
-    def _settle_failed(self, state: SessionState, clearing: jsonl_journal.Clearing) -> None:
+    def _settle_failed(self, state: IndexedSession, clearing: jsonl_journal.Clearing) -> None:
         """Undo a failed rewrite from its journal, or stop appends when its journal may not be durably clear.
 
         A journal whose clearing was not made durable can come back after a power loss, long
@@ -438,7 +438,7 @@ class JsonlStore(HistoryStore):
         if self._broken is not None:
             raise StoreError(f"store unavailable: {self._broken}")
 
-    def _undo(self, state: SessionState, start: int, index_size: int) -> None:
+    def _undo(self, state: IndexedSession, start: int, index_size: int) -> None:
         """Put a failed append's files back as they were, as far as they let us; the state is read again."""
         self._states.pop(state.header.id)
         with contextlib.suppress(OSError):
@@ -455,7 +455,7 @@ class JsonlStore(HistoryStore):
             return self._stored(state, from_seq, to_seq)
 
     @contextlib.contextmanager
-    def _reading(self, session_id: str) -> Iterator[SessionState]:
+    def _reading(self, session_id: str) -> Iterator[IndexedSession]:
         """The session's current state, with the lock shared: no append rewrites the log meanwhile."""
         directory = self._directory(session_id)
         while True:
@@ -466,7 +466,7 @@ class JsonlStore(HistoryStore):
                     yield state
                     return
 
-    def _stored(self, state: SessionState, from_seq: int, to_seq: int) -> list[StoredRecord]:
+    def _stored(self, state: IndexedSession, from_seq: int, to_seq: int) -> list[StoredRecord]:
         first = max(0, bisect.bisect_right(state.starts, from_seq) - 1)
         last = bisect.bisect_left(state.starts, to_seq)
         out: list[StoredRecord] = []
@@ -534,7 +534,7 @@ class JsonlStore(HistoryStore):
 
     def _page_of(
         self,
-        state: SessionState,
+        state: IndexedSession,
         through: int | None,
         before: int | None,
         max_messages: int,

@@ -18,9 +18,9 @@ from sqlalchemy.sql import Select, Update
 
 from codec import StoredRecord
 from persistence.base import PageRead, SessionInfo
+from persistence.batch import PreparedBatch
 from persistence.notify import HeadListener
 from persistence.sql.pg_timeouts import Deadline
-from persistence.stored import PreparedBatch
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore

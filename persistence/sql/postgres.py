@@ -22,6 +22,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
 from persistence.base import PageRead, SessionInfo, page_end
+from persistence.batch import PreparedBatch
 from persistence.errors import SessionNotFoundError, StoreError
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
@@ -31,7 +32,6 @@ from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
 from persistence.sql.pg_timeouts import Deadline, Watchdog, connect_options
 from persistence.sql.schema import PROBE, CodePointOrder
-from persistence.stored import PreparedBatch
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore

@@ -24,12 +24,12 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
 from persistence.base import PageRead, page_end
+from persistence.batch import PreparedBatch
 from persistence.errors import StoreError
 from persistence.notify import HeadListener
 from persistence.sql.dialect import Busy, Dialect, Head, LongWalk
 from persistence.sql.pg_timeouts import Deadline
 from persistence.sql.schema import PROBE, CodePointOrder
-from persistence.stored import PreparedBatch
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore

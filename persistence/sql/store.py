@@ -38,6 +38,7 @@ from persistence.base import (
     is_resend,
     subagent_parent,
 )
+from persistence.batch import PreparedBatch, prepared
 from persistence.errors import CorruptLogError, SessionExistsError, SessionNotFoundError, StoreError
 from persistence.group_commit import GroupCommit
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
@@ -53,7 +54,6 @@ from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, CodePointOrder, 
 from persistence.sql.sqlite import SqliteDialect
 from persistence.sql.statements import Statements
 from persistence.state import Lru
-from persistence.stored import PreparedBatch, prepared
 
 __all__ = ["INLINE_BYTES", "SCHEMA_VERSION", "SqlStore"]
 

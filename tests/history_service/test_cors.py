@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from codec import encode
-from history_service import cli
+from history_service import cli, serve as launcher
 from history_service.app import create_app
 from history_service.cors import ALLOW_HEADERS, MAX_AGE
-from history_service.settings import Settings
+from history_service.settings import ServerSettings, Settings
 from persistence import SessionKey, SessionSummary
 from persistence.memory import MemoryStore
 from testing.asgi import serving
@@ -233,11 +233,11 @@ def test_an_origin_no_browser_sends_is_refused(origin: str, message: str) -> Non
 def test_serve_takes_repeated_cors_origin_flags_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     served: list[Settings] = []
 
-    def serve(sock: Any, args: Any, settings: Settings, out: Any, err: Any) -> int:
-        served.append(settings)
+    def serve(sock: Any, server: ServerSettings, *, demo: bool, out: Any, err: Any) -> int:
+        served.append(server.app)
         return 0
 
-    monkeypatch.setattr(cli, "_serve", serve)
+    monkeypatch.setattr(launcher, "serve", serve)
     monkeypatch.setenv("HISTORY_CORS_ORIGINS", "https://env.example")
     argv = ["serve", "--store", "memory://", "--cors-origin", "https://a.example", "--cors-origin", "http://[::1]:8080"]
     assert cli.main(argv, out=io.StringIO(), err=io.StringIO()) == 0
