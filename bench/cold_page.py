@@ -46,7 +46,7 @@ async def cold_page(url: str, kind: str, max_messages: int) -> tuple[float, byte
     head = await store.head_seq("s")
     if kind == "packed":
         query = PageQuery(through=None, before=None, max_messages=max_messages, max_bytes=1 << 62)
-        parts, _, _ = await PageReader(store).parts("s", head, query)
+        parts = (await PageReader(store).page("s", query)).body
     else:
         cut = (await store.page_cuts("s", to_seq=head + 1, max_messages=max_messages))[-1]
         events = await store.read_events("s", cut, head + 1)
@@ -62,7 +62,7 @@ async def heap_peak(url: str, max_messages: int) -> tuple[float, bytes]:
     query = PageQuery(through=None, before=None, max_messages=max_messages, max_bytes=1 << 62)
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    parts, _, _ = await PageReader(store).parts("s", await store.head_seq("s"), query)
+    parts = (await PageReader(store).page("s", query)).body
     peak = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
     await store.close()

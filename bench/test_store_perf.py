@@ -63,9 +63,7 @@ TAIL = PageQuery(through=None, before=None, max_messages=MAX_MESSAGES, max_bytes
 
 
 async def tail_page(store: HistoryStore, session_id: str) -> bytes:
-    head = await store.head_seq(session_id)
-    body, _, _ = await PageReader(store).body(session_id, head, TAIL)
-    return body
+    return (await PageReader(store).page(session_id, TAIL)).body.join()
 
 
 _ANY = msgspec.json.Decoder()

@@ -13,6 +13,7 @@ from typing import Final, TextIO
 
 from codec import CodecError, check_session_id, encode
 from history_service.command import CommandError
+from history_service.errors import ThroughBeyondHead
 from history_service.importer import ImportOptions, find_logs, import_logs
 from history_service.pages import PageQuery, PageReader
 from history_service.settings import Settings
@@ -131,17 +132,17 @@ async def _list(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> N
 async def _page(store: HistoryStore, args: argparse.Namespace, settings: Settings, out: TextIO) -> None:
     if not 1 <= args.max_messages <= 1000:
         raise CommandError("--max-messages must be from 1 to 1000")
-    head = (await store.get_session(args.session_id)).head_seq
-    if args.through is not None and args.through > head:
-        raise CommandError(f"--through {args.through} is beyond the head {head}")
     query = PageQuery(
         through=args.through,
         before=args.before,
         max_messages=args.max_messages,
         max_bytes=args.max_bytes or settings.default_max_bytes,
     )
-    body, _, _ = await PageReader(store).body(args.session_id, head, query)
-    out.write(body.decode() + "\n")
+    try:
+        page = await PageReader(store).page(args.session_id, query)
+    except ThroughBeyondHead as exc:
+        raise CommandError(f"--through {exc.through} is beyond the head {exc.head}") from None
+    out.write(page.body.join().decode() + "\n")
 
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:

@@ -16,8 +16,9 @@ from typing import Final
 import anyio
 
 from history_service.errors import Overloaded
+from persistence import Lru
 
-__all__ = ["SMALL_HOLD", "ByteBudget", "Hold"]
+__all__ = ["SMALL_HOLD", "ByteBudget", "Hold", "InFlight"]
 
 # So many bytes are held without waiting, whatever else is held.
 SMALL_HOLD: Final = 64 * 1024
@@ -104,3 +105,34 @@ class Hold:
         if self.size:
             self._budget._release(self.size)
             self.size = 0
+
+
+class InFlight:
+    """The two budgets a read passes through, and what each shape of read last held.
+
+    ``reading`` bounds bytes being read and spliced, ``sending`` bytes of bodies being sent.
+    A reader that does not read fills only the second, so it throttles other large bodies,
+    never reads or small pages. A read's first hold is its estimate (`estimate`), keyed by
+    the read's shape: a page of one message says nothing of a snapshot of a thousand.
+    """
+
+    def __init__(self, limit: int, *, wait: float, shapes: int) -> None:
+        self.reading = ByteBudget(limit, wait=wait)
+        self.sending = ByteBudget(limit, wait=wait)
+        self._sizes: Lru[tuple[object, ...], int] = Lru(shapes)
+
+    def estimate(self, shape: tuple[object, ...], max_bytes: int, share: int) -> int:
+        """What a read may hold: its byte target, capped at 1/``share`` of the budget and at its shape's last read."""
+        last = self._sizes.get(shape)
+        bound = min(max_bytes, self.reading.limit // share)
+        return bound if last is None else min(bound, last)
+
+    def learned(self, shape: tuple[object, ...], size: int) -> None:
+        """Remember that a read of ``shape`` held ``size`` bytes, for the next one's estimate."""
+        self._sizes.put(shape, size)
+
+    async def to_send(self, size: int) -> Hold:
+        """A hold of ``size`` bytes on the sending budget: they are in memory already, so it may grow."""
+        hold = await self.sending.hold(size)
+        hold.resize(size)
+        return hold

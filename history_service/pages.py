@@ -27,10 +27,11 @@ import anyio.to_thread
 import msgspec
 
 from codec import Part, SplicedRecords, StoredRecord, page_parts, page_size, raw_records, splice
-from history_service.budget import Hold
+from history_service.budget import Hold, InFlight
 from history_service.encoding import compress
+from history_service.errors import ThroughBeyondHead
 from history_service.metrics import Metrics
-from persistence import HistoryStore, PageRead, SessionInfo
+from persistence import HistoryStore, PageRead
 
 __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
 
@@ -174,38 +175,72 @@ def _from(
 
 
 class PageReader:
-    """Serves pages of one store, through an optional cache of immutable pages."""
+    """The one way a page is built, for HTTP, the follow snapshot and the CLI.
 
-    def __init__(self, store: HistoryStore, cache: PageCache | None = None, *, metrics: Metrics | None = None) -> None:
+    `page` takes it from the cache when it is immutable and kept; else it holds the read's
+    estimate on the budget of bytes in flight, reads once from the store, refuses a
+    ``through`` past the head (`persistence.rules.page_span`), splices, codes and keeps it.
+    """
+
+    def __init__(
+        self,
+        store: HistoryStore,
+        cache: PageCache | None = None,
+        *,
+        inflight: InFlight | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._store = store
         self._cache = cache
+        # Without a budget (the CLI), every read is admitted at once.
+        self._inflight = inflight if inflight is not None else InFlight(1 << 62, wait=0, shapes=1)
         self.metrics = metrics if metrics is not None else Metrics()
 
-    async def read(self, session_id: str, query: PageQuery, head: int | None = None) -> PageRead:
-        """The store's read for the page: the session, and the page's cuts and records.
+    async def page(
+        self, session_id: str, query: PageQuery, coding: str = "identity", *, holds: tuple[Hold, Hold] | None = None
+    ) -> ServedPage:
+        """The page of ``session_id`` that ``query`` names, in ``coding`` (identity when too small to pay).
 
-        A page without ``through`` ends at ``head`` when it is given (the head at request
-        time), else at the head the store reads.
+        A page that was read carries its hold on the budget of bodies being sent, which the
+        caller releases once it is sent. ``holds`` are the reading and sending holds the
+        caller took already (a follow stream's, at admission); without them the read takes
+        its own. Raises `ThroughBeyondHead`, and the store's errors as it raises them.
         """
-        through = head if query.through is None else query.through
-        return await self._store.read_page(
-            session_id, through=through, before=query.before, max_messages=query.max_messages, max_bytes=query.max_bytes
-        )
+        if query.through is not None:
+            cached = await self._cached(session_id, query, coding)
+            if cached is not None:
+                return cached
+        shape = (session_id, query.max_messages, query.max_bytes, query.raw)
+        if holds is None:
+            reading = await self._inflight.reading.hold(self._inflight.estimate(shape, query.max_bytes, 4))
+        else:
+            reading = holds[0]
+        try:
+            read = await self._store.read_page(
+                session_id,
+                through=query.through,
+                before=query.before,
+                max_messages=query.max_messages,
+                max_bytes=query.max_bytes,
+            )
+            size = sum(len(record.line) for record in read.stored)
+            # What the read really holds is known once it is read.
+            reading.resize(size)
+            self._inflight.learned(shape, size)
+            if read.beyond_head:
+                raise ThroughBeyondHead(query.through or 0, read.info.head_seq)
+            started = time.perf_counter()
+            served = await self._build(read, query, coding)
+            self.metrics.page_built(time.perf_counter() - started, immutable=query.through is not None)
+            if holds is None:
+                return served._replace(hold=await self._inflight.to_send(served.body.size))
+            holds[1].resize(served.body.size)
+            return served._replace(hold=holds[1])
+        finally:
+            reading.release()
 
-    async def body(self, session_id: str, head: int, query: PageQuery) -> tuple[bytes, int, int]:
-        """The identity body and its ``(fromSeq, toSeq)``; ``head`` is the session's head at request time."""
-        body, from_seq, to_seq = await self.parts(session_id, head, query)
-        return body.join(), from_seq, to_seq
-
-    async def parts(self, session_id: str, head: int, query: PageQuery) -> tuple[PageBody, int, int]:
-        """The identity body as spliced parts, and its ``(fromSeq, toSeq)``."""
-        read = await self.read(session_id, query, head)
-        body, cut = await _chosen(read, query)
-        return body, cut, read.to_seq
-
-    async def cached(self, session_id: str, query: PageQuery, coding: str) -> ServedPage | None:
-        """The immutable page from the cache, in ``coding``, or ``None`` when it is not kept."""
-        if self._cache is None or query.through is None:
+    async def _cached(self, session_id: str, query: PageQuery, coding: str) -> ServedPage | None:
+        if self._cache is None:
             return None
         key = (session_id, query)
         page = self._cache.get(key)
@@ -213,13 +248,6 @@ class PageReader:
             return None
         self.metrics.page_cached()
         return await self._encoded(key, page, coding)
-
-    async def serve(self, read: PageRead, query: PageQuery, coding: str = "identity") -> ServedPage:
-        """The page of ``read`` in ``coding`` (identity when too small to pay); immutable pages are kept."""
-        started = time.perf_counter()
-        served = await self._build(read, query, coding)
-        self.metrics.page_built(time.perf_counter() - started, immutable=query.through is not None)
-        return served
 
     async def _build(self, read: PageRead, query: PageQuery, coding: str) -> ServedPage:
         body, _ = await _chosen(read, query)
@@ -235,13 +263,6 @@ class PageReader:
         if self._cache is not None:
             self._cache.put(key, page)
         return await self._encoded(key, page, coding)
-
-    async def page(self, info: SessionInfo, query: PageQuery, coding: str = "identity") -> ServedPage:
-        """The page of a session whose head the caller read: from the cache when immutable and kept, else read."""
-        served = await self.cached(info.header.id, query, coding)
-        if served is None:
-            served = await self.serve(await self.read(info.header.id, query, info.head_seq), query, coding)
-        return served
 
     async def _encoded(self, key: tuple[object, ...], page: EncodedPage, coding: str) -> ServedPage:
         if coding == "identity" or len(page.identity) < MIN_COMPRESS:

@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 
 from codec import Event, SessionHeader, snapshot_body
-from history_service.budget import ByteBudget, Hold
+from history_service.budget import Hold, InFlight
 from history_service.errors import (
     InvalidParent,
     NotADirectChild,
     NotOwner,
     Overloaded,
     SubagentChild,
-    ThroughBeyondHead,
 )
 from history_service.follow import Hub
 from history_service.metrics import Metrics
@@ -78,15 +77,10 @@ class HistoryService:
             metrics=self.metrics,
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
-        self.pages = PageReader(store, self.cache, metrics=self.metrics)
-        # Bytes being read and spliced, and bytes of bodies being sent, each bounded by the budget: a reader that
-        # does not read fills only the second, so it throttles other large bodies, never reads or small pages.
-        self.reading = ByteBudget(settings.inflight_bytes, wait=settings.inflight_wait)
-        self.sending = ByteBudget(settings.inflight_bytes, wait=settings.inflight_wait)
+        self.inflight = InFlight(settings.inflight_bytes, wait=settings.inflight_wait, shapes=settings.session_cache)
+        self.pages = PageReader(store, self.cache, inflight=self.inflight, metrics=self.metrics)
+        self.reading, self.sending = self.inflight.reading, self.inflight.sending
         self.followers = 0
-        # What each session's last page or snapshot held: the next one's estimate on the budget.
-        # Keyed by the read's shape: a page of one message says nothing of a snapshot of a thousand.
-        self._read_sizes: Lru[tuple[object, ...], int] = Lru(settings.session_cache)
         self._append_locks = KeyedLocks()
         # Owner and header never change once a session exists, so appends need not ask the store.
         self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
@@ -173,49 +167,21 @@ class HistoryService:
     async def page(
         self, principal: str, session_id: str, child: str | None, query: PageQuery, coding: str = "identity"
     ) -> ServedPage:
-        """The page an address names, if the caller may read it: one store read once its owner is known.
+        """The page an address names, if the caller may read it (`PageReader.page`).
 
         Access is decided on the session's owner and header, which never change and are
-        kept once read, before any record is read; an immutable page (explicit ``through``)
-        then comes from the cache when it is there. A page that was read carries its hold on
-        the budget of bodies being sent, which the caller releases once the page is sent.
+        kept once read, before any record is read: a caller who may not costs one row.
         """
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
         target = child or session_id
         known = self._owners.get(target)
         if known is None:
-            # Who may read it is settled before any record is read: a caller who may not costs one row.
             info = await self.store.get_session(target)
             self._learn(info)
             known = (info.owner, info.header)
         _check_visible(principal, session_id, child, SessionInfo(known[1], known[0], -1))
-        if query.through is not None:
-            cached = await self.pages.cached(target, query, coding)
-            if cached is not None:
-                return cached
-        # The read may cost its byte target beyond its newest message, or what this session's last read cost;
-        # what it really holds is known once it is read.
-        shape = (target, query.max_messages, query.max_bytes, query.raw)
-        reading = await self.reading.hold(self._estimate(shape, query.max_bytes, self.reading.limit // 4))
-        try:
-            read = await self.pages.read(target, query)
-            size = sum(len(record.line) for record in read.stored)
-            reading.resize(size)
-            self._read_sizes.put(shape, size)
-            head = read.info.head_seq
-            if query.through is not None and query.through > head:
-                raise ThroughBeyondHead(query.through, head)
-            served = await self.pages.serve(read, query, coding)
-            return served._replace(hold=await self._sending(served.body.size))
-        finally:
-            reading.release()
-
-    async def _sending(self, size: int) -> Hold:
-        """A hold of ``size`` bytes on the budget of bodies being sent: they are in memory already, so it may grow."""
-        hold = await self.sending.hold(size)
-        hold.resize(size)
-        return hold
+        return await self.pages.page(target, query, coding)
 
     async def admit_follower(self, session_id: str, *, snapshot: bool, max_messages: int) -> tuple[Hold, Hold]:
         """A place for a new follow stream, and its snapshot's holds; `Overloaded` when there is none.
@@ -233,8 +199,9 @@ class HistoryService:
         self.followers += 1
         reading: Hold | None = None
         try:
-            shape = (session_id, "snapshot", max_messages)
-            estimate = self._estimate(shape, self.settings.default_max_bytes, self.reading.limit // 2)
+            estimate = self.inflight.estimate(
+                (session_id, "snapshot", max_messages), self.settings.default_max_bytes, 2
+            )
             reading = await self.reading.hold(estimate if snapshot else 0)
             return reading, await self.sending.hold(estimate if snapshot else 0)
         except BaseException:
@@ -242,11 +209,6 @@ class HistoryService:
                 reading.release()
             self.followers -= 1
             raise
-
-    def _estimate(self, shape: tuple[object, ...], max_bytes: int, limit: int) -> int:
-        """What a read may hold: its byte target, or less when this process's last read of its shape held less."""
-        last = self._read_sizes.get(shape)
-        return min(max_bytes, limit) if last is None else min(max_bytes, limit, last)
 
     def follower_left(self, holds: tuple[Hold, Hold]) -> None:
         for hold in holds:
@@ -269,8 +231,9 @@ class HistoryService:
             query = PageQuery(
                 through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
             )
-            body = snapshot_body(info.header, info.head_seq, (await self.pages.page(info, query)).body.join())
-            self._read_sizes.put((session_id, "snapshot", max_messages), len(body))
+            page = await self.pages.page(session_id, query, holds=holds)
+            body = snapshot_body(info.header, info.head_seq, page.body.join())
+            self.inflight.learned((session_id, "snapshot", max_messages), len(body))
             sending.resize(len(body))
             reading.release()
             return body

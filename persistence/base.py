@@ -16,10 +16,10 @@ from typing import Final
 
 from msgspec import Struct
 
-from codec import Event, SessionHeader, StoredRecord, decode_event, encode, event_lines
-from persistence.errors import SeqConflictError
+from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines
 from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
+from persistence.rules import BatchPlan, PageSpan, page_span
 
 __all__ = [
     "DEFAULT_OWNER",
@@ -32,10 +32,8 @@ __all__ = [
     "SessionKey",
     "SessionSummary",
     "bound_read",
-    "check_batch",
     "events_in",
     "newest_first",
-    "page_end",
     "subagent_parent",
 ]
 
@@ -86,62 +84,31 @@ class AppendResult(Struct, frozen=True):
     head_seq: int
     idempotent: bool = False
 
+    @classmethod
+    def of(cls, plan: BatchPlan) -> AppendResult:
+        """The outcome of carrying out ``plan`` (`persistence.rules.plan_batch`)."""
+        return cls(plan.first_seq, plan.head_seq, idempotent=plan.resend)
+
 
 class PageRead(Struct, frozen=True):
     """What a page needs from the store, read at once: the session, the page's end, its candidate starts and records.
 
-    ``to_seq`` is the exclusive end (see `page_end`). ``cuts`` are the candidate starts,
-    newest first, and ``stored`` covers the oldest of them; both are empty when the page is
-    empty (``to_seq <= 0``) or when ``through`` is beyond the head, which the caller refuses.
+    ``to_seq`` is the exclusive end (`persistence.rules.page_span`). ``cuts`` are the
+    candidate starts, newest first, and ``stored`` covers the oldest of them; both are empty
+    when the page is empty (``to_seq <= 0``) or when ``through`` is beyond the head
+    (``beyond_head``), which the page reader refuses.
     """
 
     info: SessionInfo
     to_seq: int
     cuts: list[int]
     stored: list[StoredRecord]
+    beyond_head: bool = False
 
-
-def page_end(head_seq: int, through: int | None, before: int | None) -> int:
-    """The exclusive end of a page: after ``through`` (else after the head), and no later than ``before``."""
-    to_seq = head_seq + 1 if through is None else through + 1
-    return to_seq if before is None else min(to_seq, before)
-
-
-def check_batch(session_id: str, events: Sequence[Event], head_seq: int) -> bool:
-    """Check a batch against the head: ``True`` to append, ``False`` for a possible re-send.
-
-    Raises `SeqConflictError` when the seqs are not dense or the batch starts past the head.
-    A batch starting at or before the head is only a re-send if its events equal the stored
-    ones; callers check that with `is_resend`.
-    """
-    first = events[0].seq
-    for i, event in enumerate(events):
-        if event.seq != first + i:
-            raise SeqConflictError(
-                f"batch seqs are not dense: events[{i}].seq is {event.seq}, expected {first + i}",
-                session_id=session_id,
-                head_seq=head_seq,
-            )
-    if first == head_seq + 1:
-        return True
-    if first > head_seq + 1 or first + len(events) - 1 > head_seq:
-        raise SeqConflictError(
-            f"batch starts at seq {first} but the session head is {head_seq}; expected {head_seq + 1}",
-            session_id=session_id,
-            head_seq=head_seq,
-        )
-    return False
-
-
-def is_resend(session_id: str, events: Sequence[Event], stored: Sequence[Event], head_seq: int) -> bool:
-    """Whether ``events`` are exactly the stored events at their seqs; raise `SeqConflictError` if not."""
-    if len(stored) == len(events) and encode(list(stored)) == encode(list(events)):
-        return True
-    raise SeqConflictError(
-        f"batch at seqs {events[0].seq}..{events[-1].seq} differs from the stored events; head is {head_seq}",
-        session_id=session_id,
-        head_seq=head_seq,
-    )
+    @classmethod
+    def unread(cls, info: SessionInfo, span: PageSpan) -> PageRead:
+        """The read of a page whose span has nothing to read (``not span.reads``)."""
+        return cls(info, span.to_seq, [], [], span.beyond_head)
 
 
 def subagent_parent(header: SessionHeader) -> str | None:
@@ -245,9 +212,10 @@ class HistoryStore(ABC):
         primitives is the reference.
         """
         info = await self.get_session(session_id)
-        to_seq = page_end(info.head_seq, through, before)
-        if to_seq <= 0 or (through is not None and through > info.head_seq):
-            return PageRead(info, to_seq, [], [])
+        span = page_span(info.head_seq, through, before)
+        if not span.reads:
+            return PageRead.unread(info, span)
+        to_seq = span.to_seq
         cuts = await self.page_cuts(session_id, to_seq=to_seq, max_messages=max_messages)
         stored = await self.read_stored(session_id, cuts[-1], to_seq)
         if max_bytes is not None:

@@ -14,15 +14,14 @@ from persistence.base import (
     SessionInfo,
     SessionKey,
     SessionSummary,
-    check_batch,
     events_in,
-    is_resend,
     newest_first,
     subagent_parent,
 )
 from persistence.batch import prepare_batch
 from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
+from persistence.rules import confirm_resend, plan_batch
 from persistence.sealing import MAX_TAIL, open_run, plan_append
 
 __all__ = ["MemoryStore", "RecordIndex"]
@@ -90,19 +89,17 @@ class MemoryStore(HistoryStore):
 
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
         index = self._session(session_id).index
-        if not events:
-            return AppendResult(index.head + 1, index.head)
-        if not check_batch(session_id, events, index.head):
-            to_seq = events[-1].seq + 1
-            first, last = index.covering(events[0].seq, to_seq)
-            stored = events_in(index.records[first:last], events[0].seq, to_seq)
-            is_resend(session_id, events, stored, index.head)
-            return AppendResult(events[0].seq, index.head, idempotent=True)
-        batch = prepare_batch(events)
-        tail = open_run(index.records[-MAX_TAIL:])
-        keep, records = plan_append(tail, batch.records, list)
-        index.add(len(index.records) - len(tail) + keep, records, batch.messages, batch.hidden)
-        return AppendResult(events[0].seq, index.head)
+        plan = plan_batch(session_id, [event.seq for event in events], index.head)
+        if plan.resend:
+            first, last = index.covering(plan.first_seq, plan.to_seq)
+            stored = events_in(index.records[first:last], plan.first_seq, plan.to_seq)
+            confirm_resend(session_id, events, stored, index.head)
+        if plan.writes:
+            batch = prepare_batch(events)
+            tail = open_run(index.records[-MAX_TAIL:])
+            keep, records = plan_append(tail, batch.records, list)
+            index.add(len(index.records) - len(tail) + keep, records, batch.messages, batch.hidden)
+        return AppendResult.of(plan)
 
     async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         index = self._session(session_id).index

@@ -290,3 +290,80 @@ def test_the_environment_scan_sees_a_write(tmp_path):
     module = "import os\nos.environ['A'] = '1'\nos.environ.update(B='2')\ndel os.environ['A']\nos.putenv('C', '3')\n"
     (tmp_path / "m.py").write_text(module)
     assert environ_writes(tmp_path) == ["m.py:2", "m.py:3", "m.py:4", "m.py:5"]
+
+
+# The store's rules (issue 24, item 2): each has one definition, and nothing else re-checks what it decides.
+RULES = {
+    "plan_batch": "persistence/rules.py",
+    "dense_gap": "persistence/rules.py",
+    "confirm_resend": "persistence/rules.py",
+    "page_span": "persistence/rules.py",
+    "plan_append": "persistence/sealing.py",
+    "select_cuts": "persistence/message_index.py",
+}
+
+
+def rule_definitions(paths: list[Path], root: Path = ROOT) -> dict[str, list[str]]:
+    """Where each rule's name is defined as a function."""
+    found: dict[str, list[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in RULES:
+                found.setdefault(node.name, []).append(str(path.relative_to(root)))
+    return found
+
+
+def rule_rechecks(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """Each place that decides a rule again: a ``through`` compared with a head, or an append result built by hand."""
+    found: list[str] = []
+    for path in paths:
+        where = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if isinstance(node, ast.Compare):
+                sides = [ast.unparse(side) for side in (node.left, *node.comparators)]
+                if any("through" in side for side in sides) and any("head" in side for side in sides):
+                    found.append(f"{where}:{node.lineno}")
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) == "AppendResult":
+                found.append(f"{where}:{node.lineno}")
+    return found
+
+
+def test_each_store_rule_has_exactly_one_definition():
+    assert rule_definitions(product_modules()) == {name: [home] for name, home in RULES.items()}
+
+
+def test_no_backend_service_or_cli_decides_a_store_rule_again():
+    homes = {ROOT / home for home in RULES.values()} | {ROOT / "persistence" / "base.py"}
+    assert rule_rechecks([path for path in product_modules() if path not in homes]) == []
+
+
+def test_the_rule_scans_see_a_second_definition_and_a_recheck(tmp_path):
+    module = (
+        "def page_span(head, through, before):\n    return head\n"
+        "def page(query, head):\n    if query.through > head:\n        raise ValueError\n"
+        "    return AppendResult(head + 1, head)\n"
+    )
+    (tmp_path / "m.py").write_text(module)
+    assert rule_rechecks([tmp_path / "m.py"], tmp_path) == ["m.py:4", "m.py:6"]
+    assert rule_definitions([tmp_path / "m.py"], tmp_path) == {"page_span": ["m.py"]}
+
+
+# One page pipeline (issue 24, item 3): only the page reader reads a page from the store and splices it.
+PAGE_PIPELINE = {"read_page", "choose_body", "splice", "raw_records", "ThroughBeyondHead"}
+
+
+def page_pipeline_calls(package: Path) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else ast.unparse(node.func)
+                if name in PAGE_PIPELINE:
+                    found.setdefault(str(path.relative_to(ROOT)), set()).add(name)
+    return found
+
+
+def test_only_the_page_reader_builds_a_page_in_the_service():
+    calls = page_pipeline_calls(ROOT / "history_service")
+    assert set(calls) == {"history_service/pages.py"}
+    assert {"read_page", "ThroughBeyondHead"} <= calls["history_service/pages.py"]

@@ -62,11 +62,8 @@ from persistence.base import (
     SessionInfo,
     SessionKey,
     SessionSummary,
-    check_batch,
     events_in,
-    is_resend,
     newest_first,
-    page_end,
     subagent_parent,
 )
 from persistence.batch import PreparedBatch, prepared
@@ -115,6 +112,7 @@ from persistence.jsonl.layout import (
 )
 from persistence.jsonl.recovery import Loader
 from persistence.jsonl.rewrite import bounded, span, write_plan
+from persistence.rules import confirm_resend, page_span, plan_batch
 from persistence.state import KeyedLocks, Lru
 
 __all__ = ["JsonlStore"]
@@ -374,13 +372,12 @@ class JsonlStore(HistoryStore):
             # looks unchanged; settle before appending, or a later settle would undo this.
             self._states.pop(session_id)
         state = self._state(session_id, holding_lock=True)
-        if batch is None:
-            return AppendResult(state.head + 1, state.head)
-        first, to_seq = events[0].seq, events[-1].seq + 1
-        if not check_batch(session_id, events, state.head):
-            stored = events_in(self._stored(state, first, to_seq), first, to_seq)
-            is_resend(session_id, events, stored, state.head)
-            return AppendResult(first, state.head, idempotent=True)
+        plan = plan_batch(session_id, [event.seq for event in events], state.head)
+        if plan.resend:
+            stored = events_in(self._stored(state, plan.first_seq, plan.to_seq), plan.first_seq, plan.to_seq)
+            confirm_resend(session_id, events, stored, state.head)
+        if not plan.writes or batch is None:
+            return AppendResult.of(plan)
         entries, start, block, journal = write_plan(state, batch, self._loader, self._stored)
         line = b"".join(map(index_frame, entries))
         index_at = state.index_size
@@ -403,7 +400,7 @@ class JsonlStore(HistoryStore):
             failed = functools.partial(self._settle_failed, state, clearing)
         durable = functools.partial(self._applied, state, entries, len(line))
         group.stage(Staged(tuple(steps), log_path, durable, failed))
-        return AppendResult(first, to_seq - 1)
+        return AppendResult.of(plan)
 
     @staticmethod
     def _applied(state: IndexedSession, entries: list[Entry], size: int) -> None:
@@ -543,9 +540,10 @@ class JsonlStore(HistoryStore):
     ) -> PageRead | None:
         """The page's read from a state the caller holds the lock on; ``None`` if its records pass ``limit`` bytes."""
         info = SessionInfo(state.header, state.owner, state.head)
-        to_seq = page_end(state.head, through, before)
-        if to_seq <= 0 or (through is not None and through > state.head):
-            return PageRead(info, to_seq, [], [])
+        window = page_span(state.head, through, before)
+        if not window.reads:
+            return PageRead.unread(info, window)
+        to_seq = window.to_seq
         cuts = state.messages.cuts(to_seq, max_messages)
         if max_bytes is not None and len(cuts) > 1:
             cuts = bounded(state, cuts, to_seq, max_bytes)

@@ -21,11 +21,12 @@ from sqlalchemy.sql import Select, Update
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
-from persistence.base import PageRead, SessionInfo, page_end
+from persistence.base import PageRead, SessionInfo
 from persistence.batch import PreparedBatch
 from persistence.errors import SessionNotFoundError, StoreError
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
+from persistence.rules import page_span
 from persistence.sealing import kept, plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Dialect, Head, LongWalk
 from persistence.sql.pg_listener import PostgresListener
@@ -247,9 +248,10 @@ class PostgresDialect(Dialect):
             raise SessionNotFoundError(session_id)
         header, owner, head, hidden_rows, message_rows = row
         info = SessionInfo(store._header(header, session_id), owner, head)
-        to_seq = page_end(head, through, before)
-        if to_seq <= 0 or (through is not None and through > head):
-            return PageRead(info, to_seq, [], [])
+        span = page_span(head, through, before)
+        if not span.reads:
+            return PageRead.unread(info, span)
+        to_seq = span.to_seq
         # Each statement reads its own snapshot: what a later append added past the head is left out.
         hidden = [HiddenRange(*entry) for entry in hidden_rows if entry[0] < to_seq]
         first = [MessageEntry(*entry) for entry in message_rows if entry[0] < to_seq]

@@ -23,10 +23,11 @@ from sqlalchemy.sql import Select, Update
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
-from persistence.base import PageRead, page_end
+from persistence.base import PageRead
 from persistence.batch import PreparedBatch
 from persistence.errors import StoreError
 from persistence.notify import HeadListener
+from persistence.rules import page_span
 from persistence.sql.dialect import Busy, Dialect, Head, LongWalk
 from persistence.sql.pg_timeouts import Deadline
 from persistence.sql.schema import PROBE, CodePointOrder
@@ -212,9 +213,10 @@ class SqliteDialect(Dialect):
         inline: bool,
     ) -> Head | tuple[PageRead, bool]:
         info = store._info(cursor, session_id)
-        to_seq = page_end(info.head_seq, through, before)
-        if to_seq <= 0 or (through is not None and through > info.head_seq):
-            return PageRead(info, to_seq, [], []), True
+        span = page_span(info.head_seq, through, before)
+        if not span.reads:
+            return PageRead.unread(info, span), True
+        to_seq = span.to_seq
         try:
             cuts = store._cuts(cursor, session_id, to_seq, max_messages, _INLINE_MESSAGE_PAGES if inline else None)
         except LongWalk:

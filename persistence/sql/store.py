@@ -33,9 +33,7 @@ from persistence.base import (
     SessionInfo,
     SessionKey,
     SessionSummary,
-    check_batch,
     events_in,
-    is_resend,
     subagent_parent,
 )
 from persistence.batch import PreparedBatch, prepared
@@ -44,6 +42,7 @@ from persistence.group_commit import GroupCommit
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
+from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import open_run, plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Dialect, Head, LongWalk
 from persistence.sql.groups import SqlGroups
@@ -75,11 +74,6 @@ def _line_size(stored: int, frame: bytes | None) -> int:
     except zstandard.ZstdError:
         return int(stored)
     return max(int(stored), size)
-
-
-def _dense(events: Sequence[Event]) -> bool:
-    first = events[0].seq
-    return all(event.seq == first + i for i, event in enumerate(events))
 
 
 class SqlStore(HistoryStore):
@@ -330,29 +324,32 @@ class SqlStore(HistoryStore):
         self, cursor: Any, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
     ) -> AppendResult:
         """One append, in the writer thread, inside its own savepoint of the group's transaction."""
-        if batch is not None and _dense(events):
-            expected, new_head = events[0].seq - 1, events[-1].seq
+        seqs = [event.seq for event in events]
+        if batch is not None and dense_gap(seqs) is None:
+            # The usual case, tried first: the head is just before the batch.
+            hoped = plan_batch(session_id, seqs, seqs[0] - 1)
+            expected, new_head = seqs[0] - 1, hoped.head_seq
             if self._dialect.append_at_once(self, cursor, session_id, expected, new_head, batch):
-                return AppendResult(expected + 1, new_head)
+                return AppendResult.of(hoped)
             if self._advance(cursor, session_id, expected, new_head):
-                # The usual case: the head was just before the batch, and the row is now locked.
+                # It was, and the row is now locked.
                 self._insert(cursor, session_id, batch)
-                return AppendResult(expected + 1, new_head)
+                return AppendResult.of(hoped)
         row = self._sql.head_for_update.run(cursor, id=session_id).fetchone()
         if row is None:
             raise SessionNotFoundError(session_id)
         head = row[0]
-        if batch is None:
-            return AppendResult(head + 1, head)
-        first, to_seq = events[0].seq, events[-1].seq + 1
-        if not check_batch(session_id, events, head):
-            stored = events_in(self._stored(cursor, session_id, first, to_seq), first, to_seq)
-            is_resend(session_id, events, stored, head)
-            return AppendResult(first, head, idempotent=True)
-        if not self._advance(cursor, session_id, head, to_seq - 1):
-            raise AssertionError("the locked head moved")
-        self._insert(cursor, session_id, batch)
-        return AppendResult(first, to_seq - 1)
+        plan = plan_batch(session_id, seqs, head)
+        if plan.resend:
+            stored = events_in(
+                self._stored(cursor, session_id, plan.first_seq, plan.to_seq), plan.first_seq, plan.to_seq
+            )
+            confirm_resend(session_id, events, stored, head)
+        if plan.writes and batch is not None:
+            if not self._advance(cursor, session_id, head, plan.head_seq):
+                raise AssertionError("the locked head moved")
+            self._insert(cursor, session_id, batch)
+        return AppendResult.of(plan)
 
     def _remember(self, session_id: str, head: int, trailing: Sequence[StoredRecord]) -> None:
         """Keep the session's open run, columns only, for the next append's plan."""

@@ -472,12 +472,12 @@ async def snapshot_pages(url: str, owner: str) -> dict[str, Any]:
             for query in QUERIES:
                 for before in (None, info.head_seq // 2 or None):
                     bounded = msgspec.structs.replace(query, before=before)
-                    pages.append((await PageReader(store).body(session_id, info.head_seq, bounded))[0])
+                    pages.append((await PageReader(store).page(session_id, bounded)).body.join())
             # The raw expansion of the first thousand events: every event, unpacked.
             raw = PageQuery(
                 through=None, before=min(info.head_seq + 1, 1000), max_messages=1000, max_bytes=1 << 30, raw=True
             )
-            pages.append((await PageReader(store).body(session_id, info.head_seq, raw))[0])
+            pages.append((await PageReader(store).page(session_id, raw)).body.join())
             found[session_id] = (encode(info.header), info.owner, info.head_seq, pages)
             frontier.extend(child.id for child in await store.children(session_id))
         return found

@@ -1,0 +1,114 @@
+"""The store's rules (docs/protocol.md §4.1, §6), each once, as pure functions of plain values.
+
+* `plan_batch`: the head check of an append, which says whether to store the batch, do
+  nothing, or confirm a re-send;
+* `confirm_resend`: the resend check, which says whether a re-send is exactly the events
+  stored at its seqs;
+* `page_span`: a page's exclusive end, whether it is empty, and whether its ``through`` is
+  past the head.
+
+The sealing plan is `persistence.sealing.plan_append`. Backends execute what these return,
+and the service and the CLI act on it; none of them checks again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from msgspec import Struct
+
+from codec import Event, encode
+from persistence.errors import SeqConflictError
+
+__all__ = ["BatchPlan", "PageSpan", "confirm_resend", "dense_gap", "page_span", "plan_batch"]
+
+
+class BatchPlan(Struct, frozen=True):
+    """What an append of a batch does at a head.
+
+    ``writes``: store the batch; ``resend``: compare it with the stored events at
+    ``[first_seq, to_seq)`` (`confirm_resend`) and store nothing; neither: an empty batch.
+    ``head_seq`` is the head once the plan is carried out.
+    """
+
+    first_seq: int
+    head_seq: int
+    count: int
+    writes: bool
+    resend: bool
+
+    @property
+    def to_seq(self) -> int:
+        return self.first_seq + self.count
+
+
+class PageSpan(Struct, frozen=True):
+    """Where a page ends (exclusive), and whether its ``through`` is past the head, which is refused."""
+
+    to_seq: int
+    beyond_head: bool
+
+    @property
+    def reads(self) -> bool:
+        """Whether the page has records to read: it is neither empty nor refused."""
+        return self.to_seq > 0 and not self.beyond_head
+
+
+def dense_gap(seqs: Sequence[int]) -> int | None:
+    """The index of the first seq that does not follow the one before it, or ``None`` when ``seqs`` are dense."""
+    if not seqs:
+        return None
+    first = seqs[0]
+    for i, seq in enumerate(seqs):
+        if seq != first + i:
+            return i
+    return None
+
+
+def plan_batch(session_id: str, seqs: Sequence[int], head_seq: int) -> BatchPlan:
+    """The head check: a batch with these seqs, at a session whose head is ``head_seq`` (-1 when empty).
+
+    A batch must be dense and start at ``head_seq + 1``. One that lies wholly at or before
+    the head may be a re-send. Anything else raises `SeqConflictError`, carrying the head.
+    """
+    if not seqs:
+        return BatchPlan(head_seq + 1, head_seq, 0, writes=False, resend=False)
+    first, count = seqs[0], len(seqs)
+    gap = dense_gap(seqs)
+    if gap is not None:
+        raise SeqConflictError(
+            f"batch seqs are not dense: events[{gap}].seq is {seqs[gap]}, expected {first + gap}",
+            session_id=session_id,
+            head_seq=head_seq,
+        )
+    if first == head_seq + 1:
+        return BatchPlan(first, first + count - 1, count, writes=True, resend=False)
+    if first > head_seq + 1 or first + count - 1 > head_seq:
+        raise SeqConflictError(
+            f"batch starts at seq {first} but the session head is {head_seq}; expected {head_seq + 1}",
+            session_id=session_id,
+            head_seq=head_seq,
+        )
+    return BatchPlan(first, head_seq, count, writes=False, resend=True)
+
+
+def confirm_resend(session_id: str, events: Sequence[Event], stored: Sequence[Event], head_seq: int) -> None:
+    """The resend check: ``events`` must be exactly the ``stored`` events at their seqs, else `SeqConflictError`."""
+    if len(stored) == len(events) and encode(list(stored)) == encode(list(events)):
+        return
+    raise SeqConflictError(
+        f"batch at seqs {events[0].seq}..{events[-1].seq} differs from the stored events; head is {head_seq}",
+        session_id=session_id,
+        head_seq=head_seq,
+    )
+
+
+def page_span(head_seq: int, through: int | None, before: int | None) -> PageSpan:
+    """A page's span: it ends after ``through`` (else after the head), and no later than ``before``.
+
+    It is empty when that end is at or before seq 0, and refused when ``through`` is past the head.
+    """
+    to_seq = head_seq + 1 if through is None else through + 1
+    if before is not None:
+        to_seq = min(to_seq, before)
+    return PageSpan(to_seq, beyond_head=through is not None and through > head_seq)
