@@ -138,19 +138,6 @@ class Dialect(ABC):
         """`HistoryStore.read_page`."""
 
     @abstractmethod
-    def page_head(
-        self,
-        store: SqlStore,
-        cursor: Any,
-        session_id: str,
-        through: int | None,
-        before: int | None,
-        max_messages: int,
-        inline: bool,
-    ) -> Head | tuple[PageRead, bool]:
-        """A page's head in a read transaction, or the page itself when it ends there (and if it is complete)."""
-
-    @abstractmethod
     async def read_stored(self, store: SqlStore, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         """`HistoryStore.read_stored`."""
 

@@ -28,7 +28,7 @@ from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
 from persistence.rules import page_span
 from persistence.sealing import kept, plan_append
-from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Dialect, Head, LongWalk
+from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Dialect, LongWalk
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
 from persistence.sql.pg_timeouts import Deadline, Watchdog, connect_options
@@ -213,32 +213,10 @@ class PostgresDialect(Dialect):
                 rows: list[Any] = await cursor.fetchall()
         if not cuts:
             # The cut needs more messages than one read brings: page through them in a worker thread.
-            read, _ = await store._in_thread(
-                store._page_sync, session_id, through, before, max_messages, max_bytes, False
-            )
-            return read
+            return await store._in_thread(store._page_walked, session_id, info, to_seq, max_messages, max_bytes)
         if sum(len(row[3]) for row in rows) < INLINE_BYTES and not any(row[2] for row in rows):
             return PageRead(info, to_seq, cuts, store._records(rows))
         return PageRead(info, to_seq, cuts, await anyio.to_thread.run_sync(store._records, rows))
-
-    def page_head(
-        self,
-        store: SqlStore,
-        cursor: Any,
-        session_id: str,
-        through: int | None,
-        before: int | None,
-        max_messages: int,
-        inline: bool,
-    ) -> Head | tuple[PageRead, bool]:
-        """The session, its hidden ranges and newest messages in one round trip; then the cuts."""
-        cursor.execute(_PAGE_HEAD, _head_params(session_id, through, before))
-        head = self._head(store, cursor.fetchone(), session_id, through, before)
-        if isinstance(head, PageRead):
-            return head, True
-        info, to_seq, hidden, first, more = head
-        messages = store._messages_desc(cursor, session_id, to_seq, first, more)
-        return Head(info, to_seq, select_cuts(messages, hidden, to_seq=to_seq, max_messages=max_messages))
 
     def _head(
         self, store: SqlStore, row: Any, session_id: str, through: int | None, before: int | None

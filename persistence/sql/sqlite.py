@@ -189,39 +189,38 @@ class SqliteDialect(Dialect):
         max_bytes: int | None,
     ) -> PageRead:
         read, complete = await self.read(
-            store, store._page_sync, session_id, through, before, max_messages, max_bytes, True
+            store, self._page_inline, store, session_id, through, before, max_messages, max_bytes
         )
         if complete:
             return read
         if not read.cuts:
-            # The cut needs a long walk through the message index: all of the read goes to a worker thread.
-            read, _ = await store._in_thread(
-                store._page_sync, session_id, through, before, max_messages, max_bytes, False
+            # The cut needs a long walk through the message index: the walk goes on in a worker thread.
+            return await store._in_thread(
+                store._page_walked, session_id, read.info, read.to_seq, max_messages, max_bytes
             )
-            return read
         stored = await store._in_thread(store._stored, session_id, read.cuts[-1], read.to_seq)
         return PageRead(read.info, read.to_seq, read.cuts, stored)
 
-    def page_head(
+    def _page_inline(
         self,
-        store: SqlStore,
         cursor: Any,
+        store: SqlStore,
         session_id: str,
         through: int | None,
         before: int | None,
         max_messages: int,
-        inline: bool,
-    ) -> Head | tuple[PageRead, bool]:
+        max_bytes: int | None,
+    ) -> tuple[PageRead, bool]:
+        """The page's read in one transaction; ``False`` when its cut needs a long walk or its records are large."""
         info = store._info(cursor, session_id)
         span = page_span(info.head_seq, through, before)
         if not span.reads:
             return PageRead.unread(info, span), True
-        to_seq = span.to_seq
         try:
-            cuts = store._cuts(cursor, session_id, to_seq, max_messages, _INLINE_MESSAGE_PAGES if inline else None)
+            cuts = store._cuts(cursor, session_id, span.to_seq, max_messages, _INLINE_MESSAGE_PAGES)
         except LongWalk:
-            return PageRead(info, to_seq, [], []), False
-        return Head(info, to_seq, cuts)
+            return PageRead(info, span.to_seq, [], []), False
+        return store._page_of(cursor, session_id, Head(info, span.to_seq, cuts), max_bytes, True)
 
     async def read_stored(self, store: SqlStore, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         try:

@@ -432,21 +432,17 @@ class SqlStore(HistoryStore):
     ) -> PageRead:
         return await self._dialect.read_page(self, session_id, through, before, max_messages, max_bytes)
 
-    def _page_sync(
-        self,
-        cursor: Any,
-        session_id: str,
-        through: int | None,
-        before: int | None,
-        max_messages: int,
-        max_bytes: int | None,
-        inline: bool,
+    def _page_walked(
+        self, cursor: Any, session_id: str, info: SessionInfo, to_seq: int, max_messages: int, max_bytes: int | None
+    ) -> PageRead:
+        """The rest of a read whose cut needs a long walk, after its head (the index below ``to_seq`` never changes)."""
+        cuts = self._cuts(cursor, session_id, to_seq, max_messages)
+        return self._page_of(cursor, session_id, Head(info, to_seq, cuts), max_bytes, False)[0]
+
+    def _page_of(
+        self, cursor: Any, session_id: str, head: Head, max_bytes: int | None, inline: bool
     ) -> tuple[PageRead, bool]:
-        """The page's read in one transaction; ``False`` when its records are too large to read ``inline``."""
-        found = self._dialect.page_head(self, cursor, session_id, through, before, max_messages, inline)
-        if not isinstance(found, Head):
-            return found
-        info, to_seq, cuts = found
+        info, to_seq, cuts = head
         sized = None
         if max_bytes is not None and len(cuts) > 1:
             cuts, sized = self._bounded(cursor, session_id, cuts, to_seq, max_bytes)
