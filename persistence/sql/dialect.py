@@ -20,12 +20,11 @@ from codec import StoredRecord
 from persistence.base import PageRead, SessionInfo
 from persistence.batch import PreparedBatch
 from persistence.notify import HeadListener
-from persistence.sql.pg_timeouts import Deadline
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore
 
-__all__ = ["INLINE_BYTES", "MESSAGE_PAGE", "READERS_KEPT", "Busy", "Dialect", "Head", "LongWalk"]
+__all__ = ["INLINE_BYTES", "MESSAGE_PAGE", "READERS_KEPT", "Busy", "Deadline", "Dialect", "Head", "LongWalk"]
 
 # A read whose records' stored bytes pass this, or hold a compressed line, is finished in a worker thread.
 INLINE_BYTES: Final = 256 * 1024
@@ -41,6 +40,19 @@ class LongWalk(Exception):
 
 class Busy(Exception):
     """A read on the event loop that would wait for another connection's lock: it is retried in a worker thread."""
+
+
+class Deadline:
+    """One call bounded by ``seconds``; ``expired`` once its bound cut its connection (it must then be discarded)."""
+
+    __slots__ = ("at", "connection", "done", "expired", "seconds")
+
+    def __init__(self, connection: Any, seconds: float, at: float) -> None:
+        self.connection = connection
+        self.seconds = seconds
+        self.at = at
+        self.done = False
+        self.expired = False
 
 
 class Head(NamedTuple):

@@ -16,7 +16,8 @@ import anyio
 import psycopg
 
 from persistence.errors import StoreError
-from persistence.sql.pg_timeouts import Deadline, Watchdog, connect_options
+from persistence.sql.dialect import Deadline
+from persistence.sql.pg_timeouts import Watchdog, connect_options
 
 __all__ = ["AsyncReaders"]
 

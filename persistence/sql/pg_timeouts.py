@@ -23,7 +23,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
-__all__ = ["Deadline", "Watchdog", "connect_options"]
+from persistence.sql.dialect import Deadline
+
+__all__ = ["Watchdog", "connect_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,19 +42,6 @@ def connect_options(timeout: float) -> dict[str, Any]:
         "options": f"-c statement_timeout={max(1, round(timeout * 1000))}",
         **_KEEPALIVES,
     }
-
-
-class Deadline:
-    """One call bounded by ``seconds``; ``expired`` once the watchdog cut its connection (it must then be discarded)."""
-
-    __slots__ = ("at", "connection", "done", "expired", "seconds")
-
-    def __init__(self, connection: Any, seconds: float, at: float) -> None:
-        self.connection = connection
-        self.seconds = seconds
-        self.at = at
-        self.done = False
-        self.expired = False
 
 
 class Watchdog:

@@ -28,10 +28,10 @@ from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
 from persistence.rules import page_span
 from persistence.sealing import kept, plan_append
-from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Dialect, LongWalk
+from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
-from persistence.sql.pg_timeouts import Deadline, Watchdog, connect_options
+from persistence.sql.pg_timeouts import Watchdog, connect_options
 from persistence.sql.schema import PROBE, CodePointOrder
 
 if TYPE_CHECKING:

@@ -28,8 +28,7 @@ from persistence.batch import PreparedBatch
 from persistence.errors import StoreError
 from persistence.notify import HeadListener
 from persistence.rules import page_span
-from persistence.sql.dialect import Busy, Dialect, Head, LongWalk
-from persistence.sql.pg_timeouts import Deadline
+from persistence.sql.dialect import Busy, Deadline, Dialect, Head, LongWalk
 from persistence.sql.schema import PROBE, CodePointOrder
 
 if TYPE_CHECKING:

@@ -44,10 +44,9 @@ from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import open_run, plan_append
-from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Dialect, Head, LongWalk
+from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Deadline, Dialect, Head, LongWalk
 from persistence.sql.groups import SqlGroups
 from persistence.sql.migrations import migrate, refuse
-from persistence.sql.pg_timeouts import Deadline
 from persistence.sql.postgres import PostgresDialect
 from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, CodePointOrder, sessions_table
 from persistence.sql.sqlite import SqliteDialect
