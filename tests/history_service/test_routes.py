@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Literal
 
 import httpx
@@ -81,15 +82,21 @@ def test_a_route_added_to_the_table_is_documented_with_its_parameters_and_error_
     assert list(local["responses"]) == ["200", "400", "404", "422"]
 
 
-@pytest.fixture
-async def probing(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[httpx.AsyncClient]:
-    monkeypatch.setattr(routes, "ROUTES", (*routes.ROUTES, PROBE))
+@asynccontextmanager
+async def local_app() -> AsyncIterator[httpx.AsyncClient]:
     store = await open_store("memory://", create=True)
     try:
         async with serving(create_app(Settings(metrics=False), store=store)) as client:
             yield client
     finally:
         await store.close()
+
+
+@pytest.fixture
+async def probing(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[httpx.AsyncClient]:
+    monkeypatch.setattr(routes, "ROUTES", (*routes.ROUTES, PROBE))
+    async with local_app() as client:
+        yield client
 
 
 async def test_a_route_added_to_the_table_is_served_and_in_the_apps_own_document(probing: httpx.AsyncClient) -> None:
@@ -134,12 +141,8 @@ READS = [
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    store = await open_store("memory://", create=True)
-    try:
-        async with serving(create_app(Settings(metrics=False), store=store)) as client:
-            yield client
-    finally:
-        await store.close()
+    async with local_app() as client:
+        yield client
 
 
 @pytest.mark.parametrize(("path", "param"), READS)
