@@ -11,16 +11,18 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.errors import ServerErrorMiddleware
-from starlette.routing import Route
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from history_service import endpoints, openapi
+from history_service import openapi, routes
 from history_service.allocator import Trimmer, fix_mmap_threshold
 from history_service.assets import viewer_routes
 from history_service.cors import cors_middleware
 from history_service.errors import EXCEPTION_HANDLERS
 from history_service.logs import AccessLog, RequestIds, Tracebacks, configure_logging
-from history_service.metrics import Metrics, MetricsMiddleware, metrics_for, scrape
+from history_service.metrics import Metrics, MetricsMiddleware, metrics_for
 from history_service.service import HistoryService
 from history_service.settings import Settings
 from history_service.shutdown import Shutdown, on_signals
@@ -84,7 +86,12 @@ def create_app(
                 with stopping.listening(service.hub.close), on_signals(stopping) if shutdown is None else nullcontext():
                     try:
                         with recorded.running():
-                            yield {"service": service, "metrics": recorded, "tracebacks": limited}
+                            yield {
+                                "service": service,
+                                "metrics": recorded,
+                                "tracebacks": limited,
+                                "document": openapi.Served(settings),
+                            }
                     finally:
                         limited.close()
                         service.hub.close()
@@ -93,29 +100,15 @@ def create_app(
             if store is None:
                 await opened.close()
 
-    routes = [
-        Route("/healthz", endpoints.healthz, methods=["GET"]),
-        Route("/readyz", endpoints.readyz, methods=["GET"]),
-        openapi.route(settings),
-        Route("/v1/sessions", endpoints.sessions, methods=["GET", "POST"]),
-        Route("/v1/sessions/{session_id}", endpoints.get_session, methods=["GET"]),
-        Route("/v1/sessions/{session_id}/subagents", endpoints.list_subagents, methods=["GET"]),
-        Route("/v1/sessions/{session_id}/subagents/{child_id}", endpoints.get_session, methods=["GET"]),
-        Route("/v1/sessions/{session_id}/events", endpoints.append_events, methods=["POST"]),
-        Route("/v1/sessions/{session_id}/page", endpoints.page, methods=["GET"]),
-        Route("/v1/sessions/{session_id}/subagents/{child_id}/page", endpoints.page, methods=["GET"]),
-        Route("/v1/sessions/{session_id}/follow", endpoints.follow, methods=["GET"]),
-        Route("/v1/sessions/{session_id}/subagents/{child_id}/follow", endpoints.follow, methods=["GET"]),
-        *viewer_routes(),
-    ]
+    # With a metrics port, that port serves them instead: the API port never shows them to a gateway's callers.
+    with_metrics = recorded.enabled and settings.metrics_port is None
+    served = [_served(route) for route in routes.ROUTES if route.when == "always" or with_metrics]
+    served += viewer_routes()
     if settings.enable_test_seed:
         # Imported only when enabled, so a production process never loads it.
         from history_service import seed
 
-        routes.append(Route("/v1/test-only/seed", seed.seed, methods=["POST"]))
-    if recorded.enabled and settings.metrics_port is None:
-        # With a metrics port, that port serves them instead: the API port never shows them to a gateway's callers.
-        routes.append(Route("/metrics", scrape, methods=["GET"]))
+        served.append(Route("/v1/test-only/seed", seed.seed, methods=["POST"]))
     # Request ids are outermost (see `_Edge`), then the access log, so every line and response carries one.
     middleware = [
         Middleware(AccessLog),
@@ -134,11 +127,25 @@ def create_app(
             Middleware(ServerErrorMiddleware, handler=EXCEPTION_HANDLERS[Exception]),
         ]
     return _Edge(
-        routes=routes,
+        routes=served,
         middleware=middleware,
         exception_handlers=handlers,
         lifespan=lifespan,
     )
+
+
+def _served(route: routes.Route) -> BaseRoute:
+    """A table route as Starlette serves it: one route per path, so that a 405 there allows every method."""
+    by_method: dict[str, routes.Endpoint] = {operation.method: operation.endpoint for operation in route.operations}
+    methods = list(by_method)
+    if len(by_method) == 1:
+        return Route(route.path, by_method[methods[0]], methods=methods)
+
+    async def endpoint(request: Request) -> Response:
+        # HEAD is GET's, as Starlette answers it.
+        return await by_method.get(request.method, by_method["GET"])(request)
+
+    return Route(route.path, endpoint, methods=methods)
 
 
 def app_factory(settings: Settings | None = None) -> Starlette:

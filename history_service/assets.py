@@ -25,7 +25,7 @@ from starlette.types import Scope
 
 from history_service.errors import ViewerUnavailable
 
-__all__ = ["VIEWER_DIR", "JS_CLIENT_DIR", "viewer_routes"]
+__all__ = ["VIEWER_DIR", "JS_CLIENT_DIR", "to_viewer", "viewer_routes"]
 
 VIEWER_DIR: Final = Path(__file__).resolve().parent / "viewer"
 
@@ -72,20 +72,21 @@ async def _unavailable(request: Request) -> Response:
     raise ViewerUnavailable()
 
 
-async def _to_folder(request: Request) -> Response:
+async def to_viewer(request: Request) -> Response:
+    """``GET /``, the service's way in: the viewer's list of sessions (or why the viewer is not there)."""
     # Relative, so the address never comes from the request's Host header.
     return RedirectResponse("/viewer/", status_code=308)
 
 
 def viewer_routes() -> list[BaseRoute]:
-    """The viewer's routes; `_unavailable` stands in when the client's sources are not installed."""
-    # The service's root is the way in: the viewer's list of sessions (or why the viewer is not there).
-    root = Route("/", _to_folder, methods=["GET"])
+    """The viewer's routes; `_unavailable` stands in when the client's sources are not installed.
+
+    ``/`` (`to_viewer`) is an API route, declared in `history_service.routes`.
+    """
     if not JS_CLIENT_DIR.is_dir() or not VIEWER_DIR.is_dir():
-        return [root, Route("/viewer", _unavailable), Route("/viewer/{path:path}", _unavailable)]
+        return [Route("/viewer", _unavailable), Route("/viewer/{path:path}", _unavailable)]
     return [
-        root,
-        Route("/viewer", _to_folder),
+        Route("/viewer", to_viewer),
         Mount("/viewer/lib", app=_Files(directory=JS_CLIENT_DIR), name="viewer-lib"),
         Mount("/viewer", app=_Files(directory=VIEWER_DIR, html=True), name="viewer"),
     ]

@@ -14,16 +14,28 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Final
+from typing import Final, Literal, get_args
 
 import brotli
 import zstandard
 
 from history_service.errors import ContentEncodingError, ContentTooLargeError
 
-__all__ = ["CODINGS", "DEFAULT_MAX_DECODED_SIZE", "choose_encoding", "compress", "decompress", "gather"]
+__all__ = [
+    "CODINGS",
+    "DEFAULT_MAX_DECODED_SIZE",
+    "Coding",
+    "choose_encoding",
+    "compress",
+    "decompress",
+    "gather",
+    "spoken",
+]
 
-CODINGS: Final = ("zstd", "br", "gzip")
+# The one list of content codings: requests decode them, pages are sent in them, and the
+# OpenAPI document and the messages that name them are made from it. Offered in this order.
+Coding = Literal["zstd", "br", "gzip"]
+CODINGS: Final[tuple[str, ...]] = get_args(Coding)
 DEFAULT_MAX_DECODED_SIZE: Final = 64 * 1024 * 1024
 _ZSTD_LEVEL: Final = 3
 _ZSTD_MAX_WINDOW: Final = 8 * 1024 * 1024
@@ -50,6 +62,11 @@ def gather(parts: Iterable[bytes | memoryview], size: int) -> Iterator[bytes]:
             group, total = [], 0
     if group:
         yield b"".join(group)
+
+
+def spoken(codings: Sequence[str] = CODINGS) -> str:
+    """``codings`` as a message names them: ``"zstd, br or gzip"``."""
+    return " or ".join(filter(None, (", ".join(codings[:-1]), codings[-1])))
 
 
 def compress(body: bytes | Sequence[bytes | memoryview], coding: str) -> bytes:

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from codec import encode
+from history_service import bodies
 from history_service.auth import principal
 from history_service.errors import stream_error, tracebacks_of
 from history_service.follow import sse_frame
@@ -23,11 +24,11 @@ from history_service.readiness import readiness
 from history_service.requests import (
     accepted_coding,
     address,
-    check_params,
     cursor_for,
     follow_params,
     list_params,
     matches_etag,
+    no_params,
     page_query,
     read_events,
     read_header,
@@ -37,13 +38,16 @@ from history_service.service import HistoryService
 from persistence import SessionSummary, StoreError
 
 __all__ = [
+    "IMMUTABLE",
+    "REVALIDATED",
     "append_events",
     "create_session",
+    "document",
     "follow",
     "get_session",
     "healthz",
     "list_sessions",
-    "sessions",
+    "list_subagents",
     "page",
     "readyz",
 ]
@@ -64,18 +68,18 @@ def _json(value: object, status: int = 200) -> Response:
 
 
 async def healthz(request: Request) -> Response:
-    return _json({"status": "ok"})
+    return _json(bodies.Health("ok"))
 
 
 async def readyz(request: Request) -> Response:
     service = _service(request)
     ready, body = await readiness(service.store, service.hub)
-    return _json(body, 200 if ready else 503)
+    return _json(bodies.Readiness(**body), 200 if ready else 503)
 
 
-async def sessions(request: Request) -> Response:
-    """``/v1/sessions``: GET lists, POST creates. One route, so that a 405 there allows both."""
-    return await (create_session(request) if request.method == "POST" else list_sessions(request))
+async def document(request: Request) -> Response:
+    """``GET /openapi.json``: the app's own document, which its lifespan holds (`history_service.openapi.Served`)."""
+    return Response(request.state.document.body, media_type="application/json")
 
 
 async def list_sessions(request: Request) -> Response:
@@ -96,26 +100,25 @@ async def list_subagents(request: Request) -> Response:
 def _listing(found: list[SessionSummary], limit: int) -> Response:
     """A listing's page from up to ``limit + 1`` sessions: the extra one only says that more follow."""
     listed = found[:limit]
-    sessions = [
-        {"id": s.id, "createdAt": s.created_at, "headSeq": s.head_seq, "childCount": s.child_count} for s in listed
-    ]
+    sessions = [bodies.ListedSession(s.id, s.created_at, s.head_seq, s.child_count) for s in listed]
     next_cursor = cursor_for(listed[-1].key) if len(found) > limit else None
-    return _json({"sessions": sessions, "nextCursor": next_cursor})
+    return _json(bodies.SessionList(sessions, next_cursor))
 
 
 async def get_session(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
-    check_params(request, frozenset())
+    no_params(request)
     info = await service.readable(who, *address(request))
-    return _json({"header": info.header, "headSeq": info.head_seq})
+    return _json(bodies.SessionState(info.header, info.head_seq))
 
 
 async def create_session(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
     info = await service.create(who, await read_header(request, service.settings))
-    return _json({"id": info.header.id, "headSeq": info.head_seq}, 201)
+    # A new session has no event yet: its head is -1.
+    return _json(bodies.SessionCreated(info.header.id, -1), 201)
 
 
 async def append_events(request: Request) -> Response:
@@ -123,10 +126,9 @@ async def append_events(request: Request) -> Response:
     who = principal(request, service.settings)
     session_id, _ = address(request)
     result = await service.append(who, session_id, await read_events(request, service.settings))
-    reply = {"firstSeq": result.first_seq, "headSeq": result.head_seq}
     if result.idempotent:
-        return _json({**reply, "idempotent": True}, 200)
-    return _json(reply, 201)
+        return _json(bodies.Appended(result.first_seq, result.head_seq, idempotent=True), 200)
+    return _json(bodies.Appended(result.first_seq, result.head_seq), 201)
 
 
 async def page(request: Request) -> Response:

@@ -1,11 +1,13 @@
-"""The OpenAPI 3.1 document of the HTTP API (docs/protocol.md), built from the types that read and write the wire.
+"""The OpenAPI 3.1 document of the HTTP API (docs/protocol.md), built from the route table and the wire types.
 
-Every schema comes from `msgspec.json.schema_components` over the Structs that decode
-requests (`codec.SessionHeader`, the codec's events and rows) and describe responses
-(`codec.Page`, `codec.FollowSnapshot`, `history_service.bodies`), so the document cannot
-drift from them. The few rules the decoders check in code rather than in a type are added
-by `_refine`, each named there. Error statuses come from the one error table
-(`history_service.errors.ERRORS`); which codes each operation can answer is listed here.
+Each path, operation, parameter, answer and error code comes from `history_service.routes`
+(the parameters' ranges and defaults from `history_service.params`); this module keeps only
+what is the document's own: its prose, its security schemes and its components. Every
+schema comes from `msgspec.json.schema_components` over the Structs that decode requests
+(`codec.SessionHeader`, the codec's events and rows) and describe responses (`codec.Page`,
+`codec.FollowSnapshot`, `history_service.bodies`), so the document cannot drift from them.
+The few rules the decoders check in code rather than in a type are added by `_refine`, each
+named there. Error statuses come from the one error table (`history_service.errors.ERRORS`).
 
 The document follows the app's settings: token auth adds its security schemes, 401 and
 ``duplicate_header``; ``maxBytes`` defaults to the configured byte target; ``/metrics`` is
@@ -19,17 +21,15 @@ import argparse
 import copy
 import functools
 import inspect
+import re
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from codec import (
-    MAX_SAFE_INTEGER,
     RESERVED_TYPES,
     Event,
     FollowSnapshot,
@@ -40,11 +40,13 @@ from codec import (
     ToolCallChunks,
     distribution_version,
 )
-from history_service import bodies
+from history_service import bodies, routes
 from history_service.errors import ERRORS
+from history_service.params import NoParams, Param, parameter, parameters
+from history_service.routes import Operation, Reply, Route
 from history_service.settings import Settings
 
-__all__ = ["DOCUMENT_PATH", "document", "encode_document", "main", "route"]
+__all__ = ["DOCUMENT_PATH", "Served", "document", "documented_path", "encode_document", "main"]
 
 DOCUMENT_PATH: Final = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
 _DEFAULTS: Final = Settings()
@@ -71,18 +73,8 @@ _TYPES: Final = (
 # The status of every code: the error table's, and the router's own for a path no route matches.
 _STATUS: Final = {answer.code: answer.status for answer in ERRORS.values()} | {"not_found": 404}
 _CREDENTIALS: Final = ("duplicate_header", "unauthorized")
-_BODY: Final = ("malformed_json", "bad_encoding", "body_too_large", "unsupported_media_type", "unsupported_encoding")
-_FAILURES: Final = ("store_unavailable", "internal")
-# An address the caller may not read (§8.2). A path segment that decodes to something with a
-# "/" in it names no route: 404 not_found.
-_READ: Final = ("invalid_session_id", "session_not_found", "not_found", "subagent_child", *_FAILURES)
-_CHILD: Final = (*_READ, "not_a_direct_child")
-# A page or a follow that the budget of bytes in flight, or the cap of follow streams, refuses (§4.6).
-_LOADED: Final = ("overloaded",)
-# An append names its session by its own id, a child's too (§6.2).
-_ADDRESSED: Final = ("invalid_session_id", "session_not_found", "not_found", *_FAILURES)
-_IMMUTABLE: Final = "private, max-age=31536000, immutable"
-_REVALIDATED: Final = "private, no-cache"
+# §2.3: a create body may leave out the header's type (its tag); `_refine` states it.
+_REQUEST_SCHEMAS: Final[dict[type, str]] = {SessionHeader: "NewSessionHeader"}
 
 _DESCRIPTION: Final = """\
 Session events in, message-aligned pages and live follow out. Section numbers (§) refer to docs/protocol.md.
@@ -104,32 +96,6 @@ def _json(name: str) -> dict[str, Any]:
     return {"application/json": {"schema": _ref(name)}}
 
 
-def _integer(low: int, high: int, **extra: Any) -> dict[str, Any]:
-    return {"type": "integer", "minimum": low, "maximum": high, **extra}
-
-
-def _parameter(name: str, where: str, schema: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "in": where, "description": description, "schema": schema, **extra}
-
-
-def _path(*names: str) -> list[dict[str, Any]]:
-    return [_parameter(name, "path", _ref("SessionId"), f"A session id (`{name}`).", required=True) for name in names]
-
-
-_TOP: Final = _path("id")
-_SUBAGENT: Final = _path("parent", "child")
-_MAX_MESSAGES: Final = _parameter(
-    "maxMessages", "query", _integer(1, 1000, default=50), "Most counted messages (§4.3)."
-)
-_LISTING: Final = [
-    _parameter("limit", "query", _integer(1, 1000, default=50), "Most sessions in the answer."),
-    _parameter("cursor", "query", {"type": "string"}, "A `nextCursor` the service returned, unchanged."),
-]
-_CONTENT_ENCODING: Final = _parameter(
-    "Content-Encoding", "header", {"enum": ["identity", "zstd", "br", "gzip"]}, "The body's content coding (§11.2)."
-)
-
-
 def _schemas() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(_TYPES, ref_template=_REF)
     _refine(components)
@@ -148,7 +114,6 @@ def _refine(components: dict[str, Any]) -> None:
     components["SessionId"] = {**session_id, "not": {"enum": [".", ".."]}, "description": "A session id (§2.4)."}
     header = components["SessionHeader"]["properties"]
     header["id"] = header["parentSession"] = _ref("SessionId")
-    # §2.3: a create body may leave out the header's type (its tag), which every header as written has.
     written = components["SessionHeader"]
     components["NewSessionHeader"] = {
         **written,
@@ -170,50 +135,33 @@ def _refine(components: dict[str, Any]) -> None:
     }
 
 
-def _links(target: str, parameters: dict[str, str], description: str, **extra: Any) -> dict[str, Any]:
-    return {"operationId": target, "parameters": parameters, "description": description, **extra}
+def documented_path(path: str) -> str:
+    """A route's path as the document names it: a session ``{id}``, a subagent's address ``{parent}``, ``{child}``."""
+    names = {"session_id": "parent", "child_id": "child"} if "{child_id}" in path else {"session_id": "id"}
+    return re.sub(r"\{(\w+)\}", lambda found: "{" + names.get(found[1], found[1]) + "}", path)
 
 
-# The stateful paths a client walks: create a session, append its first batch, read and follow it.
-_CREATED: Final = {
-    "GetSession": _links("getSession", {"id": "$response.body#/id"}, "The new session's header and head."),
-    "AppendFirstBatch": _links(
-        "appendEvents",
-        {"id": "$response.body#/id"},
-        "A new session's head is -1, so its first batch starts at seq 0.",
-        requestBody={"events": [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}]},
-    ),
-    "ReadPage": _links("readPage", {"id": "$response.body#/id"}, "The newest page: empty until an append."),
-    "Follow": _links("followSession", {"id": "$response.body#/id"}, "Follow it live from its snapshot."),
-}
-_APPENDED: Final = {
-    "ReadImmutablePage": _links(
-        "readPage",
-        {"id": "$request.path.id", "through": "$response.body#/headSeq"},
-        "The page that ends at the new head, which never changes.",
-    ),
-    "Follow": _links("followSession", {"id": "$request.path.id"}, "Follow it live from its snapshot."),
-}
-_READ_STATE: Final = {
-    "ReadImmutablePage": _links(
-        "readPage",
-        {"id": "$request.path.id", "through": "$response.body#/headSeq"},
-        "The page that ends at the head read here.",
-    ),
-}
+def _schema(param: Param, settings: Mapping[str, Any]) -> dict[str, Any]:
+    if param.kind == "enum":
+        return {"enum": list(param.values)}
+    if param.kind == "string":
+        return {"type": "string"}
+    schema: dict[str, Any] = {"type": "integer", "minimum": param.low, "maximum": param.high}
+    default = param.default if param.setting is None else settings[param.setting]
+    if default is not None:
+        schema["default"] = default
+    return schema
 
 
 class _Builder:
-    """The operations, for an app whose auth mode and page byte target are these."""
+    """The operations of `history_service.routes`, for an app whose auth mode and settings are these."""
 
-    def __init__(self, *, auth: str, default_max_bytes: int) -> None:
+    def __init__(self, *, auth: str, settings: Mapping[str, Any]) -> None:
         self.auth = auth
-        self.default_max_bytes = default_max_bytes
+        self.settings = settings
 
     def errors(self, codes: tuple[str, ...]) -> dict[str, Any]:
         """One response per status: the error body, its code one of those this operation answers with it."""
-        if self.auth == "token":
-            codes = (*_CREDENTIALS, *codes)
         by_status: dict[int, list[str]] = {}
         for code in codes:
             by_status.setdefault(_STATUS[code], []).append(code)
@@ -232,231 +180,70 @@ class _Builder:
             responses[str(status)] = response
         return responses
 
-    def operation(
-        self, operation_id: str, summary: str, tag: str, responses: dict[str, Any], codes: tuple[str, ...], **rest: Any
-    ) -> dict[str, Any]:
-        answers = {**responses, **self.errors(codes)}
-        return {"operationId": operation_id, "summary": summary, "tags": [tag], **rest, "responses": answers}
-
-    def page(
-        self, operation_id: str, summary: str, path: list[dict[str, Any]], codes: tuple[str, ...]
-    ) -> dict[str, Any]:
-        headers = {
-            "Vary": {"required": True, "schema": {"const": "Accept-Encoding"}},
-            "Cache-Control": {"required": True, "schema": {"enum": ["no-cache", _IMMUTABLE, _REVALIDATED]}},
-            "ETag": {"description": "On an immutable page (explicit `through`) only.", "schema": {"type": "string"}},
-            "Content-Encoding": {"schema": {"enum": ["zstd", "br", "gzip"]}},
-        }
-        seq = _integer(0, MAX_SAFE_INTEGER)
-        parameters = [
-            *path,
-            _parameter("through", "query", _integer(-1, MAX_SAFE_INTEGER), "Inclusive upper seq, at most the head."),
-            _parameter("before", "query", seq, "Exclusive upper seq, to page backwards."),
-            _MAX_MESSAGES,
-            _parameter(
-                "maxBytes", "query", _integer(1, MAX_SAFE_INTEGER, default=self.default_max_bytes), "Byte target."
-            ),
-            _parameter("expand", "query", {"enum": ["raw"]}, 'Every record as `{"event"}`, unpacked.'),
-            _parameter("Accept-Encoding", "header", {"type": "string"}, "zstd, br or gzip (§4.4)."),
-            _parameter("If-None-Match", "header", {"type": "string"}, "An immutable page's ETag, or `*`."),
-        ]
-        responses = {
-            "200": {"description": "The page (§4.2).", "headers": headers, "content": _json("Page")},
-            "304": {"description": "`If-None-Match` holds the immutable page's ETag.", "headers": headers},
-        }
-        codes = ("invalid_parameter", "not_acceptable", *codes)
-        return self.operation(operation_id, summary, "reading", responses, codes, parameters=parameters)
-
-    def follow(
-        self, operation_id: str, summary: str, path: list[dict[str, Any]], codes: tuple[str, ...]
-    ) -> dict[str, Any]:
-        cursor = _integer(-1, MAX_SAFE_INTEGER)
-        parameters = [
-            *path,
-            _parameter("after", "query", cursor, "Resume after this seq, with no snapshot."),
-            _MAX_MESSAGES,
-            _parameter("Last-Event-ID", "header", cursor, "As `after`, and wins over it."),
-        ]
-        frames = [
-            ("snapshot", "FollowSnapshot", "The first frame of a fresh follow; `id` is the cursor."),
-            ("event", "Event", "One logical event, never packed; `id` is its seq."),
-            ("error", "FollowError", "The last frame of a stream that cannot go on."),
-        ]
-        # Before OpenAPI 3.2, an event stream's schema describes one event: its fields, its data a JSON string.
-        frame = {
-            "oneOf": [
-                {
-                    "description": description,
-                    "type": "object",
-                    "required": ["event", "data"],
-                    "properties": {
-                        "event": {"const": name},
-                        "id": {"type": "string", "pattern": "^-?[0-9]+$"},
-                        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": _ref(data)},
-                    },
-                }
-                for name, data, description in frames
-            ]
-        }
-        headers = {
-            "Cache-Control": {"required": True, "schema": {"const": "no-cache"}},
-            "X-Accel-Buffering": {"required": True, "schema": {"const": "no"}},
-        }
-        stream = {
-            "description": "An endless event stream (§5): `retry:`, then frames, and `: ping` comments while idle.",
-            "headers": headers,
-            "content": {"text/event-stream": {"schema": frame}},
-        }
-        codes = ("invalid_parameter", *codes)
-        return self.operation(operation_id, summary, "reading", {"200": stream}, codes, parameters=parameters)
-
-    def sessions(self) -> dict[str, Any]:
-        listing = self.operation(
-            "listSessions",
-            "The caller's top-level sessions, newest first (§12.1)",
-            "sessions",
-            {"200": {"description": "One page of the listing.", "content": _json("SessionList")}},
-            ("invalid_parameter", *_FAILURES),
-            parameters=_LISTING,
-        )
-        create = self.operation(
-            "createSession",
-            "Create a session (§6.1)",
-            "writing",
+    def parameters(self, path: str, operation: Operation) -> list[dict[str, Any]]:
+        """The path's session ids, then the query Struct's fields, then the headers the operation reads."""
+        found = [
             {
-                "201": {
-                    "description": "Created; the caller owns it.",
-                    "content": _json("SessionCreated"),
-                    "links": _CREATED,
-                }
-            },
-            (*_BODY, "invalid_header", "invalid_session_id", "invalid_parent", "session_exists", *_FAILURES),
-            parameters=[_CONTENT_ENCODING],
-            requestBody={"required": True, "content": _json("NewSessionHeader")},
-        )
-        return {"get": listing, "post": create}
+                "name": name,
+                "in": "path",
+                "description": f"A session id (`{name}`).",
+                "schema": _ref("SessionId"),
+                "required": True,
+            }
+            for name in re.findall(r"\{(\w+)\}", path)
+        ]
+        declared = [("query", param) for param in parameters(operation.query or NoParams)] + [
+            ("header", parameter(header.name, header.type, description=header.description))
+            for header in operation.headers
+        ]
+        found += [
+            {"name": param.name, "in": where, "description": param.description, "schema": _schema(param, self.settings)}
+            for where, param in declared
+        ]
+        return found
 
-    def subagents(self) -> dict[str, Any]:
-        return self.operation(
-            "listSubagents",
-            "A session's direct subagent children, newest first (§12.3)",
-            "sessions",
-            {"200": {"description": "One page of the listing.", "content": _json("SessionList")}},
-            ("invalid_parameter", *_ADDRESSED),
-            parameters=[*_TOP, *_LISTING],
-        )
+    def reply(self, reply: Reply) -> dict[str, Any]:
+        answer: dict[str, Any] = {"description": reply.description}
+        if reply.headers:
+            answer["headers"] = dict(reply.headers)
+        if reply.body is not None:
+            answer["content"] = _json(reply.body.__name__)
+        elif reply.content:
+            answer["content"] = dict(reply.content)
+        if reply.links:
+            answer["links"] = dict(reply.links)
+        return answer
 
-    def append(self) -> dict[str, Any]:
-        return self.operation(
-            "appendEvents",
-            "Append a batch (§6.2)",
-            "writing",
-            {
-                "201": {"description": "Stored, durably.", "content": _json("Appended"), "links": _APPENDED},
-                "200": {
-                    "description": "An exact re-send: nothing stored (`idempotent`).",
-                    "content": _json("Appended"),
-                },
-            },
-            (*_BODY, "batch_too_large", "invalid_batch", "invalid_event", "seq_conflict", *_ADDRESSED),
-            parameters=[*_TOP, _CONTENT_ENCODING],
-            requestBody={"required": True, "content": _json("AppendBody")},
-        )
-
-    def state(
-        self, operation_id: str, summary: str, path: list[dict[str, Any]], codes: tuple[str, ...], **links: Any
-    ) -> dict[str, Any]:
-        ok = {"200": {"description": "The header and the head.", "content": _json("SessionState"), **links}}
-        return self.operation(operation_id, summary, "sessions", ok, ("invalid_parameter", *codes), parameters=path)
-
-    def metrics(self) -> dict[str, Any]:
-        text = {"schema": {"type": "string"}}
-        ok = {
-            "description": "The Prometheus text format, or OpenMetrics when `Accept` asks for it.",
-            "content": {"text/plain": text, "application/openmetrics-text": text},
+    def operation(self, path: str, operation: Operation) -> dict[str, Any]:
+        credentials = _CREDENTIALS if self.auth == "token" and operation.auth != "none" else ()
+        answers = {str(reply.status): self.reply(reply) for reply in operation.replies}
+        answers |= self.errors((*credentials, *operation.errors))
+        described: dict[str, Any] = {
+            "operationId": operation.name,
+            "summary": operation.summary,
+            "tags": [operation.tag],
         }
-        operation = _public("metrics", "Prometheus metrics", {"200": ok, **self.errors(())})
-        if self.auth == "token":
-            # The service token alone: the metrics name no session.
-            operation["security"] = [{"serviceToken": []}]
-        return operation
+        if operation.auth != "caller":
+            # The service token alone: a requirement of its own. Public: an empty one, said outright.
+            described["security"] = (
+                [{"serviceToken": []}] if operation.auth == "service" and self.auth == "token" else []
+            )
+        parameters = self.parameters(path, operation)
+        if parameters:
+            described["parameters"] = parameters
+        if operation.body is not None:
+            name = _REQUEST_SCHEMAS.get(operation.body, operation.body.__name__)
+            described["requestBody"] = {"required": True, "content": _json(name)}
+        return {**described, "responses": answers}
 
-    def paths(self, *, metrics: bool) -> dict[str, Any]:
-        paths = {
-            "/v1/sessions": self.sessions(),
-            "/v1/sessions/{id}": {
-                "get": self.state("getSession", "A session's header and head (§12.2)", _TOP, _READ, links=_READ_STATE)
-            },
-            "/v1/sessions/{id}/subagents": {"get": self.subagents()},
-            "/v1/sessions/{parent}/subagents/{child}": {
-                "get": self.state("getChildSession", "A subagent child's header and head (§12.2)", _SUBAGENT, _CHILD)
-            },
-            "/v1/sessions/{id}/events": {"post": self.append()},
-            "/v1/sessions/{id}/page": {"get": self.page("readPage", "`session.page` (§4)", _TOP, (*_READ, *_LOADED))},
-            "/v1/sessions/{parent}/subagents/{child}/page": {
-                "get": self.page(
-                    "readChildPage", "`session.page` of a subagent child (§4)", _SUBAGENT, (*_CHILD, *_LOADED)
-                )
-            },
-            "/v1/sessions/{id}/follow": {
-                "get": self.follow("followSession", "`session.follow` (§5)", _TOP, (*_READ, *_LOADED))
-            },
-            "/v1/sessions/{parent}/subagents/{child}/follow": {
-                "get": self.follow(
-                    "followChildSession", "`session.follow` of a subagent child (§5)", _SUBAGENT, (*_CHILD, *_LOADED)
-                )
-            },
-            "/": {
-                "get": _public(
-                    "root",
-                    "The way in: a redirect to the session viewer",
-                    {
-                        "308": {
-                            "description": "To `/viewer/`, which lists the caller's sessions.",
-                            "headers": {"Location": {"required": True, "schema": {"const": "/viewer/"}}},
-                        }
-                    },
-                )
-            },
-            "/healthz": {
-                "get": _public("healthz", "Liveness", {"200": {"description": "Serving.", "content": _json("Health")}})
-            },
-            "/readyz": {
-                "get": _public(
-                    "readyz",
-                    "Readiness: the store answers and follow hears every append (§7.6)",
-                    {
-                        "200": {"description": "Ready.", "content": _json("Readiness")},
-                        "503": {"description": "Not ready; `reason` says why.", "content": _json("Readiness")},
-                    },
-                )
-            },
-            "/openapi.json": {
-                "get": _public(
-                    "openapi",
-                    "This document",
-                    {
-                        "200": {
-                            "description": "OpenAPI 3.1.",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        }
-                    },
-                )
-            },
-        }
-        if metrics:
-            paths["/metrics"] = {"get": self.metrics()}
+    def paths(self, routes: Iterable[Route], *, metrics: bool) -> dict[str, Any]:
+        paths: dict[str, Any] = {}
+        for route in routes:
+            if route.when == "metrics" and not metrics:
+                continue
+            path = documented_path(route.path)
+            paths[path] = {operation.method.lower(): self.operation(path, operation) for operation in route.operations}
         return paths
-
-
-def _public(operation_id: str, summary: str, responses: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "operationId": operation_id,
-        "summary": summary,
-        "tags": ["operations"],
-        "security": [],
-        "responses": responses,
-    }
 
 
 _SECURITY_SCHEMES: Final = {
@@ -477,9 +264,16 @@ _TAGS: Final = [
 
 
 def document(
-    *, auth: str = "token", default_max_bytes: int = _DEFAULTS.default_max_bytes, metrics: bool = True
+    *,
+    auth: str = "token",
+    default_max_bytes: int = _DEFAULTS.default_max_bytes,
+    metrics: bool = True,
+    table: Iterable[Route] | None = None,
 ) -> dict[str, Any]:
-    """The document of an app with these settings: its auth mode, page byte target, and whether it serves /metrics."""
+    """The document of an app with these settings: its auth mode, page byte target, and whether it serves /metrics.
+
+    ``table`` is the routes it documents; by default `history_service.routes.ROUTES`, the app's.
+    """
     info = {
         "title": "history-transport",
         "version": distribution_version(),
@@ -495,7 +289,8 @@ def document(
     else:
         # Said outright, so no reader (or linter) takes a missing requirement for a forgotten one.
         doc["security"] = []
-    paths = _Builder(auth=auth, default_max_bytes=default_max_bytes).paths(metrics=metrics)
+    builder = _Builder(auth=auth, settings={"default_max_bytes": default_max_bytes})
+    paths = builder.paths(routes.ROUTES if table is None else table, metrics=metrics)
     # A tree of its own: the constants it is built from stay as they are, whatever the caller does with it.
     return copy.deepcopy({**doc, "paths": paths, "components": components})
 
@@ -505,19 +300,19 @@ def encode_document(**settings: Any) -> bytes:
     return msgspec.json.format(msgspec.json.encode(document(**settings)), indent=2) + b"\n"
 
 
-def route(settings: Settings) -> Route:
-    """``GET /openapi.json``: the app's own document, encoded on the first request and kept."""
+class Served:
+    """The document an app serves at ``/openapi.json`` (`history_service.endpoints.document`), made when first asked."""
 
-    @functools.cache
-    def body() -> bytes:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    @functools.cached_property
+    def body(self) -> bytes:
+        settings = self._settings
         served = settings.metrics and settings.metrics_port is None
-        own = document(auth=settings.auth, default_max_bytes=settings.default_max_bytes, metrics=served)
-        return msgspec.json.encode(own)
-
-    async def openapi(request: Request) -> Response:
-        return Response(body(), media_type="application/json")
-
-    return Route("/openapi.json", openapi, methods=["GET"])
+        return msgspec.json.encode(
+            document(auth=settings.auth, default_max_bytes=settings.default_max_bytes, metrics=served)
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

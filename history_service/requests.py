@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -40,7 +40,7 @@ from codec import (
     split_batch,
     values_within,
 )
-from history_service.encoding import CODINGS, choose_encoding, decompress
+from history_service.encoding import CODINGS, choose_encoding, decompress, spoken
 from history_service.errors import (
     BodyTooLarge,
     InvalidBatch,
@@ -53,11 +53,20 @@ from history_service.errors import (
     UnsupportedEncoding,
 )
 from history_service.pages import PageQuery
+from history_service.params import (
+    LAST_EVENT_ID,
+    FollowParams,
+    ListParams,
+    NoParams,
+    PageParams,
+    Param,
+    parameter,
+    parameters,
+)
 from history_service.settings import Settings
 from persistence import SessionKey
 
 __all__ = [
-    "DECODINGS",
     "accepted_coding",
     "address",
     "check_params",
@@ -66,12 +75,14 @@ __all__ = [
     "integer",
     "list_cursor",
     "list_params",
+    "no_params",
     "matches_etag",
     "page_query",
     "parse_events",
     "parse_header",
     "parse_json",
     "path_session_id",
+    "query",
     "read_events",
     "read_header",
     "read_json",
@@ -79,17 +90,15 @@ __all__ = [
     "session_id",
 ]
 
-DECODINGS: Final = ("zstd", "br", "gzip")
 _INTEGER: Final = re.compile(r"-?[0-9]{1,16}")
 # Bodies this large, and every coded body, are decoded and measured in a worker thread, so
 # the event loop keeps serving other requests meanwhile.
 _OFF_THE_LOOP: Final = 256 * 1024
 # Append bodies this large are parsed in a worker thread, for the same reason.
 _PARSE_IN_THREAD: Final = 1 << 20
-_PAGE_PARAMS: Final = frozenset({"through", "before", "maxMessages", "maxBytes", "expand"})
-_FOLLOW_PARAMS: Final = frozenset({"after", "maxMessages"})
-_LIST_PARAMS: Final = frozenset({"limit", "cursor"})
+_LAST_EVENT_ID: Final = parameter(LAST_EVENT_ID.name, LAST_EVENT_ID.type)
 T = TypeVar("T")
+Q = TypeVar("Q", bound=msgspec.Struct)
 
 
 def _media_type(request: Request) -> str:
@@ -131,8 +140,8 @@ def _decode_coding(body: bytearray, content_encoding: str | None, limit: int) ->
     coding = (content_encoding or "identity").strip().lower()
     if coding == "identity":
         return body
-    if coding not in DECODINGS:
-        raise UnsupportedEncoding(f"Content-Encoding {coding[:40]!r} is not supported; use zstd, br or gzip")
+    if coding not in CODINGS:
+        raise UnsupportedEncoding(f"Content-Encoding {coding[:40]!r} is not supported; use {spoken()}")
     return decompress(body, coding, max_size=limit)
 
 
@@ -238,38 +247,63 @@ def check_params(request: Request, allowed: frozenset[str]) -> None:
         raise InvalidParameter(f"unknown query parameter(s): {shown}")
 
 
+def query(request: Request, params: type[Q], settings: Settings | None = None) -> Q:
+    """The query as ``params`` declares it (`history_service.params`): each field checked, absent ones defaulted.
+
+    A name outside ``params`` is refused first, then each field in its declared order.
+    ``settings`` gives the defaults a field names a setting for.
+    """
+    declared = parameters(params)
+    check_params(request, frozenset(param.name for param in declared))
+    values = {param.name: _value(param, request.query_params.get(param.name), settings) for param in declared}
+    return params(**values)
+
+
+def _value(param: Param, value: str | None, settings: Settings | None) -> Any:
+    if value is None:
+        return param.default if param.setting is None else getattr(settings, param.setting)
+    if param.kind == "integer":
+        assert param.low is not None and param.high is not None, "an integer parameter has a range"
+        return integer(value, param.name, param.low, param.high)
+    if param.kind == "enum" and value not in param.values:
+        raise InvalidParameter(f"{param.name} must be {' or '.join(map(repr, param.values))}")
+    return value
+
+
 def list_params(request: Request) -> tuple[int, SessionKey | None]:
-    """A session listing's ``limit`` (default 50) and the position its ``cursor`` continues after."""
-    check_params(request, _LIST_PARAMS)
-    limit = integer(request.query_params.get("limit"), "limit", 1, 1000) or 50
-    return limit, list_cursor(request.query_params.get("cursor"))
+    """A session listing's ``limit`` and the position its ``cursor`` continues after."""
+    listing = query(request, ListParams)
+    return listing.limit, list_cursor(listing.cursor)
+
+
+def no_params(request: Request) -> None:
+    """`InvalidParameter` for any query parameter: the route takes none."""
+    query(request, NoParams)
 
 
 def page_query(request: Request, settings: Settings) -> PageQuery:
     """A page's parameters (docs/protocol.md §4.1), checked and with their defaults."""
-    check_params(request, _PAGE_PARAMS)
-    params = request.query_params
-    expand = params.get("expand")
-    if expand not in (None, "raw"):
-        raise InvalidParameter("expand must be 'raw'")
+    params = query(request, PageParams, settings)
+    assert params.maxBytes is not None, "a setting gives maxBytes its default"
     return PageQuery(
-        through=integer(params.get("through"), "through", -1, MAX_SAFE_INTEGER),
-        before=integer(params.get("before"), "before", 0, MAX_SAFE_INTEGER),
-        max_messages=integer(params.get("maxMessages"), "maxMessages", 1, 1000) or 50,
-        max_bytes=integer(params.get("maxBytes"), "maxBytes", 1, MAX_SAFE_INTEGER) or settings.default_max_bytes,
-        raw=expand == "raw",
+        through=params.through,
+        before=params.before,
+        max_messages=params.maxMessages,
+        max_bytes=params.maxBytes,
+        raw=params.expand == "raw",
     )
 
 
 def follow_params(request: Request) -> tuple[int | None, int]:
     """A follow's resume cursor (``Last-Event-ID`` wins over ``after``; ``None`` for a snapshot) and ``maxMessages``."""
-    check_params(request, _FOLLOW_PARAMS)
+    params = query(request, FollowParams)
     # A bad `after` is refused even when the header wins (§5): it is still a bad parameter.
-    after = integer(request.query_params.get("after"), "after", -1, MAX_SAFE_INTEGER)
+    after = params.after
     header = request.headers.get("last-event-id")
     if header:
-        after = integer(header, "Last-Event-ID", -1, MAX_SAFE_INTEGER)
-    return after, integer(request.query_params.get("maxMessages"), "maxMessages", 1, 1000) or 50
+        assert _LAST_EVENT_ID.low is not None and _LAST_EVENT_ID.high is not None
+        after = integer(header, _LAST_EVENT_ID.name, _LAST_EVENT_ID.low, _LAST_EVENT_ID.high)
+    return after, params.maxMessages
 
 
 def accepted_coding(request: Request) -> str:

@@ -2,7 +2,7 @@
 //
 // Everything it shows comes through the public API of the JavaScript client package. The token
 // a user enters is kept in sessionStorage for this tab, never in the URL.
-import { Backoff, HistoryClient, ServiceError } from "history-transport-client";
+import { Backoff, HistoryClient, MAX_MESSAGES, ServiceError } from "history-transport-client";
 import { Finder } from "./find.js";
 import { showSessions } from "./sessions.js";
 import { Timeline, eventItem, joinItems, recordItem } from "./timeline.js";
@@ -111,7 +111,7 @@ async function listSubagents(client) {
 /** `pageSize` from the URL: a whole number of messages within the service's range, or the default. @param {string | null} value */
 function messagesPerPage(value) {
   const count = Number(value);
-  return Number.isInteger(count) && count >= 1 && count <= 1000 ? count : undefined;
+  return Number.isInteger(count) && count >= 1 && count <= MAX_MESSAGES ? count : undefined;
 }
 
 /** @param {string} phase @param {string} [text] */

@@ -2,8 +2,10 @@
 
 The browser cannot import Python, so clients/js/src holds its own limits, its own session-id
 rule and its own header field order. Each is checked here against the one Python definition
-(`codec`), and the id rule also against the pattern `docs/openapi.json` publishes: constants
-by value, the id rule by the verdict on the same ids, edge cases and random ones alike.
+(`codec`, or the route table's parameters in `history_service.params`), and the id rule also
+against the pattern `docs/openapi.json` publishes: constants by value, the id rule by the
+verdict on the same ids, edge cases and random ones alike. What the package keeps no copy
+of, the content codings, it must not start to spell out.
 """
 
 from __future__ import annotations
@@ -28,23 +30,28 @@ from codec import (
     check_session_id,
 )
 from codec.chunk_rows import MIN_RUN, ROW_TAGS
-from history_service import openapi
+from history_service import openapi, routes
+from history_service.encoding import CODINGS
+from history_service.params import NoParams, parameters
 
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not on PATH (scripts/with-node installs Debian's nodejs)")
 
-CODEC = (Path(__file__).resolve().parents[2] / "clients" / "js" / "src" / "codec.js").as_uri()
-HEADER_FIELDS = (Path(__file__).resolve().parents[2] / "clients" / "js" / "src" / "events.js").as_uri()
+ROOT = Path(__file__).resolve().parents[2]
+CODEC = (ROOT / "clients" / "js" / "src" / "codec.js").as_uri()
+HEADER_FIELDS = (ROOT / "clients" / "js" / "src" / "events.js").as_uri()
+INDEX = (ROOT / "clients" / "js" / "src" / "index.js").as_uri()
 PROBE = f"""
 import {{ readFileSync }} from "node:fs";
 import * as codec from {json.dumps(CODEC)};
 import {{ HEADER_FIELDS }} from {json.dumps(HEADER_FIELDS)};
+import {{ MAX_MESSAGES }} from {json.dumps(INDEX)};
 const ids = JSON.parse(readFileSync(0, "utf8"));
 const accepted = ids.map((id) => {{ try {{ codec.checkSessionId(id); return true; }} catch {{ return false; }} }});
 console.log(JSON.stringify({{
   CHUNK_EVENT_TYPE: codec.CHUNK_EVENT_TYPE, MAX_DEPTH: codec.MAX_DEPTH, MAX_SESSION_ID: codec.MAX_SESSION_ID,
   MIN_RUN: codec.MIN_RUN, RESERVED_TYPES: [...codec.RESERVED_TYPES].sort(), ROW_TAGS: [...codec.ROW_TAGS].sort(),
-  HEADER_FIELDS, accepted,
+  HEADER_FIELDS, MAX_MESSAGES, accepted,
 }}));
 """
 EDGE_IDS = [
@@ -101,6 +108,33 @@ def test_the_javascript_constants_are_the_python_ones() -> None:
     assert found["ROW_TAGS"] == sorted(ROW_TAGS)
     # The tag ("type") leads, as msgspec encodes it, then the fields in their declared order.
     assert found["HEADER_FIELDS"] == [SessionHeader.__struct_config__.tag_field, *SessionHeader.__struct_fields__]
+
+
+def test_the_javascript_max_messages_is_the_route_tables_for_pages_and_follows() -> None:
+    reading = {
+        operation.name: param
+        for route in routes.ROUTES
+        for operation in route.operations
+        for param in parameters(operation.query or NoParams)
+        if param.name == "maxMessages"
+    }
+    assert reading.keys() == {"readPage", "readChildPage", "followSession", "followChildSession"}
+    assert {(param.low, param.high) for param in reading.values()} == {(1, probe([])["MAX_MESSAGES"])}
+
+
+def test_the_javascript_sources_spell_out_no_content_coding() -> None:
+    """The browser's fetch negotiates codings; a list of them in the package would be a second declaration."""
+    sources = sorted((ROOT / "clients" / "js" / "src").glob("*.js")) + sorted(
+        (ROOT / "history_service" / "viewer").glob("*.js")
+    )
+    assert sources and CODINGS
+    spelled = {
+        path.name: coding
+        for path in sources
+        for coding in CODINGS
+        if re.search(rf"""["'`]{coding}["'`]""", path.read_text(encoding="utf-8"))
+    }
+    assert spelled == {}
 
 
 def test_the_edge_case_ids_get_one_verdict_everywhere() -> None:

@@ -62,6 +62,9 @@ export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js"
 /** @typedef {(change: ConnectionChange) => void} ConnectionHook */
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
+// The most messages a page or a follow may ask for (`maxMessages`, docs/protocol.md §4.1): the
+// service's route table declares it, and tests/clients_js/test_shared_rules.py holds this to it.
+export const MAX_MESSAGES = 1000;
 // A healthy stream carries a ping every 15 s; three missed pings mean the connection is dead.
 export const FOLLOW_READ_TIMEOUT_MS = 45_000;
 

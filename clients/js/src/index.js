@@ -27,7 +27,7 @@ export {
   StreamOverlapError,
   TransportError,
 } from "./client-errors.js";
-export { Backoff, HistoryClient } from "./client.js";
+export { Backoff, HistoryClient, MAX_MESSAGES } from "./client.js";
 export { SSEDecoder } from "./sse.js";
 
 /**

@@ -1,0 +1,145 @@
+"""The query and header parameters of the HTTP API (docs/protocol.md §4.1, §5.1, §12), each declared once.
+
+A query Struct is the whole query of the routes that name it in `history_service.routes`:
+each field is one parameter, its `Meta` holds its range and its description, and its
+default is the value when the parameter is absent. A default that a setting gives is named
+by ``Meta(extra={"setting": ...})``. `history_service.requests.query` parses a request by
+these fields, and `history_service.openapi` documents them; both read them through
+`parameters`, so neither holds a range of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin, get_type_hints
+
+import msgspec
+from msgspec import Meta, Struct
+
+from codec import MAX_SAFE_INTEGER
+from history_service.encoding import Coding, spoken
+
+__all__ = [
+    "ACCEPT_ENCODING",
+    "CONTENT_ENCODING",
+    "IF_NONE_MATCH",
+    "LAST_EVENT_ID",
+    "MAX_MESSAGES",
+    "FollowParams",
+    "Header",
+    "ListParams",
+    "NoParams",
+    "PageParams",
+    "Param",
+    "parameters",
+    "parameter",
+]
+
+MAX_MESSAGES: Final = 1000
+MaxMessages = Annotated[int, Meta(ge=1, le=MAX_MESSAGES, description="Most counted messages (§4.3).")]
+# A follow's resume cursor: a seq, or -1 for "from the start".
+Resume = Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER)]
+
+
+class NoParams(Struct, frozen=True, forbid_unknown_fields=True):
+    """The query of a route that takes no parameter: any is refused."""
+
+
+class ListParams(Struct, frozen=True, forbid_unknown_fields=True):
+    """A session listing's query (§12.1, §12.3)."""
+
+    limit: Annotated[int, Meta(ge=1, le=1000, description="Most sessions in the answer.")] = 50
+    cursor: Annotated[str, Meta(description="A `nextCursor` the service returned, unchanged.")] | None = None
+
+
+class PageParams(Struct, frozen=True, forbid_unknown_fields=True):
+    """A page's query (§4.1); `history_service.pages.PageQuery` is what the service reads from it."""
+
+    through: (
+        Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER, description="Inclusive upper seq, at most the head.")] | None
+    ) = None
+    before: (
+        Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER, description="Exclusive upper seq, to page backwards.")] | None
+    ) = None
+    maxMessages: MaxMessages = 50
+    maxBytes: (
+        Annotated[
+            int, Meta(ge=1, le=MAX_SAFE_INTEGER, description="Byte target.", extra={"setting": "default_max_bytes"})
+        ]
+        | None
+    ) = None
+    expand: Annotated[Literal["raw"], Meta(description='Every record as `{"event"}`, unpacked.')] | None = None
+
+
+class FollowParams(Struct, frozen=True, forbid_unknown_fields=True):
+    """A follow's query (§5.1); the ``Last-Event-ID`` header, when sent, wins over ``after``."""
+
+    after: Annotated[Resume, Meta(description="Resume after this seq, with no snapshot.")] | None = None
+    maxMessages: MaxMessages = 50
+
+
+class Param(Struct, frozen=True, kw_only=True):
+    """One parameter as both its readers need it.
+
+    ``kind`` is ``"integer"`` (within ``low`` … ``high``), ``"enum"`` (one of ``values``) or
+    ``"string"``. ``default`` is the value when it is absent, unless ``setting`` names the
+    `history_service.settings.Settings` field that gives it.
+    """
+
+    name: str
+    kind: Literal["integer", "enum", "string"]
+    description: str = ""
+    low: int | None = None
+    high: int | None = None
+    values: tuple[str, ...] = ()
+    default: Any = None
+    setting: str | None = None
+
+
+class Header(Struct, frozen=True):
+    """A request header an operation reads: its name, its type (as a query field's) and what it means."""
+
+    name: str
+    type: Any
+    description: str
+
+
+def parameter(name: str, annotation: Any, *, default: Any = None, description: str = "") -> Param:
+    """The `Param` an annotation declares: its range, its values or its setting, unwrapped from `Meta`s and ``None``."""
+    metas: list[Meta] = []
+    while get_origin(annotation) is Annotated:
+        annotation, *extras = get_args(annotation)
+        metas = [extra for extra in extras if isinstance(extra, Meta)] + metas
+    members = get_args(annotation) if get_origin(annotation) in (Union, type(int | None)) else (annotation,)
+    members = tuple(member for member in members if member is not type(None))
+    if len(members) == 1 and get_origin(members[0]) is Annotated:
+        return parameter(name, members[0], default=default, description=description)
+    low = next((int(meta.ge) for meta in metas if meta.ge is not None), None)
+    high = next((int(meta.le) for meta in metas if meta.le is not None), None)
+    described = next((meta.description for meta in reversed(metas) if meta.description), "")
+    setting = next((meta.extra["setting"] for meta in metas if meta.extra and "setting" in meta.extra), None)
+    common: dict[str, Any] = {"name": name, "description": description or described, "default": default}
+    if all(get_origin(member) is Literal for member in members):
+        values = tuple(value for member in members for value in get_args(member))
+        return Param(kind="enum", values=values, **common)
+    if members == (int,):
+        return Param(kind="integer", low=low, high=high, setting=setting, **common)
+    if members == (str,):
+        return Param(kind="string", **common)
+    raise TypeError(f"parameter {name} has a type no parameter may have: {annotation!r}")
+
+
+@functools.cache
+def parameters(query: type[Struct]) -> tuple[Param, ...]:
+    """A query Struct's parameters, in the order its fields are declared."""
+    hints = get_type_hints(query, include_extras=True)
+    return tuple(
+        parameter(field.encode_name, hints[field.name], default=field.default)
+        for field in msgspec.structs.fields(query)
+    )
+
+
+ACCEPT_ENCODING: Final = Header("Accept-Encoding", str, f"{spoken()} (§4.4).")
+IF_NONE_MATCH: Final = Header("If-None-Match", str, "An immutable page's ETag, or `*`.")
+LAST_EVENT_ID: Final = Header("Last-Event-ID", Resume, "As `after`, and wins over it.")
+CONTENT_ENCODING: Final = Header("Content-Encoding", Literal["identity"] | Coding, "The body's content coding (§11.2).")
