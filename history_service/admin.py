@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Final, TextIO
 
 from codec import CodecError, check_session_id, encode
+from history_service.bodies import ListedSession
 from history_service.command import CommandError
 from history_service.errors import ThroughBeyondHead
 from history_service.importer import ImportOptions, find_logs, import_logs
 from history_service.pages import PageQuery, PageReader
+from history_service.params import MAX_MESSAGES
 from history_service.settings import Settings
 from persistence import HistoryStore, open_store
 
@@ -118,8 +120,8 @@ async def _list(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> N
     while left is None or left > 0:
         batch = await store.list_sessions(args.owner, limit=min(500, left or 500), before=before)
         for summary in batch:
-            row = {"id": summary.id, "createdAt": summary.created_at, "headSeq": summary.head_seq}
-            out.write(encode({**row, "childCount": summary.child_count}).decode() + "\n")
+            listed = ListedSession(summary.id, summary.created_at, summary.head_seq, summary.child_count)
+            out.write(encode(listed).decode() + "\n")
         if len(batch) < min(500, left or 500):
             return
         before = batch[-1].key
@@ -130,8 +132,8 @@ async def _list(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> N
 
 
 async def _page(store: HistoryStore, args: argparse.Namespace, settings: Settings, out: TextIO) -> None:
-    if not 1 <= args.max_messages <= 1000:
-        raise CommandError("--max-messages must be from 1 to 1000")
+    if not 1 <= args.max_messages <= MAX_MESSAGES:
+        raise CommandError(f"--max-messages must be from 1 to {MAX_MESSAGES}")
     query = PageQuery(
         through=args.through,
         before=args.before,
