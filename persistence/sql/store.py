@@ -46,7 +46,7 @@ from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.sealing import open_run, plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Dialect, Head, LongWalk
-from persistence.sql.groups import SqlGroups
+from persistence.sql.groups import Append, dense
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.pg_timeouts import Deadline
 from persistence.sql.postgres import PostgresDialect
@@ -75,11 +75,6 @@ def _line_size(stored: int, frame: bytes | None) -> int:
     except zstandard.ZstdError:
         return int(stored)
     return max(int(stored), size)
-
-
-def _dense(events: Sequence[Event]) -> bool:
-    first = events[0].seq
-    return all(event.seq == first + i for i, event in enumerate(events))
 
 
 class SqlStore(HistoryStore):
@@ -113,9 +108,7 @@ class SqlStore(HistoryStore):
         # Kept reader connections, each with the busy timeout (ms) it has now (SQLite's; unused on PostgreSQL).
         self._readers: list[tuple[Any, int]] = []
         self._read_threads: anyio.CapacityLimiter | None = None
-        self._groups = SqlGroups(
-            self._connect_writer, begin=self._dialect.BEGIN, aborted=self._tails.clear, bound=self._dialect.bound
-        )
+        self._groups = self._dialect.groups(self)
         self._writer = GroupCommit(self._groups, name="history-sql-writer")
 
     @classmethod
@@ -324,16 +317,15 @@ class SqlStore(HistoryStore):
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
         # Packing is pure work: done before the writer, never inside its transaction.
         batch = await prepared(events)
-        return await self._writer.run(lambda cursor: self._append_unit(cursor, session_id, events, batch), session_id)
+        # The dialect's group writer commits it, beside the appends that arrive with it.
+        return await self._writer.run(Append(session_id, events, batch, self._append_unit), session_id)
 
     def _append_unit(
         self, cursor: Any, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
     ) -> AppendResult:
         """One append, in the writer thread, inside its own savepoint of the group's transaction."""
-        if batch is not None and _dense(events):
+        if batch is not None and dense(events):
             expected, new_head = events[0].seq - 1, events[-1].seq
-            if self._dialect.append_at_once(self, cursor, session_id, expected, new_head, batch):
-                return AppendResult(expected + 1, new_head)
             if self._advance(cursor, session_id, expected, new_head):
                 # The usual case: the head was just before the batch, and the row is now locked.
                 self._insert(cursor, session_id, batch)
