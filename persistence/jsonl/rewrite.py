@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from codec import StoredRecord
 from persistence.batch import PreparedBatch
 from persistence.jsonl import journal as jsonl_journal
-from persistence.jsonl.files import pread
+from persistence.jsonl.files import pread, reading
 from persistence.jsonl.index import Entry, IndexedRecord, IndexedSession, make_entry, position
 from persistence.jsonl.recovery import Loader
 from persistence.message_index import MessageEntry
@@ -51,7 +51,7 @@ def write_plan(
         IndexedRecord(state.record(i), state.offsets[i], state.lengths[i], bool(state.canonical[i]))
         for i in range(first, at)
     ]
-    with open(loader.log_path(state.directory), "rb") as log:
+    with reading(loader.log_path(state.directory)) as log:
         if loader.zstd:
             start, kept_block = old.start, b""
             if kept:
