@@ -118,7 +118,7 @@ def pending(directory: Path) -> bool:
 def journal_size(directory: Path) -> int | None:
     """The journal file's size (more than 0 while it is `pending`), or ``None`` while there is no file (see `ready`)."""
     try:
-        return (directory / JOURNAL_NAME).stat().st_size
+        return os.stat(os.path.join(directory, JOURNAL_NAME)).st_size
     except FileNotFoundError:
         return None
 
