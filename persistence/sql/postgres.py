@@ -140,9 +140,10 @@ class PostgresGroups(SqlGroups):
     """The group writer: the group's appends in one statement (`_GROUP_APPEND`), not one savepoint each.
 
     An append whose session's open run this writer knows, and which only extends it, joins the
-    statement. One that does not, or whose head had moved (a seq conflict, a resend, an unknown
-    session), then runs as the store's own append in a savepoint, in the group's order, so it
-    fails alone. A second append to a session in the group waits for the first's statement.
+    statement. One that does not (a sealing rewrite needs the stored run), or whose head had
+    moved (a seq conflict, a resend, an unknown session), then runs as the store's own append in
+    a savepoint, so it fails alone. A second append to a session in the group, or a create,
+    waits for what came before it.
     Should the statement itself fail, the group's transaction is rolled back and the group runs
     again, every unit in a savepoint, so the unit the database refused fails alone.
     """
@@ -154,24 +155,22 @@ class PostgresGroups(SqlGroups):
 
     def _run(self, connection: Any, cursor: Any, works: Sequence[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
         outcomes: list[tuple[bool, Any] | None] = [None] * len(works)
+        # Appends to sessions of their own: those the statement writes, and those that run alone after it.
         pending: dict[str, _Planned] = {}
+        alone: dict[str, int] = {}
         try:
             for index, work in enumerate(works):
-                if isinstance(work, Append) and work.session_id not in pending:
-                    planned = self._plan(index, work)
-                    if planned is not None:
-                        pending[work.session_id] = planned
-                        continue
-                if pending:
-                    self._flush(connection, cursor, works, pending, outcomes)
-                    pending = {}
-                    planned = self._plan(index, work) if isinstance(work, Append) else None
-                    if planned is not None:
-                        pending[planned.unit.session_id] = planned
-                        continue
-                outcomes[index] = self._unit(connection, cursor, work)
-            if pending:
-                self._flush(connection, cursor, works, pending, outcomes)
+                if not isinstance(work, Append) or work.session_id in pending or work.session_id in alone:
+                    # What comes after must see what came before: a create, or a session's next append.
+                    self._flush(connection, cursor, works, pending, alone, outcomes)
+                    pending, alone = {}, {}
+                if not isinstance(work, Append):
+                    outcomes[index] = self._unit(connection, cursor, work)
+                elif (planned := self._plan(index, work)) is not None:
+                    pending[work.session_id] = planned
+                else:
+                    alone[work.session_id] = index
+            self._flush(connection, cursor, works, pending, alone, outcomes)
         except (psycopg.IntegrityError, psycopg.DataError) as exc:
             # The database refused what a unit writes: only a unit alone can tell which.
             logger.warning("a group statement failed; its %d units run one by one: %s", len(works), exc)
@@ -199,16 +198,23 @@ class PostgresGroups(SqlGroups):
         cursor: Any,
         works: Sequence[Callable[[Any], Any]],
         pending: dict[str, _Planned],
+        alone: dict[str, int],
         outcomes: list[tuple[bool, Any] | None],
     ) -> None:
-        """Write the pending units in one statement; then run those it could not write, each alone."""
-        first = min(planned.at for planned in pending.values())
-        locks = sorted({work.session_id for work in works[first:] if isinstance(work, Append)})
-        with self._within(connection):
-            cursor.execute(_GROUP_APPEND, self._params(pending.values(), locks))
-            moved = {row[0] for row in cursor.fetchall()}
-        self._check_cut()
-        for planned in sorted(pending.values(), key=_at):
+        """Write the pending units in one statement; then run the others, and those it could not write, each alone.
+
+        The statement locks the sessions of every append from the first of these on, so the
+        appends run alone after it take no lock out of the group's order.
+        """
+        moved: set[str] = set()
+        if pending:
+            first = min(min(planned.at for planned in pending.values()), *alone.values(), len(works))
+            locks = sorted({work.session_id for work in works[first:] if isinstance(work, Append)})
+            with self._within(connection):
+                cursor.execute(_GROUP_APPEND, self._params(pending.values(), locks))
+                moved = {row[0] for row in cursor.fetchall()}
+            self._check_cut()
+        for planned in pending.values():
             unit = planned.unit
             if unit.session_id in moved:
                 new_head = unit.events[-1].seq
@@ -217,7 +223,9 @@ class PostgresGroups(SqlGroups):
             else:
                 # What the writer knew of the session is stale: the store's own append finds out why.
                 self._store._tails.pop(unit.session_id)
-                outcomes[planned.at] = self._unit(connection, cursor, unit)
+                alone[unit.session_id] = planned.at
+        for index in sorted(alone.values()):
+            outcomes[index] = self._unit(connection, cursor, works[index])
 
     def _params(self, pending: Iterable[_Planned], locks: list[str]) -> dict[str, Any]:
         store = self._store
@@ -277,10 +285,6 @@ _GROUP_ARRAYS: Final = (
     "starts",
     "ends",
 )
-
-
-def _at(planned: _Planned) -> int:
-    return planned.at
 
 
 class PostgresDialect(Dialect):
