@@ -28,7 +28,7 @@ from persistence.base import AppendResult, PageRead, SessionInfo, page_end
 from persistence.errors import SessionNotFoundError, StoreError
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
-from persistence.sealing import kept, plan_append
+from persistence.sealing import plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Dialect, Head, LongWalk
 from persistence.sql.groups import Append, SqlGroups, dense
 from persistence.sql.pg_listener import PostgresListener
@@ -52,7 +52,9 @@ def _code_point_order(element: CodePointOrder, compiler: SQLCompiler, **kw: Any)
     return f'{compiler.process(element.column, **kw)} COLLATE "C"'
 
 
-# A group's appends in one statement. Every session the rest of the group appends to is locked
+# A group's appends in one statement. A sealing append rewrites its open run in place: a record
+# whose seq the rewrite keeps is updated, a piece it joins away deleted, and the rest inserted, so
+# the three touch different rows. Every session the rest of the group appends to is locked
 # first, in code-point order, as the group runs its units, so two processes' groups never wait on
 # each other in a cycle. A head moves only from the head its unit expects, and each table's
 # insert is gated on its session's head having moved, so every append is all or nothing; the
@@ -74,6 +76,19 @@ WITH locked AS MATERIALIZED (
         %(datas)s::bytea[], %(kinds)s::smallint[], %(keys)s::bytea[], %(time0s)s::bigint[], %(time1s)s::bigint[]
     ) AS r(session, seq, members, compressed, data, kind, key, time0, time1)
     WHERE r.session IN (SELECT id FROM moved)
+), sealed AS (
+    UPDATE history_records t SET members = r.members, compressed = r.compressed, data = r.data, kind = r.kind,
+        key = r.key, time0 = r.time0, time1 = r.time1
+    FROM unnest(
+        %(sealed_sessions)s::text[], %(sealed_seqs)s::bigint[], %(sealed_members)s::integer[],
+        %(sealed_compressed)s::boolean[], %(sealed_datas)s::bytea[], %(sealed_kinds)s::smallint[],
+        %(sealed_keys)s::bytea[], %(sealed_time0s)s::bigint[], %(sealed_time1s)s::bigint[]
+    ) AS r(session, seq, members, compressed, data, kind, key, time0, time1)
+    WHERE t.session_id = r.session AND t.seq = r.seq AND r.session IN (SELECT id FROM moved)
+), dropped AS (
+    DELETE FROM history_records t
+    USING unnest(%(dropped_sessions)s::text[], %(dropped_seqs)s::bigint[]) AS d(session, seq)
+    WHERE t.session_id = d.session AND t.seq = d.seq AND d.session IN (SELECT id FROM moved)
 ), messages AS (
     INSERT INTO history_messages (session_id, seq, group_start)
     SELECT m.session, m.seq, m.group_start
@@ -120,9 +135,14 @@ def _newest(first: Sequence[MessageEntry], more: bool) -> Iterator[MessageEntry]
         raise LongWalk
 
 
-def _no_lines(pieces: Sequence[StoredRecord]) -> Sequence[StoredRecord]:
-    if pieces:
-        raise AssertionError("a one-statement append never rewrites stored records")
+class _Unwritten(Exception):
+    """A record the append rewrites whose line this writer did not keep: the store's own append reads it."""
+
+
+def _written_lines(pieces: Sequence[StoredRecord]) -> Sequence[StoredRecord]:
+    # A stored line is never empty: b"" is a line this writer never held.
+    if not all(piece.line for piece in pieces):
+        raise _Unwritten
     return pieces
 
 
@@ -134,13 +154,15 @@ class _Planned(NamedTuple):
     expected: int
     tail: list[StoredRecord]
     records: list[StoredRecord]
+    # The seqs of the open run's records that the append rewrites (none when it only extends the run).
+    rewritten: frozenset[int]
 
 
 class PostgresGroups(SqlGroups):
     """The group writer: the group's appends in one statement (`_GROUP_APPEND`), not one savepoint each.
 
-    An append whose session's open run this writer knows, and which only extends it, joins the
-    statement. One that does not (a sealing rewrite needs the stored run), or whose head had
+    An append whose session's open run this writer knows (with the lines of what it rewrites)
+    joins the statement. One that does not, or whose head had
     moved (a seq conflict, a resend, an unknown session), then runs as the store's own append in
     a savepoint, so it fails alone. A second append to a session in the group, or a create,
     waits for what came before it.
@@ -187,10 +209,12 @@ class PostgresGroups(SqlGroups):
         known = self._store._tails.get(unit.session_id)
         if known is None or known[0] != events[0].seq - 1:
             return None
-        if kept(known[1], batch.records) < len(known[1]):
+        try:
+            keep, records = plan_append(known[1], batch.records, _written_lines)
+        except _Unwritten:
             return None
-        _, records = plan_append(known[1], batch.records, _no_lines)
-        return _Planned(index, unit, events[0].seq - 1, known[1], records)
+        tail = known[1]
+        return _Planned(index, unit, events[0].seq - 1, tail[:keep], records, frozenset(r.seq for r in tail[keep:]))
 
     def _flush(
         self,
@@ -242,15 +266,13 @@ class PostgresGroups(SqlGroups):
             params["notices"].append(notice(session, new_head, self._origin))
             for record in planned.records:
                 row = store._row(session, record)
-                params["record_sessions"].append(session)
-                params["seqs"].append(record.seq)
-                params["members"].append(record.members)
-                params["compressed"].append(row["compressed"])
-                params["datas"].append(row["data"])
-                params["kinds"].append(record.kind)
-                params["keys"].append(record.key)
-                params["time0s"].append(record.time0)
-                params["time1s"].append(record.time1)
+                names = _SEALED if record.seq in planned.rewritten else _INSERTED
+                values = (session, record.seq, record.members, row["compressed"], row["data"], record.kind)
+                for name, value in zip(names, (*values, record.key, record.time0, record.time1), strict=True):
+                    params[name].append(value)
+            for seq in sorted(planned.rewritten - {record.seq for record in planned.records}):
+                params["dropped_sessions"].append(session)
+                params["dropped_seqs"].append(seq)
             for message in batch.messages:
                 params["message_sessions"].append(session)
                 params["message_seqs"].append(message.seq)
@@ -263,11 +285,7 @@ class PostgresGroups(SqlGroups):
         return params
 
 
-_GROUP_ARRAYS: Final = (
-    "sessions",
-    "expected",
-    "heads",
-    "notices",
+_INSERTED: Final = (
     "record_sessions",
     "seqs",
     "members",
@@ -277,6 +295,17 @@ _GROUP_ARRAYS: Final = (
     "keys",
     "time0s",
     "time1s",
+)
+_SEALED: Final = tuple(f"sealed_{name}" for name in ("sessions", *_INSERTED[1:]))
+_GROUP_ARRAYS: Final = (
+    "sessions",
+    "expected",
+    "heads",
+    "notices",
+    *_INSERTED,
+    *_SEALED,
+    "dropped_sessions",
+    "dropped_seqs",
     "message_sessions",
     "message_seqs",
     "groups",

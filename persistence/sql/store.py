@@ -102,7 +102,7 @@ class SqlStore(HistoryStore):
         self._integrity_error: type[Exception] = dbapi.IntegrityError
         # zstd contexts are not thread-safe, and the store's work runs in several threads.
         self._zstd = ZstdContexts(level=3)
-        # Each session's open run (join columns only) as of the head this process last wrote;
+        # Each session's open run as of the head this process last wrote (the lines it wrote, others b"");
         # only the writer thread touches it.
         self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
         # Kept reader connections, each with the busy timeout (ms) it has now (SQLite's; unused on PostgreSQL).
@@ -347,8 +347,8 @@ class SqlStore(HistoryStore):
         return AppendResult(first, to_seq - 1)
 
     def _remember(self, session_id: str, head: int, trailing: Sequence[StoredRecord]) -> None:
-        """Keep the session's open run, columns only, for the next append's plan."""
-        self._tails.put(session_id, (head, [record._replace(line=b"") for record in open_run(trailing)]))
+        """Keep the session's open run for the next append's plan, with the lines this writer wrote (others are b"")."""
+        self._tails.put(session_id, (head, open_run(trailing)))
 
     def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int) -> bool:
         """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""

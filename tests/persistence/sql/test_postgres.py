@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -10,7 +11,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from codec import Event, SessionHeader
+from codec import DeltaData, Event, SessionHeader, TextDelta
 from persistence.base import AppendResult
 from persistence.batch import prepare_batch
 from persistence.errors import SeqConflictError, SessionNotFoundError, StoreError
@@ -152,3 +153,32 @@ async def test_a_group_cut_after_its_statement_commits_nothing_and_the_writer_re
     assert await heads(store) == {"a": 0, "b": 0, "c": 0, "d": 0}
     assert await store.append("a", [event(1)]) == AppendResult(1, 1)
     assert (await store.read_stored("a", 0, 2))[-1].end == 2
+
+
+def token(seq: int) -> Event:
+    return Event("assistant/chunk", seq, 1_000 + seq, DeltaData(1, 1, TextDelta(0, f" t{seq}")))
+
+
+async def test_sealing_appends_join_the_statement_and_store_what_the_unit_by_unit_path_stores(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    """Token deltas seal the open run every few appends: each group stays one statement, and stores what SQLite does."""
+    reference = await SqlStore.open(f"sqlite:///{tmp_path / 'ref.db'}")
+    try:
+        await reference.create_session(SessionHeader(id="a", createdAt=0))
+        await reference.append("a", [event(0)])
+        # The writer learns each run's lines by writing them: the first append per session may run alone.
+        for session in "abcd":
+            await store.append(session, [token(1)])
+        await reference.append("a", [token(1)])
+        for seq in range(2, 30):
+            outcomes, sent = await group(store, [unit(store, s, [token(seq)]) for s in "abcd"])
+            assert outcomes == [(True, AppendResult(seq, seq))] * 4
+            assert len(sent) == 1, (seq, sent)
+            await reference.append("a", [token(seq)])
+        expected = await reference.read_stored("a", 0, 30)
+        assert len(expected) < 29, "the runs were never sealed"
+        for session in "abcd":
+            assert await store.read_stored(session, 0, 30) == expected
+    finally:
+        await reference.close()
