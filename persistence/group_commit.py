@@ -2,9 +2,9 @@
 
 A `GroupCommit` owns one writer thread. Callers hand it a unit of work; the thread takes
 every unit waiting when it wakes (up to `MAX_GROUP`) and has the store commit them as one
-group. On SQL (`persistence.sql.groups`) a group is one transaction, each unit in a savepoint of its
-own, so a unit that fails (a seq conflict, an unknown session, a driver error) is rolled
-back alone and the others commit. Every caller is answered only after the group is
+group. On SQL (`persistence.sql.groups`) a group is one transaction in which a unit that
+fails (a seq conflict, an unknown session, a driver error) is rolled back alone and the
+others commit. Every caller is answered only after the group is
 durable at the store's configured level, so grouping gives up no durability: it only
 shares the fsync.
 

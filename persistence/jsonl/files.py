@@ -25,6 +25,7 @@ __all__ = [
     "pread",
     "pread_path",
     "read_head",
+    "reading",
     "truncate",
     "write_at",
     "write_atomic",
@@ -60,12 +61,23 @@ def frame_complete(data: bytes) -> bool:
 
 
 def pread(log: Any, start: int, end: int) -> bytes:
-    return os.pread(log.fileno(), end - start, start)
+    """``[start, end)`` of a file, from a descriptor (see `reading`) or an open file."""
+    return os.pread(log if isinstance(log, int) else log.fileno(), end - start, start)
 
 
 def pread_path(path: Path, start: int, end: int) -> bytes:
-    with open(path, "rb") as handle:
-        return pread(handle, start, end)
+    with reading(path) as fd:
+        return pread(fd, start, end)
+
+
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[int]:
+    """A descriptor open for reading, for `pread`: unbuffered, so opening it costs no stat or seek."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 class SessionLock:
@@ -159,8 +171,11 @@ def write_at(path: Path, offset: int, data: bytes) -> None:
         os.fsync(handle.fileno())
 
 
-def write_unsynced(path: Path, offset: int, data: bytes) -> int:
-    """`write_at` without the fsync: the open descriptor, which the caller syncs (in a group's barrier) and closes."""
+def write_unsynced(path: Path, offset: int, data: bytes, *, size: int | None = None) -> int:
+    """`write_at` without the fsync: the open descriptor, which the caller syncs (in a group's barrier) and closes.
+
+    ``size`` is the file's size before the write, when the caller knows it (no stat is made then).
+    """
     fd = os.open(path, os.O_WRONLY)
     try:
         view = memoryview(data)
@@ -169,7 +184,7 @@ def write_unsynced(path: Path, offset: int, data: bytes) -> int:
             written = os.pwrite(fd, view, at)
             view, at = view[written:], at + written
         # Cut only what a failed write left behind: a truncate to the same size still costs a journal entry.
-        if os.fstat(fd).st_size > at:
+        if (os.fstat(fd).st_size if size is None else size) > at:
             os.ftruncate(fd, at)
     except BaseException:
         os.close(fd)

@@ -33,6 +33,7 @@ __all__ = [
     "Journal",
     "cleared",
     "encoded",
+    "journal_size",
     "pending",
     "ready",
     "settle",
@@ -79,13 +80,17 @@ def encoded(journal: Journal) -> bytes:
 
 
 def written(directory: Path, journal: Journal) -> int:
-    """Write ``journal`` (the file exists, see `ready`) and return the open descriptor for the caller to sync."""
-    return write_unsynced(directory / JOURNAL_NAME, 0, encoded(journal))
+    """Write ``journal`` (the file exists, see `ready`, and is empty: none is `pending`); the open descriptor to sync.
+
+    Were the file not empty, what lies past the journal would not be read: its head gives its length.
+    """
+    return write_unsynced(directory / JOURNAL_NAME, 0, encoded(journal), size=0)
 
 
 def cleared(directory: Path) -> int:
     """Empty the journal (the rewrite is done) and return the open descriptor for the caller to sync."""
-    return write_unsynced(directory / JOURNAL_NAME, 0, b"")
+    # Opening it truncated: one call, where a write of nothing would stat the file and then cut it.
+    return os.open(directory / JOURNAL_NAME, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
 
 
 def _read(path: Path) -> Journal | None:
@@ -107,10 +112,15 @@ def _read(path: Path) -> Journal | None:
 
 def pending(directory: Path) -> bool:
     """Whether a rewrite's journal is left over: a crash came before it was cleared."""
+    return bool(journal_size(directory))
+
+
+def journal_size(directory: Path) -> int | None:
+    """The journal file's size (more than 0 while it is `pending`), or ``None`` while there is no file (see `ready`)."""
     try:
-        return (directory / JOURNAL_NAME).stat().st_size > 0
+        return os.stat(os.path.join(directory, JOURNAL_NAME)).st_size
     except FileNotFoundError:
-        return False
+        return None
 
 
 def settle(directory: Path, log_path: Path, index_path: Path) -> bool:

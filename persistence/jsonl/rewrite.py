@@ -9,20 +9,27 @@ from __future__ import annotations
 import bisect
 import zlib
 from collections.abc import Callable, Sequence
+from typing import Final, Protocol
 
 from codec import StoredRecord
 from persistence.batch import PreparedBatch
 from persistence.jsonl import journal as jsonl_journal
-from persistence.jsonl.files import pread
+from persistence.jsonl.files import pread, reading
 from persistence.jsonl.index import Entry, IndexedRecord, IndexedSession, make_entry, position
 from persistence.jsonl.recovery import Loader
 from persistence.message_index import MessageEntry
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.sealing import MAX_TAIL, open_run, plan_append
 
-__all__ = ["bounded", "span", "write_plan"]
+__all__ = ["bounded", "span", "trailing_run", "write_plan"]
 
 Stored = Callable[[IndexedSession, int, int], list[StoredRecord]]
+# Records `trailing_run` builds first: a token stream's open run is sealed at a few records.
+_FIRST_LOOK: Final = 8
+
+
+class Records(Protocol):
+    def record(self, i: int, line: bytes = b"") -> StoredRecord: ...
 
 
 def write_plan(
@@ -30,7 +37,7 @@ def write_plan(
 ) -> tuple[list[Entry], int, bytes, jsonl_journal.Journal | None]:
     """The entries, log offset and bytes that append a batch, sealing the open run; a journal for a rewrite."""
     count = len(state.starts)
-    tail = open_run([state.record(i) for i in range(max(0, count - MAX_TAIL), count)])
+    tail = trailing_run(state, count)
     keep, records = plan_append(
         tail, batch.records, lambda pieces: stored(state, pieces[0].seq, pieces[-1].end) if pieces else []
     )
@@ -51,7 +58,7 @@ def write_plan(
         IndexedRecord(state.record(i), state.offsets[i], state.lengths[i], bool(state.canonical[i]))
         for i in range(first, at)
     ]
-    with open(loader.log_path(state.directory), "rb") as log:
+    with reading(loader.log_path(state.directory)) as log:
         if loader.zstd:
             start, kept_block = old.start, b""
             if kept:
@@ -72,6 +79,22 @@ def write_plan(
     written = kept_block + block
     journal = jsonl_journal.Journal(start, saved, state.index_size, len(written), zlib.crc32(written))
     return entries, start, written, journal
+
+
+def trailing_run(state: Records, count: int) -> list[StoredRecord]:
+    """`open_run` of the last `MAX_TAIL` of ``count`` records, built from a few of the last ones when the run is short.
+
+    Whether two records join depends on them alone (`codec.continues_run`), so the last run
+    of a window that starts before the run is the run itself; only a run that fills the
+    first window needs the whole one.
+    """
+    for size in (_FIRST_LOOK, MAX_TAIL):
+        low = max(0, count - size)
+        trailing = [state.record(i) for i in range(low, count)]
+        run = open_run(trailing)
+        if len(run) < len(trailing) or low == 0:
+            return run
+    return run
 
 
 def _lines_block(records: Sequence[StoredRecord]) -> tuple[bytes, list[IndexedRecord]]:

@@ -82,6 +82,7 @@ from persistence.jsonl.files import (
     fsync_dir,
     locked,
     pread,
+    reading,
     truncate,
     write_file,
     write_unsynced,
@@ -323,9 +324,10 @@ class JsonlStore(HistoryStore):
         self._check_writable()
         async with self._locks.hold(session_id):
             batch = await prepared(events)
-            if self._fresh(session_id) is None:
+            if session_id not in self._states:
                 # Load a cold session here, in a worker thread, not in the writer that every session waits on;
                 # and before the lock is held, which must never wait for a worker thread that readers hold.
+                # (One that another process grew since is read again in the writer, under the lock.)
                 await self._run(self._state, session_id)
             lock = await self._write_lock(session_id)
             try:
@@ -367,7 +369,8 @@ class JsonlStore(HistoryStore):
         # Held until the group is durable: no reader or other process sees the session mid-append.
         group.hold(lock)
         self._check_writable()
-        if jsonl_journal.pending(directory):
+        journal_size = jsonl_journal.journal_size(directory)
+        if journal_size:
             # A writer died after its journal and before its index entry, so the index
             # looks unchanged; settle before appending, or a later settle would undo this.
             self._states.pop(session_id)
@@ -385,14 +388,16 @@ class JsonlStore(HistoryStore):
         # The index entry before the log bytes: if the log write tears, the entry marks the batch as torn.
         steps: list[Step | None] = [
             None,
-            lambda: write_unsynced(index_path, index_at, line),
+            # `_state` just found the index this size, under the lock.
+            lambda: write_unsynced(index_path, index_at, line, size=index_at),
             lambda: write_unsynced(log_path, start, block),
             None,
         ]
         failed = functools.partial(self._undo, state, start, index_at)
         if journal is not None:
             # A sealing rewrite: its journal is durable before anything is overwritten, and cleared after.
-            jsonl_journal.ready(directory)
+            if journal_size is None:
+                jsonl_journal.ready(directory)
             journal = msgspec.structs.replace(journal, entries=line)
             clearing = jsonl_journal.Clearing(directory)
             steps[0] = functools.partial(jsonl_journal.written, directory, journal)
@@ -469,7 +474,7 @@ class JsonlStore(HistoryStore):
         out: list[StoredRecord] = []
         if first >= last:
             return out
-        with open(state.directory / self._log_name, "rb") as log:
+        with reading(state.directory / self._log_name) as log:
             ranges = block_ranges(state, first, last) if self._zstd else windows(state, first, last)
             for start, lo, hi in ranges:
                 if self._zstd:

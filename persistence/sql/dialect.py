@@ -3,7 +3,7 @@
 `persistence.sql.sqlite` and `persistence.sql.postgres` each implement `Dialect`; the store
 (`persistence.sql.store`) holds one and never asks which it is. Each dialect owns its
 connections' setup, its read path (SQLite reads on the event loop, PostgreSQL in one hop),
-its one-statement append where it has one, readiness and head notices.
+its group writer (PostgreSQL's writes a group's appends in one statement), readiness and head notices.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from sqlalchemy.sql import Select, Update
 
 from codec import StoredRecord
 from persistence.base import PageRead, SessionInfo
-from persistence.batch import PreparedBatch
 from persistence.notify import HeadListener
+from persistence.sql.groups import SqlGroups
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore
@@ -118,6 +118,10 @@ class Dialect(ABC):
         """A new DBAPI connection, set up for the writer."""
 
     @abstractmethod
+    def groups(self, store: SqlStore) -> SqlGroups:
+        """The store's group writer: how a group of appends and creates commits on this database."""
+
+    @abstractmethod
     def new_reader(self, store: SqlStore, busy_ms: int) -> tuple[Any, int]:
         """A new reader connection, and the busy timeout (ms) it has."""
 
@@ -152,12 +156,6 @@ class Dialect(ABC):
     @abstractmethod
     async def read_stored(self, store: SqlStore, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         """`HistoryStore.read_stored`."""
-
-    @abstractmethod
-    def append_at_once(
-        self, store: SqlStore, cursor: Any, session_id: str, expected: int, new_head: int, batch: PreparedBatch
-    ) -> bool:
-        """The usual append in one statement, where this database has one; ``False``, changing nothing, if not."""
 
     @abstractmethod
     async def check_ready(self, store: SqlStore) -> None:

@@ -1,15 +1,22 @@
-"""SQL group commit: a `persistence.group_commit` group as one transaction, each unit in a savepoint of its own."""
+"""SQL group commit: a `persistence.group_commit` group as one transaction.
+
+`SqlGroups` runs each unit in a savepoint of its own. A dialect may commit some units
+together in fewer statements (`persistence.sql.postgres.PostgresGroups`); it overrides `_run`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
+from codec import Event
+from persistence.base import AppendResult
+from persistence.batch import PreparedBatch
 from persistence.errors import StoreError
 from persistence.group_commit import quietly, unavailable
 
-__all__ = ["SqlGroups"]
+__all__ = ["Append", "SqlGroups"]
 
 
 class _Bounded(Protocol):
@@ -19,6 +26,31 @@ class _Bounded(Protocol):
 
 def _unbounded(connection: Any) -> AbstractContextManager[_Bounded | None]:
     return nullcontext()
+
+
+class Append:
+    """An append as a unit of a group: what it writes, and ``write(cursor, session_id, events, batch)``.
+
+    Called with the cursor, it runs the store's own append (each unit alone); a dialect's
+    group writer may instead commit it beside others, from its fields.
+    """
+
+    __slots__ = ("batch", "events", "session_id", "write")
+
+    def __init__(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        batch: PreparedBatch | None,
+        write: Callable[[Any, str, Sequence[Event], PreparedBatch | None], AppendResult],
+    ) -> None:
+        self.session_id = session_id
+        self.events = events
+        self.batch = batch
+        self.write = write
+
+    def __call__(self, cursor: Any) -> AppendResult:
+        return self.write(cursor, self.session_id, self.events, self.batch)
 
 
 class SqlGroups:
@@ -46,10 +78,10 @@ class SqlGroups:
         self._aborted = aborted
         self._bound = bound
         self._connection: Any = None
+        self._deadline: _Bounded | None = None
 
     def __call__(self, works: list[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
-        outcomes: list[tuple[bool, Any]] = []
-        deadline: _Bounded | None = None
+        self._deadline = None
         try:
             if self._connection is None:
                 self._connection = self._connect()
@@ -57,20 +89,10 @@ class SqlGroups:
             cursor = connection.cursor()
             if self._begin is not None:
                 cursor.execute(self._begin)
-            for work in works:
-                with self._bound(connection) as deadline:
-                    cursor.execute("SAVEPOINT history_unit")
-                    try:
-                        outcomes.append((True, work(cursor)))
-                    except Exception as exc:
-                        cursor.execute("ROLLBACK TO SAVEPOINT history_unit")
-                        outcomes.append((False, exc if isinstance(exc, StoreError) else unavailable(exc)))
-                    cursor.execute("RELEASE SAVEPOINT history_unit")
-                if deadline is not None and deadline.expired:
-                    raise StoreError("the connection was cut")
-            with self._bound(connection) as deadline:
+            outcomes = self._run(connection, cursor, works)
+            with self._within(connection):
                 connection.commit()
-            if deadline is not None and deadline.expired:
+            if self._expired():
                 # Committed just as the bound cut the connection: the outcome stands, the connection goes.
                 self.close()
         except Exception as exc:
@@ -78,10 +100,50 @@ class SqlGroups:
                 quietly(self._connection.rollback)
                 self.close()
             self._aborted()
-            if deadline is not None and deadline.expired:
-                raise StoreError(f"no answer within {deadline.seconds:g} s") from exc
+            if self._deadline is not None and self._deadline.expired:
+                raise StoreError(f"no answer within {self._deadline.seconds:g} s") from exc
             raise
         return outcomes
+
+    def _run(self, connection: Any, cursor: Any, works: Sequence[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
+        """Each unit's outcome, in order, every unit in a savepoint of its own."""
+        return [self._unit(connection, cursor, work) for work in works]
+
+    def _unit(self, connection: Any, cursor: Any, work: Callable[[Any], Any]) -> tuple[bool, Any]:
+        with self._within(connection):
+            cursor.execute("SAVEPOINT history_unit")
+            try:
+                outcome: tuple[bool, Any] = (True, work(cursor))
+            except Exception as exc:
+                cursor.execute("ROLLBACK TO SAVEPOINT history_unit")
+                outcome = (False, exc if isinstance(exc, StoreError) else unavailable(exc))
+            cursor.execute("RELEASE SAVEPOINT history_unit")
+        self._check_cut()
+        return outcome
+
+    def _restart(self, connection: Any) -> Any:
+        """Roll the group's transaction back and open another; its new cursor. The store forgets the group."""
+        connection.rollback()
+        self._aborted()
+        cursor = connection.cursor()
+        if self._begin is not None:
+            cursor.execute(self._begin)
+        return cursor
+
+    @contextmanager
+    def _within(self, connection: Any) -> Iterator[None]:
+        """One call on the connection within the bound, which is kept to tell whether it expired."""
+        with self._bound(connection) as deadline:
+            self._deadline = deadline
+            yield
+
+    def _expired(self) -> bool:
+        return self._deadline is not None and self._deadline.expired
+
+    def _check_cut(self) -> None:
+        """Fail the group when the bound cut the connection during the last call."""
+        if self._expired():
+            raise StoreError("the connection was cut")
 
     def close(self) -> None:
         """Close the connection (the writer thread must have stopped)."""

@@ -1,19 +1,22 @@
-"""PostgreSQL, for several nodes: the row lock, the one-statement append, async readers and head notices.
+"""PostgreSQL, for several nodes: the row lock, the group's appends in one statement, async readers and head notices.
 
 Appends lock the session row (``SELECT ... FOR UPDATE``), so two processes never duplicate
-or skip a seq. Reads wait on the network, so a read runs in a worker thread, in one hop for
-the whole page, or, for a page, on the event loop through `AsyncReaders`. Every call is
+or skip a seq; a group's usual appends are one statement (`PostgresGroups`). Reads wait on
+the network, so a read runs in a worker thread, in one hop for the whole page, or, for a
+page, on the event loop through `AsyncReaders`. Every call is
 bounded: connecting, each statement (on the server) and each call (a `Watchdog` cuts a
 connection that answers nothing); the connection is then replaced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar
 
 import anyio.to_thread
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
@@ -21,14 +24,14 @@ from sqlalchemy.sql import Select, Update
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
-from persistence.base import PageRead, SessionInfo
-from persistence.batch import PreparedBatch
+from persistence.base import AppendResult, PageRead, SessionInfo
 from persistence.errors import SessionNotFoundError, StoreError
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
-from persistence.rules import page_span
-from persistence.sealing import kept, plan_append
+from persistence.rules import BatchPlan, dense_gap, page_span, plan_batch
+from persistence.sealing import plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk
+from persistence.sql.groups import Append, SqlGroups
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
 from persistence.sql.pg_timeouts import Watchdog, connect_options
@@ -37,7 +40,9 @@ from persistence.sql.schema import PROBE, CodePointOrder
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore
 
-__all__ = ["PostgresDialect"]
+__all__ = ["PostgresDialect", "PostgresGroups"]
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -48,33 +53,57 @@ def _code_point_order(element: CodePointOrder, compiler: SQLCompiler, **kw: Any)
     return f'{compiler.process(element.column, **kw)} COLLATE "C"'
 
 
-# Every table's insert is gated on the head having moved, so the statement does all of it or nothing; the
+# A group's appends in one statement. A sealing append rewrites its open run in place: a record
+# whose seq the rewrite keeps is updated, a piece it joins away deleted, and the rest inserted, so
+# the three touch different rows. Every session the rest of the group appends to is locked
+# first, in code-point order, as the group runs its units, so two processes' groups never wait on
+# each other in a cycle. A head moves only from the head its unit expects, and each table's
+# insert is gated on its session's head having moved, so every append is all or nothing; the
 # NOTIFY rides the update, so PostgreSQL sends it at commit and never for a rollback.
-_APPEND: Final = """
-WITH moved AS (
-    UPDATE history_sessions SET head_seq = %(head)s
-    WHERE id = %(session)s AND head_seq = %(expected)s
-    RETURNING pg_notify(%(channel)s, %(notice)s)
+_GROUP_APPEND: Final = """
+WITH locked AS MATERIALIZED (
+    SELECT id FROM history_sessions WHERE id = ANY(%(locks)s::text[]) ORDER BY id COLLATE "C" FOR UPDATE
+), moved AS (
+    UPDATE history_sessions s SET head_seq = u.head
+    FROM unnest(%(sessions)s::text[], %(expected)s::bigint[], %(heads)s::bigint[], %(notices)s::text[])
+        AS u(session, expected, head, notice)
+    WHERE s.id = u.session AND s.head_seq = u.expected AND s.id IN (SELECT id FROM locked)
+    RETURNING s.id, pg_notify(%(channel)s, u.notice)
 ), records AS (
     INSERT INTO history_records (session_id, seq, members, compressed, data, kind, key, time0, time1)
-    SELECT %(session)s, r.seq, r.members, r.compressed, r.data, r.kind, r.key, r.time0, r.time1
+    SELECT r.session, r.seq, r.members, r.compressed, r.data, r.kind, r.key, r.time0, r.time1
     FROM unnest(
-        %(seqs)s::bigint[], %(members)s::integer[], %(compressed)s::boolean[], %(datas)s::bytea[],
-        %(kinds)s::smallint[], %(keys)s::bytea[], %(time0s)s::bigint[], %(time1s)s::bigint[]
-    ) AS r(seq, members, compressed, data, kind, key, time0, time1)
-    WHERE EXISTS (SELECT 1 FROM moved)
+        %(record_sessions)s::text[], %(seqs)s::bigint[], %(members)s::integer[], %(compressed)s::boolean[],
+        %(datas)s::bytea[], %(kinds)s::smallint[], %(keys)s::bytea[], %(time0s)s::bigint[], %(time1s)s::bigint[]
+    ) AS r(session, seq, members, compressed, data, kind, key, time0, time1)
+    WHERE r.session IN (SELECT id FROM moved)
+), sealed AS (
+    UPDATE history_records t SET members = r.members, compressed = r.compressed, data = r.data, kind = r.kind,
+        key = r.key, time0 = r.time0, time1 = r.time1
+    FROM unnest(
+        %(sealed_sessions)s::text[], %(sealed_seqs)s::bigint[], %(sealed_members)s::integer[],
+        %(sealed_compressed)s::boolean[], %(sealed_datas)s::bytea[], %(sealed_kinds)s::smallint[],
+        %(sealed_keys)s::bytea[], %(sealed_time0s)s::bigint[], %(sealed_time1s)s::bigint[]
+    ) AS r(session, seq, members, compressed, data, kind, key, time0, time1)
+    WHERE t.session_id = r.session AND t.seq = r.seq AND r.session IN (SELECT id FROM moved)
+), dropped AS (
+    DELETE FROM history_records t
+    USING unnest(%(dropped_sessions)s::text[], %(dropped_seqs)s::bigint[]) AS d(session, seq)
+    WHERE t.session_id = d.session AND t.seq = d.seq AND d.session IN (SELECT id FROM moved)
 ), messages AS (
     INSERT INTO history_messages (session_id, seq, group_start)
-    SELECT %(session)s, m.seq, m.group_start
-    FROM unnest(%(message_seqs)s::bigint[], %(groups)s::bigint[]) AS m(seq, group_start)
-    WHERE EXISTS (SELECT 1 FROM moved)
+    SELECT m.session, m.seq, m.group_start
+    FROM unnest(%(message_sessions)s::text[], %(message_seqs)s::bigint[], %(groups)s::bigint[])
+        AS m(session, seq, group_start)
+    WHERE m.session IN (SELECT id FROM moved)
 ), hidden AS (
     INSERT INTO history_hidden (session_id, seq, start, "end")
-    SELECT %(session)s, h.seq, h.start, h.stop
-    FROM unnest(%(hidden_at)s::bigint[], %(starts)s::bigint[], %(ends)s::bigint[]) AS h(seq, start, stop)
-    WHERE EXISTS (SELECT 1 FROM moved)
+    SELECT h.session, h.seq, h.start, h.stop
+    FROM unnest(%(hidden_sessions)s::text[], %(hidden_at)s::bigint[], %(starts)s::bigint[], %(ends)s::bigint[])
+        AS h(session, seq, start, stop)
+    WHERE h.session IN (SELECT id FROM moved)
 )
-SELECT count(*) FROM moved
+SELECT id FROM moved
 """
 
 
@@ -107,10 +136,185 @@ def _newest(first: Sequence[MessageEntry], more: bool) -> Iterator[MessageEntry]
         raise LongWalk
 
 
-def _no_lines(pieces: Sequence[StoredRecord]) -> Sequence[StoredRecord]:
-    if pieces:
-        raise AssertionError("a one-statement append never rewrites stored records")
+class _Unwritten(Exception):
+    """A record the append rewrites whose line this writer did not keep: the store's own append reads it."""
+
+
+def _written_lines(pieces: Sequence[StoredRecord]) -> Sequence[StoredRecord]:
+    # A stored line is never empty: b"" is a line this writer never held.
+    if not all(piece.line for piece in pieces):
+        raise _Unwritten
     return pieces
+
+
+class _Planned(NamedTuple):
+    """A unit the group statement can write: its heads, and its records planned from the known open run."""
+
+    at: int
+    unit: Append
+    plan: BatchPlan
+    tail: list[StoredRecord]
+    records: list[StoredRecord]
+    # The seqs of the open run's records that the append rewrites (none when it only extends the run).
+    rewritten: frozenset[int]
+
+
+class PostgresGroups(SqlGroups):
+    """The group writer: the group's appends in one statement (`_GROUP_APPEND`), not one savepoint each.
+
+    An append whose session's open run this writer knows (with the lines of what it rewrites)
+    joins the statement. One that does not, or whose head had
+    moved (a seq conflict, a resend, an unknown session), then runs as the store's own append in
+    a savepoint, so it fails alone. A second append to a session in the group, or a create,
+    waits for what came before it.
+    Should the statement itself fail, the group's transaction is rolled back and the group runs
+    again, every unit in a savepoint, so the unit the database refused fails alone.
+    """
+
+    def __init__(self, store: SqlStore, origin: str, bound: Callable[[Any], AbstractContextManager[Deadline]]) -> None:
+        super().__init__(store._connect_writer, begin=None, aborted=store._tails.clear, bound=bound)
+        self._store = store
+        self._origin = origin
+
+    def _run(self, connection: Any, cursor: Any, works: Sequence[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any] | None] = [None] * len(works)
+        # Appends to sessions of their own: those the statement writes, and those that run alone after it.
+        pending: dict[str, _Planned] = {}
+        alone: dict[str, int] = {}
+        try:
+            for index, work in enumerate(works):
+                if not isinstance(work, Append) or work.session_id in pending or work.session_id in alone:
+                    # What comes after must see what came before: a create, or a session's next append.
+                    self._flush(connection, cursor, works, pending, alone, outcomes)
+                    pending, alone = {}, {}
+                if not isinstance(work, Append):
+                    outcomes[index] = self._unit(connection, cursor, work)
+                elif (planned := self._plan(index, work)) is not None:
+                    pending[work.session_id] = planned
+                else:
+                    alone[work.session_id] = index
+            self._flush(connection, cursor, works, pending, alone, outcomes)
+        except (psycopg.IntegrityError, psycopg.DataError) as exc:
+            # The database refused what a unit writes: only a unit alone can tell which.
+            logger.warning("a group statement failed; its %d units run one by one: %s", len(works), exc)
+            return super()._run(connection, self._restart(connection), works)
+        done = [outcome for outcome in outcomes if outcome is not None]
+        assert len(done) == len(works)
+        return done
+
+    def _plan(self, index: int, unit: Append) -> _Planned | None:
+        """The unit as the statement writes it, when its head and open run are known and it only extends the run."""
+        seqs, batch = [event.seq for event in unit.events], unit.batch
+        if batch is None or dense_gap(seqs) is not None:
+            return None
+        known = self._store._tails.get(unit.session_id)
+        if known is None or known[0] != seqs[0] - 1:
+            return None
+        plan = plan_batch(unit.session_id, seqs, known[0])
+        try:
+            keep, records = plan_append(known[1], batch.records, _written_lines)
+        except _Unwritten:
+            return None
+        tail = known[1]
+        return _Planned(index, unit, plan, tail[:keep], records, frozenset(r.seq for r in tail[keep:]))
+
+    def _flush(
+        self,
+        connection: Any,
+        cursor: Any,
+        works: Sequence[Callable[[Any], Any]],
+        pending: dict[str, _Planned],
+        alone: dict[str, int],
+        outcomes: list[tuple[bool, Any] | None],
+    ) -> None:
+        """Write the pending units in one statement; then run the others, and those it could not write, each alone.
+
+        The statement locks the sessions of every append from the first of these on, so the
+        appends run alone after it take no lock out of the group's order.
+        """
+        moved: set[str] = set()
+        if pending:
+            first = min(min(planned.at for planned in pending.values()), *alone.values(), len(works))
+            locks = sorted({work.session_id for work in works[first:] if isinstance(work, Append)})
+            with self._within(connection):
+                cursor.execute(_GROUP_APPEND, self._params(pending.values(), locks))
+                moved = {row[0] for row in cursor.fetchall()}
+            self._check_cut()
+        for planned in pending.values():
+            unit = planned.unit
+            if unit.session_id in moved:
+                self._store._remember(unit.session_id, planned.plan.head_seq, [*planned.tail, *planned.records])
+                outcomes[planned.at] = (True, AppendResult.of(planned.plan))
+            else:
+                # What the writer knew of the session is stale: the store's own append finds out why.
+                self._store._tails.pop(unit.session_id)
+                alone[unit.session_id] = planned.at
+        for index in sorted(alone.values()):
+            outcomes[index] = self._unit(connection, cursor, works[index])
+
+    def _params(self, pending: Iterable[_Planned], locks: list[str]) -> dict[str, Any]:
+        store = self._store
+        params: dict[str, Any] = {"locks": locks, "channel": NOTIFY_CHANNEL}
+        for name in _GROUP_ARRAYS:
+            params[name] = []
+        for planned in pending:
+            session, batch = planned.unit.session_id, planned.unit.batch
+            assert batch is not None
+            new_head = planned.plan.head_seq
+            params["sessions"].append(session)
+            params["expected"].append(planned.plan.first_seq - 1)
+            params["heads"].append(new_head)
+            params["notices"].append(notice(session, new_head, self._origin))
+            for record in planned.records:
+                row = store._row(session, record)
+                names = _SEALED if record.seq in planned.rewritten else _INSERTED
+                values = (session, record.seq, record.members, row["compressed"], row["data"], record.kind)
+                for name, value in zip(names, (*values, record.key, record.time0, record.time1), strict=True):
+                    params[name].append(value)
+            for seq in sorted(planned.rewritten - {record.seq for record in planned.records}):
+                params["dropped_sessions"].append(session)
+                params["dropped_seqs"].append(seq)
+            for message in batch.messages:
+                params["message_sessions"].append(session)
+                params["message_seqs"].append(message.seq)
+                params["groups"].append(message.group_start)
+            for hidden in batch.hidden:
+                params["hidden_sessions"].append(session)
+                params["hidden_at"].append(hidden.at)
+                params["starts"].append(hidden.start)
+                params["ends"].append(hidden.end)
+        return params
+
+
+_INSERTED: Final = (
+    "record_sessions",
+    "seqs",
+    "members",
+    "compressed",
+    "datas",
+    "kinds",
+    "keys",
+    "time0s",
+    "time1s",
+)
+_SEALED: Final = tuple(f"sealed_{name}" for name in ("sessions", *_INSERTED[1:]))
+_GROUP_ARRAYS: Final = (
+    "sessions",
+    "expected",
+    "heads",
+    "notices",
+    *_INSERTED,
+    *_SEALED,
+    "dropped_sessions",
+    "dropped_seqs",
+    "message_sessions",
+    "message_seqs",
+    "groups",
+    "hidden_sessions",
+    "hidden_at",
+    "starts",
+    "ends",
+)
 
 
 class PostgresDialect(Dialect):
@@ -163,6 +367,9 @@ class PostgresDialect(Dialect):
     def writer(self, connection: Any) -> Any:
         connection.autocommit = False
         return connection
+
+    def groups(self, store: SqlStore) -> SqlGroups:
+        return PostgresGroups(store, self._origin, self.bound)
 
     def new_reader(self, store: SqlStore, busy_ms: int) -> tuple[Any, int]:
         connection = store._connect()
@@ -239,48 +446,6 @@ class PostgresDialect(Dialect):
         found = await store._in_thread(store._stored_checked, session_id, from_seq, to_seq, False)
         assert found is not None
         return found
-
-    def append_at_once(
-        self, store: SqlStore, cursor: Any, session_id: str, expected: int, new_head: int, batch: PreparedBatch
-    ) -> bool:
-        """The usual case in one round trip.
-
-        One statement moves the head from just before the batch, writes the batch and sends
-        the notice; ``False``, changing nothing, when the head was elsewhere or when the append
-        must rewrite the open run, which needs its stored lines first.
-        """
-        known = store._tails.get(session_id)
-        if known is None or known[0] != expected:
-            return False
-        if kept(known[1], batch.records) < len(known[1]):
-            return False
-        _, records = plan_append(known[1], batch.records, _no_lines)
-        rows = [store._row(session_id, record) for record in records]
-        params = {
-            "session": session_id,
-            "expected": expected,
-            "head": new_head,
-            "channel": NOTIFY_CHANNEL,
-            "notice": notice(session_id, new_head, self._origin),
-            "seqs": [r.seq for r in records],
-            "members": [r.members for r in records],
-            "compressed": [row["compressed"] for row in rows],
-            "datas": [row["data"] for row in rows],
-            "kinds": [r.kind for r in records],
-            "keys": [r.key for r in records],
-            "time0s": [r.time0 for r in records],
-            "time1s": [r.time1 for r in records],
-            "message_seqs": [m.seq for m in batch.messages],
-            "groups": [m.group_start for m in batch.messages],
-            "hidden_at": [h.at for h in batch.hidden],
-            "starts": [h.start for h in batch.hidden],
-            "ends": [h.end for h in batch.hidden],
-        }
-        cursor.execute(_APPEND, params)
-        if not cursor.fetchone()[0]:
-            return False
-        store._remember(session_id, new_head, [*known[1], *records])
-        return True
 
     async def check_ready(self, store: SqlStore) -> None:
         """The store's kept readers, as a page read uses them.

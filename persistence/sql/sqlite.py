@@ -24,11 +24,11 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
 from persistence.base import PageRead
-from persistence.batch import PreparedBatch
 from persistence.errors import StoreError
 from persistence.notify import HeadListener
 from persistence.rules import page_span
 from persistence.sql.dialect import Busy, Deadline, Dialect, Head, LongWalk
+from persistence.sql.groups import SqlGroups
 from persistence.sql.schema import PROBE, CodePointOrder
 
 if TYPE_CHECKING:
@@ -127,6 +127,10 @@ class SqliteDialect(Dialect):
 
     def writer(self, connection: Any) -> Any:
         return connection
+
+    def groups(self, store: SqlStore) -> SqlGroups:
+        """Each unit in a savepoint: SQLite's statements are calls in this process, so batching saves no round trip."""
+        return SqlGroups(store._connect_writer, begin=self.BEGIN, aborted=store._tails.clear, bound=self.bound)
 
     def new_reader(self, store: SqlStore, busy_ms: int) -> tuple[Any, int]:
         if busy_ms == 0:
@@ -231,11 +235,6 @@ class SqliteDialect(Dialect):
         found = await store._in_thread(store._stored_checked, session_id, from_seq, to_seq, False)
         assert found is not None
         return found
-
-    def append_at_once(
-        self, store: SqlStore, cursor: Any, session_id: str, expected: int, new_head: int, batch: PreparedBatch
-    ) -> bool:
-        return False
 
     async def check_ready(self, store: SqlStore) -> None:
         """A connection of the probe's own, opened by the file's path (never creating it).

@@ -45,7 +45,7 @@ from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import open_run, plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Deadline, Dialect, Head, LongWalk
-from persistence.sql.groups import SqlGroups
+from persistence.sql.groups import Append
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresDialect
 from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, CodePointOrder, sessions_table
@@ -100,15 +100,13 @@ class SqlStore(HistoryStore):
         self._integrity_error: type[Exception] = dbapi.IntegrityError
         # zstd contexts are not thread-safe, and the store's work runs in several threads.
         self._zstd = ZstdContexts(level=3)
-        # Each session's open run (join columns only) as of the head this process last wrote;
+        # Each session's open run as of the head this process last wrote (the lines it wrote, others b"");
         # only the writer thread touches it.
         self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
         # Kept reader connections, each with the busy timeout (ms) it has now (SQLite's; unused on PostgreSQL).
         self._readers: list[tuple[Any, int]] = []
         self._read_threads: anyio.CapacityLimiter | None = None
-        self._groups = SqlGroups(
-            self._connect_writer, begin=self._dialect.BEGIN, aborted=self._tails.clear, bound=self._dialect.bound
-        )
+        self._groups = self._dialect.groups(self)
         self._writer = GroupCommit(self._groups, name="history-sql-writer")
 
     @classmethod
@@ -317,7 +315,8 @@ class SqlStore(HistoryStore):
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
         # Packing is pure work: done before the writer, never inside its transaction.
         batch = await prepared(events)
-        return await self._writer.run(lambda cursor: self._append_unit(cursor, session_id, events, batch), session_id)
+        # The dialect's group writer commits it, beside the appends that arrive with it.
+        return await self._writer.run(Append(session_id, events, batch, self._append_unit), session_id)
 
     def _append_unit(
         self, cursor: Any, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
@@ -328,8 +327,6 @@ class SqlStore(HistoryStore):
             # The usual case, tried first: the head is just before the batch.
             hoped = plan_batch(session_id, seqs, seqs[0] - 1)
             expected, new_head = seqs[0] - 1, hoped.head_seq
-            if self._dialect.append_at_once(self, cursor, session_id, expected, new_head, batch):
-                return AppendResult.of(hoped)
             if self._advance(cursor, session_id, expected, new_head):
                 # It was, and the row is now locked.
                 self._insert(cursor, session_id, batch)
@@ -351,8 +348,8 @@ class SqlStore(HistoryStore):
         return AppendResult.of(plan)
 
     def _remember(self, session_id: str, head: int, trailing: Sequence[StoredRecord]) -> None:
-        """Keep the session's open run, columns only, for the next append's plan."""
-        self._tails.put(session_id, (head, [record._replace(line=b"") for record in open_run(trailing)]))
+        """Keep the session's open run for the next append's plan, with the lines this writer wrote (others are b"")."""
+        self._tails.put(session_id, (head, open_run(trailing)))
 
     def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int) -> bool:
         """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""

@@ -1,0 +1,184 @@
+"""PostgreSQL's group writer: a group's appends in one statement, each unit still atomic and failing alone."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from codec import DeltaData, Event, SessionHeader, TextDelta
+from persistence.base import AppendResult
+from persistence.batch import prepare_batch
+from persistence.errors import SeqConflictError, SessionNotFoundError, StoreError
+from persistence.sql import SqlStore
+from persistence.sql.groups import Append
+from testing.postgres import PG_URL, empty_postgres
+
+pytestmark = [pytest.mark.anyio, pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set")]
+
+
+def event(seq: int, text: str = "") -> Event:
+    return Event("x", seq, 0, {"text": text or f"e{seq}"})
+
+
+class Recording(psycopg.Cursor[Any]):
+    """A cursor that keeps the first line of every statement the writer sends."""
+
+    sent: list[str] = []
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        Recording.sent.append(str(query).strip().splitlines()[0])
+        return super().execute(query, params, **kwargs)
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[SqlStore]:
+    """A store with sessions a, b, c and d, each holding event 0, written by this store (so its writer knows them)."""
+    assert PG_URL
+    await empty_postgres(PG_URL)
+    opened = await SqlStore.open(PG_URL)
+    for session in "abcd":
+        await opened.create_session(SessionHeader(id=session, createdAt=0))
+        await opened.append(session, [event(0)])
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def unit(store: SqlStore, session: str, events: Sequence[Event]) -> Append:
+    return Append(session, events, prepare_batch(events) if events else None, store._append_unit)
+
+
+async def group(store: SqlStore, units: list[Any]) -> tuple[list[tuple[bool, Any]], list[str]]:
+    """Commit ``units`` as one group on the store's writer connection; the outcomes and the statements sent."""
+    connection = store._groups._connection
+    assert connection is not None
+    connection.cursor_factory = Recording
+    Recording.sent = []
+    try:
+        outcomes = await anyio.to_thread.run_sync(store._groups, units)
+    finally:
+        if store._groups._connection is not None:
+            store._groups._connection.cursor_factory = psycopg.Cursor
+    return outcomes, Recording.sent
+
+
+async def heads(store: SqlStore) -> dict[str, int]:
+    return {session: (await store.get_session(session)).head_seq for session in "abcd"}
+
+
+async def test_a_groups_appends_are_one_statement(store: SqlStore) -> None:
+    outcomes, sent = await group(store, [unit(store, s, [event(1), event(2)]) for s in "abcd"])
+    assert outcomes == [(True, AppendResult(1, 2))] * 4
+    assert len(sent) == 1 and sent[0].startswith("WITH locked AS MATERIALIZED")
+    assert await heads(store) == {"a": 2, "b": 2, "c": 2, "d": 2}
+    for session in "abcd":
+        read = await store.read_page(session, through=None, before=None, max_messages=100)
+        assert read.to_seq == 3 and read.stored[0].seq == 0 and read.stored[-1].end == 3
+
+
+async def test_a_unit_whose_head_moved_fails_alone_and_the_others_commit(store: SqlStore) -> None:
+    assert PG_URL
+    other = await SqlStore.open(PG_URL)
+    try:
+        await other.append("b", [event(1, "theirs")])
+    finally:
+        await other.close()
+    outcomes, sent = await group(store, [unit(store, s, [event(1, "ours")]) for s in "abc"])
+    assert outcomes[0] == outcomes[2] == (True, AppendResult(1, 1))
+    assert outcomes[1][0] is False and isinstance(outcomes[1][1], SeqConflictError)
+    # One statement for the three; then b alone, in a savepoint of its own.
+    assert sent[0].startswith("WITH locked") and sent[1:2] == ["SAVEPOINT history_unit"]
+    assert not any(line.startswith("WITH locked") for line in sent[1:])
+    assert await heads(store) == {"a": 1, "b": 1, "c": 1, "d": 0}
+    assert b"theirs" in (await store.read_stored("b", 1, 2))[0].line
+    assert b"ours" in (await store.read_stored("a", 1, 2))[0].line
+
+
+async def test_units_the_statement_cannot_write_run_alone_in_the_groups_order(store: SqlStore) -> None:
+    units = [
+        unit(store, "a", [event(1)]),
+        unit(store, "a", [event(2)]),
+        unit(store, "b", [event(0)]),
+        unit(store, "b", [event(5)]),
+        unit(store, "c", []),
+        unit(store, "nope", [event(0)]),
+        unit(store, "d", [event(1)]),
+    ]
+    outcomes, _ = await group(store, units)
+    assert outcomes[0] == (True, AppendResult(1, 1))
+    assert outcomes[1] == (True, AppendResult(2, 2))
+    assert outcomes[2] == (True, AppendResult(0, 0, idempotent=True))
+    assert outcomes[3][0] is False and isinstance(outcomes[3][1], SeqConflictError)
+    assert outcomes[4] == (True, AppendResult(1, 0))
+    assert outcomes[5][0] is False and isinstance(outcomes[5][1], SessionNotFoundError)
+    assert outcomes[6] == (True, AppendResult(1, 1))
+    assert await heads(store) == {"a": 2, "b": 0, "c": 0, "d": 1}
+
+
+async def test_a_unit_the_database_refuses_fails_alone_and_the_others_commit(store: SqlStore) -> None:
+    """A stray row where c's next record goes: the statement fails, and the group runs again unit by unit."""
+    assert PG_URL
+    engine = sa.create_engine(PG_URL)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO history_records (session_id, seq, members, compressed, data, kind, key, time0, time1)"
+            " VALUES ('c', 1, 1, false, 'stray'::bytea, 0, ''::bytea, 0, 0)"
+        )
+    engine.dispose()
+    outcomes, sent = await group(store, [unit(store, s, [event(1)]) for s in "abcd"])
+    assert [ok for ok, _ in outcomes] == [True, True, False, True]
+    assert isinstance(outcomes[2][1], StoreError)
+    assert sent.count("SAVEPOINT history_unit") == 4
+    assert await heads(store) == {"a": 1, "b": 1, "c": 0, "d": 1}
+    # The retry forgot what the failed statement taught the writer, and the next group is one statement again.
+    outcomes, sent = await group(store, [unit(store, s, [event(2)]) for s in "abd"])
+    assert outcomes == [(True, AppendResult(2, 2))] * 3 and len(sent) == 1
+
+
+async def test_a_group_cut_after_its_statement_commits_nothing_and_the_writer_recovers(store: SqlStore) -> None:
+    def cut(cursor: Any) -> None:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    units: list[Any] = [unit(store, s, [event(1)]) for s in "ab"]
+    with pytest.raises(psycopg.Error):
+        await group(store, [*units, cut])
+    assert len(store._tails) == 0
+    assert await heads(store) == {"a": 0, "b": 0, "c": 0, "d": 0}
+    assert await store.append("a", [event(1)]) == AppendResult(1, 1)
+    assert (await store.read_stored("a", 0, 2))[-1].end == 2
+
+
+def token(seq: int) -> Event:
+    return Event("assistant/chunk", seq, 1_000 + seq, DeltaData(1, 1, TextDelta(0, f" t{seq}")))
+
+
+async def test_sealing_appends_join_the_statement_and_store_what_the_unit_by_unit_path_stores(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    """Token deltas seal the open run every few appends: each group stays one statement, and stores what SQLite does."""
+    reference = await SqlStore.open(f"sqlite:///{tmp_path / 'ref.db'}")
+    try:
+        await reference.create_session(SessionHeader(id="a", createdAt=0))
+        await reference.append("a", [event(0)])
+        # The writer learns each run's lines by writing them: the first append per session may run alone.
+        for session in "abcd":
+            await store.append(session, [token(1)])
+        await reference.append("a", [token(1)])
+        for seq in range(2, 30):
+            outcomes, sent = await group(store, [unit(store, s, [token(seq)]) for s in "abcd"])
+            assert outcomes == [(True, AppendResult(seq, seq))] * 4
+            assert len(sent) == 1, (seq, sent)
+            await reference.append("a", [token(seq)])
+        expected = await reference.read_stored("a", 0, 30)
+        assert len(expected) < 29, "the runs were never sealed"
+        for session in "abcd":
+            assert await store.read_stored(session, 0, 30) == expected
+    finally:
+        await reference.close()
