@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from codec import distribution_version
 from history_client import cli_args
 from history_service.command import PROG, CommandError
+from history_service.params import DEFAULT_MAX_MESSAGES
 from history_service.settings import DEFAULT_STORE, ServerSettings, Settings, read_token_file
 
 try:
@@ -171,7 +172,9 @@ def _parser() -> argparse.ArgumentParser:
     pager.add_argument("--store", help=STORE_HELP)
     pager.add_argument("--through", type=cli_args.count, metavar="N", help="inclusive upper seq (default: the head)")
     pager.add_argument("--before", type=cli_args.count, metavar="N", help="exclusive upper seq, for paging backwards")
-    pager.add_argument("--max-messages", type=int, default=50, metavar="N", help="messages (default: %(default)s)")
+    pager.add_argument(
+        "--max-messages", type=int, default=DEFAULT_MAX_MESSAGES, metavar="N", help="messages (default: %(default)s)"
+    )
     pager.add_argument("--max-bytes", type=cli_args.count, metavar="N", help="byte target for the body")
     return parser
 

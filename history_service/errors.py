@@ -52,6 +52,7 @@ from starlette.responses import Response
 from starlette.types import ExceptionHandler
 
 from codec import BatchTooLargeError, CodecError, InvalidJsonError, SessionIdError, encode
+from history_service.bodies import ErrorBody, ErrorDetail, FollowError
 from history_service.logs import Tracebacks
 from persistence import (
     InvalidSessionIdError,
@@ -304,7 +305,7 @@ def error_response(
     status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> Response:
     """The JSON error body ``{"error": {"code", "message", ...extra}}`` with ``status``."""
-    body = encode({"error": {"code": code, "message": message, **extra}})
+    body = encode(ErrorBody(ErrorDetail(code, message, **extra)))
     return Response(body, status_code=status, headers=headers, media_type="application/json")
 
 
@@ -348,7 +349,7 @@ def stream_error(exc: Exception, tracebacks: Tracebacks) -> bytes:
     answer = answer_for(type(exc)) or _INTERNAL
     if answer.logged:
         tracebacks.error(logger, exc, "%s while following: %s", answer.code, exc)
-    return encode({"code": answer.code})
+    return encode(FollowError(answer.code))
 
 
 EXCEPTION_HANDLERS: Final[Mapping[Any, ExceptionHandler]] = {

@@ -29,6 +29,7 @@ import anyio
 import anyio.abc
 
 from codec import Event, StoredRecord, encode, event_lines
+from history_service.bodies import FollowError
 from history_service.metrics import Metrics
 from persistence import HeadListener, HistoryStore, SessionInfo, StoreError
 
@@ -287,7 +288,7 @@ class Hub:
                 self.metrics.follow_frames("snapshot")
                 yield Subscription(self, channel, session_id, opening, head + 1, head)
             elif after > head:
-                opening += sse_frame("error", encode({"code": "cursor_ahead", "headSeq": head}))
+                opening += sse_frame("error", encode(FollowError("cursor_ahead", head)))
                 self.metrics.follow_frames("error")
                 yield Subscription(self, channel, session_id, opening, head + 1, head, ended=True)
             else:

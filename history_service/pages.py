@@ -31,7 +31,7 @@ from history_service.budget import Hold, InFlight
 from history_service.encoding import compress
 from history_service.errors import ThroughBeyondHead
 from history_service.metrics import Metrics
-from persistence import HistoryStore, PageRead
+from persistence import HistoryStore, PageRead, page_span
 
 __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
 
@@ -204,7 +204,8 @@ class PageReader:
         A page that was read carries its hold on the budget of bodies being sent, which the
         caller releases once it is sent. ``holds`` are the reading and sending holds the
         caller took already (a follow stream's, at admission); without them the read takes
-        its own. Raises `ThroughBeyondHead`, and the store's errors as it raises them.
+        its own, and then learns what its shape costs. Raises `ThroughBeyondHead`, and the
+        store's errors as it raises them.
         """
         if query.through is not None:
             cached = await self._cached(session_id, query, coding)
@@ -223,12 +224,13 @@ class PageReader:
                 max_messages=query.max_messages,
                 max_bytes=query.max_bytes,
             )
-            size = sum(len(record.line) for record in read.stored)
-            # What the read really holds is known once it is read.
-            reading.resize(size)
-            self._inflight.learned(shape, size)
-            if read.beyond_head:
-                raise ThroughBeyondHead(query.through or 0, read.info.head_seq)
+            if holds is None:
+                # What the read really holds is known once it is read.
+                size = sum(len(record.line) for record in read.stored)
+                reading.resize(size)
+                self._inflight.learned(shape, size)
+            if query.through is not None and page_span(read.info.head_seq, query.through, query.before).beyond_head:
+                raise ThroughBeyondHead(query.through, read.info.head_seq)
             started = time.perf_counter()
             served = await self._build(read, query, coding)
             self.metrics.page_built(time.perf_counter() - started, immutable=query.through is not None)

@@ -11,7 +11,7 @@ these fields, and `history_service.openapi` documents them; both read them throu
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, ClassVar, Final, Literal, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 from msgspec import Meta, Struct
@@ -23,7 +23,10 @@ __all__ = [
     "ACCEPT_ENCODING",
     "CONTENT_ENCODING",
     "IF_NONE_MATCH",
+    "DEFAULT_LISTED",
+    "DEFAULT_MAX_MESSAGES",
     "LAST_EVENT_ID",
+    "MAX_LISTED",
     "MAX_MESSAGES",
     "FollowParams",
     "Header",
@@ -36,6 +39,10 @@ __all__ = [
 ]
 
 MAX_MESSAGES: Final = 1000
+DEFAULT_MAX_MESSAGES: Final = 50
+# The most sessions one listing answers, and how many it answers by default.
+MAX_LISTED: Final = 1000
+DEFAULT_LISTED: Final = 50
 MaxMessages = Annotated[int, Meta(ge=1, le=MAX_MESSAGES, description="Most counted messages (§4.3).")]
 # A follow's resume cursor: a seq, or -1 for "from the start".
 Resume = Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER)]
@@ -48,12 +55,15 @@ class NoParams(Struct, frozen=True, forbid_unknown_fields=True):
 class ListParams(Struct, frozen=True, forbid_unknown_fields=True):
     """A session listing's query (§12.1, §12.3)."""
 
-    limit: Annotated[int, Meta(ge=1, le=1000, description="Most sessions in the answer.")] = 50
+    limit: Annotated[int, Meta(ge=1, le=MAX_LISTED, description="Most sessions in the answer.")] = DEFAULT_LISTED
     cursor: Annotated[str, Meta(description="A `nextCursor` the service returned, unchanged.")] | None = None
 
 
 class PageParams(Struct, frozen=True, forbid_unknown_fields=True):
     """A page's query (§4.1); `history_service.pages.PageQuery` is what the service reads from it."""
+
+    # Which bad parameter a 400 names when several are: `expand` first, then the fields in order.
+    CHECK_ORDER: ClassVar[tuple[str, ...]] = ("expand", "through", "before", "maxMessages", "maxBytes")
 
     through: (
         Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER, description="Inclusive upper seq, at most the head.")] | None
@@ -61,7 +71,7 @@ class PageParams(Struct, frozen=True, forbid_unknown_fields=True):
     before: (
         Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER, description="Exclusive upper seq, to page backwards.")] | None
     ) = None
-    maxMessages: MaxMessages = 50
+    maxMessages: MaxMessages = DEFAULT_MAX_MESSAGES
     maxBytes: (
         Annotated[
             int, Meta(ge=1, le=MAX_SAFE_INTEGER, description="Byte target.", extra={"setting": "default_max_bytes"})
@@ -74,8 +84,11 @@ class PageParams(Struct, frozen=True, forbid_unknown_fields=True):
 class FollowParams(Struct, frozen=True, forbid_unknown_fields=True):
     """A follow's query (§5.1); the ``Last-Event-ID`` header, when sent, wins over ``after``."""
 
+    # A bad ``Last-Event-ID`` is named after a bad `after` and before a bad `maxMessages`.
+    CHECK_ORDER: ClassVar[tuple[str, ...]] = ("after", "Last-Event-ID", "maxMessages")
+
     after: Annotated[Resume, Meta(description="Resume after this seq, with no snapshot.")] | None = None
-    maxMessages: MaxMessages = 50
+    maxMessages: MaxMessages = DEFAULT_MAX_MESSAGES
 
 
 class Param(Struct, frozen=True, kw_only=True):

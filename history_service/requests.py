@@ -69,7 +69,6 @@ from persistence import SessionKey
 __all__ = [
     "accepted_coding",
     "address",
-    "check_params",
     "cursor_for",
     "follow_params",
     "integer",
@@ -96,7 +95,7 @@ _INTEGER: Final = re.compile(r"-?[0-9]{1,16}")
 _OFF_THE_LOOP: Final = 256 * 1024
 # Append bodies this large are parsed in a worker thread, for the same reason.
 _PARSE_IN_THREAD: Final = 1 << 20
-_LAST_EVENT_ID: Final = parameter(LAST_EVENT_ID.name, LAST_EVENT_ID.type)
+_HEADERS: Final = {LAST_EVENT_ID.name: parameter(LAST_EVENT_ID.name, LAST_EVENT_ID.type)}
 T = TypeVar("T")
 Q = TypeVar("Q", bound=msgspec.Struct)
 
@@ -239,7 +238,7 @@ def integer(value: str | None, name: str, low: int, high: int) -> int | None:
     return int(value)
 
 
-def check_params(request: Request, allowed: frozenset[str]) -> None:
+def _check_params(request: Request, allowed: frozenset[str]) -> None:
     """`InvalidParameter` for any query parameter outside ``allowed``."""
     unknown = sorted(set(request.query_params) - allowed)
     if unknown:
@@ -250,12 +249,19 @@ def check_params(request: Request, allowed: frozenset[str]) -> None:
 def query(request: Request, params: type[Q], settings: Settings | None = None) -> Q:
     """The query as ``params`` declares it (`history_service.params`): each field checked, absent ones defaulted.
 
-    A name outside ``params`` is refused first, then each field in its declared order.
+    A name outside ``params`` is refused first, then each field in its declared order, or in
+    the order ``params.CHECK_ORDER`` gives, which may place a header among them.
     ``settings`` gives the defaults a field names a setting for.
     """
-    declared = parameters(params)
-    check_params(request, frozenset(param.name for param in declared))
-    values = {param.name: _value(param, request.query_params.get(param.name), settings) for param in declared}
+    declared = {param.name: param for param in parameters(params)}
+    _check_params(request, frozenset(declared))
+    values: dict[str, Any] = {}
+    for name in getattr(params, "CHECK_ORDER", tuple(declared)):
+        if name in declared:
+            values[name] = _value(declared[name], request.query_params.get(name), settings)
+        elif header := request.headers.get(name):
+            # A header checked in its place among the fields (`CHECK_ORDER`); its reader parses it.
+            _value(_HEADERS[name], header, settings)
     return params(**values)
 
 
@@ -296,14 +302,10 @@ def page_query(request: Request, settings: Settings) -> PageQuery:
 
 def follow_params(request: Request) -> tuple[int | None, int]:
     """A follow's resume cursor (``Last-Event-ID`` wins over ``after``; ``None`` for a snapshot) and ``maxMessages``."""
+    # Both are checked (`FollowParams.CHECK_ORDER`): a bad `after` is refused even when the header wins (§5).
     params = query(request, FollowParams)
-    # A bad `after` is refused even when the header wins (§5): it is still a bad parameter.
-    after = params.after
-    header = request.headers.get("last-event-id")
-    if header:
-        assert _LAST_EVENT_ID.low is not None and _LAST_EVENT_ID.high is not None
-        after = integer(header, _LAST_EVENT_ID.name, _LAST_EVENT_ID.low, _LAST_EVENT_ID.high)
-    return after, params.maxMessages
+    header = request.headers.get(LAST_EVENT_ID.name)
+    return (int(header) if header else params.after), params.maxMessages
 
 
 def accepted_coding(request: Request) -> str:

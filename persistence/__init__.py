@@ -32,6 +32,7 @@ from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.message_index import select_cuts
 from persistence.notify import HeadListener
+from persistence.rules import page_span
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
 from persistence.url import describe_url, open_store, shareable_across_workers
@@ -52,6 +53,7 @@ __all__ = [
     "MemoryStore",
     "newest_first",
     "open_store",
+    "page_span",
     "PageRead",
     "SchemaVersionError",
     "select_cuts",

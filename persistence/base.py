@@ -95,20 +95,19 @@ class PageRead(Struct, frozen=True):
 
     ``to_seq`` is the exclusive end (`persistence.rules.page_span`). ``cuts`` are the
     candidate starts, newest first, and ``stored`` covers the oldest of them; both are empty
-    when the page is empty (``to_seq <= 0``) or when ``through`` is beyond the head
-    (``beyond_head``), which the page reader refuses.
+    when the page is empty (``to_seq <= 0``) or when ``through`` is beyond the head, which
+    the page reader refuses (`persistence.rules.PageSpan.beyond_head`).
     """
 
     info: SessionInfo
     to_seq: int
     cuts: list[int]
     stored: list[StoredRecord]
-    beyond_head: bool = False
 
     @classmethod
     def unread(cls, info: SessionInfo, span: PageSpan) -> PageRead:
         """The read of a page whose span has nothing to read (``not span.reads``)."""
-        return cls(info, span.to_seq, [], [], span.beyond_head)
+        return cls(info, span.to_seq, [], [])
 
 
 def subagent_parent(header: SessionHeader) -> str | None:

@@ -533,18 +533,13 @@ class SqlStore(HistoryStore):
         cursor: Any,
         session_id: str,
         to_seq: int,
-        first: Sequence[MessageEntry] = (),
-        more: bool = True,
         pages: int | None = None,
     ) -> Iterator[MessageEntry]:
-        """Counted messages below ``to_seq``, newest first: ``first``, then, if ``more``, read a page at a time.
+        """Counted messages below ``to_seq``, newest first, read a page at a time.
 
         With ``pages``, reading more message pages than that raises `LongWalk`.
         """
-        yield from first
-        if not more:
-            return
-        below = first[-1].seq if first else to_seq
+        below = to_seq
         while True:
             if pages is not None:
                 if pages == 0:

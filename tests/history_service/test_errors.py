@@ -389,8 +389,9 @@ def test_no_module_but_the_edge_picks_an_error_status_or_builds_an_error_body() 
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         names = sorted({node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} & ERROR_BODY_NAMES)
         statuses: list[object] = list(status_literals(tree))
-        if path.name == "endpoints.py":
+        if path.name in ("endpoints.py", "routes.py"):
             # readyz answers a probe, not an error: 503 with its own body while follow cannot see every append.
+            # The route table declares that answer for the OpenAPI document.
             statuses = [status for status in statuses if status != 503]
         if names or statuses:
             offenders[path.name] = [*names, *statuses]

@@ -165,3 +165,22 @@ def test_every_operation_of_the_table_is_named_once() -> None:
     names = [operation.name for route in routes.ROUTES for operation in route.operations]
     assert names and len(names) == len(set(names))
     assert len({route.path for route in routes.ROUTES}) == len(routes.ROUTES)
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "headers", "named"),
+    [
+        ("page", {"through": "zz", "expand": "x"}, {}, "expand must be 'raw'"),
+        ("page", {"maxBytes": "0", "through": "zz"}, {}, "through must be"),
+        ("follow", {"maxMessages": "0"}, {"Last-Event-ID": "x"}, "Last-Event-ID must be"),
+        ("follow", {"maxMessages": "0", "after": "q"}, {"Last-Event-ID": "x"}, "after must be"),
+        ("follow", {"maxMessages": "0"}, {"Last-Event-ID": ""}, "maxMessages must be"),
+    ],
+)
+async def test_of_several_bad_parameters_the_400_names_the_one_checked_first(
+    client: httpx.AsyncClient, path: str, params: dict[str, str], headers: dict[str, str], named: str
+) -> None:
+    answer = await client.get(_address(f"/v1/sessions/{{session_id}}/{path}"), params=params, headers=headers)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "invalid_parameter"
+    assert answer.json()["error"]["message"].startswith(named)
