@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from typing import Any, Final, TypeVar
 
@@ -253,16 +254,28 @@ def query(request: Request, params: type[Q], settings: Settings | None = None) -
     the order ``params.CHECK_ORDER`` gives, which may place a header among them.
     ``settings`` gives the defaults a field names a setting for.
     """
-    declared = {param.name: param for param in parameters(params)}
-    _check_params(request, frozenset(declared))
+    names, checks = _checks(params)
+    _check_params(request, names)
     values: dict[str, Any] = {}
-    for name in getattr(params, "CHECK_ORDER", tuple(declared)):
-        if name in declared:
-            values[name] = _value(declared[name], request.query_params.get(name), settings)
-        elif header := request.headers.get(name):
+    for param, is_header in checks:
+        if not is_header:
+            values[param.name] = _value(param, request.query_params.get(param.name), settings)
+        elif header := request.headers.get(param.name):
             # A header checked in its place among the fields (`CHECK_ORDER`); its reader parses it.
-            _value(_HEADERS[name], header, settings)
+            _value(param, header, settings)
     return params(**values)
+
+
+@functools.cache
+def _checks(params: type[msgspec.Struct]) -> tuple[frozenset[str], tuple[tuple[Param, bool], ...]]:
+    """The query names ``params`` allows, and what `query` checks in order: each field, or a header."""
+    declared = {param.name: param for param in parameters(params)}
+    order: tuple[str, ...] = getattr(params, "CHECK_ORDER", tuple(declared))
+    unknown = set(order) - declared.keys() - _HEADERS.keys()
+    assert not unknown and declared.keys() <= set(order), f"{params.__name__}.CHECK_ORDER: {sorted(unknown)}"
+    return frozenset(declared), tuple(
+        (declared[name], False) if name in declared else (_HEADERS[name], True) for name in order
+    )
 
 
 def _value(param: Param, value: str | None, settings: Settings | None) -> Any:
