@@ -20,9 +20,10 @@ from history_service import openapi, routes
 from history_service.allocator import Trimmer, fix_mmap_threshold
 from history_service.assets import viewer_routes
 from history_service.cors import cors_middleware
+from history_service.edge import Edge
 from history_service.errors import EXCEPTION_HANDLERS
-from history_service.logs import AccessLog, RequestIds, Tracebacks, configure_logging
-from history_service.metrics import Metrics, MetricsMiddleware, metrics_for
+from history_service.logs import Tracebacks, configure_logging, finish_queued_logs
+from history_service.metrics import Metrics, metrics_for
 from history_service.service import HistoryService
 from history_service.settings import Settings
 from history_service.shutdown import Shutdown, on_signals
@@ -31,11 +32,15 @@ from persistence import HistoryStore, open_store
 __all__ = ["app_factory", "create_app"]
 
 
-class _Edge(Starlette):
-    """Starlette with `RequestIds` outside its own outer error handler, so that handler's 500 carries an id too."""
+class _Edged(Starlette):
+    """Starlette with `Edge` outside its own outer error handler, so that handler's 500 carries an id and is counted."""
+
+    def __init__(self, *, metrics: Metrics, **options: Any) -> None:
+        super().__init__(**options)
+        self.edge_metrics = metrics
 
     def build_middleware_stack(self) -> ASGIApp:
-        return RequestIds(super().build_middleware_stack())
+        return Edge(super().build_middleware_stack(), metrics=self.edge_metrics)
 
 
 def create_app(
@@ -99,6 +104,7 @@ def create_app(
         finally:
             if store is None:
                 await opened.close()
+            finish_queued_logs()
 
     # With a metrics port, that port serves them instead: the API port never shows them to a gateway's callers.
     with_metrics = recorded.enabled and settings.metrics_port is None
@@ -109,24 +115,22 @@ def create_app(
         from history_service import seed
 
         served.append(Route("/v1/test-only/seed", seed.seed, methods=["POST"]))
-    # Request ids are outermost (see `_Edge`), then the access log, so every line and response carries one.
-    middleware = [
-        Middleware(AccessLog),
-        *([Middleware(MetricsMiddleware, metrics=recorded)] if recorded.enabled else []),
-    ]
+    # Request ids, metrics and the access line are outermost (see `_Edged`).
+    middleware: list[Middleware] = []
     handlers = EXCEPTION_HANDLERS
     if settings.cors_origins:
         # Starlette answers an unhandled error from outside every middleware of ours, so its 500
         # would lack the CORS headers and a page could not read it. A second ServerErrorMiddleware
         # inside CORS answers it instead. The outer one, left with Starlette's plain default, then
         # only re-raises for the server to log (so the error is logged once): it answers only a
-        # failure of the access log or the metrics themselves.
+        # failure of CORS itself.
         handlers = {key: handler for key, handler in EXCEPTION_HANDLERS.items() if key is not Exception}
         middleware += [
             cors_middleware(settings.cors_origins),
             Middleware(ServerErrorMiddleware, handler=EXCEPTION_HANDLERS[Exception]),
         ]
-    return _Edge(
+    return _Edged(
+        metrics=recorded,
         routes=served,
         middleware=middleware,
         exception_handlers=handlers,

@@ -1,12 +1,15 @@
 """Logs: one line per record, as text or JSON, each carrying the id of the request it belongs to.
 
 Every request gets an id: the caller's ``X-Request-ID`` when it is one header of 1-128
-safe characters, else a new one. `RequestIds`, the outermost layer of the app, holds the id
-in a context variable while the request runs and echoes it in every response, a 500 of the
-outer error handler included. `AccessLog`, a pure ASGI middleware (so a follow stream
-passes through unbuffered), writes one access line when the response ends, a follow
+safe characters, else a new one (`request_id`). The app's edge
+(`history_service.edge.Edge`) holds it in `REQUEST_ID` while the request runs, echoes it,
+and writes the request's access line (`log_access`) when the response ends, a follow
 stream's when the stream ends. `RequestIdFilter` puts the id on every record logged
 meanwhile, whichever logger wrote it.
+
+The process's handler (`configure_logging`) is a `QueuedLogHandler`: access lines and
+other INFO and DEBUG records are formatted and written by a thread of its own, many to a
+write, so they cost the event loop little; warnings and errors are written at once.
 
 A record is one line in either format: every control character and line separator in it,
 a traceback's line breaks included, is written as an escape. `Tracebacks` keeps a failure
@@ -22,10 +25,12 @@ WARNING whatever the level.
 from __future__ import annotations
 
 import logging
+import os
+import queue
 import re
 import sys
+import threading
 import time
-import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -33,29 +38,31 @@ from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
 import msgspec
-from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from history_service.settings import Settings
 
 __all__ = [
     "ACCESS_LOGGER",
-    "AccessLog",
+    "REQUEST_ID",
     "JsonFormatter",
     "LogHandler",
+    "QueuedLogHandler",
     "RequestIdFilter",
-    "RequestIds",
     "TextFormatter",
     "Tracebacks",
     "configure_logging",
     "current_request_id",
+    "finish_queued_logs",
+    "log_access",
     "request_id",
     "route_template",
+    "shown",
 ]
 
 ACCESS_LOGGER: Final = "history_service.access"
 # A context variable, not a global: each request's task, and the tasks it starts, see their own.
-_REQUEST_ID: Final[ContextVar[str | None]] = ContextVar("history_request_id", default=None)
+REQUEST_ID: Final[ContextVar[str | None]] = ContextVar("history_request_id", default=None)
 # Bounded, and nothing that could end a log line, quote a field or hide in a terminal.
 _SAFE_ID: Final = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
 _PLAIN: Final = re.compile(r"[\x21-\x7e]+")
@@ -71,7 +78,7 @@ _UVICORN: Final = ("uvicorn", "uvicorn.error", "uvicorn.asgi")
 
 def current_request_id() -> str | None:
     """The id of the request this code runs for, or ``None`` outside one."""
-    return _REQUEST_ID.get()
+    return REQUEST_ID.get()
 
 
 def request_id(headers: list[tuple[bytes, bytes]]) -> str:
@@ -81,14 +88,14 @@ def request_id(headers: list[tuple[bytes, bytes]]) -> str:
         text = given[0].decode("latin-1")
         if _SAFE_ID.fullmatch(text):
             return text
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 class RequestIdFilter(logging.Filter):
     """Sets ``record.request_id`` to the current request's id (``None`` outside a request); drops nothing."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = _REQUEST_ID.get()
+        record.request_id = REQUEST_ID.get()
         return True
 
 
@@ -156,6 +163,120 @@ class LogHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.addFilter(RequestIdFilter())
 
 
+class QueuedLogHandler(LogHandler):
+    """A `LogHandler` whose INFO and DEBUG records are formatted and written by a thread of its own, in batches.
+
+    So the access line of every request costs the event loop only the record and a queue put.
+    A record's request id is read first, on the caller's thread. A WARNING or worse is
+    written at once, on the caller's thread, after every record queued before it: nothing
+    overtakes, and an error is written before the process could crash. `flush` writes what
+    is queued. The writer thread drains the queue and stops once the main thread has ended
+    (or at `finish`); every record after that is written at once, so none is lost at exit.
+    """
+
+    def __init__(self, settings: Settings, stream: TextIO | None = None) -> None:
+        super().__init__(settings, stream)
+        self._queue: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+        # Held only to queue a record, and by the writer as it stops: a record is queued only while it runs.
+        self._gate = threading.Lock()
+        # Held to write: by the writer for each batch, and by a caller that writes at once.
+        self._writing = threading.RLock()
+        self._open = True
+        self._writer = threading.Thread(target=self._run, name="history-log-writer")
+        self._writer.start()
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        kept = self.filter(record)
+        if not kept:
+            return False
+        if isinstance(kept, logging.LogRecord):
+            record = kept
+        if record.levelno < logging.WARNING:
+            with self._gate:
+                if self._open:
+                    self._queue.put(record)
+                    return True
+        with self._writing:
+            self._write(after=record)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._writing:
+            self._write(after=record)
+
+    def flush(self) -> None:
+        with self._writing:
+            self._write()
+
+    def finish(self) -> None:
+        """Write what is queued and stop the writer: every record from now on is written at once."""
+        self._stop()
+        if self._writer is not threading.current_thread():
+            self._writer.join()
+
+    def close(self) -> None:
+        self.finish()
+        super().close()
+
+    def _stop(self) -> None:
+        with self._gate:
+            if self._open:
+                self._open = False
+                self._queue.put(None)
+
+    def _run(self) -> None:
+        main = threading.main_thread()
+        while True:
+            try:
+                first = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                if main.is_alive():
+                    continue
+                self._stop()
+                first = None
+            with self._writing:
+                self._write(before=first)
+                if not self._open and self._queue.empty():
+                    return
+
+    def _write(self, *, before: logging.LogRecord | None = None, after: logging.LogRecord | None = None) -> None:
+        """Write ``before``, every queued record, then ``after``, in one write; the caller holds ``_writing``."""
+        records = [] if before is None else [before]
+        while True:
+            try:
+                queued = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if queued is not None:
+                records.append(queued)
+        if after is not None:
+            records.append(after)
+        if not records:
+            return
+        lines = []
+        for record in records:
+            try:
+                lines.append(self.format(record) + self.terminator)
+            except Exception:
+                self.handleError(record)
+        try:
+            self.stream.write("".join(lines))
+            self.stream.flush()
+        except Exception:
+            self.handleError(records[-1])
+
+
+def finish_queued_logs() -> None:
+    """`QueuedLogHandler.finish` every such handler of the root logger: for the end of the app's lifespan.
+
+    uvicorn, once shut down by a signal, raises that signal again, and the process dies of it
+    before its threads could write; from here on, every record is written at once.
+    """
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, QueuedLogHandler):
+            handler.finish()
+
+
 def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> None:
     """Send every record at ``settings.log_level`` or above, the app's, uvicorn's and the stores', to one `LogHandler`.
 
@@ -168,7 +289,8 @@ def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> No
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, LogHandler)]:
         root.removeHandler(handler)
-    root.addHandler(LogHandler(settings, stream))
+        handler.close()
+    root.addHandler(QueuedLogHandler(settings, stream))
     root.setLevel(level)
     for name in _UVICORN:
         uvicorn_logger = logging.getLogger(name)
@@ -183,10 +305,46 @@ def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> No
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
     """A value as one token of a text line: as it is when plain, else JSON-quoted (no line breaks, no spaces)."""
     text = str(value)
     return text if _PLAIN.fullmatch(text) and '"' not in text else msgspec.json.encode(text).decode()
+
+
+def log_access(logger: logging.Logger, scope: Scope, status: int, latency_ms: float, size: int, coding: str) -> None:
+    """Log a request's access line at INFO on ``logger`` (`ACCESS_LOGGER`), with its ``access`` fields.
+
+    The fields: ``method``, ``route`` (the template, ``None`` when no route matched),
+    ``path``, ``status`` (500 when the app failed before it answered), ``latency_ms`` (to the
+    end of the response), ``bytes`` (the body as sent, after content coding),
+    ``content_coding`` and ``principal`` (``None`` when the request was refused before its
+    caller was known).
+    """
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    route, who = route_template(scope), _principal(scope)
+    fields = {
+        "method": scope["method"],
+        "route": route,
+        "path": scope["path"],
+        "status": status,
+        "latency_ms": round(latency_ms, 3),
+        "bytes": size,
+        "content_coding": coding,
+        "principal": who,
+    }
+    logger.info(
+        "%s %s %d %.1fms %dB %s principal=%s route=%s",
+        scope["method"],
+        shown(scope["path"]),
+        status,
+        latency_ms,
+        size,
+        shown(coding),
+        "-" if who is None else shown(who),
+        "-" if route is None else shown(route),
+        extra={"access": fields},
+    )
 
 
 def route_template(scope: Scope) -> str | None:
@@ -201,100 +359,6 @@ def _principal(scope: Scope) -> str | None:
     state = scope.get("state")
     who = state.get("principal") if isinstance(state, dict) else None
     return who if isinstance(who, str) else None
-
-
-class RequestIds:
-    """Pure ASGI middleware, outermost: each request's id (`request_id`) in a context variable and ``X-Request-ID``.
-
-    It wraps Starlette's own outer error handler too, so the 500 that handler sends for an
-    error nothing else caught carries the id like every other response.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        rid = request_id(scope["headers"])
-        token = _REQUEST_ID.set(rid)
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                MutableHeaders(scope=message).append("X-Request-ID", rid)
-            await send(message)
-
-        await self.app(scope, receive, sending)
-        # Left set when the app raised, so the server's own line about the error carries the id too.
-        _REQUEST_ID.reset(token)
-
-
-class AccessLog:
-    """Pure ASGI middleware: one access line for every HTTP request, at its end, with the id `RequestIds` gave it.
-
-    The line is logged at INFO on `ACCESS_LOGGER` when the response has ended, so a follow
-    stream's comes when the stream closes; at DEBUG, a line says when the request arrived.
-    The access line's ``access`` fields: ``method``, ``route`` (the template, ``None`` when
-    no route matched), ``path``, ``status`` (500 when the app failed before it answered),
-    ``latency_ms`` (to the end of the response), ``bytes`` (the body as sent, after content
-    coding), ``content_coding`` and ``principal`` (``None`` when the request was refused
-    before its caller was known).
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.logger = logging.getLogger(ACCESS_LOGGER)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        # A follow stream's access line comes only when it ends, maybe hours later: say when it began.
-        self.logger.debug("%s %s started", scope["method"], _shown(scope["path"]))
-        status: int | None = None
-        coding = "identity"
-        size = 0
-
-        async def sending(message: Message) -> None:
-            nonlocal status, coding, size
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                coding = MutableHeaders(scope=message).get("content-encoding", "identity")
-            elif message["type"] == "http.response.body":
-                size += len(message.get("body", b""))
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            self._log(scope, status or 500, (time.perf_counter() - started) * 1000, size, coding)
-
-    def _log(self, scope: Scope, status: int, latency_ms: float, size: int, coding: str) -> None:
-        route, who = route_template(scope), _principal(scope)
-        fields = {
-            "method": scope["method"],
-            "route": route,
-            "path": scope["path"],
-            "status": status,
-            "latency_ms": round(latency_ms, 3),
-            "bytes": size,
-            "content_coding": coding,
-            "principal": who,
-        }
-        self.logger.info(
-            "%s %s %d %.1fms %dB %s principal=%s route=%s",
-            scope["method"],
-            _shown(scope["path"]),
-            status,
-            latency_ms,
-            size,
-            _shown(coding),
-            "-" if who is None else _shown(who),
-            "-" if route is None else _shown(route),
-            extra={"access": fields},
-        )
 
 
 @dataclass

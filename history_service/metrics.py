@@ -1,4 +1,4 @@
-"""Prometheus metrics: what one app counts, the middleware that times its requests, and ``GET /metrics``.
+"""Prometheus metrics: what one app counts and ``GET /metrics``; `history_service.edge` times requests.
 
 `Metrics` records nothing: it is what ``HISTORY_METRICS=0`` runs with, and what a part
 built without one (a `PageReader` in the CLI) counts into. `PrometheusMetrics` records
@@ -13,7 +13,6 @@ directory before the workers start and removes it when they have stopped.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,13 +24,13 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from history_service.auth import check_service_token
 from history_service.logs import route_template
 from history_service.settings import Settings
 
-__all__ = ["Metrics", "MetricsMiddleware", "PrometheusMetrics", "metrics_for", "multiprocess_registry", "scrape"]
+__all__ = ["Metrics", "PrometheusMetrics", "metrics_for", "multiprocess_registry", "route_label", "scrape"]
 
 UNMATCHED: Final = "unmatched"
 # Any other method is one label value, so a client cannot mint series.
@@ -271,55 +270,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _route(scope: Scope) -> str:
+def route_label(scope: Scope) -> str:
+    """The ``route`` label of a request: its route template, or ``unmatched``."""
     return route_template(scope) or UNMATCHED
-
-
-class MetricsMiddleware:
-    """Times every HTTP request and counts its response bytes, by route template, status and content coding.
-
-    Pure ASGI, so a streamed response (a follow stream) passes through unbuffered. A
-    request's time is the time to its first body bytes: the server's work rather than the
-    client's download, and for a follow stream the time to its opening frames rather than
-    its whole life.
-    """
-
-    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        metrics = self.metrics
-        started = time.perf_counter()
-        status = 0
-        coding = "identity"
-        route: str | None = None
-
-        async def sending(message: Message) -> None:
-            nonlocal status, coding, route
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                for name, value in message.get("headers", ()):
-                    if name.lower() == b"content-encoding":
-                        coding = value.decode("latin-1")
-            elif message["type"] == "http.response.body":
-                if route is None:
-                    route = _route(scope)
-                    metrics.responded(route, scope["method"], status, time.perf_counter() - started)
-                size = len(message.get("body", b""))
-                if size:
-                    metrics.sent(route, coding, size)
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            if route is None:
-                # No body went out: the app failed, and the server answers 500 (unless it had started).
-                metrics.responded(_route(scope), scope["method"], status or 500, time.perf_counter() - started)
 
 
 async def scrape(request: Request) -> Response:

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +21,9 @@ from codec import Event, encode
 from history_service.app import create_app
 from history_service.logs import (
     ACCESS_LOGGER,
+    REQUEST_ID,
     LogHandler,
+    QueuedLogHandler,
     Tracebacks,
     configure_logging,
     current_request_id,
@@ -389,3 +392,118 @@ def test_a_repeated_failure_shows_its_traceback_once_a_window_and_counts_the_oth
         ("failure 6", True),
     ]
     assert all(line["level"] == "ERROR" for line in lines)
+
+
+@contextmanager
+def queued(log_format: str = "json") -> Iterator[tuple[QueuedLogHandler, io.StringIO]]:
+    """A `QueuedLogHandler` on the root logger at DEBUG, writing to the returned buffer; closed at the end."""
+    buffer = io.StringIO()
+    handler = QueuedLogHandler(Settings(log_format=log_format), buffer)  # type: ignore[arg-type]
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield handler, buffer
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+        handler.close()
+
+
+def test_a_queued_record_keeps_the_request_id_of_the_thread_that_logged_it() -> None:
+    logger = logging.getLogger("history_service.test")
+    with queued() as (handler, buffer):
+        token = REQUEST_ID.set("queued-1")
+        logger.info("inside the request")
+        REQUEST_ID.reset(token)
+        logger.info("after it")
+        handler.flush()
+        lines = json_lines(buffer)
+    assert [(line["message"], line["request_id"]) for line in lines] == [
+        ("inside the request", "queued-1"),
+        ("after it", None),
+    ]
+
+
+def test_a_warning_is_written_at_once_after_every_record_queued_before_it() -> None:
+    logger = logging.getLogger("history_service.test")
+    with queued() as (_, buffer):
+        for n in range(200):
+            logger.info("line %d", n)
+        logger.warning("the warning")
+        # No flush: the warning's own write carried every line queued before it.
+        lines = json_lines(buffer)
+    assert [line["message"] for line in lines] == [*(f"line {n}" for n in range(200)), "the warning"]
+
+
+def test_the_writer_thread_writes_queued_lines_without_a_flush() -> None:
+    logger = logging.getLogger("history_service.test")
+    with queued("text") as (_, buffer):
+        logger.info("written by the thread")
+        deadline = time.monotonic() + 30
+        while "written by the thread" not in buffer.getvalue():
+            assert time.monotonic() < deadline, "the writer thread never wrote the line"
+            time.sleep(0.01)
+
+
+def test_after_close_nothing_is_lost_and_records_are_written_at_once() -> None:
+    logger = logging.getLogger("history_service.test")
+    with queued() as (handler, buffer):
+        for n in range(50):
+            logger.info("before %d", n)
+        handler.close()
+        assert not any(
+            thread.name == "history-log-writer" and thread is handler._writer for thread in threading.enumerate()
+        )
+        logger.info("after close")
+        lines = json_lines(buffer)
+    assert [line["message"] for line in lines] == [*(f"before {n}" for n in range(50)), "after close"]
+
+
+def test_no_access_line_is_lost_across_sigterm_under_load(tmp_path: Path) -> None:
+    """A real server under load from 16 connections is stopped by SIGTERM: every answered request has its line."""
+    server = ServerProcess("memory://", env={"HISTORY_AUTH": "none"})
+    server.start("--log-format", "json")
+    answered: list[str] = []
+    stop = threading.Event()
+
+    def load(worker: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            for n in range(1_000_000):
+                if stop.is_set():
+                    return
+                rid = f"load-{worker}-{n}"
+                try:
+                    response = client.get("/healthz", headers={"X-Request-ID": rid})
+                except httpx.TransportError:
+                    return
+                if response.status_code == 200 and response.headers.get("X-Request-ID") == rid:
+                    answered.append(rid)
+
+    workers = [threading.Thread(target=load, args=(n,)) for n in range(16)]
+    try:
+        for worker in workers:
+            worker.start()
+        deadline = time.monotonic() + 30
+        while len(answered) < 2_000:
+            assert time.monotonic() < deadline, "the load never reached 2,000 answers"
+            time.sleep(0.01)
+        assert server.process is not None
+        server.process.send_signal(signal.SIGTERM)
+        # A graceful stop: uvicorn then raises the signal again, and the process dies of it.
+        assert server.process.wait(30) == -signal.SIGTERM
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+        output = server.stderr()
+    finally:
+        stop.set()
+        server.stop()
+    logged = {
+        line["request_id"]
+        for line in access_lines([json.loads(line) for line in output.splitlines() if line.startswith("{")])
+    }
+    assert len(answered) >= 2_000
+    assert set(answered) <= logged
+    assert '"message":"Finished server process' in output

@@ -19,14 +19,14 @@ from prometheus_client import generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from codec import Event, encode
 from history_service.app import create_app
-from history_service.metrics import MetricsMiddleware, PrometheusMetrics
+from history_service.edge import Edge
+from history_service.metrics import PrometheusMetrics
 from history_service.settings import ServerSettings, Settings
 from persistence import MemoryStore, PageRead, StoreError
 from testing.asgi import serving
@@ -223,8 +223,8 @@ async def test_a_scraper_that_asks_for_openmetrics_gets_it() -> None:
 @pytest.mark.anyio
 async def test_with_metrics_off_nothing_is_counted_or_served() -> None:
     app = create_app(Settings(metrics=False), store=MemoryStore())
-    installed: list[object] = [middleware.cls for middleware in app.user_middleware]
-    assert MetricsMiddleware not in installed
+    edge = app.build_middleware_stack()
+    assert isinstance(edge, Edge) and not edge.metrics.enabled
     async with serving(app) as client:
         assert (await client.get("/metrics")).status_code == 404
 
@@ -250,12 +250,9 @@ async def _ok(request: Request) -> Response:
 
 
 @pytest.mark.anyio
-async def test_the_middleware_counts_failures_as_500_and_odd_methods_as_other() -> None:
+async def test_the_edge_counts_failures_as_500_and_odd_methods_as_other() -> None:
     metrics = PrometheusMetrics()
-    app = Starlette(
-        routes=[Route("/fail/{n}", _fails), Route("/ok", _ok, methods=["GET"])],
-        middleware=[Middleware(MetricsMiddleware, metrics=metrics)],
-    )
+    app = Edge(Starlette(routes=[Route("/fail/{n}", _fails), Route("/ok", _ok, methods=["GET"])]), metrics=metrics)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
         assert (await client.get("/fail/1")).status_code == 500
