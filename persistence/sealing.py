@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from codec import StoredRecord, join, runs
-from codec.chunk_rows import MIN_RUN
+from codec.chunk_rows import MIN_RUN, continues_run
 
 __all__ = ["MAX_TAIL", "kept", "open_run", "plan_append"]
 
@@ -34,9 +34,23 @@ Merge = Callable[[Sequence[StoredRecord]], list[StoredRecord]]
 
 
 def open_run(trailing: Sequence[StoredRecord]) -> list[StoredRecord]:
-    """The open run among a session's trailing records (in seq order): the last run, if it is one of deltas."""
-    groups = list(runs(trailing))
-    return groups[-1] if groups and groups[-1][0].kind else []
+    """The open run among a session's trailing records (in seq order): the last run, if it is one of deltas.
+
+    Walked back from the end, so it costs the open run's length (a few records, see above),
+    not the length of ``trailing``.
+    """
+    start = len(trailing)
+    if not start or not trailing[-1].kind:
+        return []
+    start -= 1
+    while start:
+        before, after = trailing[start - 1], trailing[start]
+        if not before.kind or not continues_run(
+            before.block, before.end - 1, before.time1, after.block, after.seq, after.time0
+        ):
+            break
+        start -= 1
+    return list(trailing[start:])
 
 
 def _merge_columns(group: Sequence[StoredRecord]) -> list[StoredRecord]:
@@ -99,6 +113,9 @@ def plan_append(
     tail with ``records``, which end with the batch's own. ``tail`` needs only its join
     columns; ``load`` is asked for the lines of the tail records that are rewritten.
     """
+    if not tail and len(batch) == 1:
+        # One event after no open run (the usual append of a message, or a run's first delta): nothing to seal.
+        return 0, list(batch)
     keep = kept(tail, batch)
     joined, records = _plan([*tail[:keep], *load(tail[keep:])], batch, join)
     # The kept records have no lines: a plan that rewrote one would write a corrupt row.

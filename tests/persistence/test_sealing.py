@@ -48,6 +48,24 @@ def append_all(events: list[Event], sizes: list[int]) -> list[StoredRecord]:
     return stored
 
 
+def open_run_forward(trailing: list[StoredRecord]) -> list[StoredRecord]:
+    """The open run as the grouping of every record finds it: the last group of `runs`, if of deltas."""
+    groups = list(runs(trailing))
+    return groups[-1] if groups and groups[-1][0].kind else []
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), events=sessions())
+def test_the_open_run_walked_back_from_the_end_is_the_last_run_of_deltas(
+    data: st.DataObject, events: list[Event]
+) -> None:
+    unsealed = [stored_record(event) for event in events]
+    sealed = append_all(events, data.draw(layouts(len(events))))
+    for records in (unsealed, sealed):
+        for end in range(len(records) + 1):
+            assert open_run(records[:end]) == open_run_forward(records[:end])
+
+
 @settings(max_examples=150, deadline=None)
 @given(data=st.data(), events=sessions())
 def test_any_layout_leaves_closed_runs_sealed_and_the_open_run_short(data: st.DataObject, events: list[Event]) -> None:
