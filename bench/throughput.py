@@ -10,6 +10,9 @@ one was the bound.
 * ``append``: durable one-event appends, seq after seq.
 * ``page``: ``maxMessages=5`` pages of the connection's own small session, each checked
   byte for byte against the first, with the server's own time from ``Server-Timing``.
+* ``healthz``: ``GET /healthz``, which does nothing: what the framework and the edge cost.
+* ``stream-append``: a Durable Streams server's appends of one small ``text/plain``
+  message to the connection's own stream, for the peer protocol's figure beside ours.
 
 `touch_sessions` creates, appends to and pages many sessions once each, reading the
 server's resident memory after the first few and at the end.
@@ -35,6 +38,7 @@ __all__ = [
     "TIME_ZERO",
     "Connection",
     "Reply",
+    "Workload",
     "append_body",
     "cpu_seconds",
     "rss_bytes",
@@ -66,8 +70,12 @@ def _get(path: str) -> bytes:
 
 
 def _post(path: str, body: bytes) -> bytes:
-    head = b"POST %b HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-    return head % (path.encode(), len(body)) + body
+    return _send("POST", path, body, "application/json")
+
+
+def _send(method: str, path: str, body: bytes, content_type: str) -> bytes:
+    head = b"%b %b HTTP/1.1\r\nHost: bench\r\nContent-Type: %b\r\nContent-Length: %d\r\n\r\n"
+    return head % (method.encode(), path.encode(), content_type.encode(), len(body)) + body
 
 
 class Reply(NamedTuple):
@@ -102,10 +110,16 @@ class Connection:
         self._writer.write(data)
         head = (await self._reader.readuntil(b"\r\n\r\n")).lower()
         start = head.find(b"\r\ncontent-length:")
-        # Every answer of the service carries a length; a chunked one here would be a bug to see.
-        assert start >= 0, head
-        length = int(head[start + 17 : head.index(b"\r\n", start + 2)])
-        body = await self._reader.readexactly(length) if length else b""
+        status = int(head[9:12])
+        if start >= 0:
+            length = int(head[start + 17 : head.index(b"\r\n", start + 2)])
+            body = await self._reader.readexactly(length) if length else b""
+        elif b"\r\ntransfer-encoding: chunked" in head:
+            # The service always sends a length; a peer's server may not.
+            body = await self._chunked()
+        else:
+            assert status in (204, 304), head
+            body = b""
         server_ms = None
         timing = head.find(b"\r\nserver-timing:")
         if timing >= 0:
@@ -113,7 +127,15 @@ class Connection:
             server_ms = float(head[dur : head.index(b"\r\n", dur)].split(b",")[0].split(b";")[0])
         if b"\r\nconnection: close" in head:
             self.close()
-        return Reply(int(head[9:12]), body, server_ms)
+        return Reply(status, body, server_ms)
+
+    async def _chunked(self) -> bytes:
+        assert self._reader is not None
+        body = b""
+        while size := int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16):
+            body += (await self._reader.readexactly(size + 2))[:-2]
+        await self._reader.readuntil(b"\r\n")
+        return body
 
 
 class _Owner(ABC):
@@ -189,6 +211,61 @@ class _Pager(_Owner):
         assert self.right(await conn.request(self.request)), self.session
 
 
+class _Health(_Owner):
+    """``GET /healthz``, the request that does nothing: what the edge and the framework cost."""
+
+    async def prepare(self, conn: Connection) -> None:
+        return None
+
+    def next(self) -> bytes:
+        return _get("/healthz")
+
+    def right(self, reply: Reply) -> bool:
+        return reply.status == 200 and reply.body.startswith(b"{")
+
+    async def verify(self, conn: Connection) -> None:
+        assert self.right(await conn.request(self.next())), self.session
+
+
+class _StreamAppender(_Owner):
+    """A Durable Streams stream of ``text/plain``: created with PUT, then one small message per POST."""
+
+    TOKEN: Final = b" tok"
+
+    def __init__(self, session: str) -> None:
+        super().__init__(session)
+        self.path = f"/v1/stream/{session}"
+        self.appended = 0
+
+    async def prepare(self, conn: Connection) -> None:
+        reply = await conn.request(_send("PUT", self.path, b"", "text/plain"))
+        assert reply.status == 201, reply
+
+    def next(self) -> bytes:
+        self.appended += 1
+        return _send("POST", self.path, self.TOKEN, "text/plain")
+
+    def right(self, reply: Reply) -> bool:
+        return reply.status == 204
+
+    async def verify(self, conn: Connection) -> None:
+        reply = await conn.request(_get(f"{self.path}?offset=-1"))
+        assert reply.status == 200 and reply.body == self.TOKEN * self.appended, (self.session, len(reply.body))
+
+
+Workload = Literal["append", "page", "healthz", "stream-append"]
+
+
+def _owner(workload: Workload, session: str, seed: bytes) -> _Owner:
+    if workload == "append":
+        return _Appender(session)
+    if workload == "page":
+        return _Pager(session, seed)
+    if workload == "healthz":
+        return _Health(session)
+    return _StreamAppender(session)
+
+
 def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
@@ -255,7 +332,7 @@ async def _drive(conn: Connection, owner: _Owner, deadline: float, tally: _Tally
 
 async def run_cell(
     url: str,
-    workload: Literal["append", "page"],
+    workload: Workload,
     *,
     connections: int,
     seconds: float,
@@ -269,10 +346,7 @@ async def run_cell(
     for its CPU share over the window.
     """
     conns = [Connection(_port(url)) for _ in range(connections)]
-    owners: list[_Owner] = [
-        _Appender(f"{prefix}-{n}") if workload == "append" else _Pager(f"{prefix}-{n}", seed)
-        for n in range(connections)
-    ]
+    owners = [_owner(workload, f"{prefix}-{n}", seed) for n in range(connections)]
     try:
         await asyncio.gather(*(conn.open() for conn in conns))
         await asyncio.gather(*(owner.prepare(conn) for owner, conn in zip(owners, conns, strict=True)))

@@ -22,7 +22,7 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from history_service.logs import ACCESS_LOGGER, REQUEST_ID, log_access, request_id, shown
+from history_service.logs import ACCESS_LOGGER, REQUEST_ID, RequestIdSource, log_access, request_id, shown
 from history_service.metrics import Metrics, route_label
 
 __all__ = ["Edge"]
@@ -37,13 +37,14 @@ class Edge:
         self.app = app
         self.metrics = metrics
         self.logger = logging.getLogger(ACCESS_LOGGER)
+        self.new_id = RequestIdSource()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        rid = request_id(scope["headers"])
+        rid = request_id(scope["headers"], self.new_id)
         token = REQUEST_ID.set(rid)
         if self.logger.isEnabledFor(logging.DEBUG):
             # A follow stream's access line comes only when it ends, maybe hours later: say when it began.

@@ -24,6 +24,7 @@ WARNING whatever the level.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import queue
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, TextIO
+from typing import Any, Final, NamedTuple, TextIO
 
 import msgspec
 from starlette.types import Scope
@@ -48,7 +49,9 @@ __all__ = [
     "JsonFormatter",
     "LogHandler",
     "QueuedLogHandler",
+    "AccessLine",
     "RequestIdFilter",
+    "RequestIdSource",
     "TextFormatter",
     "Tracebacks",
     "configure_logging",
@@ -74,6 +77,7 @@ _SHORT: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _HELD_AT_WARNING: Final = ("sqlalchemy",)
 # uvicorn's own loggers: its access log is replaced by ours; its other lines go through our handler.
 _UVICORN: Final = ("uvicorn", "uvicorn.error", "uvicorn.asgi")
+_ACCESS_LINE: Final = "%s %s %d %.1fms %dB %s principal=%s route=%s"
 
 
 def current_request_id() -> str | None:
@@ -81,14 +85,28 @@ def current_request_id() -> str | None:
     return REQUEST_ID.get()
 
 
-def request_id(headers: list[tuple[bytes, bytes]]) -> str:
-    """The caller's ``X-Request-ID`` when there is exactly one and it is safe to log and echo; else a new id."""
+def request_id(headers: list[tuple[bytes, bytes]], new: Callable[[], str] | None = None) -> str:
+    """The caller's ``X-Request-ID`` when there is exactly one and it is safe to log and echo; else a new id.
+
+    A new id is ``new()``, by default 32 random hex digits (`RequestIdSource` makes them cheaper).
+    """
     given = [value for name, value in headers if name.lower() == b"x-request-id"]
     if len(given) == 1:
         text = given[0].decode("latin-1")
         if _SAFE_ID.fullmatch(text):
             return text
-    return os.urandom(16).hex()
+    return new() if new is not None else os.urandom(16).hex()
+
+
+class RequestIdSource:
+    """New request ids: 32 hex digits, a random prefix of 20 and a count of 12, unique without a syscall each."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(10).hex()
+        self._count = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._count) & 0xFFFFFFFFFFFF:012x}"
 
 
 class RequestIdFilter(logging.Filter):
@@ -112,45 +130,91 @@ def _one_line(text: str) -> str:
     return _CONTROL.sub(_escape, text)
 
 
-def _timestamp(record: logging.LogRecord) -> str:
-    return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _timestamp(created: float) -> str:
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class JsonFormatter(logging.Formatter):
+class AccessLine(NamedTuple):
+    """An access line as `log_access` queues it for a `QueuedLogHandler`: what its record would hold, no more."""
+
+    created: float
+    logger: str
+    request_id: str | None
+    args: tuple[object, ...]
+    fields: dict[str, Any]
+
+
+class _Parts(NamedTuple):
+    created: float
+    level: str
+    logger: str
+    message: str
+    request_id: str | None
+    access: dict[str, Any] | None = None
+    exception: str | None = None
+    stack: str | None = None
+
+
+class _LineFormatter(logging.Formatter):
+    """Formats a record, or an `AccessLine`, as one line (`line`) from the same parts."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        access = getattr(record, "access", None)
+        return self.line(
+            _Parts(
+                record.created,
+                record.levelname,
+                record.name,
+                record.getMessage(),
+                getattr(record, "request_id", None),
+                access if isinstance(access, dict) else None,
+                self.formatException(record.exc_info) if record.exc_info else None,
+                self.formatStack(record.stack_info) if record.stack_info else None,
+            )
+        )
+
+    def format_access(self, line: AccessLine) -> str:
+        return self.line(
+            _Parts(line.created, "INFO", line.logger, _ACCESS_LINE % line.args, line.request_id, line.fields)
+        )
+
+    def line(self, parts: _Parts) -> str:
+        raise NotImplementedError
+
+
+class JsonFormatter(_LineFormatter):
     """One JSON object per record: ``ts``, ``level``, ``logger``, ``message``, ``request_id``, the access fields.
 
-    A record's ``access`` mapping (see `AccessLog`) adds its fields at the top level; a
+    A record's ``access`` mapping (see `log_access`) adds its fields at the top level; a
     traceback goes in ``exception`` as one string, so every record stays one line.
     """
 
-    def format(self, record: logging.LogRecord) -> str:
+    def line(self, parts: _Parts) -> str:
         line: dict[str, Any] = {
-            "ts": _timestamp(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-            "request_id": getattr(record, "request_id", None),
+            "ts": _timestamp(parts.created),
+            "level": parts.level,
+            "logger": parts.logger,
+            "message": parts.message,
+            "request_id": parts.request_id,
         }
-        access = getattr(record, "access", None)
-        if isinstance(access, dict):
-            line.update(access)
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        if record.stack_info:
-            line["stack"] = self.formatStack(record.stack_info)
+        if parts.access is not None:
+            line.update(parts.access)
+        if parts.exception is not None:
+            line["exception"] = parts.exception
+        if parts.stack is not None:
+            line["stack"] = parts.stack
         return _one_line(msgspec.json.encode(line).decode())
 
 
-class TextFormatter(logging.Formatter):
+class TextFormatter(_LineFormatter):
     """``<ts> <LEVEL> <logger> [<request id>] <message>``, then a traceback, all on one line (see `_one_line`)."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        text = f"{_timestamp(record)} {record.levelname} {record.name} [{getattr(record, 'request_id', None) or '-'}]"
-        text = f"{text} {record.getMessage()}"
-        if record.exc_info:
-            text = f"{text}\n{self.formatException(record.exc_info)}"
-        if record.stack_info:
-            text = f"{text}\n{self.formatStack(record.stack_info)}"
+    def line(self, parts: _Parts) -> str:
+        text = f"{_timestamp(parts.created)} {parts.level} {parts.logger} [{parts.request_id or '-'}] {parts.message}"
+        if parts.exception is not None:
+            text = f"{text}\n{parts.exception}"
+        if parts.stack is not None:
+            text = f"{text}\n{parts.stack}"
         return _one_line(text)
 
 
@@ -159,7 +223,8 @@ class LogHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def __init__(self, settings: Settings, stream: TextIO | None = None) -> None:
         super().__init__(stream if stream is not None else sys.stderr)
-        self.setFormatter(JsonFormatter() if settings.log_format == "json" else TextFormatter())
+        self.line_formatter: _LineFormatter = JsonFormatter() if settings.log_format == "json" else TextFormatter()
+        self.setFormatter(self.line_formatter)
         self.addFilter(RequestIdFilter())
 
 
@@ -172,11 +237,19 @@ class QueuedLogHandler(LogHandler):
     overtakes, and an error is written before the process could crash. `flush` writes what
     is queued. The writer thread drains the queue and stops once the main thread has ended
     (or at `finish`); every record after that is written at once, so none is lost at exit.
+    The thread writes every ``every`` seconds. The queue holds at most ``max_queued``
+    records: past it, the caller writes them all, so a stalled stderr slows the process
+    down as a plain handler would, and memory stays bounded.
     """
 
-    def __init__(self, settings: Settings, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, settings: Settings, stream: TextIO | None = None, *, max_queued: int = 10_000, every: float = 0.05
+    ) -> None:
         super().__init__(settings, stream)
-        self._queue: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+        self.max_queued = max_queued
+        self.every = every
+        self._stopping = threading.Event()
+        self._queue: queue.SimpleQueue[logging.LogRecord | AccessLine] = queue.SimpleQueue()
         # Held only to queue a record, and by the writer as it stops: a record is queued only while it runs.
         self._gate = threading.Lock()
         # Held to write: by the writer for each batch, and by a caller that writes at once.
@@ -193,7 +266,7 @@ class QueuedLogHandler(LogHandler):
             record = kept
         if record.levelno < logging.WARNING:
             with self._gate:
-                if self._open:
+                if self._open and self._queue.qsize() < self.max_queued:
                     self._queue.put(record)
                     return True
         with self._writing:
@@ -204,6 +277,14 @@ class QueuedLogHandler(LogHandler):
         with self._writing:
             self._write(after=record)
 
+    def put_access(self, line: AccessLine) -> bool:
+        """Queue an access line (see `log_access`); False when it must be logged as a record instead."""
+        with self._gate:
+            if self._open and self._queue.qsize() < self.max_queued:
+                self._queue.put(line)
+                return True
+        return False
+
     def flush(self) -> None:
         with self._writing:
             self._write()
@@ -213,6 +294,8 @@ class QueuedLogHandler(LogHandler):
         self._stop()
         if self._writer is not threading.current_thread():
             self._writer.join()
+        with self._writing:
+            self._write()
 
     def close(self) -> None:
         self.finish()
@@ -220,35 +303,31 @@ class QueuedLogHandler(LogHandler):
 
     def _stop(self) -> None:
         with self._gate:
-            if self._open:
-                self._open = False
-                self._queue.put(None)
+            self._open = False
+        self._stopping.set()
 
     def _run(self) -> None:
+        # It sleeps rather than waits on the queue: a waiting thread would be woken, and take the
+        # GIL from the event loop, for every record; asleep, it takes each batch in one go.
         main = threading.main_thread()
         while True:
-            try:
-                first = self._queue.get(timeout=0.2)
-            except queue.Empty:
-                if main.is_alive():
-                    continue
+            self._stopping.wait(self.every)
+            if not main.is_alive():
                 self._stop()
-                first = None
             with self._writing:
-                self._write(before=first)
-                if not self._open and self._queue.empty():
+                self._write()
+                if not self._open:
                     return
 
-    def _write(self, *, before: logging.LogRecord | None = None, after: logging.LogRecord | None = None) -> None:
-        """Write ``before``, every queued record, then ``after``, in one write; the caller holds ``_writing``."""
-        records = [] if before is None else [before]
+    def _write(self, *, after: logging.LogRecord | None = None) -> None:
+        """Write every queued record, then ``after``, in one write; the caller holds ``_writing``."""
+        records: list[logging.LogRecord | AccessLine] = []
         while True:
             try:
                 queued = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if queued is not None:
-                records.append(queued)
+            records.append(queued)
         if after is not None:
             records.append(after)
         if not records:
@@ -256,14 +335,18 @@ class QueuedLogHandler(LogHandler):
         lines = []
         for record in records:
             try:
-                lines.append(self.format(record) + self.terminator)
+                if isinstance(record, AccessLine):
+                    lines.append(self.line_formatter.format_access(record) + self.terminator)
+                else:
+                    lines.append(self.format(record) + self.terminator)
             except Exception:
-                self.handleError(record)
+                self.handleError(record if isinstance(record, logging.LogRecord) else logging.makeLogRecord({}))
         try:
             self.stream.write("".join(lines))
             self.stream.flush()
         except Exception:
-            self.handleError(records[-1])
+            last = records[-1]
+            self.handleError(last if isinstance(last, logging.LogRecord) else logging.makeLogRecord({}))
 
 
 def finish_queued_logs() -> None:
@@ -333,8 +416,7 @@ def log_access(logger: logging.Logger, scope: Scope, status: int, latency_ms: fl
         "content_coding": coding,
         "principal": who,
     }
-    logger.info(
-        "%s %s %d %.1fms %dB %s principal=%s route=%s",
+    args = (
         scope["method"],
         shown(scope["path"]),
         status,
@@ -343,8 +425,36 @@ def log_access(logger: logging.Logger, scope: Scope, status: int, latency_ms: fl
         shown(coding),
         "-" if who is None else shown(who),
         "-" if route is None else shown(route),
-        extra={"access": fields},
     )
+    handler = _sole_queued(logger)
+    if handler is not None and handler.put_access(AccessLine(time.time(), logger.name, REQUEST_ID.get(), args, fields)):
+        return
+    # The record made directly: the caller's frame, which `Logger.info` would look up, is always this one.
+    record = logger.makeRecord(
+        logger.name, logging.INFO, __file__, 0, _ACCESS_LINE, args, None, "log_access", {"access": fields}
+    )
+    logger.handle(record)
+
+
+def _sole_queued(logger: logging.Logger) -> QueuedLogHandler | None:
+    """The `QueuedLogHandler` that alone would handle an INFO record of ``logger``, as it is; else None.
+
+    Then `log_access` queues an `AccessLine` there instead of a record: same line, less work.
+    With any other handler or filter on the way (a test's capture, say), records go as usual.
+    """
+    if logger.filters:
+        return None
+    found: QueuedLogHandler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if found is not None or type(handler) is not QueuedLogHandler or len(handler.filters) != 1:
+                return None
+            if handler.level > logging.INFO:
+                return None
+            found = handler
+        current = current.parent if current.propagate else None
+    return found
 
 
 def route_template(scope: Scope) -> str | None:

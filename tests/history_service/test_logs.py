@@ -16,9 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.routing import Route
 
 from codec import Event, encode
 from history_service.app import create_app
+from history_service.endpoints import healthz
 from history_service.logs import (
     ACCESS_LOGGER,
     REQUEST_ID,
@@ -27,6 +29,7 @@ from history_service.logs import (
     Tracebacks,
     configure_logging,
     current_request_id,
+    log_access,
     request_id,
 )
 from history_service.settings import Settings
@@ -445,6 +448,60 @@ def test_the_writer_thread_writes_queued_lines_without_a_flush() -> None:
         while "written by the thread" not in buffer.getvalue():
             assert time.monotonic() < deadline, "the writer thread never wrote the line"
             time.sleep(0.01)
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_an_access_line_queued_as_such_is_the_line_its_record_would_be(log_format: str) -> None:
+    buffer = io.StringIO()
+    handler = QueuedLogHandler(Settings(log_format=log_format), buffer)  # type: ignore[arg-type]
+    logger = logging.getLogger(f"history_service.test.access.{log_format}")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    scope = {
+        "method": "GET",
+        "path": '/v1/sessions/a b"\x85/page',
+        "route": Route("/v1/sessions/{session_id}/page", healthz),
+        "state": {"principal": "ann"},
+    }
+    try:
+        token = REQUEST_ID.set("same-1")
+        log_access(logger, scope, 200, 2.5, 5120, "zstd")
+        # A filter on the logger sends the next line the usual way, as a record.
+        logger.addFilter(lambda record: True)
+        log_access(logger, scope, 200, 2.5, 5120, "zstd")
+        REQUEST_ID.reset(token)
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+        logger.filters.clear()
+        handler.close()
+    queued_line, record_line = buffer.getvalue().splitlines()
+    if log_format == "json":
+        first, second = json.loads(queued_line), json.loads(record_line)
+        assert first.pop("ts") and second.pop("ts")
+        assert first == second and first["request_id"] == "same-1" and first["principal"] == "ann"
+        assert first["logger"] == logger.name
+    else:
+        assert queued_line.split(" ", 1)[1] == record_line.split(" ", 1)[1]
+        assert f" INFO {logger.name} [same-1] GET " in queued_line
+
+
+def test_past_its_bound_the_queue_is_written_by_the_caller() -> None:
+    buffer = io.StringIO()
+    # A writer that never wakes by itself: only the bound can write these lines.
+    handler = QueuedLogHandler(Settings(log_format="json"), buffer, max_queued=5, every=3600)
+    logger = logging.getLogger("history_service.test.bound")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        for n in range(6):
+            logger.info("line %d", n)
+        # The sixth found five queued: it wrote them and itself, without waiting for the thread.
+        assert [line["message"] for line in json_lines(buffer)] == [f"line {n}" for n in range(6)]
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
 
 
 def test_after_close_nothing_is_lost_and_records_are_written_at_once() -> None:

@@ -1,0 +1,170 @@
+"""The hot path (issue 26): small requests against the framework's floor and the peer protocol's server, side by side.
+
+One load generator (`bench.throughput`: raw keep-alive HTTP/1.1 from one asyncio process,
+50 connections, each with its own session or stream) runs every cell back to back:
+
+* ``GET /healthz`` on a bare Starlette app with one route (`bench.bare`, httptools and
+  uvloop), on our service as shipped (access log and metrics on), and on our service with
+  ``HISTORY_METRICS=0`` and ``--log-level warning``;
+* a durable one-event append on our service, memory store, shipped and quiet, then
+  SQLite, then memory on uvicorn's default ``h11``;
+* a ``maxMessages=5`` page of a small session, memory store, shipped;
+* an append of one small ``text/plain`` message on the Durable Streams reference server
+  (``@durable-streams/server``, Node, in memory), pinned under ``scripts/tools`` and
+  started from ``HISTORY_DS_REFERENCE``, which ``scripts/with-node`` sets; without it that
+  cell and its ratios are ``null``, and the line says why.
+
+Prints ``HISTORY_HOT_PATH_RESULT {json}`` with every cell and the ratios the issue names.
+``HISTORY_BENCH_HOT_SECONDS`` sets the window per cell (default 5); ``HISTORY_BENCH_SMOKE=1``
+runs it tiny. Asserts structure (every answer 2xx and the one expected), never time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.machine import emit, machine
+from bench.throughput import Workload, run, run_cell
+from codec import encode
+from history_service.scenarios import multi_turn
+from testing.servers import ServerProcess, free_port, wait_healthy
+
+SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
+SECONDS = 0.3 if SMOKE else float(os.environ.get("HISTORY_BENCH_HOT_SECONDS", "5"))
+CONNECTIONS = 10 if SMOKE else 50
+DS_REFERENCE = os.environ.get("HISTORY_DS_REFERENCE")
+SHIPPED = {"HISTORY_AUTH": "none", "HISTORY_TIMEOUT_KEEP_ALIVE": "60", "HISTORY_HTTP": "httptools"}
+QUIET = {**SHIPPED, "HISTORY_METRICS": "0", "HISTORY_LOG_LEVEL": "warning"}
+SEED = b'{"events":[' + b",".join(encode(event) for event in multi_turn(seed=3, turns=3, max_run=2)) + b"]}"
+
+
+class Child:
+    """A server we start as a child process on a port of its own: the bare app or the reference server."""
+
+    def __init__(self, args: list[str], url: str) -> None:
+        self.url = url
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+def bare() -> Child:
+    port = free_port()
+    child = Child([sys.executable, "-m", "bench.bare", str(port)], f"http://127.0.0.1:{port}")
+    wait_healthy(child.url, child.process)
+    return child
+
+
+def reference() -> Child:
+    node = shutil.which("node")
+    assert node is not None and DS_REFERENCE is not None
+    port = free_port()
+    child = Child([node, DS_REFERENCE, str(port)], f"http://127.0.0.1:{port}")
+    run(_listening(child))
+    return child
+
+
+async def _listening(child: Child) -> None:
+    import anyio
+
+    with anyio.fail_after(30):
+        while True:
+            assert child.process.poll() is None, "the reference server exited"
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", int(child.url.rsplit(":", 1)[1]))
+            except OSError:
+                await anyio.sleep(0.05)
+                continue
+            await stream.aclose()
+            return
+
+
+def ours(store_url: str, env: dict[str, str]) -> ServerProcess:
+    server = ServerProcess(store_url, env=env)
+    server.start()
+    return server
+
+
+def cell(url: str, pid: int, workload: Workload, prefix: str) -> dict[str, Any]:
+    out = run(run_cell(url, workload, connections=CONNECTIONS, seconds=SECONDS, prefix=prefix, seed=SEED, pid=pid))
+    assert out["requests"] > 0 and out["non2xx"] == 0 and out["wrong"] == 0, out
+    return out
+
+
+def ratio(cells: dict[str, dict[str, Any] | None], top: str, bottom: str) -> float | None:
+    over, under = cells.get(top), cells.get(bottom)
+    if over is None or under is None:
+        return None
+    return round(float(over["perSec"]) / float(under["perSec"]), 3)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield tmp_path_factory.mktemp("hot-path")
+
+
+def test_small_requests_cost_what_the_framework_costs(root: Path) -> None:
+    cells: dict[str, dict[str, Any] | None] = {}
+    floor = bare()
+    try:
+        cells["healthz.bare"] = cell(floor.url, floor.pid, "healthz", "bare")
+    finally:
+        floor.stop()
+    for name, store, env in [
+        ("shipped", "memory://", SHIPPED),
+        ("quiet", "memory://", QUIET),
+        ("sqlite", f"sqlite:///{root / 'h.db'}", SHIPPED),
+        ("h11", "memory://", {**SHIPPED, "HISTORY_HTTP": "h11"}),
+    ]:
+        server = ours(store, env)
+        try:
+            pid = server.process.pid if server.process is not None else 0
+            if name in ("shipped", "quiet"):
+                cells[f"healthz.{name}"] = cell(server.url, pid, "healthz", f"h-{name}")
+            cells[f"append.{name}"] = cell(server.url, pid, "append", f"a-{name}")
+            if name == "shipped":
+                cells["page.shipped"] = cell(server.url, pid, "page", f"p-{name}")
+        finally:
+            server.stop()
+    why = None
+    if DS_REFERENCE is None or shutil.which("node") is None:
+        why = "HISTORY_DS_REFERENCE or node is missing; run under scripts/with-node"
+        cells["append.reference"] = None
+    else:
+        peer = reference()
+        try:
+            cells["append.reference"] = cell(peer.url, peer.pid, "stream-append", "ds")
+        finally:
+            peer.stop()
+    result = {
+        "machine": machine(smoke=SMOKE, seconds=SECONDS, connections=CONNECTIONS, loop="uvloop", http="httptools"),
+        "cells": cells,
+        "ratios": {
+            "healthzShippedOverBare": ratio(cells, "healthz.shipped", "healthz.bare"),
+            "appendMemoryOverReference": ratio(cells, "append.shipped", "append.reference"),
+            "appendSqliteOverReference": ratio(cells, "append.sqlite", "append.reference"),
+            "pageMemoryOverBare": ratio(cells, "page.shipped", "healthz.bare"),
+            "appendShippedOverQuiet": ratio(cells, "append.shipped", "append.quiet"),
+        },
+        "referenceMissing": why,
+    }
+    emit("HOT_PATH", result)
+    assert all(value is not None for key, value in cells.items() if key != "append.reference")
