@@ -22,7 +22,7 @@ from persistence.batch import prepare_batch
 from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 from persistence.rules import confirm_resend, plan_batch
-from persistence.sealing import MAX_TAIL, open_run, plan_append
+from persistence.sealing import next_open_run, plan_append
 
 __all__ = ["MemoryStore", "RecordIndex"]
 
@@ -35,6 +35,8 @@ class RecordIndex:
         self.starts: list[int] = []
         self.messages = MessageIndex()
         self.head = -1
+        # The session's open run (`persistence.sealing.open_run` of ``records``), kept as appends change it.
+        self.open: list[StoredRecord] = []
 
     def add(
         self,
@@ -96,9 +98,10 @@ class MemoryStore(HistoryStore):
             confirm_resend(session_id, events, stored, index.head)
         if plan.writes:
             batch = prepare_batch(events)
-            tail = open_run(index.records[-MAX_TAIL:])
+            tail = index.open
             keep, records = plan_append(tail, batch.records, list)
             index.add(len(index.records) - len(tail) + keep, records, batch.messages, batch.hidden)
+            index.open = next_open_run(tail[:keep], records)
         return AppendResult.of(plan)
 
     async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:

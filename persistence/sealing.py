@@ -25,7 +25,7 @@ from typing import Final
 from codec import StoredRecord, join, runs
 from codec.chunk_rows import MIN_RUN, continues_run
 
-__all__ = ["MAX_TAIL", "kept", "open_run", "plan_append"]
+__all__ = ["MAX_TAIL", "kept", "next_open_run", "open_run", "plan_append"]
 
 # A store reads at most this many trailing records as the open run; compaction keeps real runs far shorter.
 MAX_TAIL: Final = 64
@@ -43,14 +43,28 @@ def open_run(trailing: Sequence[StoredRecord]) -> list[StoredRecord]:
     if not start or not trailing[-1].kind:
         return []
     start -= 1
-    while start:
-        before, after = trailing[start - 1], trailing[start]
-        if not before.kind or not continues_run(
-            before.block, before.end - 1, before.time1, after.block, after.seq, after.time0
-        ):
-            break
+    while start and _follows(trailing[start - 1], trailing[start]):
         start -= 1
     return list(trailing[start:])
+
+
+def next_open_run(kept: Sequence[StoredRecord], records: Sequence[StoredRecord]) -> list[StoredRecord]:
+    """The open run once an append planned by `plan_append` is stored: ``kept`` is ``tail[:keep]``.
+
+    It costs the length of ``records`` (usually one), not of the run: ``kept``, a part of
+    the open run, is one run already.
+    """
+    run = open_run(records)
+    if kept and len(run) == len(records) and _follows(kept[-1], records[0]):
+        return [*kept, *records]
+    return run
+
+
+def _follows(before: StoredRecord, after: StoredRecord) -> bool:
+    """Whether ``after`` continues the run of deltas ``before`` ends (`codec.continues_run` on the columns)."""
+    return bool(before.kind and after.kind) and continues_run(
+        before.block, before.end - 1, before.time1, after.block, after.seq, after.time0
+    )
 
 
 def _merge_columns(group: Sequence[StoredRecord]) -> list[StoredRecord]:
@@ -82,19 +96,38 @@ def _compact(group: list[StoredRecord], merge: Merge) -> list[StoredRecord]:
 
 def _plan(tail: Sequence[StoredRecord], batch: Sequence[StoredRecord], merge: Merge) -> tuple[int, list[StoredRecord]]:
     records = [*tail, *batch]
-    groups = list(runs(records))
     planned: list[StoredRecord] = []
-    for i, group in enumerate(groups):
-        if i == len(groups) - 1 and group[0].kind:
-            planned.extend(_compact(group, merge))
-        elif len(group) > 1:
-            planned.extend(merge(group))
-        else:
-            planned.extend(group)
+    if len(batch) == 1 and tail and _follows(tail[-1], batch[0]):
+        # One delta that joins the open run: the run is the whole of ``records``, and only its end compacts.
+        planned = _compact(records, merge)
+    else:
+        groups = list(runs(records))
+        for i, group in enumerate(groups):
+            if i == len(groups) - 1 and group[0].kind:
+                planned.extend(_compact(group, merge))
+            elif len(group) > 1:
+                planned.extend(merge(group))
+            else:
+                planned.extend(group)
     keep = 0
     while keep < len(tail) and keep < len(planned) and planned[keep] is records[keep]:
         keep += 1
     return keep, planned[keep:]
+
+
+def _joins_as_it_is(tail: Sequence[StoredRecord], record: StoredRecord) -> bool:
+    """Whether one record appended after the open run ``tail`` leaves every record of it as it is.
+
+    So when there is no open run (a message, or a run's first delta), or when a single delta
+    joins the run and the two records before it are not both single deltas (the only
+    compaction a single delta can set off, since the tail is already compacted): the usual
+    append, planned in constant time.
+    """
+    if not tail:
+        return True
+    if record.is_row or not _follows(tail[-1], record):
+        return False
+    return len(tail) < 2 or tail[-1].is_row or tail[-2].is_row
 
 
 def kept(tail: Sequence[StoredRecord], batch: Sequence[StoredRecord]) -> int:
@@ -113,9 +146,8 @@ def plan_append(
     tail with ``records``, which end with the batch's own. ``tail`` needs only its join
     columns; ``load`` is asked for the lines of the tail records that are rewritten.
     """
-    if not tail and len(batch) == 1:
-        # One event after no open run (the usual append of a message, or a run's first delta): nothing to seal.
-        return 0, list(batch)
+    if len(batch) == 1 and _joins_as_it_is(tail, batch[0]):
+        return len(tail), list(batch)
     keep = kept(tail, batch)
     joined, records = _plan([*tail[:keep], *load(tail[keep:])], batch, join)
     # The kept records have no lines: a plan that rewrote one would write a corrupt row.

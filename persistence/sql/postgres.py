@@ -243,7 +243,7 @@ class PostgresGroups(SqlGroups):
         for planned in pending.values():
             unit = planned.unit
             if unit.session_id in moved:
-                self._store._remember(unit.session_id, planned.plan.head_seq, [*planned.tail, *planned.records])
+                self._store._remember(unit.session_id, planned.plan.head_seq, planned.tail, planned.records)
                 outcomes[planned.at] = (True, AppendResult.of(planned.plan))
             else:
                 # What the writer knew of the session is stale: the store's own append finds out why.

@@ -43,7 +43,7 @@ from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import confirm_resend, dense_gap, plan_batch
-from persistence.sealing import open_run, plan_append
+from persistence.sealing import next_open_run, open_run, plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Deadline, Dialect, Head, LongWalk
 from persistence.sql.groups import Append
 from persistence.sql.migrations import migrate, refuse
@@ -347,9 +347,14 @@ class SqlStore(HistoryStore):
             self._insert(cursor, session_id, batch)
         return AppendResult.of(plan)
 
-    def _remember(self, session_id: str, head: int, trailing: Sequence[StoredRecord]) -> None:
-        """Keep the session's open run for the next append's plan, with the lines this writer wrote (others are b"")."""
-        self._tails.put(session_id, (head, open_run(trailing)))
+    def _remember(
+        self, session_id: str, head: int, kept: Sequence[StoredRecord], records: Sequence[StoredRecord]
+    ) -> None:
+        """Keep the session's open run for the next append's plan, with the lines this writer wrote (others are b"").
+
+        ``kept`` is what the plan kept of the open run, ``records`` what it wrote after it.
+        """
+        self._tails.put(session_id, (head, next_open_run(kept, records)))
 
     def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int) -> bool:
         """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""
@@ -379,7 +384,7 @@ class SqlStore(HistoryStore):
                 cursor,
                 [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
             )
-        self._remember(session_id, records[-1].end - 1, [*tail[:keep], *records])
+        self._remember(session_id, records[-1].end - 1, tail[:keep], records)
 
     def _lines(self, cursor: Any, session_id: str, pieces: Sequence[StoredRecord]) -> list[StoredRecord]:
         """``pieces`` (trailing records, columns only) with their stored lines."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings, strategies as st
 
 from codec import Event, StoredRecord, pack, runs, stored_batch, stored_record
-from persistence.sealing import MAX_TAIL, kept, open_run, plan_append
+from persistence.sealing import MAX_TAIL, kept, next_open_run, open_run, plan_append
 from testing.events import plain, text
 from testing.strategies import layouts, sessions
 
@@ -32,11 +32,14 @@ class Loader:
 def append_all(events: list[Event], sizes: list[int]) -> list[StoredRecord]:
     """A store's records after appending ``events`` in batches of ``sizes``, sealing as a store does."""
     stored: list[StoredRecord] = []
+    known: list[StoredRecord] = []
     at = 0
     for size in sizes:
         batch = stored_batch(events[at : at + size])
         at += size
         tail = open_run(stored[-MAX_TAIL:])
+        # What a store keeps of the open run between appends (`next_open_run`) is what a scan finds.
+        assert known == tail
         start = len(stored) - len(tail)
         by_seq = {record.seq: record for record in stored[start:]}
         loader = Loader(by_seq)
@@ -45,6 +48,8 @@ def append_all(events: list[Event], sizes: list[int]) -> list[StoredRecord]:
         assert loader.asked == [record.seq for record in tail[keep:]]
         assert all(record.line for record in records), "a planned record has no line"
         stored[start + keep :] = records
+        known = next_open_run(tail[:keep], records)
+    assert known == open_run(stored[-MAX_TAIL:])
     return stored
 
 
