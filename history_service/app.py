@@ -24,6 +24,7 @@ from history_service.edge import Edge
 from history_service.errors import EXCEPTION_HANDLERS
 from history_service.logs import Tracebacks, configure_logging, finish_queued_logs
 from history_service.metrics import Metrics, metrics_for
+from history_service.router import SegmentRouter
 from history_service.service import HistoryService
 from history_service.settings import Settings
 from history_service.shutdown import Shutdown, on_signals
@@ -33,10 +34,14 @@ __all__ = ["app_factory", "create_app"]
 
 
 class _Edged(Starlette):
-    """Starlette with `Edge` outside its own outer error handler, so that handler's 500 carries an id and is counted."""
+    """Starlette with `Edge` outside its own outer error handler, so that handler's 500 carries an id and is counted.
 
-    def __init__(self, *, metrics: Metrics, **options: Any) -> None:
-        super().__init__(**options)
+    Its router is a `SegmentRouter`: each request tries only the routes its path could match.
+    """
+
+    def __init__(self, *, metrics: Metrics, routes: list[BaseRoute], lifespan: Any, **options: Any) -> None:
+        super().__init__(routes=routes, lifespan=lifespan, **options)
+        self.router = SegmentRouter(routes, lifespan=lifespan)
         self.edge_metrics = metrics
 
     def build_middleware_stack(self) -> ASGIApp:
