@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import queue
 import re
@@ -53,6 +54,7 @@ __all__ = [
     "RequestIdFilter",
     "RequestIdSource",
     "TextFormatter",
+    "Timestamps",
     "Tracebacks",
     "configure_logging",
     "current_request_id",
@@ -134,6 +136,29 @@ def _timestamp(created: float) -> str:
     return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+class Timestamps:
+    """`_timestamp`, with the date and time of the last second kept: a record costs only its milliseconds.
+
+    The milliseconds are those `datetime.fromtimestamp` gives (microseconds rounded half to
+    even, then cut), so each stamp is `_timestamp`'s.
+    """
+
+    def __init__(self) -> None:
+        # One attribute, replaced whole: a stamp made on another thread meanwhile reads a consistent pair.
+        self._last: tuple[int, str] = (-1, "")
+
+    def __call__(self, created: float) -> str:
+        second = math.floor(created)
+        micros = round((created - second) * 1e6)
+        if micros >= 1_000_000:
+            second, micros = second + 1, micros - 1_000_000
+        last = self._last
+        if last[0] != second:
+            last = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+            self._last = last
+        return f"{last[1]}.{micros // 1000:03d}Z"
+
+
 class AccessLine(NamedTuple):
     """An access line as `log_access` queues it for a `QueuedLogHandler`: what its record would hold, no more."""
 
@@ -157,6 +182,10 @@ class _Parts(NamedTuple):
 
 class _LineFormatter(logging.Formatter):
     """Formats a record, or an `AccessLine`, as one line (`line`) from the same parts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timestamp = Timestamps()
 
     def format(self, record: logging.LogRecord) -> str:
         access = getattr(record, "access", None)
@@ -191,7 +220,7 @@ class JsonFormatter(_LineFormatter):
 
     def line(self, parts: _Parts) -> str:
         line: dict[str, Any] = {
-            "ts": _timestamp(parts.created),
+            "ts": self.timestamp(parts.created),
             "level": parts.level,
             "logger": parts.logger,
             "message": parts.message,
@@ -210,7 +239,9 @@ class TextFormatter(_LineFormatter):
     """``<ts> <LEVEL> <logger> [<request id>] <message>``, then a traceback, all on one line (see `_one_line`)."""
 
     def line(self, parts: _Parts) -> str:
-        text = f"{_timestamp(parts.created)} {parts.level} {parts.logger} [{parts.request_id or '-'}] {parts.message}"
+        text = (
+            f"{self.timestamp(parts.created)} {parts.level} {parts.logger} [{parts.request_id or '-'}] {parts.message}"
+        )
         if parts.exception is not None:
             text = f"{text}\n{parts.exception}"
         if parts.stack is not None:

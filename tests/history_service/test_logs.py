@@ -11,11 +11,13 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, strategies as st
 from starlette.routing import Route
 
 from codec import Event, encode
@@ -26,6 +28,7 @@ from history_service.logs import (
     REQUEST_ID,
     LogHandler,
     QueuedLogHandler,
+    Timestamps,
     Tracebacks,
     configure_logging,
     current_request_id,
@@ -564,3 +567,18 @@ def test_no_access_line_is_lost_across_sigterm_under_load(tmp_path: Path) -> Non
     assert len(answered) >= 2_000
     assert set(answered) <= logged
     assert '"message":"Finished server process' in output
+
+
+@given(
+    created=st.one_of(
+        st.floats(min_value=0, max_value=4e9, allow_nan=False),
+        st.integers(0, 4_000_000_000 * 1000).map(lambda ms: ms / 1000),
+        st.integers(0, 4_000_000_000).map(lambda s: s + 0.9999995),
+    )
+)
+def test_a_kept_second_stamps_each_record_as_datetime_would(created: float) -> None:
+    stamps = Timestamps()
+    expected = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert stamps(created) == expected
+    # And again, from the second it keeps.
+    assert stamps(created) == expected
