@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Final
 
 import anyio
 
 __all__ = ["KeyedLocks"]
 
 
+# Locks of keys that went idle, kept for the next keys: making an `anyio.Lock` asks for the backend.
+_SPARE: Final = 64
+
+
 class KeyedLocks:
-    """One `anyio.Lock` per key, released on last use: idle keys cost nothing, however many were seen."""
+    """One `anyio.Lock` per key, released on last use: idle keys cost nothing, however many were seen.
+
+    Up to `_SPARE` idle locks are kept for new keys, so a key held once per request (an
+    append's session) does not make a lock each time.
+    """
 
     def __init__(self) -> None:
         self._locks: dict[str, _Held] = {}
+        self._spare: list[anyio.Lock] = []
 
     def __len__(self) -> int:
         """How many keys have a holder or a waiter."""
@@ -35,7 +45,7 @@ class _Held:
         self._owner = owner
         self._key = key
         # Uncontended, the lock is taken without a trip through the event loop.
-        self._lock = anyio.Lock(fast_acquire=True)
+        self._lock = owner._spare.pop() if owner._spare else anyio.Lock(fast_acquire=True)
         self.users = 0
 
     async def __aenter__(self) -> None:
@@ -54,4 +64,7 @@ class _Held:
     def _leave(self) -> None:
         self.users -= 1
         if self.users == 0:
+            # No one holds the lock or waits for it: it is as good as new.
             del self._owner._locks[self._key]
+            if len(self._owner._spare) < _SPARE:
+                self._owner._spare.append(self._lock)
