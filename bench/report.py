@@ -406,6 +406,58 @@ def _throughput_section(entry: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+# Goals of issue 26, side by side in one run at 50 connections: (ratio key, measure, goal).
+HOT_PATH_GOALS: Final = [
+    ("healthzShippedOverBare", "`/healthz`, shipped settings, vs bare Starlette", 0.8),
+    ("appendMemoryOverReference", "1-event append, memory, vs the Durable Streams reference server", 1.0),
+    ("appendSqliteOverReference", "1-event append, SQLite (durable), vs the reference server", 0.5),
+    ("pageMemoryOverBare", "small page (`maxMessages=5`), memory, vs bare Starlette's `/healthz`", 0.5),
+    ("appendShippedOverQuiet", "append with access log and metrics on vs off", 0.95),
+]
+
+
+def _hot_path_section(entry: dict[str, Any]) -> list[str]:
+    """The hot path (issue 26): each ratio against its goal, every cell, and the append's profile."""
+    machine, cells, ratios = entry["machine"], entry["cells"], entry["ratios"]
+    lines = [
+        "## The hot path",
+        "",
+        f"{machine['seconds']} s per cell, {machine['connections']} keep-alive connections from one asyncio process, "
+        "each with its own session or stream. Bare Starlette is one route on uvicorn with httptools and uvloop; "
+        "*quiet* is `HISTORY_METRICS=0` and `--log-level warning`; the reference is `@durable-streams/server` "
+        "(Node, in memory) appending small `text/plain` messages.",
+        "",
+        "| measure | goal | measured | |",
+        "|---|---|---|---|",
+    ]
+    for key, name, goal in HOT_PATH_GOALS:
+        value = ratios.get(key)
+        if value is None:
+            lines.append(f"| {name} | ≥ {goal:g}× | not run: {entry.get('referenceMissing') or 'missing'} | |")
+        else:
+            lines.append(f"| {name} | ≥ {goal:g}× | {value:g}× | {'met' if value >= goal else '**missed**'} |")
+    lines += ["", "| cell | requests/s | p50 ms | p99 ms | CPU client, server |", "|---|---:|---:|---:|---|"]
+    for name, cell in cells.items():
+        if cell is not None:
+            lines.append(
+                f"| {name} | {cell['perSec']:,} | {cell['p50Ms']} | {cell['p99Ms']} | "
+                f"{cell['clientCpu']}, {cell['serverCpu']} |"
+            )
+    profile = entry.get("appendProfile")
+    if profile and profile["samples"]:
+        lines += [
+            "",
+            f"py-spy profile of the event loop's thread during the shipped memory append cell "
+            f"({profile['samples']:,} samples):",
+            "",
+            "| inclusive | frame | | self | frame |",
+            "|---:|---|---|---:|---|",
+        ]
+        for (inclusive, frame), (own, where) in zip(profile["inclusive"], profile["self"], strict=False):
+            lines.append(f"| {inclusive:.1%} | `{frame}` | | {own:.1%} | `{where}` |")
+    return [*lines, ""]
+
+
 def _browser_section(js: dict[str, Any] | None, viewer: dict[str, Any] | None) -> list[str]:
     """The JavaScript codec in Node, and the viewer in Chromium, against the browser goals."""
     lines = ["## In the browser", ""]
@@ -488,6 +540,8 @@ def render_markdown(results: dict[str, list[Any]], *, command: str, source: str)
         lines.extend(_page_path_section(entry, transport))
     for entry in results.get("THROUGHPUT_PERF", []):
         lines.extend(_throughput_section(entry))
+    for entry in results.get("HOT_PATH", []):
+        lines.extend(_hot_path_section(entry))
     js, viewer = results.get("JS_PAGE_PERF", [None])[-1], results.get("VIEWER_PERF", [None])[-1]
     if js is not None or viewer is not None:
         lines.extend(_browser_section(js, viewer))

@@ -14,6 +14,9 @@ One load generator (`bench.throughput`: raw keep-alive HTTP/1.1 from one asyncio
   started from ``HISTORY_DS_REFERENCE``, which ``scripts/with-node`` sets; without it that
   cell and its ratios are ``null``, and the line says why.
 
+With ``HISTORY_PY_SPY`` naming a py-spy binary, the shipped memory append cell runs under
+it too, and the line carries the event loop's profile (`bench.profile`).
+
 Prints ``HISTORY_HOT_PATH_RESULT {json}`` with every cell and the ratios the issue names.
 ``HISTORY_BENCH_HOT_SECONDS`` sets the window per cell (default 5); ``HISTORY_BENCH_SMOKE=1``
 runs it tiny. Asserts structure (every answer 2xx and the one expected), never time.
@@ -32,6 +35,7 @@ from typing import Any
 import pytest
 
 from bench.machine import emit, machine
+from bench.profile import Profile
 from bench.throughput import Workload, run, run_cell
 from codec import encode
 from history_service.scenarios import multi_turn
@@ -41,6 +45,7 @@ SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
 SECONDS = 0.3 if SMOKE else float(os.environ.get("HISTORY_BENCH_HOT_SECONDS", "5"))
 CONNECTIONS = 10 if SMOKE else 50
 DS_REFERENCE = os.environ.get("HISTORY_DS_REFERENCE")
+PY_SPY = os.environ.get("HISTORY_PY_SPY")
 SHIPPED = {"HISTORY_AUTH": "none", "HISTORY_TIMEOUT_KEEP_ALIVE": "60", "HISTORY_HTTP": "httptools"}
 QUIET = {**SHIPPED, "HISTORY_METRICS": "0", "HISTORY_LOG_LEVEL": "warning"}
 SEED = b'{"events":[' + b",".join(encode(event) for event in multi_turn(seed=3, turns=3, max_run=2)) + b"]}"
@@ -123,6 +128,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_small_requests_cost_what_the_framework_costs(root: Path) -> None:
     cells: dict[str, dict[str, Any] | None] = {}
+    profile: dict[str, Any] | None = None
     floor = bare()
     try:
         cells["healthz.bare"] = cell(floor.url, floor.pid, "healthz", "bare")
@@ -139,7 +145,10 @@ def test_small_requests_cost_what_the_framework_costs(root: Path) -> None:
             pid = server.process.pid if server.process is not None else 0
             if name in ("shipped", "quiet"):
                 cells[f"healthz.{name}"] = cell(server.url, pid, "healthz", f"h-{name}")
+            spy = Profile(PY_SPY, pid, root / "append.raw", seconds=SECONDS) if PY_SPY and name == "shipped" else None
             cells[f"append.{name}"] = cell(server.url, pid, "append", f"a-{name}")
+            if spy is not None:
+                profile = spy.result()
             if name == "shipped":
                 cells["page.shipped"] = cell(server.url, pid, "page", f"p-{name}")
         finally:
@@ -165,6 +174,7 @@ def test_small_requests_cost_what_the_framework_costs(root: Path) -> None:
             "appendShippedOverQuiet": ratio(cells, "append.shipped", "append.quiet"),
         },
         "referenceMissing": why,
+        "appendProfile": profile,
     }
     emit("HOT_PATH", result)
     assert all(value is not None for key, value in cells.items() if key != "append.reference")

@@ -130,3 +130,46 @@ def test_report_renders_the_browser_goals() -> None:
         "| zstd | 900,000 | 696 | 120.5 | 120.5 |",
     ):
         assert needle in section, needle
+
+
+def test_report_renders_the_hot_path_goals_cells_and_profile() -> None:
+    cells = {
+        "healthz.bare": throughput_cell(10_000),
+        "healthz.shipped": throughput_cell(8_500),
+        "append.shipped": throughput_cell(3_000),
+        "append.quiet": throughput_cell(3_100),
+        "append.sqlite": throughput_cell(1_500),
+        "page.shipped": throughput_cell(2_000),
+        "append.reference": None,
+    }
+    ratios = {
+        "healthzShippedOverBare": 0.85,
+        "appendMemoryOverReference": None,
+        "appendSqliteOverReference": None,
+        "pageMemoryOverBare": 0.2,
+        "appendShippedOverQuiet": 0.968,
+    }
+    profile = {
+        "samples": 1200,
+        "inclusive": [[0.5, "Edge.__call__ (history_service/edge.py)"]],
+        "self": [[0.2, "x (y)"]],
+    }
+    entry = {
+        "machine": {"seconds": 5, "connections": 50},
+        "cells": cells,
+        "ratios": ratios,
+        "referenceMissing": "node is missing",
+        "appendProfile": profile,
+    }
+    section = render_markdown({"HOT_PATH": [entry]}, command="make bench", source="run.txt").split("## The hot path")[1]
+    for needle in (
+        "| `/healthz`, shipped settings, vs bare Starlette | ≥ 0.8× | 0.85× | met |",
+        "| small page (`maxMessages=5`), memory, vs bare Starlette's `/healthz` | ≥ 0.5× | 0.2× | **missed** |",
+        "| 1-event append, memory, vs the Durable Streams reference server | ≥ 1× | not run: node is missing | |",
+        "| append with access log and metrics on vs off | ≥ 0.95× | 0.968× | met |",
+        "| healthz.bare | 10,000 | 1.0 | 2.0 | 0.1, 0.9 |",
+        "(1,200 samples)",
+        "| 50.0% | `Edge.__call__ (history_service/edge.py)` | | 20.0% | `x (y)` |",
+    ):
+        assert needle in section, needle
+    assert "append.reference |" not in section
