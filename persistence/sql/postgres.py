@@ -59,47 +59,50 @@ def _code_point_order(element: CodePointOrder, compiler: SQLCompiler, **kw: Any)
 # first, in code-point order, as the group runs its units, so two processes' groups never wait on
 # each other in a cycle. A head moves only from the head its unit expects, and each table's
 # insert is gated on its session's head having moved, so every append is all or nothing; the
-# NOTIFY rides the update, so PostgreSQL sends it at commit and never for a rollback.
+# NOTIFY rides the update, so PostgreSQL sends it at commit and never for a rollback. Every
+# parameter is sent in binary (``%(name)b``): psycopg writes a text array element by element in
+# Python, escaping each bytea, at about four times the cost (1.16 ms against 0.28 ms to adapt a
+# group of ten appends).
 _GROUP_APPEND: Final = """
 WITH locked AS MATERIALIZED (
-    SELECT id FROM history_sessions WHERE id = ANY(%(locks)s::text[]) ORDER BY id COLLATE "C" FOR UPDATE
+    SELECT id FROM history_sessions WHERE id = ANY(%(locks)b::text[]) ORDER BY id COLLATE "C" FOR UPDATE
 ), moved AS (
     UPDATE history_sessions s SET head_seq = u.head
-    FROM unnest(%(sessions)s::text[], %(expected)s::bigint[], %(heads)s::bigint[], %(notices)s::text[])
+    FROM unnest(%(sessions)b::text[], %(expected)b::bigint[], %(heads)b::bigint[], %(notices)b::text[])
         AS u(session, expected, head, notice)
     WHERE s.id = u.session AND s.head_seq = u.expected AND s.id IN (SELECT id FROM locked)
-    RETURNING s.id, pg_notify(%(channel)s, u.notice)
+    RETURNING s.id, pg_notify(%(channel)b, u.notice)
 ), records AS (
     INSERT INTO history_records (session_id, seq, members, compressed, data, kind, key, time0, time1)
     SELECT r.session, r.seq, r.members, r.compressed, r.data, r.kind, r.key, r.time0, r.time1
     FROM unnest(
-        %(record_sessions)s::text[], %(seqs)s::bigint[], %(members)s::integer[], %(compressed)s::boolean[],
-        %(datas)s::bytea[], %(kinds)s::smallint[], %(keys)s::bytea[], %(time0s)s::bigint[], %(time1s)s::bigint[]
+        %(record_sessions)b::text[], %(seqs)b::bigint[], %(members)b::integer[], %(compressed)b::boolean[],
+        %(datas)b::bytea[], %(kinds)b::smallint[], %(keys)b::bytea[], %(time0s)b::bigint[], %(time1s)b::bigint[]
     ) AS r(session, seq, members, compressed, data, kind, key, time0, time1)
     WHERE r.session IN (SELECT id FROM moved)
 ), sealed AS (
     UPDATE history_records t SET members = r.members, compressed = r.compressed, data = r.data, kind = r.kind,
         key = r.key, time0 = r.time0, time1 = r.time1
     FROM unnest(
-        %(sealed_sessions)s::text[], %(sealed_seqs)s::bigint[], %(sealed_members)s::integer[],
-        %(sealed_compressed)s::boolean[], %(sealed_datas)s::bytea[], %(sealed_kinds)s::smallint[],
-        %(sealed_keys)s::bytea[], %(sealed_time0s)s::bigint[], %(sealed_time1s)s::bigint[]
+        %(sealed_sessions)b::text[], %(sealed_seqs)b::bigint[], %(sealed_members)b::integer[],
+        %(sealed_compressed)b::boolean[], %(sealed_datas)b::bytea[], %(sealed_kinds)b::smallint[],
+        %(sealed_keys)b::bytea[], %(sealed_time0s)b::bigint[], %(sealed_time1s)b::bigint[]
     ) AS r(session, seq, members, compressed, data, kind, key, time0, time1)
     WHERE t.session_id = r.session AND t.seq = r.seq AND r.session IN (SELECT id FROM moved)
 ), dropped AS (
     DELETE FROM history_records t
-    USING unnest(%(dropped_sessions)s::text[], %(dropped_seqs)s::bigint[]) AS d(session, seq)
+    USING unnest(%(dropped_sessions)b::text[], %(dropped_seqs)b::bigint[]) AS d(session, seq)
     WHERE t.session_id = d.session AND t.seq = d.seq AND d.session IN (SELECT id FROM moved)
 ), messages AS (
     INSERT INTO history_messages (session_id, seq, group_start)
     SELECT m.session, m.seq, m.group_start
-    FROM unnest(%(message_sessions)s::text[], %(message_seqs)s::bigint[], %(groups)s::bigint[])
+    FROM unnest(%(message_sessions)b::text[], %(message_seqs)b::bigint[], %(groups)b::bigint[])
         AS m(session, seq, group_start)
     WHERE m.session IN (SELECT id FROM moved)
 ), hidden AS (
     INSERT INTO history_hidden (session_id, seq, start, "end")
     SELECT h.session, h.seq, h.start, h.stop
-    FROM unnest(%(hidden_sessions)s::text[], %(hidden_at)s::bigint[], %(starts)s::bigint[], %(ends)s::bigint[])
+    FROM unnest(%(hidden_sessions)b::text[], %(hidden_at)b::bigint[], %(starts)b::bigint[], %(ends)b::bigint[])
         AS h(session, seq, start, stop)
     WHERE h.session IN (SELECT id FROM moved)
 )
