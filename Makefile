@@ -72,9 +72,15 @@ SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_histo
 	bench/test_follow_load.py bench/test_follow_scale.py bench/test_throughput.py bench/test_js_perf.py \
 	bench/test_viewer_perf.py bench/test_metrics_cost.py bench/test_memory_bounds.py bench/test_report.py bench/test_profile.py bench/test_hot_path.py
 
+# Both suites run on TEST_WORKERS pytest-xdist workers (`make unit TEST_WORKERS=0` runs them in one
+# process), which cuts CI's wall time on its two cores. Any two tests may run at once: each worker has
+# its own PostgreSQL database (conftest.py). A benchmark module keeps its tests on one worker
+# (loadfile), as its result line sums them all.
+TEST_WORKERS ?= 2
+
 unit: $(DEV_STAMP)
-	$(BIN)/pytest
-	HISTORY_BENCH_SMOKE=1 $(BIN)/pytest -p no:cacheprovider $(SMOKE_BENCH)
+	$(BIN)/pytest -n $(TEST_WORKERS)
+	HISTORY_BENCH_SMOKE=1 $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(SMOKE_BENCH)
 
 # Contract fuzzing at depth: `make test` runs 100 cases per operation, always the same ones;
 # this runs 1000 per operation, new ones each run, against the same real server.

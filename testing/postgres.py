@@ -1,4 +1,9 @@
-"""The PostgreSQL database that tests and benchmarks may use: ``HISTORY_TEST_PG_URL``, emptied before each use."""
+"""The PostgreSQL database that tests and benchmarks may use: ``HISTORY_TEST_PG_URL``, emptied before each use.
+
+Under pytest-xdist each worker has a database of its own on that server (``<name>_<worker>``, made by
+the root conftest.py), so one worker emptying its database never wipes what the other is using. The
+worker comes from ``PYTEST_XDIST_WORKER``, which the service processes a test starts inherit too.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,55 @@ import sqlalchemy as sa
 from persistence.base import HistoryStore
 from persistence.sql import SqlStore, metadata
 
-__all__ = ["PG_URL", "PG_URL_ENV", "drop_tables", "empty_postgres", "fresh_postgres_store"]
+__all__ = [
+    "PG_URL",
+    "PG_URL_ENV",
+    "create_worker_database",
+    "drop_tables",
+    "drop_worker_database",
+    "empty_postgres",
+    "fresh_postgres_store",
+    "worker_url",
+]
 
 PG_URL_ENV: Final = "HISTORY_TEST_PG_URL"
-PG_URL: Final = os.environ.get(PG_URL_ENV)
+SHARED_PG_URL: Final = os.environ.get(PG_URL_ENV)
+WORKER: Final = os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def worker_url(url: str, worker: str | None) -> str:
+    """The database ``worker`` uses on the server of ``url``: that of ``url`` itself when not under xdist."""
+    if not worker:
+        return url
+    parsed = sa.make_url(url)
+    return parsed.set(database=f"{parsed.database}_{worker}").render_as_string(hide_password=False)
+
+
+PG_URL: Final = worker_url(SHARED_PG_URL, WORKER) if SHARED_PG_URL else None
+
+
+def _admin(action: str) -> None:
+    """Run ``action`` (with ``{name}`` for the worker's database) on the shared database, outside a transaction."""
+    assert SHARED_PG_URL and PG_URL
+    engine = sa.create_engine(SHARED_PG_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(action.format(name=sa.make_url(PG_URL).database))
+    finally:
+        engine.dispose()
+
+
+def create_worker_database() -> None:
+    """Make this xdist worker's database anew (an earlier, interrupted run may have left it behind)."""
+    if SHARED_PG_URL and WORKER:
+        drop_worker_database()
+        _admin('CREATE DATABASE "{name}"')
+
+
+def drop_worker_database() -> None:
+    """Drop this xdist worker's database, with any connection a killed service process left open."""
+    if SHARED_PG_URL and WORKER:
+        _admin('DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def drop_tables(url: str) -> None:

@@ -125,11 +125,27 @@ def tsc(project: Path, config: str) -> subprocess.CompletedProcess[str]:
     return run([str(TSC), "--noEmit", "-p", config], cwd=project)
 
 
+def package_copy(dest: Path) -> Path:
+    """clients/js copied to ``dest``/clients/js beside the repository's LICENSE, with its installed node_modules.
+
+    `npm pack` and `npm publish` run the ``prepack`` script, which deletes and rebuilds types/ and copies
+    ../../LICENSE in: run in the checkout, two of them at once (two pytest-xdist workers) would build
+    into one types/ together. Each runs in a copy of its own instead, and the checkout is left as it was.
+    """
+    shutil.copy2(ROOT / "LICENSE", dest / "LICENSE")
+    copy = dest / "clients" / "js"
+    built = {"node_modules", "types", "LICENSE"}
+    shutil.copytree(PACKAGE, copy, ignore=lambda folder, names: built & set(names) if folder == str(PACKAGE) else set())
+    (copy / "node_modules").symlink_to(PACKAGE / "node_modules", target_is_directory=True)
+    return copy
+
+
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
     assert NPM is not None
     out = tmp_path_factory.mktemp("pack")
-    pack = run([NPM, "pack", "--json", "--offline", "--pack-destination", str(out)], cwd=PACKAGE)
+    source = package_copy(tmp_path_factory.mktemp("source"))
+    pack = run([NPM, "pack", "--json", "--offline", "--pack-destination", str(out)], cwd=source)
     assert pack.returncode == 0, pack.stdout + pack.stderr
     [report] = json.loads(pack.stdout)
     tarball = out / report["filename"]
@@ -210,7 +226,7 @@ def test_npm_publish_dry_run_passes_without_a_warning(tmp_path: Path) -> None:
     npmrc = tmp_path / "npmrc"
     npmrc.write_text("//127.0.0.1:9/:_authToken=dry-run-placeholder\n")
     command = [NPM, "publish", "--dry-run", "--offline", "--userconfig", str(npmrc), "--registry", registry]
-    published = run(command, cwd=PACKAGE)
+    published = run(command, cwd=package_copy(tmp_path))
     output = published.stdout + published.stderr
     assert published.returncode == 0, output
     assert [line for line in output.splitlines() if line.lower().startswith("npm warn")] == [], output

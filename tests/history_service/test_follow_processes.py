@@ -6,6 +6,7 @@ Each test runs real ``history-service serve`` processes; they need PostgreSQL
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
@@ -53,16 +54,31 @@ def pg() -> str:
     return PG_URL
 
 
-@pytest.fixture
-def replicas(pg: str) -> Iterator[list[ServerProcess]]:
-    started = [ServerProcess(pg, port=port) for port in (UPSTREAMS or [0, 0])]
-    for server in started:
-        server.start()
+@contextlib.contextmanager
+def started_replicas(pg: str, ports: list[int]) -> Iterator[list[ServerProcess]]:
+    started = [ServerProcess(pg, port=port) for port in ports]
     try:
+        for server in started:
+            server.start()
         yield started
     finally:
         for server in started:
             server.stop()
+
+
+@pytest.fixture
+def replicas(pg: str) -> Iterator[list[ServerProcess]]:
+    """Two service processes on free ports of their own."""
+    with started_replicas(pg, [0, 0]) as started:
+        yield started
+
+
+@pytest.fixture
+def gateway_replicas(pg: str) -> Iterator[list[ServerProcess]]:
+    """Two service processes on the gateway's upstream ports: only the test that goes through nginx binds them,
+    so no other test (on this or another xdist worker) can be holding them."""
+    with started_replicas(pg, UPSTREAMS) as started:
+        yield started
 
 
 class Follower(threading.Thread):
@@ -166,7 +182,10 @@ def test_a_lost_listen_connection_is_reconnected_and_nothing_stays_stuck(replica
                 time.sleep(0.01)
             with engine.begin() as conn:
                 terminated += conn.execute(
-                    sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+                    sa.text(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+                    )
                 ).scalar_one()
     finally:
         engine.dispose()
@@ -209,7 +228,7 @@ def test_appenders_racing_on_two_processes_keep_the_log_dense(replicas: list[Ser
 
 
 @pytest.mark.skipif(not GATEWAY, reason="HISTORY_TEST_GATEWAY_URL is not set; run under scripts/with-nginx")
-def test_through_nginx_a_follower_survives_a_killed_replica(replicas: list[ServerProcess]) -> None:
+def test_through_nginx_a_follower_survives_a_killed_replica(gateway_replicas: list[ServerProcess]) -> None:
     """The SDK follows through the gateway while a producer appends through it; one replica is SIGKILLed mid-stream
     and restarted later. The follower reconnects through nginx with Last-Event-ID and gets every event once."""
     assert GATEWAY
@@ -223,7 +242,7 @@ def test_through_nginx_a_follower_survives_a_killed_replica(replicas: list[Serve
     progress = {"appended": 0}
     producer = threading.Thread(target=produce, args=([GATEWAY], events, rand, progress))
     producer.start()
-    victim = replicas[0]
+    victim = gateway_replicas[0]
     while progress["appended"] < TOTAL // 3:
         time.sleep(0.01)
     victim.stop(signal.SIGKILL)

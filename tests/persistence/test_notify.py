@@ -78,7 +78,10 @@ async def test_a_terminated_listen_connection_reconnects_and_asks_for_a_resync()
             for cut in range(1, 3):
                 with engine.begin() as conn:
                     conn.execute(
-                        sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+                        sa.text(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                            " WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+                        )
                     )
                 await wait_for(lambda cut=cut: len(connects) > cut)
             with engine.begin() as conn:
