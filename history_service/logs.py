@@ -132,15 +132,12 @@ def _one_line(text: str) -> str:
     return _CONTROL.sub(_escape, text)
 
 
-def _timestamp(created: float) -> str:
-    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class Timestamps:
-    """`_timestamp`, with the date and time of the last second kept: a record costs only its milliseconds.
+    """A record's UTC time, ISO 8601 to the millisecond: the last second's date and time are kept, so a stamp costs
+    only its milliseconds.
 
     The milliseconds are those `datetime.fromtimestamp` gives (microseconds rounded half to
-    even, then cut), so each stamp is `_timestamp`'s.
+    even, then cut), so each stamp is what ``datetime.isoformat(timespec="milliseconds")`` writes.
     """
 
     def __init__(self) -> None:
