@@ -144,6 +144,8 @@ class SessionHeader(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     delegationDepth: Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)] | UnsetType = UNSET
     agentPreset: str | UnsetType = UNSET
     meta: dict[str, Any] | UnsetType = UNSET
+    # Set by the store when the session is closed (docs/protocol.md §6.3), never by its creator.
+    closedAt: SafeInt | UnsetType = UNSET
 
 
 _DATA_KEYS: Final = ("turn", "step", "chunk")

@@ -262,6 +262,14 @@ class AsyncHistoryClient(_Shared):
         """
         return await self._post(_Requests.path(session, None, "events"), encode({"events": events}))
 
+    async def close_session(self, session: str) -> Any:
+        """Close a session, or a subagent child, by its own id (§6.3); returns ``{"headSeq", "closedAt"}``.
+
+        Idempotent: a closed session answers the same. Its follow streams end after its last
+        event, and a later append raises `ServiceError` with ``code`` ``session_closed``.
+        """
+        return await self._post(_Requests.path(session, None, "close"), b"")
+
     async def page_body(
         self,
         session: str,
@@ -322,9 +330,10 @@ class AsyncHistoryClient(_Shared):
         """Every event after ``after`` (or from a fresh snapshot's tail page), exactly once, in order, live.
 
         Reconnects with ``Last-Event-ID`` on any break, as ``backoff`` says; repairs gaps from
-        pages. It ends only when the caller stops iterating or an error that retrying cannot
-        fix is raised. ``on_connection`` hears each failure that will be retried (`Retrying`)
-        and each stream that opens again after failures (`Reconnected`).
+        pages. It ends when the session is closed (after its last event), when the caller
+        stops iterating, or when an error that retrying cannot fix is raised.
+        ``on_connection`` hears each failure that will be retried (`Retrying`) and each
+        stream that opens again after failures (`Reconnected`).
         """
         plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection)
         return self._drive(plan, session, child, max_messages=max_messages)
@@ -439,6 +448,10 @@ class HistoryClient(_Shared):
     def append(self, session: str, events: Sequence[Event]) -> Any:
         """Append one atomic batch that continues the head; as `AsyncHistoryClient.append`."""
         return self._post(_Requests.path(session, None, "events"), encode({"events": events}))
+
+    def close_session(self, session: str) -> Any:
+        """Close a session by its own id; as `AsyncHistoryClient.close_session`."""
+        return self._post(_Requests.path(session, None, "close"), b"")
 
     def page_body(
         self,

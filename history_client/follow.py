@@ -154,7 +154,7 @@ _RETRYABLE_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 def follow_plan(*, after: int | None, backoff: Backoff, on_connection: ConnectionHook | None = None) -> FollowPlan:
-    """Deliver every event after ``after`` (or from a fresh snapshot) exactly once, in order, forever."""
+    """Deliver every event after ``after`` (or from a fresh snapshot) exactly once, in order, until the session ends."""
     journal = _Journal(after)
     failures = 0
     while True:
@@ -181,6 +181,9 @@ def follow_plan(*, after: int | None, backoff: Backoff, on_connection: Connectio
                     yield from journal.live(frame.data)
                 elif frame.event == "error":
                     raise _stream_error(frame.data, journal.cursor)
+                elif frame.event == "end":
+                    # The session was closed (docs/protocol.md §6.3): every event is delivered; nothing follows.
+                    return
                 else:
                     continue
                 first = False

@@ -60,6 +60,20 @@ class Appended(Struct, frozen=True, forbid_unknown_fields=True):
     idempotent: Literal[True] | UnsetType = UNSET
 
 
+class Closed(Struct, frozen=True, forbid_unknown_fields=True):
+    """A close's answer: the final head (-1 when empty) and when the session was first closed (ms)."""
+
+    headSeq: Head
+    closedAt: int
+
+
+class FollowEnd(Struct, frozen=True, forbid_unknown_fields=True):
+    """The data of the ``end`` frame, the last of a closed session's follow stream, after its last event."""
+
+    code: Literal["session_closed"]
+    headSeq: Head
+
+
 class ListedSession(Struct, frozen=True, forbid_unknown_fields=True):
     """One session of a listing: its id, creation time, head and number of direct subagent children."""
 

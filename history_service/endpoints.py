@@ -131,6 +131,16 @@ async def append_events(request: Request) -> Response:
     return _json(bodies.Appended(result.first_seq, result.head_seq), 201)
 
 
+async def close_session(request: Request) -> Response:
+    service = _service(request)
+    who = principal(request, service.settings)
+    no_params(request)
+    session_id, _ = address(request)
+    info = await service.close(who, session_id)
+    assert isinstance(info.header.closedAt, int), "a closed session's header holds closedAt"
+    return _json(bodies.Closed(info.head_seq, info.header.closedAt))
+
+
 async def page(request: Request) -> Response:
     started = time.perf_counter()
     service = _service(request)

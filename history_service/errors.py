@@ -57,6 +57,7 @@ from history_service.logs import Tracebacks
 from persistence import (
     InvalidSessionIdError,
     SeqConflictError,
+    SessionClosedError,
     SessionExistsError,
     SessionNotFoundError,
     StoreError,
@@ -288,6 +289,7 @@ ERRORS: Final[Mapping[type[Exception], Answer]] = {
     SessionNotFoundError: _NO_SESSION,
     SessionExistsError: Answer(409, "session_exists"),
     SeqConflictError: Answer(409, "seq_conflict", fields=lambda exc: {"headSeq": exc.head_seq}),
+    SessionClosedError: Answer(409, "session_closed", fields=lambda exc: {"headSeq": exc.head_seq}),
     InvalidSessionIdError: Answer(422, "invalid_session_id"),
 }
 

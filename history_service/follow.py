@@ -29,7 +29,7 @@ import anyio
 import anyio.abc
 
 from codec import Event, StoredRecord, encode, event_lines
-from history_service.bodies import FollowError
+from history_service.bodies import FollowEnd, FollowError
 from history_service.metrics import Metrics
 from persistence import HeadListener, HistoryStore, SessionInfo, StoreError
 
@@ -89,6 +89,8 @@ class Channel:
         self.followers = 0
         self.anchored = False
         self.known_head = -1
+        # The head at which the session was closed, once this process knows it was: followers end there.
+        self.closed_head: int | None = None
         self.fetching = False
         self._wake = anyio.Event()
         self._last_publish = 0.0
@@ -212,11 +214,17 @@ class Hub:
         if channel is not None and events:
             channel.publish(events[0].seq, [event_frame(e) for e in events])
 
-    def advanced(self, session_id: str, head: int) -> None:
-        """A head notice: ``session_id`` has durable events up to ``head`` (appended by any process)."""
+    def ended(self, session_id: str, head: int) -> None:
+        """The session was closed at ``head`` (through this process): its followers end once they reach it."""
+        self.advanced(session_id, head, True)
+
+    def advanced(self, session_id: str, head: int, closed: bool = False) -> None:
+        """A head notice: ``session_id`` has durable events up to ``head`` (from any process); ``closed`` at it."""
         channel = self._channels.get(session_id)
         if channel is None or not channel.anchored:
             return
+        if closed:
+            channel.closed_head = head
         channel.known_head = max(channel.known_head, head)
         if channel.known_head >= channel.next_seq:
             self._fetch(session_id, channel)
@@ -227,7 +235,8 @@ class Hub:
         for session_id, channel in list(self._channels.items()):
             if channel.followers and channel.anchored:
                 try:
-                    self.advanced(session_id, await self.store.head_seq(session_id))
+                    info = await self.store.get_session(session_id)
+                    self.advanced(session_id, info.head_seq, info.closed)
                 except StoreError as exc:
                     self.metrics.store_error(exc)
                     logger.warning("cannot re-read the head of %r: %s", session_id, exc)
@@ -281,6 +290,8 @@ class Hub:
         try:
             info = await self.store.get_session(session_id)
             channel.anchor(info.head_seq)
+            if info.closed:
+                channel.closed_head = info.head_seq
             opening = b"retry: %d\n\n" % retry_ms
             head = info.head_seq
             if after is None:
@@ -344,6 +355,11 @@ class Subscription:
         catching_up = False
         while not hub.closing.is_set():
             head = max(head, channel.known_head)
+            if channel.closed_head is not None and next_seq > channel.closed_head:
+                # Every event up to the close is sent: the stream ends here, and says why.
+                metrics.follow_frames("end")
+                yield sse_frame("end", encode(FollowEnd("session_closed", channel.closed_head)))
+                return
             if channel.first_seq <= next_seq < channel.next_seq:
                 # Writes, not events, cost most under fan-out: while the channel is busy, at most
                 # one write per follower per `coalesce` seconds, carrying everything published meanwhile.

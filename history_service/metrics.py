@@ -70,7 +70,7 @@ class Metrics:
         """A follow stream ended, however it ended."""
 
     def follow_frames(self, frame: str, count: int = 1) -> None:
-        """``count`` follow frames of kind ``frame`` (snapshot, event, error or ping) were written."""
+        """``count`` follow frames of kind ``frame`` (snapshot, event, error, end or ping) were written."""
 
     def follow_caught_up(self, *, behind: bool) -> None:
         """A follower turned to the store: it fell ``behind`` the shared buffer, or it resumed from before it."""
@@ -80,6 +80,9 @@ class Metrics:
 
     def seq_conflict(self) -> None:
         """An append was refused because it did not continue the head."""
+
+    def session_closed(self) -> None:
+        """A session was closed (a repeated close is not counted)."""
 
     def store_error(self, exc: BaseException) -> None:
         """The store failed; counted by the kind (class) of ``exc``."""
@@ -148,7 +151,7 @@ class PrometheusMetrics(Metrics):
             multiprocess_mode="livesum",
         )
         self._frames = Counter("history_follow_frames", "Follow frames written, by kind.", ["frame"], registry=owner)
-        self._frame_kinds = {kind: self._frames.labels(kind) for kind in ("snapshot", "event", "error", "ping")}
+        self._frame_kinds = {kind: self._frames.labels(kind) for kind in ("snapshot", "event", "error", "end", "ping")}
         self._catch_ups = Counter(
             "history_follow_catch_ups",
             "Times a follower turned to the store instead of the shared buffer: behind (events published "
@@ -170,6 +173,7 @@ class PrometheusMetrics(Metrics):
         self._conflicts = Counter(
             "history_seq_conflicts", "Appends refused because they did not continue the head.", registry=owner
         )
+        self._closed = Counter("history_sessions_closed", "Sessions closed.", registry=owner)
         self._store_errors = Counter(
             "history_store_errors", "Store failures, by kind (the store error's class).", ["kind"], registry=owner
         )
@@ -241,6 +245,9 @@ class PrometheusMetrics(Metrics):
 
     def seq_conflict(self) -> None:
         self._conflicts.inc()
+
+    def session_closed(self) -> None:
+        self._closed.inc()
 
     def store_error(self, exc: BaseException) -> None:
         self._store_errors.labels(type(exc).__name__).inc()

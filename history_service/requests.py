@@ -176,6 +176,8 @@ def parse_header(body: bytes | bytearray) -> SessionHeader:
     except CodecError as exc:
         raise InvalidHeader(str(exc)) from exc
     session_id(header.id, where="id")
+    if header.closedAt is not msgspec.UNSET:
+        raise InvalidHeader("closedAt is set by closing the session (§6.3), never at create")
     if isinstance(header.parentSession, str):
         session_id(header.parentSession, where="parentSession")
     return header

@@ -122,6 +122,14 @@ _APPENDED: Final = {
     ),
     "Follow": _link("followSession", {"id": "$request.path.id"}, "Follow it live from its snapshot."),
 }
+_CLOSED: Final = {
+    "ReadLastPage": _link(
+        "readPage",
+        {"id": "$request.path.id", "through": "$response.body#/headSeq"},
+        "The closed session's last page, which never changes.",
+    ),
+    "Follow": _link("followSession", {"id": "$request.path.id"}, "Its snapshot, then the end frame at once."),
+}
 _READ_STATE: Final = {
     "ReadImmutablePage": _link(
         "readPage",
@@ -147,6 +155,7 @@ _FRAMES: Final = (
     ("snapshot", FollowSnapshot, "The first frame of a fresh follow; `id` is the cursor."),
     ("event", Event, "One logical event, never packed; `id` is its seq."),
     ("error", bodies.FollowError, "The last frame of a stream that cannot go on."),
+    ("end", bodies.FollowEnd, "The last frame of a closed session's stream, after its last event."),
 )
 # Before OpenAPI 3.2, an event stream's schema describes one event: its fields, its data a JSON string.
 _FRAME: Final = {
@@ -311,9 +320,39 @@ ROUTES: Final = (
                         status=200, description="An exact re-send: nothing stored (`idempotent`).", body=bodies.Appended
                     ),
                 ),
-                errors=(*BODY, "batch_too_large", "invalid_batch", "invalid_event", "seq_conflict", *ADDRESSED),
+                errors=(
+                    *BODY,
+                    "batch_too_large",
+                    "invalid_batch",
+                    "invalid_event",
+                    "seq_conflict",
+                    "session_closed",
+                    *ADDRESSED,
+                ),
                 headers=(CONTENT_ENCODING,),
                 body=bodies.AppendBody,
+            ),
+        ),
+    ),
+    Route(
+        path="/v1/sessions/{session_id}/close",
+        operations=(
+            Operation(
+                method="POST",
+                name="closeSession",
+                summary="Close a session (§6.3)",
+                tag="writing",
+                endpoint=endpoints.close_session,
+                replies=(
+                    Reply(
+                        status=200,
+                        description="Closed, durably; the same answer for a session already closed.",
+                        body=bodies.Closed,
+                        links=_CLOSED,
+                    ),
+                ),
+                errors=("invalid_parameter", *ADDRESSED),
+                query=NoParams,
             ),
         ),
     ),

@@ -11,6 +11,7 @@ at the edge, in one table (`history_service.errors.ERRORS`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, Sequence
 
 from codec import Event, SessionHeader, snapshot_body
@@ -82,7 +83,8 @@ class HistoryService:
         self.reading, self.sending = self.inflight.reading, self.inflight.sending
         self.followers = 0
         self._append_locks = KeyedLocks()
-        # Owner and header never change once a session exists, so appends need not ask the store.
+        # Owner and header never change once a session exists (but for closedAt, which the store
+        # checks on every append), so appends need not ask the store.
         self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
 
     @property
@@ -163,6 +165,19 @@ class HistoryService:
             if not result.idempotent:
                 self.hub.publish(session_id, events)
         return result
+
+    async def close(self, principal: str, session_id: str) -> SessionInfo:
+        """Close the caller's session (§6.3): durable before it returns, then every follower is told."""
+        await self._owned(principal, session_id, need_head=False)
+        # Under the append lock: the session's last events are published before its end.
+        async with self._append_locks.hold(session_id):
+            before = await self.store.get_session(session_id)
+            info = await self.store.close_session(session_id, closed_at=time.time_ns() // 1_000_000)
+            self._learn(info)
+            if not before.closed:
+                self.metrics.session_closed()
+            self.hub.ended(session_id, info.head_seq)
+        return info
 
     async def page(
         self, principal: str, session_id: str, child: str | None, query: PageQuery, coding: str = "identity"

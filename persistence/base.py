@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from msgspec import Struct
+from msgspec import UNSET, Struct
 
 from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines
 from persistence.notify import HeadListener
@@ -45,11 +45,18 @@ DEFAULT_STORE_TIMEOUT: Final = 5.0
 
 
 class SessionInfo(Struct, frozen=True):
-    """A session's header, owner principal and head seq (-1 when empty)."""
+    """A session's header, owner principal and head seq (-1 when empty).
+
+    A closed session's header holds its ``closedAt`` (`HistoryStore.close_session`).
+    """
 
     header: SessionHeader
     owner: str
     head_seq: int
+
+    @property
+    def closed(self) -> bool:
+        return self.header.closedAt is not UNSET
 
 
 class SessionKey(Struct, frozen=True, order=True):
@@ -162,6 +169,16 @@ class HistoryStore(ABC):
         The first seq must be ``head + 1``; a batch already stored byte for byte in its
         logical events is an idempotent re-send; anything else raises `SeqConflictError`
         carrying the head. The batch is packed into chunk rows before it is stored.
+        """
+
+    @abstractmethod
+    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
+        """Close the session (docs/protocol.md §6.3): its header gains ``closedAt``, and it takes no more appends.
+
+        Idempotent: closing a closed session changes nothing, and its ``closedAt`` stays the
+        first close's. Raises `SessionNotFoundError` for an unknown id. A close and an append
+        to the same session are ordered: the append either lands before the close or is
+        refused with `SessionClosedError`.
         """
 
     @abstractmethod

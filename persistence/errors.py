@@ -7,6 +7,7 @@ callers never see a driver exception::
     ├── SessionNotFoundError(StoreError, KeyError)   no session with that id
     ├── SessionExistsError                           creating an id that is taken
     ├── SeqConflictError                             a batch that does not continue the head
+    ├── SessionClosedError                           an append to a session that was closed
     ├── InvalidSessionIdError(StoreError, ValueError) an id the store cannot hold safely
     ├── StoreNotFoundError                           no store where the URL points, and none may be created
     ├── SchemaVersionError                           a database or log written by another schema
@@ -20,6 +21,7 @@ __all__ = [
     "InvalidSessionIdError",
     "SchemaVersionError",
     "SeqConflictError",
+    "SessionClosedError",
     "SessionExistsError",
     "SessionNotFoundError",
     "StoreError",
@@ -55,6 +57,15 @@ class SeqConflictError(StoreError):
 
     def __init__(self, message: str, *, session_id: str, head_seq: int) -> None:
         super().__init__(message)
+        self.session_id = session_id
+        self.head_seq = head_seq
+
+
+class SessionClosedError(StoreError):
+    """Raised when a batch that is not an exact re-send is appended to a closed session."""
+
+    def __init__(self, session_id: str, *, head_seq: int) -> None:
+        super().__init__(f"session {session_id!r} is closed; its head is {head_seq}")
         self.session_id = session_id
         self.head_seq = head_seq
 

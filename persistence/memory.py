@@ -6,6 +6,8 @@ import bisect
 from collections import Counter
 from collections.abc import Sequence
 
+import msgspec
+
 from codec import Event, SessionHeader, StoredRecord
 from persistence.base import (
     DEFAULT_OWNER,
@@ -66,6 +68,10 @@ class _Session:
         self.owner = owner
         self.index = RecordIndex()
 
+    @property
+    def closed(self) -> bool:
+        return self.header.closedAt is not msgspec.UNSET
+
 
 class MemoryStore(HistoryStore):
     """Keeps every session in process memory; nothing survives a restart."""
@@ -90,8 +96,9 @@ class MemoryStore(HistoryStore):
         return SessionInfo(session.header, session.owner, session.index.head)
 
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
-        index = self._session(session_id).index
-        plan = plan_batch(session_id, [event.seq for event in events], index.head)
+        session = self._session(session_id)
+        index = session.index
+        plan = plan_batch(session_id, [event.seq for event in events], index.head, closed=session.closed)
         if plan.resend:
             first, last = index.covering(plan.first_seq, plan.to_seq)
             stored = events_in(index.records[first:last], plan.first_seq, plan.to_seq)
@@ -103,6 +110,12 @@ class MemoryStore(HistoryStore):
             index.add(len(index.records) - len(tail) + keep, records, batch.messages, batch.hidden)
             index.open = next_open_run(tail[:keep], records)
         return AppendResult.of(plan)
+
+    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
+        session = self._session(session_id)
+        if not session.closed:
+            session.header = msgspec.structs.replace(session.header, closedAt=closed_at)
+        return SessionInfo(session.header, session.owner, session.index.head)
 
     async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         index = self._session(session_id).index

@@ -24,17 +24,30 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["NOTIFY_CHANNEL", "HeadListener", "notice"]
+__all__ = ["NOTIFY_CHANNEL", "HeadListener", "Notice", "notice"]
 
 NOTIFY_CHANNEL: Final = "history_heads"
 
-OnHead = Callable[[str, int], None]
+OnHead = Callable[[str, int, bool], None]
 OnConnect = Callable[[], Awaitable[None]]
 
 
-def notice(session_id: str, head: int, origin: str) -> str:
-    """One head notice: the session id, its new head seq and the sending store's origin, as JSON (under 8,000 bytes)."""
-    return msgspec.json.encode((session_id, head, origin)).decode()
+class Notice(msgspec.Struct, frozen=True, array_like=True):
+    """A head notice as sent: ``closed`` says the session was closed at ``head`` (absent from an append's notice)."""
+
+    session_id: str
+    head: int
+    origin: str
+    closed: bool = False
+
+
+def notice(session_id: str, head: int, origin: str, *, closed: bool = False) -> str:
+    """One head notice: the session id, its head seq and the sending store's origin, as JSON (under 8,000 bytes).
+
+    A close's notice adds ``true``: a listener of an older build, which reads three fields, still hears the head.
+    """
+    fields: tuple[object, ...] = (session_id, head, origin, True) if closed else (session_id, head, origin)
+    return msgspec.json.encode(fields).decode()
 
 
 class HeadListener(ABC):
@@ -47,4 +60,4 @@ class HeadListener(ABC):
 
     @abstractmethod
     async def run(self, on_head: OnHead, on_connect: OnConnect) -> None:
-        """Listen until cancelled: ``on_head(session, head)`` per notice, ``on_connect()`` after each (re)connect."""
+        """Listen until cancelled: ``on_head(session, head, closed)`` per notice, ``on_connect()`` on each connect."""

@@ -1,7 +1,7 @@
 """The store's rules (docs/protocol.md §4.1, §6), each once, as pure functions of plain values.
 
 * `plan_batch`: the head check of an append, which says whether to store the batch, do
-  nothing, or confirm a re-send;
+  nothing, or confirm a re-send; a closed session takes nothing but a re-send;
 * `confirm_resend`: the resend check, which says whether a re-send is exactly the events
   stored at its seqs;
 * `page_span`: a page's exclusive end, whether it is empty, and whether its ``through`` is
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from msgspec import Struct
 
 from codec import Event, encode
-from persistence.errors import SeqConflictError
+from persistence.errors import SeqConflictError, SessionClosedError
 
 __all__ = ["BatchPlan", "PageSpan", "confirm_resend", "dense_gap", "page_span", "plan_batch"]
 
@@ -65,12 +65,21 @@ def dense_gap(seqs: Sequence[int]) -> int | None:
     return None
 
 
-def plan_batch(session_id: str, seqs: Sequence[int], head_seq: int) -> BatchPlan:
+def plan_batch(session_id: str, seqs: Sequence[int], head_seq: int, *, closed: bool = False) -> BatchPlan:
     """The head check: a batch with these seqs, at a session whose head is ``head_seq`` (-1 when empty).
 
     A batch must be dense and start at ``head_seq + 1``. One that lies wholly at or before
     the head may be a re-send. Anything else raises `SeqConflictError`, carrying the head.
+    A ``closed`` session takes only a re-send: any other batch, an empty one too, raises
+    `SessionClosedError`.
     """
+    plan = _planned(session_id, seqs, head_seq)
+    if closed and not plan.resend:
+        raise SessionClosedError(session_id, head_seq=head_seq)
+    return plan
+
+
+def _planned(session_id: str, seqs: Sequence[int], head_seq: int) -> BatchPlan:
     if not seqs:
         return BatchPlan(head_seq + 1, head_seq, 0, writes=False, resend=False)
     first, count = seqs[0], len(seqs)

@@ -9,16 +9,18 @@ from typing import Final
 import msgspec
 
 from codec import SessionHeader, encode
-from persistence.errors import InvalidSessionIdError, SchemaVersionError, StoreError
+from persistence.errors import CorruptLogError, InvalidSessionIdError, SchemaVersionError, StoreError
 from persistence.jsonl.files import write_atomic
 
 __all__ = [
+    "CLOSED_NAME",
     "FORMAT_VERSION",
     "INDEX_NAME",
     "MODES",
     "OWNER_NAME",
     "ROOT_MARKER",
     "RootMarker",
+    "closed_at",
     "encode_segment",
     "named_for",
     "open_root",
@@ -30,9 +32,23 @@ MODES: Final = ("none", "zstd")
 ROOT_MARKER: Final = ".history-store.json"
 INDEX_NAME: Final = "index.jsonl"
 OWNER_NAME: Final = "owner"
+# Present once the session is closed: its closedAt, as decimal text, written atomically.
+CLOSED_NAME: Final = "closed"
 _MAX_DIR_NAME: Final = 240
 # A page whose records span more log bytes than this is read in a worker thread, off the event loop.
 _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def closed_at(directory: Path) -> int | None:
+    """The session's ``closedAt``, from its `CLOSED_NAME` file; ``None`` while it is open."""
+    try:
+        text = (directory / CLOSED_NAME).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise CorruptLogError(f"{directory / CLOSED_NAME}: not a closedAt time: {text[:40]!r}") from None
 
 
 def encode_segment(session_id: str) -> str:

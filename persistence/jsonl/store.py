@@ -7,6 +7,7 @@ Layout under the root::
                                  (session.jsonl.zst in zstd mode: one checksummed frame per batch)
     <encoded id>/index.jsonl     sidecar index: a JSON head line, then one binary entry per batch
     <encoded id>/owner           the owner principal
+    <encoded id>/closed          the session's closedAt, once it is closed
     <encoded id>/journal         the rollback journal of a sealing rewrite (empty when none is under way)
     <encoded id>/lock, gate      the session's lock, and the gate its holders pass first
 
@@ -84,6 +85,7 @@ from persistence.jsonl.files import (
     pread,
     reading,
     truncate,
+    write_atomic,
     write_file,
     write_unsynced,
 )
@@ -101,11 +103,13 @@ from persistence.jsonl.index import (
     windows,
 )
 from persistence.jsonl.layout import (
+    CLOSED_NAME,
     FORMAT_VERSION,
     INDEX_NAME,
     MODES,
     OWNER_NAME,
     ROOT_MARKER,
+    closed_at,
     encode_segment,
     named_for,
     open_root,
@@ -217,7 +221,11 @@ class JsonlStore(HistoryStore):
         return await self._run(self._children_sync, parent_id)
 
     def _children_sync(self, parent_id: str) -> list[SessionHeader]:
-        found = [header for _, header in self._peeked() if subagent_parent(header) == parent_id]
+        found = [
+            _with_closed(header, closed_at(self._root / name))
+            for name, header in self._peeked()
+            if subagent_parent(header) == parent_id
+        ]
         return sorted(found, key=lambda header: header.id)
 
     def _peeked(self) -> Iterator[tuple[str, SessionHeader]]:
@@ -316,7 +324,9 @@ class JsonlStore(HistoryStore):
         return state
 
     def _load(self, directory: Path, session_id: str) -> IndexedSession:
-        return self._loader.load(directory, session_id)
+        state = self._loader.load(directory, session_id)
+        _learn_closed(state, closed_at(directory))
+        return state
 
     # Appends.
 
@@ -337,6 +347,25 @@ class JsonlStore(HistoryStore):
             finally:
                 # Already released by the group when the unit ran; this covers a unit that never did.
                 lock.release()
+
+    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
+        self._check_writable()
+        async with self._locks.hold(session_id):
+            lock = await self._write_lock(session_id)
+            try:
+                return await self._run(self._close_sync, session_id, closed_at)
+            finally:
+                lock.release()
+
+    def _close_sync(self, session_id: str, at: int) -> SessionInfo:
+        """Write the `CLOSED_NAME` file, atomically and durably, unless a close came first (the lock is held)."""
+        state = self._state(session_id, holding_lock=True)
+        found = closed_at(state.directory)
+        if found is None:
+            write_atomic(state.directory / CLOSED_NAME, str(at).encode())
+            found = at
+        _learn_closed(state, found)
+        return SessionInfo(state.header, state.owner, state.head)
 
     async def _write_lock(self, session_id: str) -> SessionLock:
         """The session's lock, exclusively: taken before the append joins a group, so no group waits on it.
@@ -375,7 +404,11 @@ class JsonlStore(HistoryStore):
             # looks unchanged; settle before appending, or a later settle would undo this.
             self._states.pop(session_id)
         state = self._state(session_id, holding_lock=True)
-        plan = plan_batch(session_id, [event.seq for event in events], state.head)
+        if state.header.closedAt is msgspec.UNSET:
+            # Another process may have closed it: its index did not change, so `_state` kept what it knew.
+            _learn_closed(state, closed_at(directory))
+        closed = state.header.closedAt is not msgspec.UNSET
+        plan = plan_batch(session_id, [event.seq for event in events], state.head, closed=closed)
         if plan.resend:
             stored = events_in(self._stored(state, plan.first_seq, plan.to_seq), plan.first_seq, plan.to_seq)
             confirm_resend(session_id, events, stored, state.head)
@@ -586,6 +619,16 @@ class JsonlStore(HistoryStore):
         self._states.clear()
         self._headers.clear()
         self._owners.clear()
+
+
+def _with_closed(header: SessionHeader, at: int | None) -> SessionHeader:
+    if at is None or header.closedAt is not msgspec.UNSET:
+        return header
+    return msgspec.structs.replace(header, closedAt=at)
+
+
+def _learn_closed(state: IndexedSession, at: int | None) -> None:
+    state.header = _with_closed(state.header, at)
 
 
 def _translated(fn: Callable[..., T], *args: Any) -> T:

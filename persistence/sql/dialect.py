@@ -106,8 +106,8 @@ class Dialect(ABC):
         """The head's move, made to do what else this database does with it."""
 
     @abstractmethod
-    def advance_params(self, session_id: str, new_head: int) -> dict[str, Any]:
-        """What `advance` needs besides the session and heads."""
+    def advance_params(self, session_id: str, new_head: int, *, closed: bool = False) -> dict[str, Any]:
+        """What `advance` (or a close, ``closed``) needs besides the session and heads."""
 
     @abstractmethod
     def bound(self, connection: Any) -> AbstractContextManager[Deadline]:

@@ -1,6 +1,6 @@
-"""The schema version in ``history_meta``, and the upgrades from versions 1 and 2 to the current one.
+"""The schema version in ``history_meta``, and the upgrades from versions 1, 2 and 3 to the current one.
 
-A version-1 or -2 database is upgraded in place when opened; an unknown version refuses to open.
+An older database is upgraded in place when opened; an unknown version refuses to open.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) 
         version = "2"
     if version == "2":
         _upgrade_from_2(conn, dialect, unpack)
+        version = "3"
+    if version == "3":
+        _upgrade_from_3(conn)
         return None
     return version
 
@@ -61,7 +64,7 @@ def refuse(version: str | None) -> None:
     if version is not None and version != str(SCHEMA_VERSION):
         raise SchemaVersionError(
             f"the database has history schema version {version!r}; "
-            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 and 2"
+            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1, 2 and 3"
         )
 
 
@@ -135,6 +138,12 @@ def _upgrade_from_2(conn: Connection, dialect: Dialect, unpack: Unpack) -> None:
             conn.execute(set_columns, updates)
         after = (rows[-1].session_id, rows[-1].seq)
     _set_version(conn, "3")
+
+
+def _upgrade_from_3(conn: Connection) -> None:
+    """Version 4 adds ``closed_at`` to ``history_sessions``: every session of an older database is open."""
+    conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN closed_at BIGINT")
+    _set_version(conn, "4")
 
 
 def _set_version(conn: Connection, version: str) -> None:

@@ -10,14 +10,14 @@ import anyio
 import msgspec
 import psycopg
 
-from persistence.notify import NOTIFY_CHANNEL, HeadListener, OnConnect, OnHead
+from persistence.notify import NOTIFY_CHANNEL, HeadListener, Notice, OnConnect, OnHead
 from persistence.sql.pg_timeouts import Watchdog, connect_options
 
 __all__ = ["PostgresListener"]
 
 logger = logging.getLogger(__name__)
 
-_NOTICE: Final = msgspec.json.Decoder(tuple[str, int, str])
+_NOTICE: Final = msgspec.json.Decoder(Notice)
 _BACKOFF_BASE: Final = 0.1
 _BACKOFF_CAP: Final = 5.0
 
@@ -53,12 +53,12 @@ class PostgresListener(HeadListener):
                         # Notices that arrive during the ping wait in the connection for the next round.
                         async for message in conn.notifies(timeout=self._watchdog.timeout):
                             try:
-                                session_id, head, origin = _NOTICE.decode(message.payload)
+                                heard = _NOTICE.decode(message.payload)
                             except msgspec.DecodeError:
                                 logger.warning("ignoring a malformed head notice %r", message.payload[:200])
                                 continue
-                            if origin != self._own:
-                                on_head(session_id, head)
+                            if heard.origin != self._own:
+                                on_head(heard.session_id, heard.head, heard.closed)
                         await self._ping(conn, "SELECT 1")
             except psycopg.Error as exc:
                 failures += 1

@@ -58,7 +58,8 @@ def _code_point_order(element: CodePointOrder, compiler: SQLCompiler, **kw: Any)
 # the three touch different rows. Every session the rest of the group appends to is locked
 # first, in code-point order, as the group runs its units, so two processes' groups never wait on
 # each other in a cycle. A head moves only from the head its unit expects, and each table's
-# insert is gated on its session's head having moved, so every append is all or nothing; the
+# insert is gated on its session's head having moved (never a closed session's: that append then
+# runs alone, and is refused), so every append is all or nothing; the
 # NOTIFY rides the update, so PostgreSQL sends it at commit and never for a rollback. Every
 # parameter is sent in binary (``%(name)b``): psycopg writes a text array element by element in
 # Python, escaping each bytea, at about four times the cost (1.16 ms against 0.28 ms to adapt a
@@ -70,7 +71,7 @@ WITH locked AS MATERIALIZED (
     UPDATE history_sessions s SET head_seq = u.head
     FROM unnest(%(sessions)b::text[], %(expected)b::bigint[], %(heads)b::bigint[], %(notices)b::text[])
         AS u(session, expected, head, notice)
-    WHERE s.id = u.session AND s.head_seq = u.expected AND s.id IN (SELECT id FROM locked)
+    WHERE s.id = u.session AND s.head_seq = u.expected AND s.closed_at IS NULL AND s.id IN (SELECT id FROM locked)
     RETURNING s.id, pg_notify(%(channel)b, u.notice)
 ), records AS (
     INSERT INTO history_records (session_id, seq, members, compressed, data, kind, key, time0, time1)
@@ -359,8 +360,8 @@ class PostgresDialect(Dialect):
             sa.func.pg_notify(sa.bindparam("channel", type_=sa.Text), sa.bindparam("notice", type_=sa.Text))
         )
 
-    def advance_params(self, session_id: str, new_head: int) -> dict[str, Any]:
-        return {"channel": NOTIFY_CHANNEL, "notice": notice(session_id, new_head, self._origin)}
+    def advance_params(self, session_id: str, new_head: int, *, closed: bool = False) -> dict[str, Any]:
+        return {"channel": NOTIFY_CHANNEL, "notice": notice(session_id, new_head, self._origin, closed=closed)}
 
     @contextmanager
     def bound(self, connection: Any) -> Iterator[Deadline]:

@@ -3,7 +3,8 @@
 Tables, keyed ``(session_id, seq)``:
 
 * ``history_sessions``: header (canonical JSON), owner, parent (for subagent children), the
-  header's ``createdAt`` (for listings, indexed by owner) and head seq;
+  header's ``createdAt`` (for listings, indexed by owner), head seq, and ``closed_at``, the
+  header's ``closedAt`` once the session is closed (NULL while it is open), which an append checks;
 * ``history_records``: one row per stored record (`codec.StoredRecord`), a packed row at its
   ``seq0``: its member count, its canonical JSON line in ``data``, and the join columns
   ``kind``, ``key``, ``time0`` and ``time1``. A line of at least 4 KiB is zstd-compressed
@@ -39,7 +40,7 @@ __all__ = [
     "sessions_table",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 COMPRESS_AT: Final = 4096
 
 
@@ -70,6 +71,7 @@ sessions_table = sa.Table(
     sa.Column("parent_id", sa.String, nullable=True, index=True),
     sa.Column("head_seq", sa.BigInteger, nullable=False),
     sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("closed_at", sa.BigInteger, nullable=True),
 )
 # A listing reads one owner's top-level sessions newest first: a backward range scan of this
 # index that never visits a child's entry, so a page costs its length, not the owner's sessions.

@@ -117,7 +117,7 @@ class SqliteDialect(Dialect):
     def advance(self, advance: Update) -> Update:
         return advance
 
-    def advance_params(self, session_id: str, new_head: int) -> dict[str, Any]:
+    def advance_params(self, session_id: str, new_head: int, *, closed: bool = False) -> dict[str, Any]:
         return {}
 
     @contextmanager

@@ -33,10 +33,16 @@ class Statements:
 
         self.session = prepared(sa.select(s.header, s.owner, s.head_seq).where(s.id == b("id")))
         self.exists = prepared(sa.select(s.id).where(s.id == b("id")))
-        head = sa.select(s.head_seq).where(s.id == b("id"))
+        head = sa.select(s.head_seq, s.closed_at).where(s.id == b("id"))
         self.head_for_update = prepared(ways.lock_head(head))
-        advance = sa.update(sessions_table).where(s.id == b("id"), s.head_seq == b("expected"))
+        self.session_for_update = prepared(
+            ways.lock_head(sa.select(s.header, s.owner, s.head_seq, s.closed_at).where(s.id == b("id")))
+        )
+        # A closed session's head never moves: an append to it is then refused under the row's lock.
+        advance = sa.update(sessions_table).where(s.id == b("id"), s.head_seq == b("expected"), s.closed_at.is_(None))
         self.advance = prepared(ways.advance(advance.values(head_seq=b("new_head"))))
+        close = sa.update(sessions_table).where(s.id == b("id"), s.closed_at.is_(None))
+        self.close = prepared(ways.advance(close.values(header=b("closed_header"), closed_at=b("at"))))
         self.create = prepared(sa.insert(sessions_table))
         self.tail = prepared(
             sa.select(r.seq, r.members, *(r[name] for name in JOIN_COLUMNS))

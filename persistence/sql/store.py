@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
 import anyio.to_thread
+import msgspec
 import sqlalchemy as sa
 import zstandard
 from sqlalchemy.engine import Connection, Engine
@@ -249,6 +250,7 @@ class SqlStore(HistoryStore):
             "parent_id": subagent_parent(header),
             "head_seq": -1,
             "created_at": header.createdAt,
+            "closed_at": None,
         }
         await self._writer.run(lambda cursor: self._create_unit(cursor, row), header.id)
         return SessionInfo(header, owner, -1)
@@ -261,6 +263,21 @@ class SqlStore(HistoryStore):
 
     async def get_session(self, session_id: str) -> SessionInfo:
         return await self._dialect.read(self, self._info, session_id)
+
+    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
+        # Through the writer, so that it is ordered with the session's appends and durable when it returns.
+        return await self._writer.run(lambda cursor: self._close_unit(cursor, session_id, closed_at), session_id)
+
+    def _close_unit(self, cursor: Any, session_id: str, closed_at: int) -> SessionInfo:
+        row = self._sql.session_for_update.run(cursor, id=session_id).fetchone()
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        header, owner, head = self._header(row[0], session_id), row[1], row[2]
+        if row[3] is None:
+            header = msgspec.structs.replace(header, closedAt=closed_at)
+            extra = self._dialect.advance_params(session_id, head, closed=True)
+            self._sql.close.run(cursor, id=session_id, closed_header=encode(header), at=closed_at, **extra)
+        return SessionInfo(header, owner, head)
 
     def _info(self, cursor: Any, session_id: str) -> SessionInfo:
         row = self._sql.session.run(cursor, id=session_id).fetchone()
@@ -335,7 +352,7 @@ class SqlStore(HistoryStore):
         if row is None:
             raise SessionNotFoundError(session_id)
         head = row[0]
-        plan = plan_batch(session_id, seqs, head)
+        plan = plan_batch(session_id, seqs, head, closed=row[1] is not None)
         if plan.resend:
             stored = events_in(
                 self._stored(cursor, session_id, plan.first_seq, plan.to_seq), plan.first_seq, plan.to_seq

@@ -11,8 +11,9 @@ import anyio
 import httpx
 import pytest
 
-from codec import DeltaData, Event, TextDelta, encode
-from history_client import AsyncHistoryClient, Backoff, HistoryClient
+from codec import DeltaData, Event, SessionHeader, TextDelta, encode
+from history_client import AsyncHistoryClient, Backoff, HistoryClient, ServiceError
+from history_service.settings import Settings
 from persistence import MemoryStore
 from testing.seeding import SCENARIOS
 from testing.servers import CuttingProxy, ServerProcess, serve_in_thread
@@ -129,3 +130,30 @@ async def test_follow_delivers_every_event_once_through_cuts_and_server_restarts
         assert suffix == events[12_346:]
     finally:
         await anyio.to_thread.run_sync(server.stop)
+
+
+@pytest.mark.anyio
+async def test_both_clients_close_a_session_and_their_follows_end_after_its_last_event() -> None:
+    events = make_events(random.Random(3))[:120]
+    with serve_in_thread(Settings(store_url="memory://", ping_interval=0.5)) as running:
+        async with AsyncHistoryClient(running.url) as client:
+            await client.create_session(SessionHeader(id="s", createdAt=0))
+            await client.append("s", events[:100])
+            received: list[Event] = []
+
+            async def follow() -> None:
+                async for event in client.follow("s", after=-1):
+                    received.append(event)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(follow)
+                await client.append("s", events[100:])
+                closed = await client.close_session("s")
+            assert closed["headSeq"] == 119 and type(closed["closedAt"]) is int
+            assert encode(received) == encode(events)
+            with pytest.raises(ServiceError) as refused:
+                await client.append("s", [Event("note", 120, 0, {})])
+            assert refused.value.code == "session_closed"
+        with HistoryClient(running.url) as sync_client:
+            assert sync_client.close_session("s") == closed
+            assert encode(list(sync_client.follow("s", after=110))) == encode(events[111:])

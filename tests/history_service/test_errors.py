@@ -65,6 +65,7 @@ from persistence.errors import (
     InvalidSessionIdError,
     SchemaVersionError,
     SeqConflictError,
+    SessionClosedError,
     SessionExistsError,
     SessionNotFoundError,
     StoreError,
@@ -130,10 +131,15 @@ EXAMPLES: dict[type[Exception], Exception] = {
         "batch starts at seq 9 but the session head is 4; expected 5", session_id="s", head_seq=4
     ),
     InvalidSessionIdError: InvalidSessionIdError("a session id must not be empty"),
+    SessionClosedError: SessionClosedError("s", head_seq=4),
 }
 
 # The codes whose bodies carry fields besides code and message (docs/protocol.md §11.1).
-FIELDS: dict[str, dict[str, Any]] = {"seq_conflict": {"headSeq": 4}, "invalid_event": {"index": 1}}
+FIELDS: dict[str, dict[str, Any]] = {
+    "seq_conflict": {"headSeq": 4},
+    "session_closed": {"headSeq": 4},
+    "invalid_event": {"index": 1},
+}
 
 # Codes outside the table of §11, and the document that gives them instead.
 DOCUMENTED_ELSEWHERE = {"viewer_unavailable": "docs/deploy.md"}

@@ -203,3 +203,50 @@ def test_follow_streams_past_their_cap_are_refused_and_health_always_answers(tmp
                     break
             time.sleep(0.05)
         assert again.status_code == 200
+
+
+async def test_a_close_ends_every_follower_after_the_last_event(server: str) -> None:
+    """Followers open before the close get every event, then the end frame, and the stream ends by itself."""
+    events = make_events(random.Random(5))[:500]
+    await create_session(server)
+
+    async def follow(path: str, seen: list[tuple[str, int | None, Any]], opened: anyio.Event) -> None:
+        async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+            async with client.stream("GET", path) as response:
+                async for frame in frames(response):
+                    seen.append(frame)
+                    opened.set()
+        seen.append(("closed by the server", None, None))
+
+    live: list[tuple[str, int | None, Any]] = []
+    opened = anyio.Event()
+    async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+        async with anyio.create_task_group() as group:
+            group.start_soon(follow, "/v1/sessions/live/follow", live, opened)
+            await opened.wait()
+            for start in range(0, len(events), 50):
+                batch = encode({"events": events[start : start + 50]})
+                assert (await client.post("/v1/sessions/live/events", content=batch, headers=JSON)).status_code == 201
+            closed = await client.post("/v1/sessions/live/close")
+            assert closed.status_code == 200 and closed.json()["headSeq"] == 499
+            closed_at = closed.json()["closedAt"]
+        again = await client.post("/v1/sessions/live/close")
+        assert again.json() == {"headSeq": 499, "closedAt": closed_at}
+        refused = await client.post("/v1/sessions/live/events", content=encode({"events": [events[0]]}), headers=JSON)
+        assert refused.status_code == 200  # an exact re-send
+        more = Event("note", 500, 500, {})
+        refused = await client.post("/v1/sessions/live/events", content=encode({"events": [more]}), headers=JSON)
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_closed"
+        assert refused.json()["error"]["headSeq"] == 499
+        header = (await client.get("/v1/sessions/live")).json()["header"]
+        assert header["closedAt"] == closed_at
+    end = ("end", None, {"code": "session_closed", "headSeq": 499})
+    assert live[0][0] == "snapshot" and live[-2:] == [end, ("closed by the server", None, None)]
+    assert [seq for kind, seq, _ in live[1:-2]] == list(range(live[0][1] + 1, 500))  # type: ignore[operator]
+
+    fresh: list[tuple[str, int | None, Any]] = []
+    resumed: list[tuple[str, int | None, Any]] = []
+    await follow("/v1/sessions/live/follow", fresh, anyio.Event())
+    await follow("/v1/sessions/live/follow?after=489", resumed, anyio.Event())
+    assert fresh[0][0] == "snapshot" and fresh[0][2]["header"]["closedAt"] == closed_at and fresh[1:] == live[-2:]
+    assert [seq for _, seq, _ in resumed[:-2]] == list(range(490, 500)) and resumed[-2:] == live[-2:]

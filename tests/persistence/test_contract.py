@@ -24,7 +24,7 @@ from codec import (
 from history_service.pages import choose_body
 from history_service.scenarios import compaction, multi_turn
 from persistence.base import HistoryStore, PageRead, SessionKey, SessionSummary
-from persistence.errors import SeqConflictError, SessionExistsError, SessionNotFoundError
+from persistence.errors import SeqConflictError, SessionClosedError, SessionExistsError, SessionNotFoundError
 from testing.events import plain, text
 from testing.stores import page_records
 
@@ -144,6 +144,72 @@ async def test_exact_resend_is_idempotent(store: HistoryStore) -> None:
     older = await store.append("s1", events[10:20])
     assert older.idempotent and older.head_seq == 89
     assert await store.read_events("s1", 0, 90) == events[:90]
+
+
+# Closing (docs/protocol.md §6.3).
+
+
+async def test_close_ends_appends_but_keeps_resends_and_reads(store: HistoryStore) -> None:
+    events = multi_turn(seed=5, turns=2)
+    await store.create_session(header())
+    await store.append("s1", events[:30])
+    closed = await store.close_session("s1", closed_at=1_700_000_000_500)
+    assert (closed.head_seq, closed.header.closedAt, closed.closed) == (29, 1_700_000_000_500, True)
+    assert (await store.get_session("s1")).header.closedAt == 1_700_000_000_500
+    for batch in (events[30:31], events[30:40], []):
+        with pytest.raises(SessionClosedError) as refused:
+            await store.append("s1", batch)
+        assert refused.value.head_seq == 29
+    again = await store.append("s1", events[10:20])
+    assert again.idempotent and again.head_seq == 29
+    with pytest.raises(SeqConflictError):
+        await store.append("s1", events[11:12] + events[13:14])
+    assert await store.read_events("s1", 0, 30) == events[:30]
+    read = await store.read_page("s1", through=None, before=None, max_messages=5)
+    assert read.info.header.closedAt == 1_700_000_000_500 and read.to_seq == 30
+
+
+async def test_close_is_idempotent_and_keeps_the_first_time(store: HistoryStore) -> None:
+    await store.create_session(header())
+    first = await store.close_session("s1", closed_at=10)
+    second = await store.close_session("s1", closed_at=20)
+    assert first == second and second.header.closedAt == 10 and second.head_seq == -1
+    with pytest.raises(SessionNotFoundError):
+        await store.close_session("nope", closed_at=10)
+
+
+async def test_a_child_closes_on_its_own(store: HistoryStore) -> None:
+    await store.create_session(header("parent"))
+    await store.create_session(header("child", parentSession="parent", origin="subagent"))
+    await store.close_session("parent", closed_at=5)
+    assert (await store.get_session("child")).closed is False
+    await store.append("child", [plain(0)])
+    await store.close_session("child", closed_at=6)
+    assert [(await store.get_session(s)).header.closedAt for s in ("parent", "child")] == [5, 6]
+    assert [c.closedAt for c in await store.children("parent")] == [6]
+
+
+async def test_appends_racing_a_close_land_before_it_or_are_refused(store: HistoryStore) -> None:
+    await store.create_session(header())
+    outcomes: dict[int, str] = {}
+
+    async def append(seq: int) -> None:
+        try:
+            await store.append("s1", [plain(seq)])
+            outcomes[seq] = "stored"
+        except SessionClosedError:
+            outcomes[seq] = "closed"
+        except SeqConflictError:
+            outcomes[seq] = "conflict"
+
+    async with anyio.create_task_group() as tasks:
+        for seq in range(6):
+            tasks.start_soon(append, seq)
+        tasks.start_soon(lambda: store.close_session("s1", closed_at=1))
+    info = await store.get_session("s1")
+    stored = [seq for seq, outcome in sorted(outcomes.items()) if outcome == "stored"]
+    assert info.closed and stored == list(range(info.head_seq + 1))
+    assert await store.read_events("s1", 0, info.head_seq + 1) == [plain(seq) for seq in stored]
 
 
 # Interval reads and page records.

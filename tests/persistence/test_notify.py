@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import anyio
+import msgspec
 import pytest
 import sqlalchemy as sa
 
 from codec import Event, SessionHeader
 from persistence import SeqConflictError, SqlStore
-from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
+from persistence.notify import NOTIFY_CHANNEL, HeadListener, Notice, notice
 from testing.postgres import PG_URL, fresh_postgres_store
 
 pytestmark = [
@@ -22,11 +23,19 @@ def test_a_notice_is_small_json() -> None:
     assert payload == '["{{sessionId}}.child-1",9007199254740991,"0123456789ab"]' and len(payload.encode()) < 8000
 
 
-async def listen(listener: HeadListener, heard: list[tuple[str, int]], connects: list[int]) -> None:
+async def listen(
+    listener: HeadListener,
+    heard: list[tuple[str, int]],
+    connects: list[int],
+    closes: list[tuple[str, int]] | None = None,
+) -> None:
     async def connected() -> None:
         connects.append(len(heard))
 
-    await listener.run(lambda session, head: heard.append((session, head)), connected)
+    def on_head(session: str, head: int, closed: bool) -> None:
+        (closes if closed and closes is not None else heard).append((session, head))
+
+    await listener.run(on_head, connected)
 
 
 async def wait_for(condition: object, seconds: float = 30) -> None:
@@ -61,6 +70,38 @@ async def test_appends_from_another_store_are_heard_once_each_and_a_rollback_is_
         await reader.close()
     assert heard == [("s", 1), ("s", 2)]
     assert connects == [0]
+
+
+def test_a_close_notice_adds_a_flag_that_a_three_field_reader_ignores() -> None:
+    payload = notice("s", 4, "origin", closed=True)
+    assert payload == '["s",4,"origin",true]'
+    assert msgspec.json.decode(payload, type=Notice) == Notice("s", 4, "origin", closed=True)
+    assert msgspec.json.decode(notice("s", 4, "origin"), type=Notice) == Notice("s", 4, "origin", closed=False)
+
+
+async def test_a_close_from_another_store_is_heard_once_with_its_head() -> None:
+    assert PG_URL
+    writer = await fresh_postgres_store(PG_URL)
+    reader = await SqlStore.open(PG_URL)
+    listener = reader.listener()
+    assert listener is not None
+    heard: list[tuple[str, int]] = []
+    closes: list[tuple[str, int]] = []
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(listen, listener, heard, [], closes)
+            await wait_for(lambda: listener.state == "listening")
+            await writer.create_session(SessionHeader(id="s", createdAt=0))
+            await writer.append("s", [Event("x", 0, 0, 0)])
+            await writer.close_session("s", closed_at=1)
+            await writer.close_session("s", closed_at=2)  # already closed: nothing is sent
+            await wait_for(lambda: closes)
+            await anyio.sleep(0.2)
+            tasks.cancel_scope.cancel()
+    finally:
+        await writer.close()
+        await reader.close()
+    assert heard == [("s", 0)] and closes == [("s", 0)]
 
 
 async def test_a_terminated_listen_connection_reconnects_and_asks_for_a_resync() -> None:

@@ -119,7 +119,7 @@ async def test_unknown_schema_version_refuses_to_open(tmp_path: Path) -> None:
         conn.execute(sa.update(meta_table).values(value="99"))
     engine.dispose()
     with pytest.raises(
-        SchemaVersionError, match="schema version '99'; this build reads version 3 and upgrades versions 1 and 2"
+        SchemaVersionError, match="schema version '99'; this build reads version 4 and upgrades versions 1, 2 and 3"
     ):
         await SqlStore.open(url)
 
@@ -186,8 +186,14 @@ def schema_of(url: str) -> tuple[str | None, set[str], set[str | None]]:
 JOIN_COLUMNS = ("kind", "key", "time0", "time1")
 
 
+def to_version_3(url: str) -> None:
+    """Turn a version-4 database into the version-3 shape: sessions without ``closed_at``."""
+    execute(url, "ALTER TABLE history_sessions DROP COLUMN closed_at", sa.update(meta_table).values(value="3"))
+
+
 def to_version_2(url: str) -> None:
-    """Turn a version-3 database into the version-2 shape: records without their join columns."""
+    """Turn a version-4 database into the version-2 shape: records without their join columns."""
+    to_version_3(url)
     execute(
         url,
         *(f"ALTER TABLE history_records DROP COLUMN {name}" for name in JOIN_COLUMNS),
@@ -196,7 +202,7 @@ def to_version_2(url: str) -> None:
 
 
 def to_version_1(url: str) -> None:
-    """Turn a version-3 database into the version-1 shape: no join columns, no created_at, no listing index."""
+    """Turn a version-4 database into the version-1 shape: no join columns, no created_at, no listing index."""
     to_version_2(url)
     execute(
         url,
@@ -224,8 +230,8 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
 
     store = await SqlStore.open(sql_url)
     assert schema_of(sql_url) == (
-        "3",
-        {"id", "header", "owner", "parent_id", "head_seq", "created_at"},
+        "4",
+        {"id", "header", "owner", "parent_id", "head_seq", "created_at", "closed_at"},
         {"ix_history_sessions_parent_id", LISTING_INDEX},
     )
     assert await store.list_sessions("alice", limit=10) == [
@@ -241,7 +247,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
     ]
     await store.close()
     await (await SqlStore.open(sql_url)).close()
-    assert schema_of(sql_url)[0] == "3"
+    assert schema_of(sql_url)[0] == "4"
 
 
 async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url: str) -> None:
@@ -258,10 +264,26 @@ async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url
     to_version_2(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[0] == "3"
+    assert schema_of(sql_url)[0] == "4"
     assert await store.read_stored("s", 0, len(events)) == before
     assert await page_records(store, "s", 0, len(events)) == [encode(r) for r in pack_page(events)]
     await store.append("s", [plain(len(events))])
+    await store.close()
+
+
+async def test_version_3_sessions_are_open_and_can_be_closed(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    await store.create_session(SessionHeader(id="s", createdAt=1))
+    await store.append("s", [plain(0)])
+    await store.close()
+    to_version_3(sql_url)
+
+    store = await SqlStore.open(sql_url)
+    columns = {"id", "header", "owner", "parent_id", "head_seq", "created_at", "closed_at"}
+    assert schema_of(sql_url)[:2] == ("4", columns)
+    assert not (await store.get_session("s")).closed
+    await store.append("s", [plain(1)])
+    assert (await store.close_session("s", closed_at=7)).header.closedAt == 7
     await store.close()
 
 
