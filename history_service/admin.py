@@ -7,12 +7,13 @@ may create the store. The import itself is `history_service.importer`'s.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
 from codec import CodecError, check_session_id, encode
-from history_service.bodies import ListedSession
+from history_service.bodies import Closed, ListedSession
 from history_service.command import CommandError
 from history_service.errors import ThroughBeyondHead
 from history_service.importer import ImportOptions, find_logs, import_logs
@@ -128,6 +129,15 @@ async def _list(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> N
         left = None if left is None else left - len(batch)
 
 
+# Close.
+
+
+async def _close(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> None:
+    info = await store.close_session(args.session_id, closed_at=time.time_ns() // 1_000_000)
+    assert isinstance(info.header.closedAt, int), "a closed session's header holds closedAt"
+    out.write(encode(Closed(info.head_seq, info.header.closedAt)).decode() + "\n")
+
+
 # Page.
 
 
@@ -148,7 +158,7 @@ async def _page(store: HistoryStore, args: argparse.Namespace, settings: Setting
 
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
-    """Run the store command ``args.command`` (import, export, list or page) on the store of ``settings``."""
+    """Run the store command ``args.command`` (import, export, list, close or page) on the store of ``settings``."""
     # The inputs are found before the store is opened, so a typo creates no empty store.
     logs = _logs(args) if args.command == "import" else []
     store = await open_store(settings.store_url, create=args.command == "import", timeout=settings.store_timeout)
@@ -159,6 +169,8 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
             await _export(store, args, out, err)
         elif args.command == "list":
             await _list(store, args, out)
+        elif args.command == "close":
+            await _close(store, args, out)
         else:
             await _page(store, args, settings, out)
     finally:

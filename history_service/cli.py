@@ -163,6 +163,19 @@ def _parser() -> argparse.ArgumentParser:
     lister.add_argument("--owner", default=DEFAULT_OWNER, help="whose sessions (default: %(default)s)")
     lister.add_argument("--limit", type=cli_args.count, metavar="N", help="print at most N sessions (default: all)")
 
+    closer = commands.add_parser(
+        "close",
+        help="close a session: it keeps its events and takes no more",
+        description=(
+            "Close a session, or a subagent child, by its own id (docs/protocol.md §6.3), and print "
+            '{"headSeq":N,"closedAt":T}. Closing a closed session changes nothing. A server running on the same '
+            "SQLite or JSONL store ends its open follow streams only when they reconnect: close through "
+            "POST /v1/sessions/{id}/close while one runs."
+        ),
+    )
+    closer.add_argument("session_id", metavar="SESSION_ID")
+    closer.add_argument("--store", help=STORE_HELP)
+
     pager = commands.add_parser(
         "page",
         help="print one page as the service would serve it",

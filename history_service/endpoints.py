@@ -154,6 +154,9 @@ async def page(request: Request) -> Response:
         headers["Content-Encoding"] = served.coding
     if served.etag is not None:
         caching = REVALIDATED if service.settings.auth == "token" else IMMUTABLE
+        if query.through is None:
+            # A closed session's newest page (§6.3): stable, but its address names no seq, so it is revalidated.
+            caching = REVALIDATED
         headers.update({"ETag": served.etag, "Cache-Control": caching})
         if matches_etag(request, served.etag):
             if sent is not None:

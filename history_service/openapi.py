@@ -68,6 +68,8 @@ _TYPES: Final = (
     bodies.Readiness,
     bodies.ErrorBody,
     bodies.FollowError,
+    bodies.FollowEnd,
+    bodies.Closed,
 )
 
 # The status of every code: the error table's, and the router's own for a path no route matches.
@@ -118,7 +120,8 @@ def _refine(components: dict[str, Any]) -> None:
     components["NewSessionHeader"] = {
         **written,
         "title": "NewSessionHeader",
-        "description": "A create body: a session header (§2.3), whose `type` may be left out.",
+        "description": "A create body: a session header (§2.3) without `closedAt` (§6.3); `type` may be left out.",
+        "properties": {name: value for name, value in header.items() if name != "closedAt"},
         "required": [name for name in written["required"] if name != "type"],
     }
     # §2.1: an event's type is never a row's tag or the header's.

@@ -231,6 +231,9 @@ class PageReader:
                 self._inflight.learned(shape, size)
             if query.through is not None and page_span(read.info.head_seq, query.through, query.before).beyond_head:
                 raise ThroughBeyondHead(query.through, read.info.head_seq)
+            if query.through is None and read.info.closed:
+                # A closed session's head never moves: its newest page is the one through the head (§6.3).
+                query = msgspec.structs.replace(query, through=read.info.head_seq)
             started = time.perf_counter()
             served = await self._build(read, query, coding)
             self.metrics.page_built(time.perf_counter() - started, immutable=query.through is not None)

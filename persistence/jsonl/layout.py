@@ -25,6 +25,7 @@ __all__ = [
     "named_for",
     "open_root",
     "read_marker",
+    "with_closed",
 ]
 
 FORMAT_VERSION: Final = 1
@@ -49,6 +50,13 @@ def closed_at(directory: Path) -> int | None:
         return int(text)
     except ValueError:
         raise CorruptLogError(f"{directory / CLOSED_NAME}: not a closedAt time: {text[:40]!r}") from None
+
+
+def with_closed(header: SessionHeader, at: int | None) -> SessionHeader:
+    """``header`` with ``closedAt`` when ``at`` (from `closed_at`) says the session is closed."""
+    if at is None or header.closedAt is not msgspec.UNSET:
+        return header
+    return msgspec.structs.replace(header, closedAt=at)
 
 
 def encode_segment(session_id: str) -> str:

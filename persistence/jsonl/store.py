@@ -36,7 +36,6 @@ import functools
 import logging
 import os
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -64,12 +63,9 @@ from persistence.base import (
     SessionKey,
     SessionSummary,
     events_in,
-    newest_first,
-    subagent_parent,
 )
 from persistence.batch import PreparedBatch, prepared
 from persistence.errors import (
-    CorruptLogError,
     SessionExistsError,
     SessionNotFoundError,
     StoreError,
@@ -97,9 +93,7 @@ from persistence.jsonl.index import (
     block_ranges,
     index_frame,
     index_size,
-    last_seq,
     position,
-    read_last_entry,
     windows,
 )
 from persistence.jsonl.layout import (
@@ -111,10 +105,11 @@ from persistence.jsonl.layout import (
     ROOT_MARKER,
     closed_at,
     encode_segment,
-    named_for,
     open_root,
     read_marker,
+    with_closed,
 )
+from persistence.jsonl.listing import Listing
 from persistence.jsonl.recovery import Loader
 from persistence.jsonl.rewrite import bounded, span, write_plan
 from persistence.rules import confirm_resend, page_span, plan_batch
@@ -142,6 +137,9 @@ class JsonlStore(HistoryStore):
         # Headers and owners (by directory name) never change: these only save re-reading them for listings.
         self._headers: Lru[str, tuple[SessionHeader | None]] = Lru(session_cache)
         self._owners: Lru[str, str] = Lru(session_cache)
+        self._listing = Listing(
+            root, self._loader, states=self._states, state=self._state, headers=self._headers, owners=self._owners
+        )
         self._locks = KeyedLocks()
         self._groups = FileGroups()
         self._writer = GroupCommit(self._groups, name="history-jsonl-writer")
@@ -218,91 +216,10 @@ class JsonlStore(HistoryStore):
         return state
 
     async def children(self, parent_id: str) -> list[SessionHeader]:
-        return await self._run(self._children_sync, parent_id)
-
-    def _children_sync(self, parent_id: str) -> list[SessionHeader]:
-        found = [
-            _with_closed(header, closed_at(self._root / name))
-            for name, header in self._peeked()
-            if subagent_parent(header) == parent_id
-        ]
-        return sorted(found, key=lambda header: header.id)
-
-    def _peeked(self) -> Iterator[tuple[str, SessionHeader]]:
-        """Each session directory's name and header: a header is peeked once, then cached (it never changes)."""
-        with os.scandir(self._root) as entries:
-            for entry in entries:
-                if entry.name.startswith(".") or not entry.is_dir():
-                    continue
-                known = self._headers.get(entry.name)
-                if known is None:
-                    known = (self._loader.peek_header(Path(entry.path)),)
-                    self._headers.put(entry.name, known)
-                header = known[0]
-                if header is not None:
-                    yield entry.name, header
+        return await self._run(self._listing.children, parent_id)
 
     async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
-        return await self._run(self._list_sync, owner, limit, before)
-
-    def _list_sync(self, owner: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
-        child_counts: Counter[str] = Counter()
-        mine: list[SessionHeader] = []
-        for name, header in self._peeked():
-            parent = subagent_parent(header)
-            if parent is not None:
-                child_counts[parent] += 1
-            elif self._owner(name) == owner and named_for(name, header):
-                mine.append(header)
-        listed: list[SessionSummary] = []
-        if limit < 1:
-            return listed
-        for header in newest_first(mine, limit=len(mine), before=before):
-            try:
-                head = self._listed_head(header.id)
-            except (CorruptLogError, SessionNotFoundError) as exc:
-                # One unreadable log must not hide the owner's other sessions; reads of it still fail.
-                # An OS failure is the store's, not the log's: the listing fails with it (503).
-                logger.error("listing skips session %r: %s", header.id, exc)
-                continue
-            listed.append(SessionSummary(header.id, header.createdAt, head, child_counts[header.id]))
-            if len(listed) == limit:
-                break
-        return listed
-
-    def _owner(self, name: str) -> str:
-        owner = self._owners.get(name)
-        if owner is None:
-            # Written before the session's directory appears, and never rewritten: cache it.
-            try:
-                owner = (self._root / name / OWNER_NAME).read_text()
-            except FileNotFoundError:
-                owner = DEFAULT_OWNER
-            self._owners.put(name, owner)
-        return owner
-
-    def _listed_head(self, session_id: str) -> int:
-        # Only the listed page's sessions need a head seq, and the index's last entry holds it:
-        # loading each one's state would read and decode its whole index (megabytes for a long
-        # session) and keep it in memory, all for that one number. The tail is trusted only when
-        # its last entry ends exactly where the log ends; anything else (a torn batch, bytes past
-        # the last entry, an older index) loads the state, which recovers it as any read does.
-        directory = self._directory(session_id)
-        found = read_last_entry(directory / INDEX_NAME)
-        if found is not None:
-            head, entry, index_size = found
-            state = self._states.get(session_id)
-            if state is not None and state.index_size == index_size:
-                return state.head
-            try:
-                log_size = (directory / self._log_name).stat().st_size
-            except FileNotFoundError:
-                log_size = -1
-            last = -1 if entry is None else last_seq(entry)
-            end = head.headerEnd if entry is None else entry.end
-            if last is not None and end == log_size and head.compression == ("zstd" if self._zstd else "none"):
-                return last
-        return self._state(session_id).head
+        return await self._run(self._listing.sessions, owner, limit, before)
 
     # Loading and recovery.
 
@@ -621,14 +538,8 @@ class JsonlStore(HistoryStore):
         self._owners.clear()
 
 
-def _with_closed(header: SessionHeader, at: int | None) -> SessionHeader:
-    if at is None or header.closedAt is not msgspec.UNSET:
-        return header
-    return msgspec.structs.replace(header, closedAt=at)
-
-
 def _learn_closed(state: IndexedSession, at: int | None) -> None:
-    state.header = _with_closed(state.header, at)
+    state.header = with_closed(state.header, at)
 
 
 def _translated(fn: Callable[..., T], *args: Any) -> T:

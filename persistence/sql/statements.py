@@ -2,23 +2,46 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect as SaDialect
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ClauseElement
 
+from persistence.base import SessionKey
 from persistence.sealing import MAX_TAIL
 from persistence.sql.dialect import MESSAGE_PAGE, Dialect
 from persistence.sql.prepared import Prepared
 from persistence.sql.schema import (
     FRAME_HEADER,
     JOIN_COLUMNS,
+    CodePointOrder,
     hidden_table,
     messages_table,
     records_table,
     sessions_table,
 )
 
-__all__ = ["Statements"]
+__all__ = ["Statements", "listing"]
+
+
+def listing(owner: str, limit: int, before: SessionKey | None) -> Select[Any]:
+    """A page of ``owner``'s top-level sessions, newest first, with child counts (`HistoryStore.list_sessions`)."""
+    s, child = sessions_table.c, sessions_table.alias("child").c
+    order_id = CodePointOrder(s.id)
+    # Counted per listed row through the parent_id index, never by reading headers.
+    child_count = sa.select(sa.func.count()).where(child.parent_id == s.id).scalar_subquery()
+    query = (
+        sa.select(s.id, s.created_at, s.head_seq, child_count.label("child_count"))
+        .where(s.owner == owner, s.parent_id.is_(None))
+        .order_by(s.created_at.desc(), order_id.desc())
+        .limit(limit)
+    )
+    if before is not None:
+        bound = sa.tuple_(before.created_at, before.id, types=[s.created_at.type, s.id.type])
+        query = query.where(sa.tuple_(s.created_at, order_id) < bound)
+    return query
 
 
 class Statements:

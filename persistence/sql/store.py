@@ -49,9 +49,9 @@ from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Bu
 from persistence.sql.groups import Append
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresDialect
-from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, CodePointOrder, sessions_table
+from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, sessions_table
 from persistence.sql.sqlite import SqliteDialect
-from persistence.sql.statements import Statements
+from persistence.sql.statements import Statements, listing
 from persistence.state import Lru
 
 __all__ = ["INLINE_BYTES", "SCHEMA_VERSION", "SqlStore"]
@@ -310,21 +310,8 @@ class SqlStore(HistoryStore):
         return await anyio.to_thread.run_sync(self._list_sync, owner, limit, before)
 
     def _list_sync(self, owner: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
-        s, child = sessions_table.c, sessions_table.alias("child").c
-        order_id = CodePointOrder(s.id)
-        # Counted per listed row through the parent_id index, never by reading headers.
-        child_count = sa.select(sa.func.count()).where(child.parent_id == s.id).scalar_subquery()
-        query = (
-            sa.select(s.id, s.created_at, s.head_seq, child_count.label("child_count"))
-            .where(s.owner == owner, s.parent_id.is_(None))
-            .order_by(s.created_at.desc(), order_id.desc())
-            .limit(limit)
-        )
-        if before is not None:
-            bound = sa.tuple_(before.created_at, before.id, types=[s.created_at.type, s.id.type])
-            query = query.where(sa.tuple_(s.created_at, order_id) < bound)
         with self._read() as conn:
-            rows = conn.execute(query).all()
+            rows = conn.execute(listing(owner, limit, before)).all()
         return [SessionSummary(row.id, row.created_at, row.head_seq, row.child_count) for row in rows]
 
     # Appends.

@@ -140,6 +140,17 @@ def test_list_prints_the_owners_sessions_newest_first(tmp_path: Path) -> None:
     assert run("list", "--store", url, "--owner", "nobody")[1] == ""
 
 
+def test_close_closes_once_and_says_so_for_an_unknown_id(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert run("import", "--store", url, str(GOLDEN / "text-turn.events.jsonl"))[0] == 0
+    status, out = run("close", "--store", url, "text-turn")
+    closed = json.loads(out)
+    assert status == 0 and type(closed["closedAt"]) is int and closed["headSeq"] >= 0
+    assert run("close", "--store", url, "text-turn") == (0, out)
+    status, _, err = run_all("close", "--store", url, "nope")
+    assert status != 0 and "unknown session 'nope'" in err
+
+
 BAD_URLS = {
     "mysql": ("mysql://x", "unsupported store URL mysql://x; use sqlite:///path.db"),
     "sqlite-missing-dir": ("sqlite:///missing/dir/x.db", "missing/dir"),

@@ -250,3 +250,21 @@ async def test_a_close_ends_every_follower_after_the_last_event(server: str) -> 
     await follow("/v1/sessions/live/follow?after=489", resumed, anyio.Event())
     assert fresh[0][0] == "snapshot" and fresh[0][2]["header"]["closedAt"] == closed_at and fresh[1:] == live[-2:]
     assert [seq for _, seq, _ in resumed[:-2]] == list(range(490, 500)) and resumed[-2:] == live[-2:]
+
+
+async def test_a_closed_sessions_newest_page_is_the_page_through_its_head_with_a_stable_etag(server: str) -> None:
+    await create_session(server)
+    events = make_events(random.Random(8))[:40]
+    async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+        appended = await client.post("/v1/sessions/live/events", content=encode({"events": events}), headers=JSON)
+        assert appended.status_code == 201
+        open_page = await client.get("/v1/sessions/live/page")
+        assert "etag" not in open_page.headers and open_page.headers["cache-control"] == "no-cache"
+        assert (await client.post("/v1/sessions/live/close")).status_code == 200
+        newest = await client.get("/v1/sessions/live/page")
+        through = await client.get("/v1/sessions/live/page", params={"through": 39})
+        assert newest.content == through.content == open_page.content
+        assert newest.headers["etag"] == through.headers["etag"]
+        assert newest.headers["cache-control"] == "private, no-cache"
+        again = await client.get("/v1/sessions/live/page", headers={"If-None-Match": newest.headers["etag"]})
+        assert again.status_code == 304

@@ -1,0 +1,128 @@
+"""Listings of a JSONL root: its sessions' headers and owners, read once each, and a head seq that costs one read.
+
+A header and an owner never change once a session's directory appears, so both are cached
+by directory name; only ``closedAt`` (the `CLOSED_NAME` file) is read afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from codec import SessionHeader
+from persistence.base import DEFAULT_OWNER, SessionKey, SessionSummary, newest_first, subagent_parent
+from persistence.errors import CorruptLogError, SessionNotFoundError
+from persistence.jsonl.index import IndexedSession, last_seq, read_last_entry
+from persistence.jsonl.layout import INDEX_NAME, OWNER_NAME, closed_at, encode_segment, named_for, with_closed
+from persistence.jsonl.recovery import Loader
+from persistence.state import Lru
+
+__all__ = ["Listing"]
+
+logger = logging.getLogger(__name__)
+
+
+class Listing:
+    """The listing reads of one root. ``state`` loads a session as the store does (it recovers one that needs it)."""
+
+    def __init__(
+        self,
+        root: Path,
+        loader: Loader,
+        *,
+        states: Lru[str, IndexedSession],
+        state: Callable[[str], IndexedSession],
+        headers: Lru[str, tuple[SessionHeader | None]],
+        owners: Lru[str, str],
+    ) -> None:
+        self._root = root
+        self._loader = loader
+        self._states = states
+        self._state = state
+        self._zstd = loader.zstd
+        self._headers = headers
+        self._owners = owners
+
+    def children(self, parent_id: str) -> list[SessionHeader]:
+        found = [
+            with_closed(header, closed_at(self._root / name))
+            for name, header in self._peeked()
+            if subagent_parent(header) == parent_id
+        ]
+        return sorted(found, key=lambda header: header.id)
+
+    def sessions(self, owner: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
+        child_counts: Counter[str] = Counter()
+        mine: list[SessionHeader] = []
+        for name, header in self._peeked():
+            parent = subagent_parent(header)
+            if parent is not None:
+                child_counts[parent] += 1
+            elif self._owner(name) == owner and named_for(name, header):
+                mine.append(header)
+        listed: list[SessionSummary] = []
+        if limit < 1:
+            return listed
+        for header in newest_first(mine, limit=len(mine), before=before):
+            try:
+                head = self._listed_head(header.id)
+            except (CorruptLogError, SessionNotFoundError) as exc:
+                # One unreadable log must not hide the owner's other sessions; reads of it still fail.
+                # An OS failure is the store's, not the log's: the listing fails with it (503).
+                logger.error("listing skips session %r: %s", header.id, exc)
+                continue
+            listed.append(SessionSummary(header.id, header.createdAt, head, child_counts[header.id]))
+            if len(listed) == limit:
+                break
+        return listed
+
+    def _peeked(self) -> Iterator[tuple[str, SessionHeader]]:
+        """Each session directory's name and header: a header is peeked once, then cached (it never changes)."""
+        with os.scandir(self._root) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.is_dir():
+                    continue
+                known = self._headers.get(entry.name)
+                if known is None:
+                    known = (self._loader.peek_header(Path(entry.path)),)
+                    self._headers.put(entry.name, known)
+                header = known[0]
+                if header is not None:
+                    yield entry.name, header
+
+    def _owner(self, name: str) -> str:
+        owner = self._owners.get(name)
+        if owner is None:
+            # Written before the session's directory appears, and never rewritten: cache it.
+            try:
+                owner = (self._root / name / OWNER_NAME).read_text()
+            except FileNotFoundError:
+                owner = DEFAULT_OWNER
+            self._owners.put(name, owner)
+        return owner
+
+    def _listed_head(self, session_id: str) -> int:
+        # Only the listed page's sessions need a head seq, and the index's last entry holds it:
+        # loading each one's state would read and decode its whole index (megabytes for a long
+        # session) and keep it in memory, all for that one number. The tail is trusted only when
+        # its last entry ends exactly where the log ends; anything else (a torn batch, bytes past
+        # the last entry, an older index) loads the state, which recovers it as any read does.
+        directory = self._root / encode_segment(session_id)
+        found = read_last_entry(directory / INDEX_NAME)
+        if found is not None:
+            head, entry, index_size = found
+            state = self._states.get(session_id)
+            if state is not None and state.index_size == index_size:
+                return state.head
+            try:
+                log_size = self._loader.log_path(directory).stat().st_size
+            except FileNotFoundError:
+                log_size = -1
+            last = -1 if entry is None else last_seq(entry)
+            end = head.headerEnd if entry is None else entry.end
+            if last is not None and end == log_size and head.compression == ("zstd" if self._zstd else "none"):
+                return last
+        return self._state(session_id).head
