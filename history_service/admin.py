@@ -121,8 +121,7 @@ async def _list(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> N
     while left is None or left > 0:
         batch = await store.list_sessions(args.owner, limit=min(500, left or 500), before=before)
         for summary in batch:
-            listed = ListedSession(summary.id, summary.created_at, summary.head_seq, summary.child_count)
-            out.write(encode(listed).decode() + "\n")
+            out.write(encode(ListedSession.of(summary)).decode() + "\n")
         if len(batch) < min(500, left or 500):
             return
         before = batch[-1].key

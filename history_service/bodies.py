@@ -15,6 +15,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from codec import MAX_SAFE_INTEGER, MAX_SESSION_ID, SESSION_ID_CHARS, SessionHeader
+from persistence import SessionSummary
 
 __all__ = [
     "AppendBody",
@@ -75,12 +76,18 @@ class FollowEnd(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ListedSession(Struct, frozen=True, forbid_unknown_fields=True):
-    """One session of a listing: its id, creation time, head and number of direct subagent children."""
+    """One session of a listing: its id, creation time, head, number of direct subagent children, and close time."""
 
     id: SessionId
     createdAt: Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
     headSeq: Head
     childCount: Count
+    closedAt: Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)] | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, summary: SessionSummary) -> ListedSession:
+        closed = UNSET if summary.closed_at is None else summary.closed_at
+        return cls(summary.id, summary.created_at, summary.head_seq, summary.child_count, closed)
 
 
 class SessionList(Struct, frozen=True, forbid_unknown_fields=True):

@@ -85,22 +85,22 @@ async def document(request: Request) -> Response:
 async def list_sessions(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
-    limit, before = list_params(request)
-    return _listing(await service.sessions(who, limit + 1, before), limit)
+    limit, before, closed = list_params(request)
+    return _listing(await service.sessions(who, limit + 1, before, closed), limit)
 
 
 async def list_subagents(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
     session_id, _ = address(request)
-    limit, before = list_params(request)
-    return _listing(await service.subagents(who, session_id, limit + 1, before), limit)
+    limit, before, closed = list_params(request)
+    return _listing(await service.subagents(who, session_id, limit + 1, before, closed), limit)
 
 
 def _listing(found: list[SessionSummary], limit: int) -> Response:
     """A listing's page from up to ``limit + 1`` sessions: the extra one only says that more follow."""
     listed = found[:limit]
-    sessions = [bodies.ListedSession(s.id, s.created_at, s.head_seq, s.child_count) for s in listed]
+    sessions = [bodies.ListedSession.of(s) for s in listed]
     next_cursor = cursor_for(listed[-1].key) if len(found) > limit else None
     return _json(bodies.SessionList(sessions, next_cursor))
 

@@ -57,6 +57,10 @@ class ListParams(Struct, frozen=True, forbid_unknown_fields=True):
 
     limit: Annotated[int, Meta(ge=1, le=MAX_LISTED, description="Most sessions in the answer.")] = DEFAULT_LISTED
     cursor: Annotated[str, Meta(description="A `nextCursor` the service returned, unchanged.")] | None = None
+    state: (
+        Annotated[Literal["open", "closed"], Meta(description="Only the open, or only the closed, sessions (§6.3).")]
+        | None
+    ) = None
 
 
 class PageParams(Struct, frozen=True, forbid_unknown_fields=True):

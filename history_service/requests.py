@@ -291,10 +291,11 @@ def _value(param: Param, value: str | None, settings: Settings | None) -> Any:
     return value
 
 
-def list_params(request: Request) -> tuple[int, SessionKey | None]:
-    """A session listing's ``limit`` and the position its ``cursor`` continues after."""
+def list_params(request: Request) -> tuple[int, SessionKey | None, bool | None]:
+    """A listing's ``limit``, the position its ``cursor`` continues after, and its ``state`` as ``closed``."""
     listing = query(request, ListParams)
-    return listing.limit, list_cursor(listing.cursor)
+    closed = None if listing.state is None else listing.state == "closed"
+    return listing.limit, list_cursor(listing.cursor), closed
 
 
 def no_params(request: Request) -> None:

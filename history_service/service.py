@@ -39,6 +39,8 @@ from persistence import (
     SessionNotFoundError,
     SessionSummary,
     StoreError,
+    closed_at_of,
+    in_listing,
     newest_first,
     subagent_parent,
 )
@@ -122,12 +124,17 @@ class HistoryService:
         _check_visible(principal, session_id, child, info)
         return info
 
-    async def sessions(self, principal: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
-        """Up to ``limit`` of the caller's own sessions that are not children, newest first, after ``before``."""
-        return await self.store.list_sessions(principal, limit=limit, before=before)
+    async def sessions(
+        self, principal: str, limit: int, before: SessionKey | None, closed: bool | None = None
+    ) -> list[SessionSummary]:
+        """Up to ``limit`` of the caller's own sessions that are not children, newest first, after ``before``.
+
+        ``closed`` keeps only the closed (``True``) or the open (``False``) ones.
+        """
+        return await self.store.list_sessions(principal, limit=limit, before=before, closed=closed)
 
     async def subagents(
-        self, principal: str, session_id: str, limit: int, before: SessionKey | None
+        self, principal: str, session_id: str, limit: int, before: SessionKey | None, closed: bool | None = None
     ) -> list[SessionSummary]:
         """Up to ``limit`` of the direct subagent children of the caller's session, newest first, after ``before``.
 
@@ -135,10 +142,12 @@ class HistoryService:
         """
         await self._owned(principal, session_id, need_head=False)
         listed = []
-        for child in newest_first(await self.store.children(session_id), limit=limit, before=before):
+        children = [child for child in await self.store.children(session_id) if in_listing(child, closed)]
+        for child in newest_first(children, limit=limit, before=before):
             info = await self.store.get_session(child.id)
             grandchildren = await self.store.children(child.id)
-            listed.append(SessionSummary(child.id, child.createdAt, info.head_seq, len(grandchildren)))
+            summary = SessionSummary(child.id, child.createdAt, info.head_seq, len(grandchildren), closed_at_of(child))
+            listed.append(summary)
         return listed
 
     async def create(self, principal: str, header: SessionHeader) -> SessionInfo:

@@ -15,6 +15,8 @@ from persistence.base import (
     SessionInfo,
     SessionKey,
     SessionSummary,
+    closed_at_of,
+    in_listing,
     newest_first,
     subagent_parent,
 )
@@ -40,6 +42,7 @@ from persistence.url import describe_url, open_store, shareable_across_workers
 
 __all__ = [
     "AppendResult",
+    "closed_at_of",
     "CorruptLogError",
     "DEFAULT_OWNER",
     "DEFAULT_SESSION_CACHE",
@@ -47,6 +50,7 @@ __all__ = [
     "describe_url",
     "HeadListener",
     "HistoryStore",
+    "in_listing",
     "InvalidSessionIdError",
     "JsonlStore",
     "KeyedLocks",

@@ -32,7 +32,9 @@ __all__ = [
     "SessionKey",
     "SessionSummary",
     "bound_read",
+    "closed_at_of",
     "events_in",
+    "in_listing",
     "newest_first",
     "subagent_parent",
 ]
@@ -70,13 +72,15 @@ class SessionSummary(Struct, frozen=True):
     """One entry of `HistoryStore.list_sessions`.
 
     ``created_at`` is the header's ``createdAt``; ``head_seq`` is -1 for an empty session;
-    ``child_count`` counts the direct subagent children (see `subagent_parent`), whoever owns them.
+    ``child_count`` counts the direct subagent children (see `subagent_parent`), whoever owns them;
+    ``closed_at`` is the header's ``closedAt``, ``None`` while the session is open.
     """
 
     id: str
     created_at: int
     head_seq: int
     child_count: int
+    closed_at: int | None = None
 
     @property
     def key(self) -> SessionKey:
@@ -115,6 +119,16 @@ class PageRead(Struct, frozen=True):
     def unread(cls, info: SessionInfo, span: PageSpan) -> PageRead:
         """The read of a page whose span has nothing to read (``not span.reads``)."""
         return cls(info, span.to_seq, [], [])
+
+
+def closed_at_of(header: SessionHeader) -> int | None:
+    """The header's ``closedAt``, or ``None`` while the session is open."""
+    return None if header.closedAt is UNSET else header.closedAt
+
+
+def in_listing(header: SessionHeader, closed: bool | None) -> bool:
+    """Whether a listing that keeps only closed (``True``) or open (``False``) sessions, or all (``None``), keeps it."""
+    return closed is None or (header.closedAt is not UNSET) == closed
 
 
 def subagent_parent(header: SessionHeader) -> str | None:
@@ -198,8 +212,10 @@ class HistoryStore(ABC):
         """Headers of the direct subagent children of ``parent_id`` (``origin == "subagent"``), by id."""
 
     @abstractmethod
-    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
-        """A page of ``owner``'s sessions, newest first.
+    async def list_sessions(
+        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+    ) -> list[SessionSummary]:
+        """A page of ``owner``'s sessions, newest first; only its closed (or open) ones when ``closed`` is set.
 
         Returns at most ``limit`` sessions (none when ``limit < 1``) owned by ``owner`` that are
         not subagent children (see `subagent_parent`), ordered by ``(createdAt, id)`` descending.

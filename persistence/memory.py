@@ -16,7 +16,9 @@ from persistence.base import (
     SessionInfo,
     SessionKey,
     SessionSummary,
+    closed_at_of,
     events_in,
+    in_listing,
     newest_first,
     subagent_parent,
 )
@@ -135,11 +137,23 @@ class MemoryStore(HistoryStore):
             key=lambda header: header.id,
         )
 
-    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+    async def list_sessions(
+        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+    ) -> list[SessionSummary]:
         parents = Counter(subagent_parent(s.header) for s in self._sessions.values())
-        mine = (s.header for s in self._sessions.values() if s.owner == owner and subagent_parent(s.header) is None)
+        mine = (
+            s.header
+            for s in self._sessions.values()
+            if s.owner == owner and subagent_parent(s.header) is None and in_listing(s.header, closed)
+        )
         return [
-            SessionSummary(header.id, header.createdAt, self._sessions[header.id].index.head, parents[header.id])
+            SessionSummary(
+                header.id,
+                header.createdAt,
+                self._sessions[header.id].index.head,
+                parents[header.id],
+                closed_at_of(header),
+            )
             for header in newest_first(mine, limit=limit, before=before)
         ]
 

@@ -13,7 +13,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from codec import SessionHeader
-from persistence.base import DEFAULT_OWNER, SessionKey, SessionSummary, newest_first, subagent_parent
+from persistence.base import (
+    DEFAULT_OWNER,
+    SessionKey,
+    SessionSummary,
+    closed_at_of,
+    in_listing,
+    newest_first,
+    subagent_parent,
+)
 from persistence.errors import CorruptLogError, SessionNotFoundError
 from persistence.jsonl.index import IndexedSession, last_seq, read_last_entry
 from persistence.jsonl.layout import INDEX_NAME, OWNER_NAME, closed_at, encode_segment, named_for, with_closed
@@ -54,7 +62,7 @@ class Listing:
         ]
         return sorted(found, key=lambda header: header.id)
 
-    def sessions(self, owner: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
+    def sessions(self, owner: str, limit: int, before: SessionKey | None, closed: bool | None) -> list[SessionSummary]:
         child_counts: Counter[str] = Counter()
         mine: list[SessionHeader] = []
         for name, header in self._peeked():
@@ -62,10 +70,12 @@ class Listing:
             if parent is not None:
                 child_counts[parent] += 1
             elif self._owner(name) == owner and named_for(name, header):
-                mine.append(header)
-        listed: list[SessionSummary] = []
+                header = with_closed(header, closed_at(self._root / name))
+                if in_listing(header, closed):
+                    mine.append(header)
+        found: list[SessionSummary] = []
         if limit < 1:
-            return listed
+            return found
         for header in newest_first(mine, limit=len(mine), before=before):
             try:
                 head = self._listed_head(header.id)
@@ -74,10 +84,11 @@ class Listing:
                 # An OS failure is the store's, not the log's: the listing fails with it (503).
                 logger.error("listing skips session %r: %s", header.id, exc)
                 continue
-            listed.append(SessionSummary(header.id, header.createdAt, head, child_counts[header.id]))
-            if len(listed) == limit:
+            children = child_counts[header.id]
+            found.append(SessionSummary(header.id, header.createdAt, head, children, closed_at_of(header)))
+            if len(found) == limit:
                 break
-        return listed
+        return found
 
     def _peeked(self) -> Iterator[tuple[str, SessionHeader]]:
         """Each session directory's name and header: a header is peeked once, then cached (it never changes)."""

@@ -218,8 +218,10 @@ class JsonlStore(HistoryStore):
     async def children(self, parent_id: str) -> list[SessionHeader]:
         return await self._run(self._listing.children, parent_id)
 
-    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
-        return await self._run(self._listing.sessions, owner, limit, before)
+    async def list_sessions(
+        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+    ) -> list[SessionSummary]:
+        return await self._run(self._listing.sessions, owner, limit, before, closed)
 
     # Loading and recovery.
 

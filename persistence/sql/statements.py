@@ -26,14 +26,14 @@ from persistence.sql.schema import (
 __all__ = ["Statements", "listing"]
 
 
-def listing(owner: str, limit: int, before: SessionKey | None) -> Select[Any]:
+def listing(owner: str, limit: int, before: SessionKey | None, closed: bool | None = None) -> Select[Any]:
     """A page of ``owner``'s top-level sessions, newest first, with child counts (`HistoryStore.list_sessions`)."""
     s, child = sessions_table.c, sessions_table.alias("child").c
     order_id = CodePointOrder(s.id)
     # Counted per listed row through the parent_id index, never by reading headers.
     child_count = sa.select(sa.func.count()).where(child.parent_id == s.id).scalar_subquery()
     query = (
-        sa.select(s.id, s.created_at, s.head_seq, child_count.label("child_count"))
+        sa.select(s.id, s.created_at, s.head_seq, child_count.label("child_count"), s.closed_at)
         .where(s.owner == owner, s.parent_id.is_(None))
         .order_by(s.created_at.desc(), order_id.desc())
         .limit(limit)
@@ -41,6 +41,8 @@ def listing(owner: str, limit: int, before: SessionKey | None) -> Select[Any]:
     if before is not None:
         bound = sa.tuple_(before.created_at, before.id, types=[s.created_at.type, s.id.type])
         query = query.where(sa.tuple_(s.created_at, order_id) < bound)
+    if closed is not None:
+        query = query.where(s.closed_at.is_not(None) if closed else s.closed_at.is_(None))
     return query
 
 

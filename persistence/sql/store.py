@@ -304,15 +304,19 @@ class SqlStore(HistoryStore):
             ).all()
         return [self._header(row.header, row.id) for row in rows]
 
-    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+    async def list_sessions(
+        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+    ) -> list[SessionSummary]:
         if limit < 1:
             return []
-        return await anyio.to_thread.run_sync(self._list_sync, owner, limit, before)
+        return await anyio.to_thread.run_sync(self._list_sync, owner, limit, before, closed)
 
-    def _list_sync(self, owner: str, limit: int, before: SessionKey | None) -> list[SessionSummary]:
+    def _list_sync(
+        self, owner: str, limit: int, before: SessionKey | None, closed: bool | None
+    ) -> list[SessionSummary]:
         with self._read() as conn:
-            rows = conn.execute(listing(owner, limit, before)).all()
-        return [SessionSummary(row.id, row.created_at, row.head_seq, row.child_count) for row in rows]
+            rows = conn.execute(listing(owner, limit, before, closed)).all()
+        return [SessionSummary(row.id, row.created_at, row.head_seq, row.child_count, row.closed_at) for row in rows]
 
     # Appends.
 

@@ -71,7 +71,9 @@ def test_sigterm_ends_open_follow_streams_and_the_process_exits_cleanly(tmp_path
 
 
 class BuggyStore(MemoryStore):
-    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+    async def list_sessions(
+        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+    ) -> list[SessionSummary]:
         raise RuntimeError("a bug")
 
 

@@ -154,7 +154,9 @@ async def test_error_answers_carry_the_cors_headers() -> None:
 
 
 class FailingStore(MemoryStore):
-    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+    async def list_sessions(
+        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+    ) -> list[SessionSummary]:
         raise RuntimeError("a bug")
 
 

@@ -65,6 +65,34 @@ async def test_pages_of_a_listing_cover_every_session_once(api: httpx.AsyncClien
     assert seen == ["tree", "d", "c", "b", "a"]
 
 
+async def test_a_close_is_the_owners_and_listings_show_it_and_filter_on_it(api: httpx.AsyncClient) -> None:
+    refused = await api.post("/v1/sessions/c/close", headers=who("bob"))
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == "session_not_found"
+    closed = await api.post("/v1/sessions/c/close", headers=who("alice"))
+    assert closed.status_code == 200 and closed.json()["headSeq"] == -1
+    child = await api.post("/v1/sessions/tree.child-1/close", headers=who("alice"))
+    assert child.status_code == 200
+    at = closed.json()["closedAt"]
+
+    async def listed(path: str, state: str | None = None) -> list[tuple[str, int | None]]:
+        params = {"state": state} if state else {}
+        body = (await api.get(path, params=params, headers=who("alice"))).json()
+        return [(s["id"], s.get("closedAt")) for s in body["sessions"]]
+
+    assert await listed("/v1/sessions") == [("tree", None), ("d", None), ("c", at), ("b", None), ("a", None)]
+    assert await listed("/v1/sessions", "closed") == [("c", at)]
+    assert [i for i, _ in await listed("/v1/sessions", "open")] == ["tree", "d", "b", "a"]
+    children = await listed("/v1/sessions/tree/subagents", "closed")
+    assert children == [("tree.child-1", child.json()["closedAt"])]
+    assert [i for i, _ in await listed("/v1/sessions/tree/subagents", "open")] == ["tree.child-2"]
+    header = (await api.get("/v1/sessions/tree/subagents/tree.child-1", headers=who("alice"))).json()["header"]
+    assert header["closedAt"] == child.json()["closedAt"]
+    bad = await api.get("/v1/sessions", params={"state": "ended"}, headers=who("alice"))
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_parameter"
+    created = await api.post("/v1/sessions", json={"id": "e", "createdAt": 1, "closedAt": 2}, headers=who("alice"))
+    assert created.status_code == 422 and created.json()["error"]["code"] == "invalid_header"
+
+
 @pytest.mark.parametrize(
     "params", [{"limit": "0"}, {"limit": "1001"}, {"limit": "x"}, {"cursor": "nope"}, {"cursor": "W10"}, {"x": "1"}]
 )

@@ -177,7 +177,9 @@ async def test_a_callers_request_id_is_echoed_and_carried_by_every_line_of_its_r
 
 
 class FailingStore(MemoryStore):
-    async def list_sessions(self, owner: str, *, limit: int, before: SessionKey | None = None) -> list[SessionSummary]:
+    async def list_sessions(
+        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+    ) -> list[SessionSummary]:
         raise RuntimeError("a bug")
 
 

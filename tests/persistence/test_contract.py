@@ -23,7 +23,7 @@ from codec import (
 )
 from history_service.pages import choose_body
 from history_service.scenarios import compaction, multi_turn
-from persistence.base import HistoryStore, PageRead, SessionKey, SessionSummary
+from persistence.base import DEFAULT_OWNER, HistoryStore, PageRead, SessionKey, SessionSummary
 from persistence.errors import SeqConflictError, SessionClosedError, SessionExistsError, SessionNotFoundError
 from testing.events import plain, text
 from testing.stores import page_records
@@ -187,6 +187,29 @@ async def test_a_child_closes_on_its_own(store: HistoryStore) -> None:
     await store.close_session("child", closed_at=6)
     assert [(await store.get_session(s)).header.closedAt for s in ("parent", "child")] == [5, 6]
     assert [c.closedAt for c in await store.children("parent")] == [6]
+
+
+async def test_listings_show_closed_at_and_filter_on_it(store: HistoryStore) -> None:
+    for k in range(6):
+        await store.create_session(SessionHeader(id=f"s{k}", createdAt=k))
+    await store.create_session(SessionHeader(id="kid", createdAt=9, parentSession="s1", origin="subagent"))
+    for k in (1, 4):
+        await store.close_session(f"s{k}", closed_at=100 + k)
+    everyone = await store.list_sessions(DEFAULT_OWNER, limit=10)
+    assert [(s.id, s.closed_at) for s in everyone] == [
+        ("s5", None),
+        ("s4", 104),
+        ("s3", None),
+        ("s2", None),
+        ("s1", 101),
+        ("s0", None),
+    ]
+    closed = await store.list_sessions(DEFAULT_OWNER, limit=10, closed=True)
+    assert [s.id for s in closed] == ["s4", "s1"] and closed[1].child_count == 1
+    open_ones = await store.list_sessions(DEFAULT_OWNER, limit=2, closed=False)
+    assert [s.id for s in open_ones] == ["s5", "s3"]
+    after = await store.list_sessions(DEFAULT_OWNER, limit=10, before=open_ones[-1].key, closed=False)
+    assert [s.id for s in after] == ["s2", "s0"]
 
 
 async def test_appends_racing_a_close_land_before_it_or_are_refused(store: HistoryStore) -> None:
