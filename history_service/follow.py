@@ -216,15 +216,19 @@ class Hub:
 
     def ended(self, session_id: str, head: int) -> None:
         """The session was closed at ``head`` (through this process): its followers end once they reach it."""
-        self.advanced(session_id, head, True)
+        self.advanced(session_id, head, closed=True)
 
     def advanced(self, session_id: str, head: int, closed: bool = False) -> None:
         """A head notice: ``session_id`` has durable events up to ``head`` (from any process); ``closed`` at it."""
         channel = self._channels.get(session_id)
-        if channel is None or not channel.anchored:
+        if channel is None:
             return
         if closed:
+            # Kept even before the channel is anchored: a follower whose read of the session saw it
+            # open must still end, and no later notice would tell it.
             channel.closed_head = head
+        if not channel.anchored:
+            return
         channel.known_head = max(channel.known_head, head)
         if channel.known_head >= channel.next_seq:
             self._fetch(session_id, channel)

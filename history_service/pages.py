@@ -234,6 +234,9 @@ class PageReader:
             if query.through is None and read.info.closed:
                 # A closed session's head never moves: its newest page is the one through the head (§6.3).
                 query = msgspec.structs.replace(query, through=read.info.head_seq)
+                cached = await self._cached(session_id, query, coding) if holds is None else None
+                if cached is not None:
+                    return cached
             started = time.perf_counter()
             served = await self._build(read, query, coding)
             self.metrics.page_built(time.perf_counter() - started, immutable=query.through is not None)

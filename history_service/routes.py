@@ -144,7 +144,10 @@ _PAGE_HEADERS: Final = {
         "required": True,
         "schema": {"enum": ["no-cache", endpoints.IMMUTABLE, endpoints.REVALIDATED]},
     },
-    "ETag": {"description": "On an immutable page (explicit `through`) only.", "schema": {"type": "string"}},
+    "ETag": {
+        "description": "On an immutable page only: an explicit `through`, or a closed session's newest page.",
+        "schema": {"type": "string"},
+    },
     "Content-Encoding": {"schema": {"enum": list(CODINGS)}},
 }
 _PAGE: Final = (

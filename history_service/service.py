@@ -180,10 +180,11 @@ class HistoryService:
         await self._owned(principal, session_id, need_head=False)
         # Under the append lock: the session's last events are published before its end.
         async with self._append_locks.hold(session_id):
-            before = await self.store.get_session(session_id)
-            info = await self.store.close_session(session_id, closed_at=time.time_ns() // 1_000_000)
+            now = time.time_ns() // 1_000_000
+            info = await self.store.close_session(session_id, closed_at=now)
             self._learn(info)
-            if not before.closed:
+            if info.header.closedAt == now:
+                # This close, not an earlier one, closed it (a repeat keeps the first time).
                 self.metrics.session_closed()
             self.hub.ended(session_id, info.head_seq)
         return info

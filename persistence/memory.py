@@ -104,7 +104,7 @@ class MemoryStore(HistoryStore):
         if plan.resend:
             first, last = index.covering(plan.first_seq, plan.to_seq)
             stored = events_in(index.records[first:last], plan.first_seq, plan.to_seq)
-            confirm_resend(session_id, events, stored, index.head)
+            confirm_resend(session_id, events, stored, index.head, closed=session.closed)
         if plan.writes:
             batch = prepare_batch(events)
             tail = index.open

@@ -44,7 +44,8 @@ class Notice(msgspec.Struct, frozen=True, array_like=True):
 def notice(session_id: str, head: int, origin: str, *, closed: bool = False) -> str:
     """One head notice: the session id, its head seq and the sending store's origin, as JSON (under 8,000 bytes).
 
-    A close's notice adds ``true``: a listener of an older build, which reads three fields, still hears the head.
+    A close's notice adds ``true``. A listener of a build before closes reads exactly three fields: it logs
+    the close's notice as malformed and drops it (docs/protocol.md §7.6).
     """
     fields: tuple[object, ...] = (session_id, head, origin, True) if closed else (session_id, head, origin)
     return msgspec.json.encode(fields).decode()

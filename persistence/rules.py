@@ -70,11 +70,16 @@ def plan_batch(session_id: str, seqs: Sequence[int], head_seq: int, *, closed: b
 
     A batch must be dense and start at ``head_seq + 1``. One that lies wholly at or before
     the head may be a re-send. Anything else raises `SeqConflictError`, carrying the head.
-    A ``closed`` session takes only a re-send: any other batch, an empty one too, raises
-    `SessionClosedError`.
+    A ``closed`` session takes only a re-send: any other batch, an empty one or a conflicting
+    one too, raises `SessionClosedError` (and so does a re-send that `confirm_resend` refuses).
     """
-    plan = _planned(session_id, seqs, head_seq)
-    if closed and not plan.resend:
+    if not closed:
+        return _planned(session_id, seqs, head_seq)
+    try:
+        plan = _planned(session_id, seqs, head_seq)
+    except SeqConflictError:
+        raise SessionClosedError(session_id, head_seq=head_seq) from None
+    if not plan.resend:
         raise SessionClosedError(session_id, head_seq=head_seq)
     return plan
 
@@ -101,10 +106,17 @@ def _planned(session_id: str, seqs: Sequence[int], head_seq: int) -> BatchPlan:
     return BatchPlan(first, head_seq, count, writes=False, resend=True)
 
 
-def confirm_resend(session_id: str, events: Sequence[Event], stored: Sequence[Event], head_seq: int) -> None:
-    """The resend check: ``events`` must be exactly the ``stored`` events at their seqs, else `SeqConflictError`."""
+def confirm_resend(
+    session_id: str, events: Sequence[Event], stored: Sequence[Event], head_seq: int, *, closed: bool = False
+) -> None:
+    """The resend check: ``events`` must be exactly the ``stored`` events at their seqs, else `SeqConflictError`.
+
+    On a ``closed`` session the refusal is `SessionClosedError`: it takes nothing but an exact re-send.
+    """
     if len(stored) == len(events) and encode(list(stored)) == encode(list(events)):
         return
+    if closed:
+        raise SessionClosedError(session_id, head_seq=head_seq)
     raise SeqConflictError(
         f"batch at seqs {events[0].seq}..{events[-1].seq} differs from the stored events; head is {head_seq}",
         session_id=session_id,

@@ -213,6 +213,7 @@ class JsonlStore(HistoryStore):
         state = self._states.get(session_id)
         if state is None or index_size(state.directory) != state.index_size:
             return None
+        _recheck_closed(state)
         return state
 
     async def children(self, parent_id: str) -> list[SessionHeader]:
@@ -233,6 +234,7 @@ class JsonlStore(HistoryStore):
         state = self._states.get(session_id)
         directory = self._directory(session_id)
         if state is not None and index_size(directory) == state.index_size:
+            _recheck_closed(state)
             return state
         if holding_lock:
             state = self._load(directory, session_id)
@@ -323,14 +325,11 @@ class JsonlStore(HistoryStore):
             # looks unchanged; settle before appending, or a later settle would undo this.
             self._states.pop(session_id)
         state = self._state(session_id, holding_lock=True)
-        if state.header.closedAt is msgspec.UNSET:
-            # Another process may have closed it: its index did not change, so `_state` kept what it knew.
-            _learn_closed(state, closed_at(directory))
         closed = state.header.closedAt is not msgspec.UNSET
         plan = plan_batch(session_id, [event.seq for event in events], state.head, closed=closed)
         if plan.resend:
             stored = events_in(self._stored(state, plan.first_seq, plan.to_seq), plan.first_seq, plan.to_seq)
-            confirm_resend(session_id, events, stored, state.head)
+            confirm_resend(session_id, events, stored, state.head, closed=closed)
         if not plan.writes or batch is None:
             return AppendResult.of(plan)
         entries, start, block, journal = write_plan(state, batch, self._loader, self._stored)
@@ -542,6 +541,12 @@ class JsonlStore(HistoryStore):
 
 def _learn_closed(state: IndexedSession, at: int | None) -> None:
     state.header = with_closed(state.header, at)
+
+
+def _recheck_closed(state: IndexedSession) -> None:
+    # Another process (the CLI, say) may have closed it: a close leaves the index as it was.
+    if state.header.closedAt is msgspec.UNSET:
+        _learn_closed(state, closed_at(state.directory))
 
 
 def _translated(fn: Callable[..., T], *args: Any) -> T:

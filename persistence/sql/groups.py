@@ -53,6 +53,22 @@ class Append:
         return self.write(cursor, self.session_id, self.events, self.batch)
 
 
+class SessionUnit:
+    """A unit of a group other than an append that locks one session's row (a close): ``work(cursor)``.
+
+    A dialect's group writer takes its lock in the group's order, with the appends'.
+    """
+
+    __slots__ = ("session_id", "work")
+
+    def __init__(self, session_id: str, work: Callable[[Any], Any]) -> None:
+        self.session_id = session_id
+        self.work = work
+
+    def __call__(self, cursor: Any) -> Any:
+        return self.work(cursor)
+
+
 class SqlGroups:
     """A group as one transaction on one DBAPI connection, each unit in a savepoint of its own.
 

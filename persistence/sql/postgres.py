@@ -31,7 +31,7 @@ from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
 from persistence.rules import BatchPlan, dense_gap, page_span, plan_batch
 from persistence.sealing import plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk
-from persistence.sql.groups import Append, SqlGroups
+from persistence.sql.groups import Append, SessionUnit, SqlGroups
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
 from persistence.sql.pg_timeouts import Watchdog, connect_options
@@ -239,7 +239,8 @@ class PostgresGroups(SqlGroups):
         moved: set[str] = set()
         if pending:
             first = min(min(planned.at for planned in pending.values()), *alone.values(), len(works))
-            locks = sorted({work.session_id for work in works[first:] if isinstance(work, Append)})
+            # A close's session too: it runs after the statement, and must not lock out of this order.
+            locks = sorted({work.session_id for work in works[first:] if isinstance(work, (Append, SessionUnit))})
             with self._within(connection):
                 cursor.execute(_GROUP_APPEND, self._params(pending.values(), locks))
                 moved = {row[0] for row in cursor.fetchall()}

@@ -46,7 +46,7 @@ from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Deadline, Dialect, Head, LongWalk
-from persistence.sql.groups import Append
+from persistence.sql.groups import Append, SessionUnit
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresDialect
 from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, sessions_table
@@ -266,7 +266,8 @@ class SqlStore(HistoryStore):
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         # Through the writer, so that it is ordered with the session's appends and durable when it returns.
-        return await self._writer.run(lambda cursor: self._close_unit(cursor, session_id, closed_at), session_id)
+        unit = SessionUnit(session_id, lambda cursor: self._close_unit(cursor, session_id, closed_at))
+        return await self._writer.run(unit, session_id)
 
     def _close_unit(self, cursor: Any, session_id: str, closed_at: int) -> SessionInfo:
         row = self._sql.session_for_update.run(cursor, id=session_id).fetchone()
@@ -343,12 +344,13 @@ class SqlStore(HistoryStore):
         if row is None:
             raise SessionNotFoundError(session_id)
         head = row[0]
-        plan = plan_batch(session_id, seqs, head, closed=row[1] is not None)
+        closed = row[1] is not None
+        plan = plan_batch(session_id, seqs, head, closed=closed)
         if plan.resend:
             stored = events_in(
                 self._stored(cursor, session_id, plan.first_seq, plan.to_seq), plan.first_seq, plan.to_seq
             )
-            confirm_resend(session_id, events, stored, head)
+            confirm_resend(session_id, events, stored, head, closed=closed)
         if plan.writes and batch is not None:
             if not self._advance(cursor, session_id, head, plan.head_seq):
                 raise AssertionError("the locked head moved")

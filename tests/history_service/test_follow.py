@@ -186,3 +186,43 @@ async def test_a_follower_pausing_to_coalesce_skips_nothing_when_the_buffer_move
                 await anyio.sleep(0.01)
         hub.close()
     assert seqs == list(range(1, 31))
+
+
+async def test_a_close_heard_while_a_follower_reads_the_open_session_still_ends_it() -> None:
+    class Slow(MemoryStore):
+        reading = anyio.Event()
+        go_on = anyio.Event()
+
+        async def get_session(self, session_id: str) -> SessionInfo:
+            info = await super().get_session(session_id)
+            self.reading.set()
+            await self.go_on.wait()
+            return info
+
+    store = Slow()
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", [plain(0)])
+    hub = Hub(store, 64, ping_interval=30)
+
+    async def snapshot(info: SessionInfo) -> bytes:
+        return b"{}"
+
+    frames: list[bytes] = []
+
+    async def follow() -> None:
+        async with hub.subscribe("s", after=None, snapshot=snapshot, retry_ms=1000) as subscription:
+            async for chunk in subscription:
+                frames.append(chunk)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(hub.run)
+            tasks.start_soon(follow)
+            await store.reading.wait()  # the follower saw the session open, and is not anchored yet
+            await store.close_session("s", closed_at=1)
+            hub.ended("s", 0)
+            store.go_on.set()
+            while not frames or b"event: end" not in frames[-1]:
+                await anyio.sleep(0.01)
+            hub.close()
+    assert frames[-1] == b'event: end\ndata: {"code":"session_closed","headSeq":0}\n\n'

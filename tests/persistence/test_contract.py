@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import anyio
+import msgspec
 import pytest
 
 from codec import (
@@ -162,8 +163,11 @@ async def test_close_ends_appends_but_keeps_resends_and_reads(store: HistoryStor
         assert refused.value.head_seq == 29
     again = await store.append("s1", events[10:20])
     assert again.idempotent and again.head_seq == 29
-    with pytest.raises(SeqConflictError):
-        await store.append("s1", events[11:12] + events[13:14])
+    differs = [msgspec.structs.replace(events[12], time=events[12].time + 1)]
+    for batch in (events[11:12] + events[13:14], events[31:32], differs):
+        # Not an exact re-send: refused as closed, not as a seq conflict (§6.3).
+        with pytest.raises(SessionClosedError):
+            await store.append("s1", batch)
     assert await store.read_events("s1", 0, 30) == events[:30]
     read = await store.read_page("s1", through=None, before=None, max_messages=5)
     assert read.info.header.closedAt == 1_700_000_000_500 and read.to_seq == 30

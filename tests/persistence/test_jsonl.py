@@ -19,7 +19,7 @@ from codec import SessionHeader, encode, pack, pack_page, read_session_log
 from history_service.scenarios import multi_turn
 from persistence import open_store
 from persistence.base import DEFAULT_OWNER
-from persistence.errors import InvalidSessionIdError, SchemaVersionError, StoreError
+from persistence.errors import InvalidSessionIdError, SchemaVersionError, SessionClosedError, StoreError
 from persistence.jsonl import INDEX_NAME, JsonlStore, encode_segment
 from persistence.jsonl.files import LOCK_NAME, locked
 from persistence.jsonl.index import TAIL_WINDOW, last_seq, read_index, read_last_entry
@@ -507,3 +507,19 @@ async def test_an_os_error_in_a_read_is_a_store_error(
     assert isinstance(caught.value.__cause__, OSError) and caught.value.__cause__.errno == code
     assert await READS[read](store) == expected
     await store.close()
+
+
+async def test_a_close_made_by_another_process_is_seen_by_a_store_that_holds_the_session(tmp_path: Path) -> None:
+    serving = await JsonlStore.open(tmp_path / "root")
+    await serving.create_session(SessionHeader(id="s", createdAt=0))
+    await serving.append("s", [plain(0)])
+    assert not (await serving.get_session("s")).closed  # loaded and kept
+    other = await JsonlStore.open(tmp_path / "root")
+    await other.close_session("s", closed_at=7)
+    await other.close()
+    assert (await serving.get_session("s")).header.closedAt == 7
+    with pytest.raises(SessionClosedError):
+        await serving.append("s", [plain(1)])
+    read = await serving.read_page("s", through=None, before=None, max_messages=5)
+    assert read.info.header.closedAt == 7
+    await serving.close()

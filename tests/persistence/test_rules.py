@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from persistence import SeqConflictError
+from persistence import SeqConflictError, SessionClosedError
 from persistence.rules import BatchPlan, PageSpan, confirm_resend, dense_gap, page_span, plan_batch
 from testing.events import plain, text
 
@@ -85,3 +85,26 @@ def test_page_span_ends_after_through_or_the_head_and_before_before(
         assert held == list(range(span.to_seq))
     else:
         assert span.beyond_head or held == []
+
+
+@given(seq_lists, heads)
+def test_a_closed_session_plans_nothing_but_a_resend(seqs: list[int], head: int) -> None:
+    try:
+        open_plan: BatchPlan | None = plan_batch("s", seqs, head)
+    except SeqConflictError:
+        open_plan = None
+    if open_plan is not None and open_plan.resend:
+        assert plan_batch("s", seqs, head, closed=True) == open_plan
+    else:
+        with pytest.raises(SessionClosedError) as refused:
+            plan_batch("s", seqs, head, closed=True)
+        assert refused.value.head_seq == head
+
+
+def test_a_differing_resend_to_a_closed_session_is_refused_as_closed() -> None:
+    stored, sent = [plain(3)], [plain(3, "other")]
+    confirm_resend("s", stored, stored, 5, closed=True)
+    with pytest.raises(SessionClosedError):
+        confirm_resend("s", sent, stored, 5, closed=True)
+    with pytest.raises(SeqConflictError):
+        confirm_resend("s", sent, stored, 5)
