@@ -27,7 +27,8 @@ const SESSION_ID = /^[A-Za-z0-9._:@~{}-]{1,200}$/;
  * }} Event
  * @typedef {{
  *   type: "session", version: 0, id: string, createdAt: number, cwd?: string, parentSession?: string,
- *   seedLength?: number, origin?: string, delegationDepth?: number, agentPreset?: string, meta?: Record<string, any>
+ *   seedLength?: number, origin?: string, delegationDepth?: number, agentPreset?: string, meta?: Record<string, any>,
+ *   closedAt?: number
  * }} SessionHeader
  */
 
@@ -346,6 +347,7 @@ export const HEADER_FIELDS = [
   "delegationDepth",
   "agentPreset",
   "meta",
+  "closedAt",
 ];
 
 /**
@@ -375,6 +377,7 @@ export function validateHeader(value, where = "header") {
         checkString(EventValidationError, value, key, 1, MAX_HEADER_ID, at);
         break;
       case "createdAt":
+      case "closedAt":
         checkInt(EventValidationError, value, key, -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, at);
         break;
       case "seedLength":
