@@ -1,4 +1,5 @@
-// The session viewer: the newest page first, older pages as the reader scrolls up, then live tokens.
+// The session viewer: the newest page first, older pages as the reader scrolls up, then live tokens
+// until the session is closed.
 //
 // Everything it shows comes through the public API of the JavaScript client package. The token
 // a user enters is kept in sessionStorage for this tab, never in the URL.
@@ -126,6 +127,15 @@ function showError(message) {
   errorEl.hidden = false;
 }
 
+/**
+ * The session was closed (docs/protocol.md §6.3): nothing more will come, so it is no longer live.
+ * @param {number | undefined} closedAt the close's time, when the header said it
+ */
+function showEnded(closedAt) {
+  setStatus("ended", "session ended");
+  if (closedAt !== undefined) statusEl.title = `closed ${new Date(closedAt).toLocaleString()}`;
+}
+
 function clearError() {
   errorEl.textContent = "";
   errorEl.hidden = true;
@@ -233,6 +243,7 @@ async function follow() {
     signal: state.stop.signal,
     onConnection: (change) => {
       if (change.type === "connected") setStatus("live");
+      else if (change.type === "ended") showEnded(undefined);
       else if (change.type === "retrying") {
         const seconds = (change.delayMs / 1000).toFixed(1);
         setStatus("reconnecting", `reconnecting (attempt ${change.attempt}) in ${seconds} s: ${change.reason}`);
@@ -240,8 +251,15 @@ async function follow() {
       else setStatus("connecting");
     },
   });
-  for await (const event of updates) queueLive(event);
-  setStatus("closed");
+  for (;;) {
+    const next = await updates.next();
+    // Returned: the session ended (its end frame), or the stream was stopped.
+    if (next.done) {
+      if (next.value === undefined) setStatus("closed");
+      return;
+    }
+    queueLive(next.value);
+  }
 }
 
 /** Keep a live event for the next animation frame, which shows every event that came before it. @param {any} event */
@@ -343,6 +361,9 @@ async function open() {
   state.olderFailed = false;
   const { client, token, principal } = connect();
   setStatus("connecting", "loading");
+  // The header says whether the session is closed. Read beside the tail page, not before it; a
+  // failure only leaves that out, and the follow still ends on a closed session's end frame.
+  const about = client.session(sessionId, { child }).catch(() => null);
   let tail;
   try {
     tail = await client.page(sessionId, { child, maxMessages: pageSize });
@@ -379,6 +400,13 @@ async function open() {
   showJump();
   // Live updates need not wait for older pages: appends and prepends touch opposite ends.
   void fillViewport();
+  const found = await about;
+  const closedAt = found?.header.closedAt;
+  // Closed, and the tail page reaches its final head: there is nothing to follow.
+  if (typeof closedAt === "number" && found?.headSeq === state.cursor) {
+    showEnded(closedAt);
+    return;
+  }
   try {
     await follow();
   } catch (error) {

@@ -5,8 +5,9 @@ block's deltas joined, a user message, a tool result, a turn marker), in seq ord
 exactly once, after scrolling up through every page; live tokens in place, across a SIGKILL
 and restart of the server; a burst of 3,000 live events whole, in order, with its hidden
 markers, in at most one DOM update an animation frame; the same items whatever the response's
-content coding; and token auth from the login form. What a chat UI has, on the seeded scenarios,
-the demo and every corpus log: each item's time (a ``<time datetime>`` of its first event's
+content coding; token auth from the login form; and "session ended", when a live session is
+closed and on opening a closed one. What a chat UI has, on the seeded scenarios, the demo and
+every corpus log: each item's time (a ``<time datetime>`` of its first event's
 time) and each step's token usage (the numbers its usage chunk gives), outside the body; copy
 buttons that copy exactly the text shown; find with its count; jump-to-end; the dark scheme.
 Each test leaves a screenshot in ``test-output/``.
@@ -342,6 +343,57 @@ def test_live_tokens_appear_in_place_and_resume_after_a_restart(live_server: Ser
     assert rendered_items(page) == expected_items(stored_events(url, "live"))
     assert rendered_items(page)[-1] == ("assistant", 42, 42, "done counting")
     assert "reconnecting" in page.evaluate("() => window.statusHistory")
+
+
+def close(url: str, session: str) -> dict[str, Any]:
+    response = httpx.post(f"{url}/v1/sessions/{session}/close", timeout=30)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def test_a_live_session_shows_it_ended_when_it_is_closed(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": "ending", "createdAt": 0}).status_code == 201
+    append(url, "ending", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
+    follows: list[str] = []
+    page.on("request", lambda request: follows.append(request.url) if request.url.endswith("/follow") else None)
+    open_viewer(page, url, "session=ending")
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+    append(url, "ending", [delta(1 + k, f"{k} ") for k in range(5)])
+    assert close(url, "ending")["headSeq"] == 5
+    page.wait_for_selector("#status[data-state='ended']", timeout=TIMEOUT_MS)
+    page.wait_for_function("() => document.getElementById('timeline').dataset.cursor === '5'", timeout=TIMEOUT_MS)
+    assert page.text_content("#status") == "session ended"
+    assert rendered_items(page) == expected_items(stored_events(url, "ending"))
+    # The end is final: the stream was not opened again.
+    assert len(follows) == 1, follows
+    screenshot(page, "session-ended")
+
+
+def test_a_closed_session_opens_as_ended(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    with httpx.Client(timeout=30) as http:
+        assert http.post(f"{url}/v1/sessions", json={"id": "done", "createdAt": 0}).status_code == 201
+        child = {"id": "done.w", "createdAt": 1, "parentSession": "done", "origin": "subagent"}
+        assert http.post(f"{url}/v1/sessions", json=child).status_code == 201
+    append(url, "done", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
+    append(url, "done.w", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 2}}])
+    closed_at = close(url, "done")["closedAt"]
+    follows: list[str] = []
+    page.on("request", lambda request: follows.append(request.url) if request.url.endswith("/follow") else None)
+    open_viewer(page, url, "session=done")
+    page.wait_for_selector("#status[data-state='ended']", timeout=TIMEOUT_MS)
+    assert page.text_content("#status") == "session ended"
+    shown_at = page.evaluate("ms => `closed ${new Date(ms).toLocaleString()}`", closed_at)
+    assert page.get_attribute("#status", "title") == shown_at
+    assert rendered_items(page) == [("turn", 0, 0, "1")]
+    # Its header said it was closed, and its tail page reached the final head: nothing to follow.
+    assert follows == []
+    # Closing a parent leaves its children open: the child is followed live.
+    open_viewer(page, url, "parent=done&session=done.w")
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+    assert rendered_items(page) == [("turn", 0, 0, "2")]
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 /**
  * `HistoryClient`: exact pages, exact history and exactly-once live follow over `fetch`,
- * for browsers and Node, and the two writes: create a session, append a batch. The twin of history_client/client.py and the plans beside it
- * (history.py, follow.py): the same requests, the same error mapping, the same
- * continuity rules. As in Python, this module is the I/O shell; the follow rules (the
- * reconnect backoff, the journal, the stream's frames and errors) are in follow.js.
+ * for browsers and Node, and the writes: create a session, append a batch, close it. The
+ * twin of history_client/client.py and the plans beside it (history.py, follow.py): the
+ * same requests, the same error mapping, the same continuity rules. As in Python, this
+ * module is the I/O shell; the follow rules (the reconnect backoff, the journal, the
+ * stream's frames and errors) are in follow.js.
  *
  * `follow` reads the event stream through `fetch` rather than `EventSource`, so it can send
  * `Authorization` and `X-Principal`, and so it decides itself when and from where to
@@ -11,7 +12,7 @@
  */
 
 import { checkSessionId, encodeRecord, readPage, validateEvent, validateHeader } from "./codec.js";
-import { RecordFormatError } from "./errors.js";
+import { EventValidationError, RecordFormatError } from "./errors.js";
 import { ClientError, ProtocolError, ServiceError, TransportError, describe } from "./client-errors.js";
 import { Backoff, Disconnected, Frames, Journal, streamError } from "./follow.js";
 
@@ -21,9 +22,10 @@ export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js"
 /** @typedef {import("./codec.js").SessionHeader} SessionHeader */
 /** @typedef {import("./codec.js").ReadPage} Page */
 /**
- * A session header as `createSession` takes it: `type` and `version` may be left out.
+ * A session header as `createSession` takes it: `type` and `version` may be left out;
+ * `closedAt` is the store's to set, when the session is closed.
  *
- * @typedef {Omit<SessionHeader, "type" | "version"> & {type?: "session", version?: 0}} NewSession
+ * @typedef {Omit<SessionHeader, "type" | "version" | "closedAt"> & {type?: "session", version?: 0}} NewSession
  */
 /** @typedef {{id: string, headSeq: number}} Created */
 /**
@@ -35,6 +37,12 @@ export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js"
  * batch was already stored, so nothing was.
  *
  * @typedef {{firstSeq: number, headSeq: number, idempotent?: true}} Appended
+ */
+/**
+ * What a close answers (§6.3): the session's final head (-1 when empty) and the time of its
+ * first close, in ms since the epoch.
+ *
+ * @typedef {{headSeq: number, closedAt: number}} Closed
  */
 /** @typedef {import("./sse.js").ServerSentEvent} ServerSentEvent */
 
@@ -58,7 +66,14 @@ export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js"
  *
  * @typedef {{type: "retrying", attempt: number, delayMs: number, opened: boolean, error: Error, reason: string}} Retrying
  */
-/** @typedef {Connecting | Connected | Retrying} ConnectionChange */
+/**
+ * The follow stream ended for good with the service's `end` frame (§5.1): `code` is
+ * `"session_closed"`, the session was closed at `headSeq`, and every event through it was
+ * delivered. Nothing follows: `follow` returns this, and does not reconnect.
+ *
+ * @typedef {{type: "ended", code: string, headSeq: number}} Ended
+ */
+/** @typedef {Connecting | Connected | Retrying | Ended} ConnectionChange */
 /** @typedef {(change: ConnectionChange) => void} ConnectionHook */
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
@@ -249,7 +264,8 @@ export class HistoryClient {
    *
    * A subagent child is created the same way, with `parentSession` naming a session the
    * caller owns and `origin: "subagent"`. The header is checked as the service checks it
-   * (an `EventValidationError` before any request); the service's refusals are a
+   * (an `EventValidationError` before any request; `closedAt` is refused too, as only a
+   * close sets it); the service's refusals are a
    * `ServiceError` with `code` `session_exists` (even for the same header),
    * `invalid_header`, `invalid_session_id` or `invalid_parent`. A connection that fails
    * is a `TransportError` and is not retried: the session may have been created.
@@ -259,7 +275,11 @@ export class HistoryClient {
    * @returns {Promise<Created>}
    */
   async createSession(header, { signal } = {}) {
-    return this._post("/v1/sessions", encodeRecord(validateHeader(header)), signal, false);
+    const checked = validateHeader(header);
+    if (checked.closedAt !== undefined) {
+      throw new EventValidationError("header.closedAt: set by closing the session (§6.3), never at create");
+    }
+    return this._post("/v1/sessions", encodeRecord(checked), signal, false);
   }
 
   /**
@@ -275,7 +295,8 @@ export class HistoryClient {
    * a `RecordFormatError`, a bad event an `EventValidationError` naming it
    * (`events[1].time: ...`), a bad id a `SessionIdError`. The service's refusals are a
    * `ServiceError` with `code` `seq_conflict` (its `body.error.headSeq` is the head to
-   * continue from), `batch_too_large`, `body_too_large` or `session_not_found`.
+   * continue from), `session_closed` (the session was closed, §6.3; `body.error.headSeq`
+   * is its final head), `batch_too_large`, `body_too_large` or `session_not_found`.
    *
    * @param {string} sessionId
    * @param {readonly Event[]} events
@@ -288,6 +309,24 @@ export class HistoryClient {
     if (events.length === 0) throw new RecordFormatError("events must not be empty");
     const lines = events.map((event, i) => encodeRecord(validateEvent(event, `events[${i}]`)));
     return this._post(path, `{"events":[${lines.join(",")}]}`, signal, true);
+  }
+
+  /**
+   * Close a session, or a subagent child by the child's own id (§6.3): it keeps its events
+   * and takes no more. Answers `{headSeq, closedAt}`, the final head and the close's time.
+   *
+   * Idempotent: closing a closed session answers the same, with the first close's
+   * `closedAt`, so a request that fails before any answer is sent once more. From then on
+   * an append is a `ServiceError` with `code` `session_closed`, the header carries
+   * `closedAt`, and every `follow` of it ends once it has delivered the last event.
+   * Closing a parent does not close its children.
+   *
+   * @param {string} sessionId
+   * @param {{signal?: AbortSignal}} [options]
+   * @returns {Promise<Closed>}
+   */
+  async closeSession(sessionId, { signal } = {}) {
+    return this._post(sessionPath(sessionId, null, "close"), null, signal, true);
   }
 
   /**
@@ -364,15 +403,18 @@ export class HistoryClient {
    * order, live.
    *
    * Reconnects with `Last-Event-ID` on any break, as `backoff` says; repairs gaps from
-   * pages. It ends when the caller stops iterating or `signal` aborts (quietly: the
-   * iteration just ends), or raises an error that retrying cannot fix. `onConnection`
-   * hears, in order, each connection attempt (`connecting`), each stream that opens
-   * (`connected`) and each failure that will be retried (`retrying`); the failure that
-   * exhausts the retries is raised as `TransportError` instead.
+   * pages. It ends when the session is closed (§6.3), once every event up to its final
+   * head is delivered: the stream's `end` frame is heard by `onConnection` as `ended` and
+   * is the generator's return value, and nothing reconnects. It also ends when the caller
+   * stops iterating or `signal` aborts (quietly: the iteration just ends, returning
+   * `undefined`), or raises an error that retrying cannot fix. `onConnection` hears, in
+   * order, each connection attempt (`connecting`), each stream that opens (`connected`),
+   * each failure that will be retried (`retrying`) and the end (`ended`); the failure
+   * that exhausts the retries is raised as `TransportError` instead.
    *
    * @param {string} sessionId
    * @param {{child?: string, after?: number | null, maxMessages?: number, signal?: AbortSignal, onConnection?: ConnectionHook}} [options]
-   * @returns {AsyncGenerator<Event, void, undefined>}
+   * @returns {AsyncGenerator<Event, Ended | undefined, undefined>}
    */
   async *follow(sessionId, { child, after = null, maxMessages, signal, onConnection } = {}) {
     const path = sessionPath(sessionId, child, "follow");
@@ -406,6 +448,18 @@ export class HistoryClient {
             events = await journal.live(frame.data);
           } else if (frame.event === "error") {
             throw streamError(frame.data, journal.cursor);
+          } else if (frame.event === "end") {
+            if (journal.cursor === null) throw new ProtocolError("the stream ended before its snapshot");
+            const end = await journal.end(frame.data);
+            for (const event of end.events) {
+              if (signal?.aborted) return;
+              yield event;
+            }
+            journal.delivered();
+            /** @type {Ended} */
+            const ended = { type: "ended", code: end.code, headSeq: end.headSeq };
+            onConnection?.(ended);
+            return ended;
           } else {
             continue;
           }
@@ -467,18 +521,21 @@ export class HistoryClient {
   }
 
   /**
-   * POST a JSON body and parse the JSON answer; errors as `_get`, and a `ProtocolError` for an
-   * answer that is not JSON.
+   * POST a JSON body (`null`: none) and parse the JSON answer; errors as `_get`, and a
+   * `ProtocolError` for an answer that is not JSON.
    *
    * @param {string} path
-   * @param {string} body
+   * @param {string | null} body
    * @param {AbortSignal | undefined} signal
    * @param {boolean} resend whether a request that failed before any answer may be sent once more
    * @returns {Promise<any>}
    */
   async _post(path, body, signal, resend) {
-    const headers = { Accept: "application/json", "Content-Type": "application/json", ...this._headers };
-    const text = await this._send("POST", path, this._url(path, {}), { method: "POST", headers, body }, signal, resend);
+    /** @type {Record<string, string>} */
+    const headers = { Accept: "application/json", ...this._headers };
+    if (body !== null) headers["Content-Type"] = "application/json";
+    const init = body === null ? { method: "POST", headers } : { method: "POST", headers, body };
+    const text = await this._send("POST", path, this._url(path, {}), init, signal, resend);
     try {
       return JSON.parse(text);
     } catch (caught) {

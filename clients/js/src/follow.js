@@ -185,6 +185,28 @@ export class Journal {
   }
 
   /**
+   * The `end` frame (§5.1): the session was closed at `headSeq`, so nothing follows. The
+   * service sends it after every event up to that head; any it skipped are repaired from
+   * pages like a gap, so the follow still ends with every event delivered.
+   *
+   * @param {string} data
+   * @returns {Promise<{code: string, headSeq: number, events: Event[]}>}
+   */
+  async end(data) {
+    const value = parseFrame(data, "end", false);
+    if (!isObject(value) || typeof value.code !== "string" || !Number.isSafeInteger(value.headSeq)) {
+      throw new ProtocolError(`malformed end frame: ${data.slice(0, 200)}`);
+    }
+    const headSeq = /** @type {number} */ (value.headSeq);
+    const cursor = this.cursor ?? -1;
+    this.next = this.cursor;
+    if (headSeq < cursor) throw new ProtocolError(`the stream ended at seq ${headSeq}, behind the delivered seq ${cursor}`);
+    const events = headSeq > cursor ? await this._repair(cursor, headSeq) : [];
+    this.next = Math.max(cursor, headSeq);
+    return { code: value.code, headSeq, events };
+  }
+
+  /**
    * The events `(cursor, target]` from pages, newest fetched first, returned oldest first.
    *
    * @param {number} cursor

@@ -3,7 +3,7 @@
  *
  * The one public entry point. The codec (events, chunk rows, pages and follow frames, with
  * the rules of docs/protocol.md), the joined-text view of a row, the error classes, and
- * `HistoryClient` for pages, whole histories, exactly-once live follow and the two writes.
+ * `HistoryClient` for pages, whole histories, exactly-once live follow and the writes.
  */
 
 export * from "./codec.js";
@@ -41,6 +41,8 @@ export { SSEDecoder } from "./sse.js";
  * @typedef {import("./client.js").NewSession} NewSession
  * @typedef {import("./client.js").Created} Created
  * @typedef {import("./client.js").Appended} Appended
+ * @typedef {import("./client.js").Closed} Closed
+ * @typedef {import("./client.js").Ended} Ended
  * @typedef {import("./client.js").SessionList} SessionList
  * @typedef {import("./client.js").ConnectionChange} ConnectionChange
  */

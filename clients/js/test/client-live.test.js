@@ -232,6 +232,55 @@ describe("the client against a real history-service", () => {
       assertSameBytes(await drain(exact.iterHistory("w5", { child: "w5.child" })), events, "read");
       await assert.rejects(client.page("w5.child"), refused(403, "subagent_child"));
     });
+
+    test("a close ends an open follow after its last event, refuses later appends, and ends a new follow at once", LIVE, async () => {
+      await client.createSession({ id: "w6", createdAt: 0 });
+      const events = batchOf(0, 20);
+      await client.append("w6", events.slice(0, 9));
+      // Exact, so the `3.0` spelling is followed as stored; pages the size of the whole session.
+      const reader = new HistoryClient(server.url, { exact: true });
+      /** @type {any[]} */
+      const changes = [];
+      const stream = reader.follow("w6", { onConnection: (change) => changes.push(change) });
+      /** @type {any[]} */
+      const received = [];
+      while (received.length < 9) received.push((await stream.next()).value);
+      await client.append("w6", events.slice(9));
+      const closed = await client.closeSession("w6");
+      assert.equal(closed.headSeq, 19);
+      assert.ok(Number.isSafeInteger(closed.closedAt), String(closed.closedAt));
+      let next = await stream.next();
+      for (; !next.done; next = await stream.next()) received.push(next.value);
+      assertSameBytes(received, events, "followed");
+      assert.deepEqual(next.value, { type: "ended", code: "session_closed", headSeq: 19 });
+      assert.deepEqual(changes.map((change) => change.type), ["connecting", "connected", "ended"]);
+
+      assert.deepEqual(await client.closeSession("w6"), closed);
+      assert.deepEqual((await client.session("w6")).header.closedAt, closed.closedAt);
+      await assert.rejects(client.append("w6", batchOf(20, 1)), (error) => {
+        refused(409, "session_closed")(error);
+        assert.equal(/** @type {any} */ (error).body.error.headSeq, 19);
+        return true;
+      });
+      assert.deepEqual(await client.append("w6", events.slice(9)), { firstSeq: 9, headSeq: 19, idempotent: true });
+      const fresh = await drain(reader.follow("w6"));
+      assert.ok(fresh.length > 0);
+      assertSameBytes(fresh, events.slice(20 - fresh.length), "a new follow");
+      assertSameBytes(await drain(reader.follow("w6", { after: 15 })), events.slice(16), "a resumed follow");
+      assertSameBytes(await drain(reader.follow("w6", { after: 19 })), [], "a follow at the head");
+    });
+
+    test("a child is closed by its own id, and its parent stays open", LIVE, async () => {
+      await client.createSession({ id: "w7", createdAt: 0 });
+      await client.createSession({ id: "w7.child", createdAt: 1, parentSession: "w7", origin: "subagent" });
+      await client.append("w7.child", batchOf(0, 3));
+      const closed = await client.closeSession("w7.child");
+      assert.equal(closed.headSeq, 2);
+      assert.equal((await client.session("w7", { child: "w7.child" })).header.closedAt, closed.closedAt);
+      assert.equal((await client.session("w7")).header.closedAt, undefined);
+      assert.deepEqual(await client.append("w7", batchOf(0, 2)), { firstSeq: 0, headSeq: 1 });
+      assert.equal((await drain(client.follow("w7", { child: "w7.child", after: 0 }))).length, 2);
+    });
   });
 
   test("with --auth token, the token and principal are sent on pages and follow", LIVE, async () => {

@@ -26,8 +26,10 @@ import {
   Hang,
   MockService,
   collect,
+  endFrame,
   errorResponse,
   eventFrame,
+  followToEnd,
   makeEvents,
   pageBody,
   recordsOf,
@@ -675,6 +677,7 @@ describe("createSession and append", () => {
     ["session_exists", 409, { error: { code: "session_exists", message: "taken" } }],
     ["session_not_found", 404, { error: { code: "session_not_found", message: "no such" } }],
     ["batch_too_large", 413, { error: { code: "batch_too_large", message: "too many" } }],
+    ["session_closed", 409, { error: { code: "session_closed", message: "the session is closed", headSeq: 6 } }],
   ];
   for (const [code, status, body] of REFUSALS) {
     test(`a refusal is a ServiceError with its status, code and body: ${code}`, async () => {
@@ -717,6 +720,12 @@ describe("createSession and append", () => {
       EventValidationError,
       /^header: object missing required field `createdAt`$/,
     ],
+    [
+      "a header with closedAt, which only a close sets",
+      (/** @type {any} */ c) => c.createSession({ id: "s", createdAt: 0, closedAt: 1 }),
+      EventValidationError,
+      /^header\.closedAt: set by closing the session/,
+    ],
   ];
   for (const [name, write, Kind, message] of REFUSED_HERE) {
     test(`refused before any request: ${name}`, async () => {
@@ -731,6 +740,131 @@ describe("createSession and append", () => {
         },
       );
       assert.equal(seen.length, 0);
+    });
+  }
+});
+
+describe("closing a session", () => {
+  const CLOSED_AT = 1_700_000_009_000;
+
+  test("closeSession posts no body to the session's own address, with the credentials, and returns the final head", async () => {
+    const { fetch, seen } = fetchOf(() => json(`{"headSeq":41,"closedAt":${CLOSED_AT}}`));
+    const client = new HistoryClient("http://test", { token: "t0k", principal: "ann", fetch });
+    assert.deepEqual(await client.closeSession("c@d"), { headSeq: 41, closedAt: CLOSED_AT });
+    const [{ url, headers, method, body }] = seen;
+    assert.deepEqual([method, url.pathname, url.search, body], ["POST", "/v1/sessions/c%40d/close", "", undefined]);
+    assert.equal(headers.get("content-type"), null);
+    assert.equal(headers.get("accept"), "application/json");
+    assert.equal(headers.get("authorization"), "Bearer t0k");
+    assert.equal(headers.get("x-principal"), "ann");
+    await assert.rejects(client.closeSession("a/b"), SessionIdError);
+    assert.equal(seen.length, 1);
+  });
+
+  test("a close is idempotent: a repeat answers the first close's time, and the header carries it", async () => {
+    const service = new MockService(LOG.slice(0, 30), [], { clock: CLOSED_AT });
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    assert.equal((await client.session("s")).header.closedAt, undefined);
+    assert.deepEqual(await client.closeSession("s"), { headSeq: 29, closedAt: CLOSED_AT });
+    service.clock = CLOSED_AT + 5000;
+    assert.deepEqual(await client.closeSession("s"), { headSeq: 29, closedAt: CLOSED_AT });
+    assert.deepEqual(await client.session("s"), { header: { type: "session", version: 0, id: "s", createdAt: 0, closedAt: CLOSED_AT }, headSeq: 29 });
+    assert.equal((await client.session("p", { child: "s" })).header.closedAt, CLOSED_AT);
+  });
+
+  test("a close whose connection fails before any answer is sent once more, as it is idempotent", async () => {
+    let calls = 0;
+    const fetch = async () => {
+      calls += 1;
+      if (calls === 1) throw new TypeError("fetch failed", { cause: new Error("other side closed") });
+      return json(`{"headSeq":-1,"closedAt":${CLOSED_AT}}`);
+    };
+    assert.deepEqual(await new HistoryClient("http://test", { fetch }).closeSession("s"), { headSeq: -1, closedAt: CLOSED_AT });
+    assert.equal(calls, 2);
+  });
+
+  test("an append after the close is a ServiceError session_closed with the final head; an exact re-send still answers", async () => {
+    const service = new MockService(LOG.slice(0, 30));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    await client.closeSession("s");
+    const error = await client.append("s", LOG.slice(30, 32)).catch((caught) => caught);
+    assert.ok(error instanceof ServiceError, String(error));
+    assert.deepEqual([error.status, error.code, /** @type {any} */ (error.body).error.headSeq], [409, "session_closed", 29]);
+    assert.deepEqual(await client.append("s", LOG.slice(20, 30)), { firstSeq: 20, headSeq: 29, idempotent: true });
+    assert.equal(service.log.length, 30);
+  });
+
+  test("follow ends normally at the end frame, after every event, without reconnecting or waiting for the stream to close", async () => {
+    const service = new MockService(LOG, [new Hang(snapshotFrame(LOG.slice(0, 10), 9), live(10, 15) + endFrame(14))]);
+    const { events, ended, changes } = await followToEnd(service);
+    assert.deepEqual(events, LOG.slice(0, 15));
+    assert.deepEqual(ended, { type: "ended", code: "session_closed", headSeq: 14 });
+    assert.deepEqual(changes.map((change) => change.type), ["connecting", "connected", "ended"]);
+    assert.deepEqual(changes[2], ended);
+    assert.equal(service.follows.length, 1);
+    assert.equal(service.follows[0].signal?.aborted, true);
+    assert.equal(service.pages.length, 0);
+  });
+
+  test("an end right after the snapshot ends the follow at once", async () => {
+    const service = new MockService(LOG, [new Hang(snapshotFrame(LOG.slice(0, 10), 9, "s", CLOSED_AT) + endFrame(9))]);
+    const { events, ended, changes } = await followToEnd(service);
+    assert.deepEqual(events, LOG.slice(0, 10));
+    assert.deepEqual(ended, { type: "ended", code: "session_closed", headSeq: 9 });
+    assert.deepEqual(changes.map((change) => change.type), ["connecting", "connected", "ended"]);
+    assert.equal(service.follows.length, 1);
+  });
+
+  test("an empty closed session ends after its empty snapshot", async () => {
+    const service = new MockService([], [snapshotFrame([], -1, "s", CLOSED_AT) + endFrame(-1)]);
+    assert.deepEqual(await followToEnd(service).then(({ events, ended }) => [events, ended?.headSeq]), [[], -1]);
+  });
+
+  test("an end on a resumed stream, after a break, ends the follow where the break left it", async () => {
+    const service = new MockService(LOG, [new Broken(snapshotFrame(LOG.slice(0, 10), 9), live(10, 12)), live(12, 14) + endFrame(13)]);
+    const { events, ended, changes } = await followToEnd(service);
+    assert.deepEqual(events, LOG.slice(0, 14));
+    assert.equal(ended?.headSeq, 13);
+    assert.deepEqual(service.follows.map(({ headers }) => headers.get("last-event-id")), [null, "11"]);
+    assert.equal(changes.at(-1).type, "ended");
+  });
+
+  test("a new follow of a closed session gets its opening and the end at once, fresh or resumed", async () => {
+    const fresh = new MockService(LOG.slice(0, 30), [], { closedAt: CLOSED_AT });
+    const opened = await followToEnd(fresh);
+    assert.deepEqual([opened.events, opened.ended?.headSeq], [LOG.slice(20, 30), 29]);
+    const resumed = new MockService(LOG.slice(0, 30), [], { closedAt: CLOSED_AT });
+    const after = await followToEnd(resumed, { after: 24 });
+    assert.deepEqual([after.events, after.ended?.headSeq], [LOG.slice(25, 30), 29]);
+    assert.equal(resumed.follows[0].headers.get("last-event-id"), "24");
+    const done = new MockService(LOG.slice(0, 30), [], { closedAt: CLOSED_AT });
+    assert.deepEqual(await followToEnd(done, { after: 29 }).then(({ events, ended }) => [events, ended?.headSeq]), [[], 29]);
+    assert.deepEqual([fresh, resumed, done].map((service) => service.follows.length), [1, 1, 1]);
+  });
+
+  test("an end ahead of the delivered events is repaired from pages before the follow ends", async () => {
+    const service = new MockService(LOG, [snapshotFrame(LOG.slice(0, 10), 9) + endFrame(14)]);
+    const { events, ended } = await followToEnd(service);
+    assert.deepEqual(events, LOG.slice(0, 15));
+    assert.equal(ended?.headSeq, 14);
+    assert.deepEqual(service.pages.map(({ url }) => url.searchParams.get("through")), ["14"]);
+  });
+
+  const BROKEN_ENDS = [
+    ["an end before the snapshot", endFrame(3), ProtocolError, /ended before its snapshot/],
+    ["an end behind the delivered events", snapshotFrame(LOG.slice(0, 10), 9) + endFrame(5), ProtocolError, /ended at seq 5, behind the delivered seq 9/],
+    ["an end without its head", snapshotFrame(LOG.slice(0, 10), 9) + sse("end", '{"code":"session_closed"}'), ProtocolError, /malformed end frame/],
+    ["an end that is not JSON", snapshotFrame(LOG.slice(0, 10), 9) + sse("end", "{nope"), InvalidJsonError, /^end: /],
+  ];
+  for (const [name, body, Kind, message] of BROKEN_ENDS) {
+    test(`a broken end frame fails and is not retried: ${name}`, async () => {
+      const service = new MockService(LOG, [/** @type {string} */ (body), snapshotFrame(LOG.slice(0, 10), 9)]);
+      await assert.rejects(followToEnd(service), (/** @type {any} */ error) => {
+        assert.ok(error instanceof /** @type {any} */ (Kind), String(error));
+        assert.match(error.message, /** @type {RegExp} */ (message));
+        return true;
+      });
+      assert.equal(service.follows.length, 1);
     });
   }
 });

@@ -464,6 +464,14 @@ describe("event validation", () => {
     assert.throws(() => validateHeader({ id: "s1", createdAt: 1, owner: "me" }), EventValidationError);
     assert.throws(() => validateHeader({ id: "s1", createdAt: 1, version: 1 }), EventValidationError);
   });
+
+  test("a closed session's header keeps closedAt, last, as a safe integer", () => {
+    const header = validateHeader({ closedAt: 1_700_000_009_000, meta: {}, createdAt: 1, id: "s1" });
+    assert.equal(encodeRecord(header), '{"type":"session","version":0,"id":"s1","createdAt":1,"meta":{},"closedAt":1700000009000}');
+    for (const closedAt of ["1", 1.5, 2 ** 53, null]) {
+      assert.throws(() => validateHeader({ id: "s1", createdAt: 1, closedAt }), EventValidationError, String(closedAt));
+    }
+  });
 });
 
 describe("pages", () => {

@@ -60,13 +60,24 @@ export function eventFrame(event) {
   return sse("event", encodeRecord(event), event.seq);
 }
 
+/** A session header as the service sends it; `closedAt` once it is closed. @param {number | null} [closedAt] */
+export function headerOf(session = "s", closedAt = null) {
+  return `{"type":"session","version":0,"id":"${session}","createdAt":0${closedAt === null ? "" : `,"closedAt":${closedAt}`}}`;
+}
+
 /**
  * @param {Event[]} events
  * @param {number} cursor
+ * @param {number | null} [closedAt]
  */
-export function snapshotFrame(events, cursor, session = "s") {
+export function snapshotFrame(events, cursor, session = "s", closedAt = null) {
   const page = pageBody(events, { toSeq: cursor + 1 });
-  return sse("snapshot", `{"header":{"type":"session","version":0,"id":"${session}","createdAt":0},"cursor":${cursor},${page.slice(1)}`, cursor);
+  return sse("snapshot", `{"header":${headerOf(session, closedAt)},"cursor":${cursor},${page.slice(1)}`, cursor);
+}
+
+/** The last frame of a closed session's follow stream (§5.1): no `id`. @param {number} headSeq */
+export function endFrame(headSeq) {
+  return sse("end", `{"code":"session_closed","headSeq":${headSeq}}`);
 }
 
 /** Stream content that sends its chunks and then breaks the connection, as undici reports a reset. */
@@ -85,9 +96,9 @@ export class Hang {
   }
 }
 
-/** A JSON error response, as the service sends it. */
-export function errorResponse(status, code, message) {
-  return new Response(JSON.stringify({ error: { code, message } }), {
+/** A JSON error response, as the service sends it, with the code's extra fields (`headSeq`). */
+export function errorResponse(status, code, message, extra = {}) {
+  return new Response(JSON.stringify({ error: { code, message, ...extra } }), {
     status,
     headers: { "content-type": "application/json" },
   });
@@ -121,19 +132,40 @@ function streamOf(chunks, how, signal) {
   });
 }
 
-/** A scripted service: follow connections answer in turn from `streams`; pages come from `log`, 10 events at most. */
+const SESSION_PATH = /^\/v1\/sessions\/[^/]+(\/subagents\/[^/]+)?$/;
+
+/** @param {unknown} value */
+function jsonResponse(value, status = 200) {
+  return new Response(JSON.stringify(value), { status, headers: { "content-type": "application/json" } });
+}
+
+/**
+ * A scripted service: follow connections answer in turn from `streams`; pages come from `log`, 10 events at most.
+ *
+ * It closes as §6.3 says: `POST .../close` sets `closedAt` (at `clock`, once) and answers the
+ * head; the header (`GET /v1/sessions/{id}`) then carries it; an append that is not an exact
+ * re-send of `log` is refused with `session_closed`; and once the scripted streams run out, a
+ * follow gets the opening (the snapshot of the tail, or the events after `Last-Event-ID`)
+ * and then the end frame.
+ */
 export class MockService {
   /**
    * @param {Event[]} log
    * @param {(string | Broken | Hang | Response | (() => Response))[]} [streams]
+   * @param {{closedAt?: number | null, clock?: number}} [options]
    */
-  constructor(log, streams = []) {
+  constructor(log, streams = [], { closedAt = null, clock = 1_700_000_009_000 } = {}) {
     this.log = log;
     this.streams = [...streams];
+    /** @type {number | null} */
+    this.closedAt = closedAt;
+    this.clock = clock;
     /** @type {{url: URL, headers: Headers, signal?: AbortSignal}[]} */
     this.follows = [];
     /** @type {{url: URL, headers: Headers}[]} */
     this.pages = [];
+    /** @type {{url: URL, headers: Headers, body: unknown}[]} */
+    this.writes = [];
     /** @type {Map<string, string | Response>} page answers by `through`, instead of the log's */
     this.pageOverrides = new Map();
     this.fetch = this.fetch.bind(this);
@@ -148,9 +180,19 @@ export class MockService {
     const url = new URL(String(input));
     const headers = new Headers(init.headers);
     const signal = init.signal ?? undefined;
+    if (init.method === "POST") {
+      this.writes.push({ url, headers, body: init.body });
+      if (url.pathname.endsWith("/close")) return this._close();
+      if (url.pathname.endsWith("/events")) return this._append(String(init.body));
+      return errorResponse(404, "not_found", "no such route");
+    }
+    if (SESSION_PATH.test(url.pathname)) {
+      const id = decodeURIComponent(/** @type {string} */ (url.pathname.split("/").pop()));
+      return jsonResponse({ header: JSON.parse(headerOf(id, this.closedAt)), headSeq: this.log.length - 1 });
+    }
     if (url.pathname.endsWith("/follow")) {
       this.follows.push({ url, headers, signal });
-      const stream = this.streams.shift();
+      const stream = this.streams.shift() ?? (this.closedAt === null ? undefined : this._closedStream(headers));
       if (stream === undefined) return errorResponse(503, "gone", "no more streams");
       if (stream instanceof Response) return stream;
       if (typeof stream === "function") return stream();
@@ -169,6 +211,34 @@ export class MockService {
     const start = Math.max(0, through + 1 - 10);
     const body = pageBody(this.log.slice(start, through + 1), { fromSeq: start, toSeq: through + 1 });
     return new Response(body, { headers: { "content-type": "application/json" } });
+  }
+
+  _close() {
+    this.closedAt ??= this.clock;
+    return jsonResponse({ headSeq: this.log.length - 1, closedAt: this.closedAt });
+  }
+
+  /** @param {string} body */
+  _append(body) {
+    /** @type {Event[]} */
+    const events = JSON.parse(body).events;
+    const headSeq = this.log.length - 1;
+    const first = events[0].seq;
+    const stored = events.every((event) => event.seq <= headSeq && encodeRecord(event) === encodeRecord(this.log[event.seq]));
+    if (stored) return jsonResponse({ firstSeq: first, headSeq, idempotent: true });
+    if (this.closedAt !== null) return errorResponse(409, "session_closed", "the session is closed", { headSeq });
+    if (first !== headSeq + 1) return errorResponse(409, "seq_conflict", `expected seq ${headSeq + 1}`, { headSeq });
+    this.log = [...this.log, ...events];
+    return jsonResponse({ firstSeq: first, headSeq: this.log.length - 1 }, 201);
+  }
+
+  /** What a follow of the closed session answers: its opening, then the end frame at once. @param {Headers} headers */
+  _closedStream(headers) {
+    const headSeq = this.log.length - 1;
+    const resume = headers.get("last-event-id");
+    if (resume !== null) return this.log.slice(Number(resume) + 1).map(eventFrame).join("") + endFrame(headSeq);
+    const tail = this.log.slice(Math.max(0, headSeq + 1 - 10));
+    return snapshotFrame(tail, headSeq, "s", this.closedAt) + endFrame(headSeq);
   }
 }
 
@@ -191,4 +261,29 @@ export async function collect(service, { limit, after, backoff, onConnection, si
     if (received.length === limit) break;
   }
   return received;
+}
+
+/**
+ * Follow through the scripted service until the iteration ends by itself: the events, what
+ * `follow` returned, and every change `onConnection` heard.
+ *
+ * @param {MockService} service
+ * @param {{after?: number, clientOptions?: any}} [options]
+ */
+export async function followToEnd(service, { after, clientOptions = {} } = {}) {
+  const client = new HistoryClient("http://test", {
+    fetch: service.fetch,
+    backoff: new Backoff({ baseMs: 1, capMs: 2, maxRetries: 3 }),
+    ...clientOptions,
+  });
+  /** @type {any[]} */
+  const changes = [];
+  /** @type {Event[]} */
+  const events = [];
+  const stream = client.follow("s", { after, onConnection: (change) => changes.push(change) });
+  for (;;) {
+    const next = await stream.next();
+    if (next.done) return { events, ended: next.value, changes };
+    events.push(next.value);
+  }
 }
