@@ -162,6 +162,55 @@ def test_followers_on_two_processes_get_every_event_appended_through_either(repl
     finish(followers, events)
 
 
+class RawFollower(threading.Thread):
+    """One SSE stream read to its end, resumed from before seq 0: its frames as (event, id, data)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.frames: list[tuple[str, str | None, bytes]] = []
+        self.opened = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with httpx.stream("GET", f"{self.url}/v1/sessions/s/follow", params={"after": -1}, timeout=60) as response:
+                self.opened.set()
+                event, event_id = "message", None
+                for line in response.iter_lines():
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("id: "):
+                        event_id = line[4:]
+                    elif line.startswith("data: "):
+                        self.frames.append((event, event_id, line[6:].encode()))
+                        event, event_id = "message", None
+        except BaseException as exc:  # reported by the test thread
+            self.error = exc
+
+
+def test_a_close_on_one_process_ends_the_others_followers_after_the_last_event(replicas: list[ServerProcess]) -> None:
+    a, b = replicas
+    rand = random.Random(33)
+    events = make_events(3000, rand)
+    create(a.url)
+    followers = [RawFollower(server.url) for server in (a, b, a)]
+    for follower in followers:
+        follower.start()
+        assert follower.opened.wait(30)
+    produce([a.url, b.url], events, rand, {})
+    closed = httpx.post(f"{b.url}/v1/sessions/s/close")
+    assert closed.status_code == 200 and closed.json()["headSeq"] == len(events) - 1
+    end = ("end", None, b'{"code":"session_closed","headSeq":%d}' % (len(events) - 1))
+    for follower in followers:
+        follower.join(120)
+        assert not follower.is_alive(), f"a follower did not end: {len(follower.frames)} frames"
+        assert follower.error is None, repr(follower.error)
+        assert follower.frames[-1] == end and [f for f in follower.frames if f[0] == "end"] == [end]
+        assert [int(f[1] or -1) for f in follower.frames[:-1]] == list(range(len(events)))
+        assert [f[2] for f in follower.frames[:-1]] == [encode(event) for event in events]
+
+
 def test_a_lost_listen_connection_is_reconnected_and_nothing_stays_stuck(replicas: list[ServerProcess]) -> None:
     """pg_terminate_backend on every LISTEN connection mid-stream: followers keep receiving, with no gap."""
     a, b = replicas
