@@ -133,8 +133,7 @@ async def _list(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> N
 
 async def _close(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> None:
     info = await store.close_session(args.session_id, closed_at=time.time_ns() // 1_000_000)
-    assert isinstance(info.header.closedAt, int), "a closed session's header holds closedAt"
-    out.write(encode(Closed(info.head_seq, info.header.closedAt)).decode() + "\n")
+    out.write(encode(Closed.of(info)).decode() + "\n")
 
 
 # Page.

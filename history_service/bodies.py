@@ -15,7 +15,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from codec import MAX_SAFE_INTEGER, MAX_SESSION_ID, SESSION_ID_CHARS, SessionHeader
-from persistence import SessionSummary
+from persistence import SessionInfo, SessionSummary
 
 __all__ = [
     "AppendBody",
@@ -66,6 +66,12 @@ class Closed(Struct, frozen=True, forbid_unknown_fields=True):
 
     headSeq: Head
     closedAt: int
+
+    @classmethod
+    def of(cls, info: SessionInfo) -> Closed:
+        """The answer for a session `HistoryStore.close_session` returned."""
+        assert isinstance(info.header.closedAt, int), "a closed session's header holds closedAt"
+        return cls(info.head_seq, info.header.closedAt)
 
 
 class FollowEnd(Struct, frozen=True, forbid_unknown_fields=True):

@@ -137,8 +137,7 @@ async def close_session(request: Request) -> Response:
     no_params(request)
     session_id, _ = address(request)
     info = await service.close(who, session_id)
-    assert isinstance(info.header.closedAt, int), "a closed session's header holds closedAt"
-    return _json(bodies.Closed(info.head_seq, info.header.closedAt))
+    return _json(bodies.Closed.of(info))
 
 
 async def page(request: Request) -> Response:
