@@ -20,6 +20,7 @@ from typing import Annotated, Any, Final, Literal, TypeGuard
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from codec.errors import EventValidationError, SessionIdError
+from codec.incarnation import Incarnation
 
 __all__ = [
     "CHUNK_EVENT_TYPE",
@@ -144,8 +145,13 @@ class SessionHeader(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     delegationDepth: Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)] | UnsetType = UNSET
     agentPreset: str | UnsetType = UNSET
     meta: dict[str, Any] | UnsetType = UNSET
+    # When the session expires (§6.5): an absolute time, or ``ttlMs`` after its last append or close.
+    expiresAt: SafeInt | UnsetType = UNSET
+    ttlMs: Annotated[int, Meta(ge=1, le=MAX_SAFE_INTEGER)] | UnsetType = UNSET
     # Set by the store when the session is closed (docs/protocol.md §6.3), never by its creator.
     closedAt: SafeInt | UnsetType = UNSET
+    # Set when the session is created (§2.5); a header stored without one has one derived on decode.
+    incarnation: Incarnation | UnsetType = UNSET
 
 
 _DATA_KEYS: Final = ("turn", "step", "chunk")

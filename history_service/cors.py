@@ -14,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 __all__ = ["ALLOW_HEADERS", "ALLOW_METHODS", "EXPOSE_HEADERS", "MAX_AGE", "cors_middleware"]
 
-ALLOW_METHODS: Final = ("GET", "POST")
+ALLOW_METHODS: Final = ("GET", "POST", "DELETE")
 # Every request header the service reads that a browser does not send on its own account.
 ALLOW_HEADERS: Final = (
     "Authorization",

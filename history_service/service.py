@@ -78,6 +78,7 @@ class HistoryService:
             ping_interval=settings.ping_interval,
             coalesce=settings.follow_coalesce_ms / 1000,
             metrics=self.metrics,
+            forget=self._forget,
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
         self.inflight = InFlight(settings.inflight_bytes, wait=settings.inflight_wait, shapes=settings.session_cache)
@@ -102,6 +103,12 @@ class HistoryService:
     def _learn(self, info: SessionInfo) -> None:
         self._owners.put(info.header.id, (info.owner, info.header))
 
+    def _forget(self, session_ids: Sequence[str]) -> None:
+        """Drop what this process keeps of deleted sessions: their owners and headers, and their pages."""
+        for session_id in session_ids:
+            self._owners.pop(session_id)
+        self.cache.forget(set(session_ids))
+
     async def _owned(self, principal: str, session_id: str, *, need_head: bool = True) -> SessionInfo:
         known = self._owners.get(session_id)
         if known is not None and not need_head:
@@ -115,13 +122,20 @@ class HistoryService:
         self._learn(info)
         return info
 
-    async def readable(self, principal: str, session_id: str, child: str | None = None) -> SessionInfo:
-        """The session a page or follow address names, if the caller may read it."""
+    async def readable(
+        self, principal: str, session_id: str, child: str | None = None, *, incarnation: str | None = None
+    ) -> SessionInfo:
+        """The session a page or follow address names, if the caller may read it.
+
+        ``incarnation``, when given, must be the session's: another one is gone (§2.5), and answers as unknown.
+        """
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
         info = await self.store.get_session(child or session_id)
         self._learn(info)
         _check_visible(principal, session_id, child, info)
+        if incarnation is not None and incarnation != info.incarnation:
+            raise SessionNotFoundError(info.header.id)
         return info
 
     async def sessions(
@@ -162,7 +176,7 @@ class HistoryService:
         return info
 
     async def append(self, principal: str, session_id: str, events: Sequence[Event]) -> AppendResult:
-        await self._owned(principal, session_id, need_head=False)
+        owned = await self._owned(principal, session_id, need_head=False)
         # Publishing under the lock keeps each session's frames in seq order.
         async with self._append_locks.hold(session_id):
             try:
@@ -172,7 +186,7 @@ class HistoryService:
                 raise
             self.metrics.appended(result.head_seq - result.first_seq + 1, idempotent=result.idempotent)
             if not result.idempotent:
-                self.hub.publish(session_id, events)
+                self.hub.publish(session_id, events, owned.incarnation)
         return result
 
     async def close(self, principal: str, session_id: str) -> SessionInfo:
@@ -188,6 +202,19 @@ class HistoryService:
                 self.metrics.session_closed()
             self.hub.ended(session_id, info.head_seq)
         return info
+
+    async def delete(self, principal: str, session_id: str, *, reason: str = "request") -> list[str]:
+        """Delete the caller's session and its subagent tree (§6.4): durable before it returns; followers are told.
+
+        ``reason`` is what the metrics count it as: ``request``, or ``expired`` for the sweeper.
+        """
+        await self._owned(principal, session_id)
+        async with self._append_locks.hold(session_id):
+            deleted = await self.store.delete_session(session_id)
+        self._forget(deleted)
+        self.hub.deleted(deleted)
+        self.metrics.sessions_deleted(len(deleted), reason)
+        return deleted
 
     async def page(
         self, principal: str, session_id: str, child: str | None, query: PageQuery, coding: str = "identity"
@@ -205,8 +232,9 @@ class HistoryService:
             info = await self.store.get_session(target)
             self._learn(info)
             known = (info.owner, info.header)
-        _check_visible(principal, session_id, child, SessionInfo(known[1], known[0], -1))
-        return await self.pages.page(target, query, coding)
+        info = SessionInfo(known[1], known[0], -1)
+        _check_visible(principal, session_id, child, info)
+        return await self.pages.page(target, query, coding, incarnation=info.incarnation)
 
     async def admit_follower(self, session_id: str, *, snapshot: bool, max_messages: int) -> tuple[Hold, Hold]:
         """A place for a new follow stream, and its snapshot's holds; `Overloaded` when there is none.
@@ -241,7 +269,7 @@ class HistoryService:
         self.followers -= 1
 
     async def follow(
-        self, session_id: str, holds: tuple[Hold, Hold], *, after: int | None, max_messages: int
+        self, info: SessionInfo, holds: tuple[Hold, Hold], *, after: int | None, max_messages: int
     ) -> AsyncGenerator[bytes | memoryview, None]:
         """The follow stream of a session the caller may read: opening frames, then events, until shutdown.
 
@@ -250,13 +278,14 @@ class HistoryService:
         last piece. A reader that does not read keeps the second, and so keeps it counted.
         """
         reading, sending = holds
+        session_id = info.header.id
 
         async def snapshot(info: SessionInfo) -> bytes:
             # The tail page at through = cursor, with the header and cursor in front of its own fields.
             query = PageQuery(
                 through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
             )
-            page = await self.pages.page(session_id, query, holds=holds)
+            page = await self.pages.page(session_id, query, holds=holds, incarnation=info.incarnation)
             body = snapshot_body(info.header, info.head_seq, page.body.join())
             self.inflight.learned((session_id, "snapshot", max_messages), len(body))
             sending.resize(len(body))
@@ -265,7 +294,11 @@ class HistoryService:
 
         try:
             async with self.hub.subscribe(
-                session_id, after=after, snapshot=snapshot, retry_ms=self.settings.retry_ms
+                session_id,
+                after=after,
+                snapshot=snapshot,
+                retry_ms=self.settings.retry_ms,
+                incarnation=info.incarnation,
             ) as subscription:
                 opened = False
                 async for chunk in subscription:

@@ -63,6 +63,8 @@ from persistence.base import (
     SessionKey,
     SessionSummary,
     events_in,
+    incarnated,
+    subtree,
 )
 from persistence.batch import PreparedBatch, prepared
 from persistence.errors import (
@@ -72,6 +74,7 @@ from persistence.errors import (
 )
 from persistence.group_commit import GroupCommit, unavailable
 from persistence.jsonl import journal as jsonl_journal
+from persistence.jsonl.deletion import Doomed, delete_directories, finish_deletes
 from persistence.jsonl.file_groups import FileGroup, FileGroups, Staged, Step
 from persistence.jsonl.files import (
     SessionLock,
@@ -162,7 +165,13 @@ class JsonlStore(HistoryStore):
     @classmethod
     def _open_sync(cls, root: Path, compression: str | None, session_cache: int) -> JsonlStore:
         compression = open_root(root, compression)
-        return cls(root, compression, session_cache=session_cache)
+        store = cls(root, compression, session_cache=session_cache)
+        finish_deletes(root, store._incarnation_in)
+        return store
+
+    def _incarnation_in(self, directory: Path) -> str | None:
+        header = self._loader.peek_header(directory)
+        return None if header is None else str(header.incarnation)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread; an `OSError` it meets comes out as a `StoreError` (503)."""
@@ -177,6 +186,7 @@ class JsonlStore(HistoryStore):
         return await self._run(self._create_sync, header, owner)
 
     def _create_sync(self, header: SessionHeader, owner: str) -> SessionInfo:
+        header = incarnated(header)
         directory = self._directory(header.id)
         if directory.exists():
             raise SessionExistsError(header.id)
@@ -268,6 +278,35 @@ class JsonlStore(HistoryStore):
             finally:
                 # Already released by the group when the unit ran; this covers a unit that never did.
                 lock.release()
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        self._check_writable()
+        tree = await self._run(self._tree, session_id)
+        async with contextlib.AsyncExitStack() as held:
+            # In one order, so two deletes of overlapping trees never wait on each other.
+            for gone in sorted(tree):
+                await held.enter_async_context(self._locks.hold(gone))
+            return await self._run(self._delete_sync, session_id)
+
+    def _tree(self, session_id: str) -> list[str]:
+        self._state(session_id)
+        return subtree(session_id, lambda parent: [child.id for child in self._listing.children(parent)])
+
+    def _delete_sync(self, session_id: str) -> list[str]:
+        """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`)."""
+        tree = self._tree(session_id)
+        with contextlib.ExitStack() as held:
+            doomed = []
+            for gone in sorted(tree):
+                directory = self._directory(gone)
+                held.enter_context(locked(directory, gone))
+                doomed.append(Doomed(directory.name, str(self._state(gone, holding_lock=True).header.incarnation)))
+            delete_directories(self._root, doomed)
+        for gone in tree:
+            self._states.pop(gone)
+            self._headers.pop(encode_segment(gone))
+            self._owners.pop(encode_segment(gone))
+        return tree
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         self._check_writable()

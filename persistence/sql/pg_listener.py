@@ -58,7 +58,7 @@ class PostgresListener(HeadListener):
                                 logger.warning("ignoring a malformed head notice %r", message.payload[:200])
                                 continue
                             if heard.origin != self._own:
-                                on_head(heard.session_id, heard.head, heard.closed)
+                                on_head(heard.session_id, heard.head, heard.closed, heard.deleted)
                         await self._ping(conn, "SELECT 1")
             except psycopg.Error as exc:
                 failures += 1

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar, cast
 
 import anyio.to_thread
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql import Select, Update
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
@@ -30,7 +30,7 @@ from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
 from persistence.rules import BatchPlan, dense_gap, page_span, plan_batch
 from persistence.sealing import plan_append
-from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk
+from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk, U
 from persistence.sql.groups import Append, SessionUnit, SqlGroups
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
@@ -355,14 +355,18 @@ class PostgresDialect(Dialect):
     def lock_head(self, head: Select[Any]) -> Select[Any]:
         return head.with_for_update()
 
-    def advance(self, advance: Update) -> Update:
+    def advance(self, advance: U) -> U:
         # In the transaction and the same round trip: delivered at commit, never for a rollback.
-        return advance.returning(
-            sa.func.pg_notify(sa.bindparam("channel", type_=sa.Text), sa.bindparam("notice", type_=sa.Text))
-        )
+        told = sa.func.pg_notify(sa.bindparam("channel", type_=sa.Text), sa.bindparam("notice", type_=sa.Text))
+        return cast(U, advance.returning(told))
 
-    def advance_params(self, session_id: str, new_head: int, *, closed: bool = False) -> dict[str, Any]:
-        return {"channel": NOTIFY_CHANNEL, "notice": notice(session_id, new_head, self._origin, closed=closed)}
+    def advance_params(
+        self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False
+    ) -> dict[str, Any]:
+        return {
+            "channel": NOTIFY_CHANNEL,
+            "notice": notice(session_id, new_head, self._origin, closed=closed, deleted=deleted),
+        }
 
     @contextmanager
     def bound(self, connection: Any) -> Iterator[Deadline]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Final
 
 import sqlalchemy as sa
+import zstandard
 from sqlalchemy.sql.visitors import InternalTraversal
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "PROBE",
     "SCHEMA_VERSION",
     "hidden_table",
+    "line_size",
     "listing_index",
     "messages_table",
     "meta_table",
@@ -99,6 +101,19 @@ records_table = sa.Table(
 JOIN_COLUMNS: Final = ("kind", "key", "time0", "time1")
 # The longest zstd frame header: magic, descriptor, window, dictionary id and content size.
 FRAME_HEADER: Final = 18
+
+
+def line_size(stored: int, frame: bytes | None) -> int:
+    """A line's length: its stored size, or what its compressed frame says it holds (at least its stored size)."""
+    if frame is None:
+        return int(stored)
+    try:
+        size = zstandard.frame_content_size(bytes(frame))
+    except zstandard.ZstdError:
+        return int(stored)
+    return max(int(stored), size)
+
+
 # The readiness probe's read: one row of the sessions table, so it reads the table itself, not only the catalog.
 PROBE: Final = f"SELECT 1 FROM {sessions_table.name} LIMIT 1"
 messages_table = sa.Table(

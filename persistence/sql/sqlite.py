@@ -19,7 +19,7 @@ import anyio.to_thread
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql import Select, Update
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
@@ -27,7 +27,7 @@ from persistence.base import PageRead
 from persistence.errors import StoreError
 from persistence.notify import HeadListener
 from persistence.rules import page_span
-from persistence.sql.dialect import Busy, Deadline, Dialect, Head, LongWalk
+from persistence.sql.dialect import Busy, Deadline, Dialect, Head, LongWalk, U
 from persistence.sql.groups import SqlGroups
 from persistence.sql.schema import PROBE, CodePointOrder
 
@@ -114,10 +114,12 @@ class SqliteDialect(Dialect):
         # BEGIN IMMEDIATE already holds the write lock.
         return head
 
-    def advance(self, advance: Update) -> Update:
+    def advance(self, advance: U) -> U:
         return advance
 
-    def advance_params(self, session_id: str, new_head: int, *, closed: bool = False) -> dict[str, Any]:
+    def advance_params(
+        self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False
+    ) -> dict[str, Any]:
         return {}
 
     @contextmanager

@@ -35,6 +35,7 @@ from persistence.base import (
     SessionKey,
     SessionSummary,
     events_in,
+    incarnated,
     subagent_parent,
 )
 from persistence.batch import PreparedBatch, prepared
@@ -45,11 +46,12 @@ from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
+from persistence.sql.deletion import Deletion
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Deadline, Dialect, Head, LongWalk
 from persistence.sql.groups import Append, SessionUnit
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresDialect
-from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, sessions_table
+from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, line_size, sessions_table
 from persistence.sql.sqlite import SqliteDialect
 from persistence.sql.statements import Statements, listing
 from persistence.state import Lru
@@ -63,17 +65,6 @@ T = TypeVar("T")
 def _dialect_for(backend: str) -> type[Dialect]:
     """The dialect of a SQLAlchemy backend; PostgreSQL's for any other, as a server database."""
     return SqliteDialect if SqliteDialect.serves(backend) else PostgresDialect
-
-
-def _line_size(stored: int, frame: bytes | None) -> int:
-    """A line's length: its stored size, or what its compressed frame says it holds (at least its stored size)."""
-    if frame is None:
-        return int(stored)
-    try:
-        size = zstandard.frame_content_size(bytes(frame))
-    except zstandard.ZstdError:
-        return int(stored)
-    return max(int(stored), size)
 
 
 class SqlStore(HistoryStore):
@@ -96,6 +87,7 @@ class SqlStore(HistoryStore):
         self._origin = uuid.uuid4().hex[:12]
         self._dialect = _dialect_for(engine.url.get_backend_name())(engine, timeout, self._origin)
         self._sql = Statements(engine.dialect, self._dialect)
+        self._deletion = Deletion(engine.dialect, self._dialect)
         dbapi = engine.dialect.loaded_dbapi
         self._driver_error: type[Exception] = dbapi.Error
         self._integrity_error: type[Exception] = dbapi.IntegrityError
@@ -243,6 +235,7 @@ class SqlStore(HistoryStore):
     # Sessions.
 
     async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
+        header = incarnated(header)
         row = {
             "id": header.id,
             "header": encode(header),
@@ -263,6 +256,10 @@ class SqlStore(HistoryStore):
 
     async def get_session(self, session_id: str) -> SessionInfo:
         return await self._dialect.read(self, self._info, session_id)
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        unit = SessionUnit(session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop))
+        return await self._writer.run(unit, session_id)
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         # Through the writer, so that it is ordered with the session's appends and durable when it returns.
@@ -498,7 +495,7 @@ class SqlStore(HistoryStore):
             for seq, members, _, _, kind, key, time0, time1 in rows
         ]
         return bounded_cuts(
-            cuts, to_seq, records, floor_sizes(records, [_line_size(row[2], row[3]) for row in rows]), max_bytes
+            cuts, to_seq, records, floor_sizes(records, [line_size(row[2], row[3]) for row in rows]), max_bytes
         )
 
     def _inline(
