@@ -47,7 +47,14 @@ from codec.events import (
     ToolCallDelta,
     check_session_id,
 )
-from codec.incarnation import INCARNATION_PATTERN, derived_incarnation, event_id, new_incarnation, parse_event_id
+from codec.incarnation import (
+    INCARNATION_PATTERN,
+    derived_incarnation,
+    event_id,
+    incarnation_of,
+    new_incarnation,
+    parse_event_id,
+)
 from codec.limits import values_within
 from codec.pages import (
     FollowSnapshot,
@@ -105,6 +112,7 @@ __all__ = [
     "encode",
     "encode_lines",
     "event_id",
+    "incarnation_of",
     "Event",
     "event_lines",
     "EventValidationError",

@@ -16,7 +16,6 @@ import msgspec
 from codec._paths import DECODE_FAILURES, describe, reason
 from codec.errors import CodecError, EventValidationError, InvalidJsonError
 from codec.events import CHUNK_EVENT_TYPE, RESERVED_TYPES, Event, SessionHeader, canonical_event, check_depth
-from codec.incarnation import derived_incarnation
 
 __all__ = [
     "decode_event",
@@ -118,12 +117,8 @@ def events_from_values(values: Iterable[Any], *, where: str = "events") -> list[
     return [event_from_value(value, where=f"{where}[{i}]") for i, value in enumerate(values)]
 
 
-def decode_header(data: bytes | bytearray, *, derive: bool = True) -> SessionHeader:
-    """Decode and validate a session header line; ``meta`` nests at most `MAX_DEPTH` levels.
-
-    A stored header that holds no ``incarnation`` gets its derived one (`codec.incarnation`);
-    ``derive=False`` leaves it out, for a header that is yet to be created.
-    """
+def decode_header(data: bytes | bytearray) -> SessionHeader:
+    """Decode and validate a session header line; ``meta`` nests at most `MAX_DEPTH` levels."""
     try:
         header = _HEADER.decode(data)
     except DECODE_FAILURES as exc:
@@ -132,6 +127,4 @@ def decode_header(data: bytes | bytearray, *, derive: bool = True) -> SessionHea
         where, why = describe(exc, "header")
         raise EventValidationError(f"{where}: {why}") from exc
     check_depth(header.meta, where="header.meta")
-    if derive and header.incarnation is msgspec.UNSET:
-        return msgspec.structs.replace(header, incarnation=derived_incarnation(header.id, header.createdAt))
     return header

@@ -1,9 +1,10 @@
 """A session's incarnation (docs/protocol.md §2.5): which life of an id a cursor, ETag or SSE id names.
 
 An id may be deleted and created again. Every creation gets a fresh incarnation, kept in
-the header; a header stored before incarnations existed (or a log placed by hand) has one
-derived from its id and ``createdAt``, so it never changes while the session lives. An SSE
-``id:`` is ``<incarnation>:<seq>``, which is what a browser's ``EventSource`` sends back.
+the header; a header stored without one (from before incarnations, or a log placed by
+hand) has one derived from its id and ``createdAt`` (`incarnation_of`), so it never
+changes while the session lives, and the header stays as it was written. An SSE ``id:``
+is ``<incarnation>:<seq>``, which is what a browser's ``EventSource`` sends back.
 """
 
 from __future__ import annotations
@@ -11,15 +12,19 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 from msgspec import Meta
+
+if TYPE_CHECKING:
+    from codec.events import SessionHeader
 
 __all__ = [
     "INCARNATION_PATTERN",
     "Incarnation",
     "derived_incarnation",
     "event_id",
+    "incarnation_of",
     "new_incarnation",
     "parse_event_id",
 ]
@@ -39,6 +44,13 @@ def derived_incarnation(session_id: str, created_at: int) -> str:
     """The incarnation of a header that holds none: the same for the same id and ``createdAt``."""
     digest = hashlib.blake2b(f"{session_id}\n{created_at}".encode(), digest_size=6, person=b"incarnation")
     return digest.hexdigest()
+
+
+def incarnation_of(header: SessionHeader) -> str:
+    """The header's incarnation: the one it holds, else the one derived from its id and ``createdAt``."""
+    if isinstance(header.incarnation, str):
+        return header.incarnation
+    return derived_incarnation(header.id, header.createdAt)
 
 
 def event_id(incarnation: str, seq: int) -> bytes:

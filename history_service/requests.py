@@ -171,7 +171,7 @@ async def read_header(request: Request, settings: Settings) -> SessionHeader:
 def parse_header(body: bytes | bytearray) -> SessionHeader:
     """A create body's session header; its id and ``parentSession`` must follow the id rule."""
     try:
-        header = decode_header(body, derive=False)
+        header = decode_header(body)
     except InvalidJsonError:
         raise  # not JSON at all: the same answer wherever it is
     except CodecError as exc:

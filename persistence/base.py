@@ -17,7 +17,7 @@ from typing import Final
 import msgspec
 from msgspec import UNSET, Struct
 
-from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines, new_incarnation
+from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines, incarnation_of, new_incarnation
 from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import BatchPlan, PageSpan, page_span
@@ -65,10 +65,8 @@ class SessionInfo(Struct, frozen=True):
 
     @property
     def incarnation(self) -> str:
-        """The session's incarnation (docs/protocol.md §2.5): a store's header always holds one."""
-        incarnation = self.header.incarnation
-        assert isinstance(incarnation, str), "a stored header holds its incarnation"
-        return incarnation
+        """The session's incarnation (docs/protocol.md §2.5): its header's, or the one derived for it."""
+        return incarnation_of(self.header)
 
 
 class SessionKey(Struct, frozen=True, order=True):

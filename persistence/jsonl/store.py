@@ -50,6 +50,7 @@ from codec import (
     StoredRecord,
     decode_json,
     encode,
+    incarnation_of,
     record_from_value,
 )
 from persistence._zstd import ZstdContexts
@@ -171,7 +172,7 @@ class JsonlStore(HistoryStore):
 
     def _incarnation_in(self, directory: Path) -> str | None:
         header = self._loader.peek_header(directory)
-        return None if header is None else str(header.incarnation)
+        return None if header is None else incarnation_of(header)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread; an `OSError` it meets comes out as a `StoreError` (503)."""
@@ -300,7 +301,7 @@ class JsonlStore(HistoryStore):
             for gone in sorted(tree):
                 directory = self._directory(gone)
                 held.enter_context(locked(directory, gone))
-                doomed.append(Doomed(directory.name, str(self._state(gone, holding_lock=True).header.incarnation)))
+                doomed.append(Doomed(directory.name, incarnation_of(self._state(gone, holding_lock=True).header)))
             delete_directories(self._root, doomed)
         for gone in tree:
             self._states.pop(gone)
