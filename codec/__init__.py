@@ -54,6 +54,7 @@ from codec.incarnation import (
     incarnation_of,
     new_incarnation,
     parse_event_id,
+    written,
 )
 from codec.limits import values_within
 from codec.pages import (
@@ -162,6 +163,7 @@ __all__ = [
     "stored_record",
     "StoredRecord",
     "TextChunks",
+    "written",
     "TextDelta",
     "TextRowData",
     "ToolCallChunks",

@@ -14,6 +14,7 @@ import re
 import secrets
 from typing import TYPE_CHECKING, Annotated, Final
 
+import msgspec
 from msgspec import Meta
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ __all__ = [
     "incarnation_of",
     "new_incarnation",
     "parse_event_id",
+    "written",
 ]
 
 INCARNATION_PATTERN: Final = r"^[0-9a-z]{1,32}$"
@@ -51,6 +53,13 @@ def incarnation_of(header: SessionHeader) -> str:
     if isinstance(header.incarnation, str):
         return header.incarnation
     return derived_incarnation(header.id, header.createdAt)
+
+
+def written(header: SessionHeader) -> SessionHeader:
+    """``header`` as a log writes it: without an incarnation that is only the derived one (readers derive it)."""
+    if header.incarnation != derived_incarnation(header.id, header.createdAt):
+        return header
+    return msgspec.structs.replace(header, incarnation=msgspec.UNSET)
 
 
 def event_id(incarnation: str, seq: int) -> bytes:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
-from codec import CodecError, check_session_id, encode
+from codec import CodecError, check_session_id, encode, written
 from history_service.bodies import Closed, ListedSession
 from history_service.command import CommandError
 from history_service.errors import ThroughBeyondHead
@@ -63,7 +63,7 @@ async def _import(
 async def _write_log(store: HistoryStore, session_id: str, out: TextIO) -> int:
     """Write the header line and every stored record; returns the number of logical events."""
     info = await store.get_session(session_id)
-    out.write(encode(info.header).decode() + "\n")
+    out.write(encode(written(info.header)).decode() + "\n")
     next_seq = 0
     while next_seq <= info.head_seq:
         records = await store.read_stored(session_id, next_seq, min(info.head_seq + 1, next_seq + EXPORT_WINDOW))

@@ -54,8 +54,9 @@ IncarnationParam = Annotated[
         description="The session's incarnation (§2.5); another one answers as an unknown session.",
     ),
 ]
-# An SSE id (§5.1): ``<incarnation>:<seq>``, or a bare seq from a client that predates incarnations.
-EVENT_ID_PATTERN: Final = r"^(?:[0-9a-z]{1,32}:)?-?[0-9]{1,16}$"
+# An SSE id (§5.1): ``<incarnation>:<seq>``, or a bare seq from a client that predates incarnations. The
+# seq is -1 or at most 15 digits, so every value the pattern admits is in range (below 2^53).
+EVENT_ID_PATTERN: Final = r"^(?:[0-9a-z]{1,32}:)?(?:-1|[0-9]{1,15})$"
 
 
 class NoParams(Struct, frozen=True, forbid_unknown_fields=True):

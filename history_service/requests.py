@@ -340,8 +340,6 @@ def follow_params(request: Request) -> FollowQuery:
     parsed = parse_event_id(header)
     assert parsed is not None, "the header matched its pattern"
     incarnation, seq = parsed
-    if not -1 <= seq <= MAX_SAFE_INTEGER:
-        raise InvalidParameter(f"Last-Event-ID names seq {seq}, outside -1 … {MAX_SAFE_INTEGER}")
     return FollowQuery(seq, incarnation or params.incarnation, params.maxMessages)
 
 

@@ -88,7 +88,7 @@ async def test_a_preflight_from_an_allowed_origin_allows_the_token_headers(clien
     assert response.status_code == 200
     headers = cors_headers(response)
     assert headers["access-control-allow-origin"] == ALLOWED
-    assert headers["access-control-allow-methods"] == "GET, POST"
+    assert headers["access-control-allow-methods"] == "GET, POST, DELETE"
     assert headers["access-control-max-age"] == str(MAX_AGE) == "600"
     allowed = {name.strip().lower() for name in headers["access-control-allow-headers"].split(",")}
     assert {name.lower() for name in ALLOW_HEADERS} <= allowed
@@ -118,7 +118,7 @@ async def test_every_request_the_clients_send_passes_its_preflight(
         (OTHER, "GET", "authorization,x-principal", "origin"),
         ("https://app.example.evil.example", "GET", "authorization", "origin"),
         ("null", "GET", "authorization", "origin"),
-        (ALLOWED, "DELETE", "authorization", "method"),
+        (ALLOWED, "PUT", "authorization", "method"),
         (ALLOWED, "GET", "authorization,cookie", "headers"),
     ],
     ids=["other-origin", "suffixed-origin", "opaque-origin", "method", "header"],

@@ -18,6 +18,7 @@ import pytest
 from codec import DeltaData, Event, TextDelta, check_page, decode_page, encode, iter_page_events
 from history_service.settings import Settings
 from testing.servers import ServerProcess, serve_in_thread
+from testing.wire import id_seq
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +65,7 @@ async def frames(response: httpx.Response) -> AsyncIterator[tuple[str, int | Non
         if line.startswith("event: "):
             event = line[7:]
         elif line.startswith("id: "):
-            event_id = int(line[4:])
+            event_id = id_seq(line[4:])
         elif line.startswith("data: "):
             yield event, event_id, json.loads(line[6:])
             event, event_id = "message", None
@@ -172,7 +173,7 @@ async def test_a_stalled_follower_holds_up_no_one_and_still_ends_complete(server
         buffer += chunk
         *complete, buffer = buffer.split(b"\n\n")
         seqs.extend(
-            int(frame.split(b"id: ", 1)[1].split(b"\n", 1)[0])
+            id_seq(frame.split(b"id: ", 1)[1].split(b"\n", 1)[0])
             for frame in complete
             if b"\nid: " in frame or frame.startswith(b"id: ")
         )
