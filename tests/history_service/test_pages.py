@@ -93,7 +93,7 @@ async def test_a_large_page_is_exact_and_its_zstd_body_one_frame(
 
 def test_the_page_cache_evicts_least_recently_used_pages() -> None:
     cache = PageCache(250, 10)
-    pages = {key: encode_page(bytes([key]) * 100) for key in range(3)}
+    pages = {key: encode_page(bytes([key]) * 100, "a") for key in range(3)}
     cache.put((0,), pages[0])
     cache.put((1,), pages[1])
     assert cache.get((0,)) is pages[0]
@@ -108,7 +108,7 @@ def test_the_page_cache_evicts_least_recently_used_pages() -> None:
 def test_the_page_cache_is_bounded_in_entries_as_well_as_bytes() -> None:
     cache = PageCache(10**9, 3)
     for key in range(10):
-        cache.put((key,), encode_page(b"x" * 10))
+        cache.put((key,), encode_page(b"x" * 10, "a"))
     assert len(cache) == 3 and cache.size == 30
     assert [cache.get((key,)) is not None for key in range(10)] == [False] * 7 + [True] * 3
 
