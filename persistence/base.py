@@ -302,6 +302,14 @@ class HistoryStore(ABC):
         away is found out even while connections opened before it went still read.
         """
 
+    async def size(self) -> int | None:
+        """The bytes the store takes on disk, where it can tell (``None`` for memory)."""
+        return None
+
+    async def vacuum(self) -> None:
+        """Give the space that deleted sessions freed back to the file system, where the store keeps it."""
+        return None
+
     def listener(self) -> HeadListener | None:
         """Head notices from other processes that append to this store, or ``None`` when no other process can.
 

@@ -23,7 +23,7 @@ import msgspec
 
 from persistence.jsonl.files import fsync_dir, write_atomic
 
-__all__ = ["INTENT_PREFIX", "TRASH_PREFIX", "Doomed", "delete_directories", "finish_deletes"]
+__all__ = ["INTENT_PREFIX", "TRASH_PREFIX", "Doomed", "delete_directories", "finish_deletes", "tree_size"]
 
 INTENT_PREFIX: Final = ".deleting-"
 TRASH_PREFIX: Final = ".deleted-"
@@ -80,3 +80,8 @@ def _carry_out(root: Path, token: str, doomed: list[tuple[int, Doomed]]) -> None
     fsync_dir(root)
     for i, _ in doomed:
         shutil.rmtree(root / f"{TRASH_PREFIX}{token}-{i}", ignore_errors=True)
+
+
+def tree_size(root: Path) -> int:
+    """The bytes of every file under ``root``: what a root takes on disk, for `history-service vacuum`."""
+    return sum(os.path.getsize(os.path.join(top, name)) for top, _, names in os.walk(root) for name in names)

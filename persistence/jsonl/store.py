@@ -75,7 +75,7 @@ from persistence.errors import (
 )
 from persistence.group_commit import GroupCommit, unavailable
 from persistence.jsonl import journal as jsonl_journal
-from persistence.jsonl.deletion import Doomed, delete_directories, finish_deletes
+from persistence.jsonl.deletion import Doomed, delete_directories, finish_deletes, tree_size
 from persistence.jsonl.file_groups import FileGroup, FileGroups, Staged, Step
 from persistence.jsonl.files import (
     SessionLock,
@@ -109,9 +109,10 @@ from persistence.jsonl.layout import (
     ROOT_MARKER,
     closed_at,
     encode_segment,
+    learn_closed,
     open_root,
     read_marker,
-    with_closed,
+    recheck_closed,
 )
 from persistence.jsonl.listing import Listing
 from persistence.jsonl.recovery import Loader
@@ -224,7 +225,7 @@ class JsonlStore(HistoryStore):
         state = self._states.get(session_id)
         if state is None or index_size(state.directory) != state.index_size:
             return None
-        _recheck_closed(state)
+        recheck_closed(state)
         return state
 
     async def children(self, parent_id: str) -> list[SessionHeader]:
@@ -245,7 +246,7 @@ class JsonlStore(HistoryStore):
         state = self._states.get(session_id)
         directory = self._directory(session_id)
         if state is not None and index_size(directory) == state.index_size:
-            _recheck_closed(state)
+            recheck_closed(state)
             return state
         if holding_lock:
             state = self._load(directory, session_id)
@@ -257,7 +258,7 @@ class JsonlStore(HistoryStore):
 
     def _load(self, directory: Path, session_id: str) -> IndexedSession:
         state = self._loader.load(directory, session_id)
-        _learn_closed(state, closed_at(directory))
+        learn_closed(state, closed_at(directory))
         return state
 
     # Appends.
@@ -325,7 +326,7 @@ class JsonlStore(HistoryStore):
         if found is None:
             write_atomic(state.directory / CLOSED_NAME, str(at).encode())
             found = at
-        _learn_closed(state, found)
+        learn_closed(state, found)
         return SessionInfo(state.header, state.owner, state.head)
 
     async def _write_lock(self, session_id: str) -> SessionLock:
@@ -571,22 +572,18 @@ class JsonlStore(HistoryStore):
         if (found.format, found.compression) != (FORMAT_VERSION, "zstd" if self._zstd else "none"):
             raise StoreError(f"store unavailable: {self._root / ROOT_MARKER} now describes another store")
 
+    async def size(self) -> int | None:
+        return await self._run(tree_size, self._root)
+
+    async def vacuum(self) -> None:
+        await self._run(finish_deletes, self._root, self._incarnation_in)
+
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self._writer.close)
         self._groups.close()
         self._states.clear()
         self._headers.clear()
         self._owners.clear()
-
-
-def _learn_closed(state: IndexedSession, at: int | None) -> None:
-    state.header = with_closed(state.header, at)
-
-
-def _recheck_closed(state: IndexedSession) -> None:
-    # Another process (the CLI, say) may have closed it: a close leaves the index as it was.
-    if state.header.closedAt is msgspec.UNSET:
-        _learn_closed(state, closed_at(state.directory))
 
 
 def _translated(fn: Callable[..., T], *args: Any) -> T:

@@ -46,6 +46,7 @@ from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
+from persistence.sql import space
 from persistence.sql.deletion import Deletion
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Deadline, Dialect, Head, LongWalk
 from persistence.sql.groups import Append, SessionUnit
@@ -569,6 +570,12 @@ class SqlStore(HistoryStore):
     async def check_ready(self) -> None:
         """Read the sessions table through a connection that works now (the dialect says which)."""
         await self._dialect.check_ready(self)
+
+    async def size(self) -> int | None:
+        return await anyio.to_thread.run_sync(space.size, self._engine)
+
+    async def vacuum(self) -> None:
+        await anyio.to_thread.run_sync(space.vacuum, self._engine)
 
     def listener(self) -> HeadListener | None:
         """Head notices from every process, where the database sends them (PostgreSQL); SQLite has none."""
