@@ -74,10 +74,10 @@ def parse_event_id(text: str) -> tuple[str | None, int] | None:
     query integer is written: an optional ``-`` and 1-16 digits).
     """
     incarnation, colon, seq = text.rpartition(":")
-    if not _SEQ.match(seq):
+    if not _SEQ.fullmatch(seq):
         return None
     if not colon:
         return None, int(seq)
-    if not _INCARNATION.match(incarnation):
+    if not _INCARNATION.fullmatch(incarnation):
         return None
     return incarnation, int(seq)

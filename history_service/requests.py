@@ -291,7 +291,7 @@ def _value(param: Param, value: str | None, settings: Settings | None) -> Any:
         return integer(value, param.name, param.low, param.high)
     if param.kind == "enum" and value not in param.values:
         raise InvalidParameter(f"{param.name} must be {' or '.join(map(repr, param.values))}")
-    if param.pattern is not None and re.match(param.pattern, value) is None:
+    if param.pattern is not None and re.fullmatch(param.pattern, value) is None:
         raise InvalidParameter(f"{param.name} must match {param.pattern}")
     return value
 

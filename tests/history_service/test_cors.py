@@ -67,7 +67,7 @@ async def test_an_allowed_origin_is_echoed_with_the_exposed_headers(client: http
     assert response.status_code == 200
     assert cors_headers(response) == {
         "access-control-allow-origin": ALLOWED,
-        "access-control-expose-headers": "ETag, Server-Timing, X-Request-ID",
+        "access-control-expose-headers": "ETag, Server-Timing, Session-Incarnation, X-Request-ID",
     }
     # The exposed headers are there to read, and caches keep one answer per origin.
     assert {"etag", "server-timing", "x-request-id"} <= set(response.headers)

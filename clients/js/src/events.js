@@ -29,7 +29,7 @@ const SESSION_ID = /^[A-Za-z0-9._:@~{}-]{1,200}$/;
  * @typedef {{
  *   type: "session", version: 0, id: string, createdAt: number, cwd?: string, parentSession?: string,
  *   seedLength?: number, origin?: string, delegationDepth?: number, agentPreset?: string, meta?: Record<string, any>,
- *   expiresAt?: number, ttlMs?: number, closedAt?: number, incarnation?: string
+ *   closedAt?: number, incarnation?: string
  * }} SessionHeader
  */
 
@@ -348,8 +348,6 @@ export const HEADER_FIELDS = [
   "delegationDepth",
   "agentPreset",
   "meta",
-  "expiresAt",
-  "ttlMs",
   "closedAt",
   "incarnation",
 ];
@@ -381,12 +379,8 @@ export function validateHeader(value, where = "header") {
         checkString(EventValidationError, value, key, 1, MAX_HEADER_ID, at);
         break;
       case "createdAt":
-      case "expiresAt":
       case "closedAt":
         checkInt(EventValidationError, value, key, -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, at);
-        break;
-      case "ttlMs":
-        checkInt(EventValidationError, value, key, 1, MAX_SAFE_INTEGER, at);
         break;
       case "incarnation":
         if (typeof value.incarnation !== "string") fail(EventValidationError, at, wrongKind("str", value, key));
