@@ -255,8 +255,9 @@ class _Journal:
             snapshot = decode_follow_snapshot(frame.data)
         except CodecError as exc:
             raise ProtocolError(f"invalid snapshot: {exc}") from exc
-        incarnation = snapshot.header.incarnation
-        self.pin.learn(incarnation if isinstance(incarnation, str) else None, "the snapshot's header")
+        # A header stored without one is served without it (§2.5): the snapshot's id then names it.
+        if isinstance(snapshot.header.incarnation, str):
+            self.pin.learn(snapshot.header.incarnation, "the snapshot's header")
         self.pin.learn_event_id(frame.id, "the snapshot")
         page = LazyPage.open(snapshot, through=snapshot.cursor)
         cursor = self.cursor

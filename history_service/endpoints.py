@@ -35,7 +35,7 @@ from history_service.requests import (
 )
 from history_service.responses import EndedStreamingResponse, PartsResponse
 from history_service.service import HistoryService
-from persistence import SessionSummary, StoreError
+from persistence import SessionNotFoundError, SessionSummary, StoreError
 
 __all__ = [
     "IMMUTABLE",
@@ -206,5 +206,8 @@ async def _ended_by_error(
         try:
             async for chunk in frames:
                 yield chunk
+        except SessionNotFoundError:
+            # Deleted while the stream opened: the same last frame as for a follower it found open (§6.4).
+            yield sse_frame("error", encode(bodies.FollowError("session_deleted")))
         except StoreError as exc:
             yield sse_frame("error", stream_error(exc, tracebacks))

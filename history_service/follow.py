@@ -32,6 +32,7 @@ from codec import Event, StoredRecord, encode, event_id, event_lines
 from history_service.bodies import FollowEnd, FollowError
 from history_service.metrics import Metrics
 from persistence import HeadListener, HistoryStore, SessionInfo, SessionNotFoundError, StoreError
+from persistence.notify import Notice
 
 __all__ = [
     "CATCH_UP_WINDOW",
@@ -165,10 +166,11 @@ class Hub:
         ping_interval: float,
         coalesce: float = 0.0,
         metrics: Metrics | None = None,
-        forget: Callable[[Sequence[str]], None] | None = None,
+        forget: Callable[[str | None, str | None], None] | None = None,
     ) -> None:
         self.store = store
-        # Told of sessions deleted through another process, so what the service keeps of them goes too.
+        # Told of sessions deleted through another process (the id and its incarnation), so what the service
+        # keeps of them goes too; ``(None, None)`` after notices may have been lost: of every session.
         self._forget = forget
         self.metrics = metrics if metrics is not None else Metrics()
         self._capacity = capacity
@@ -196,7 +198,7 @@ class Hub:
             self._tasks = tasks
             tasks.start_soon(self._ticker)
             if self._listener is not None:
-                tasks.start_soon(self._listener.run, self.advanced, self.resync)
+                tasks.start_soon(self._listener.run, self.heard, self.resync)
             task_status.started()
             await self.closing.wait()
             tasks.cancel_scope.cancel()
@@ -243,16 +245,26 @@ class Hub:
         """The session was closed at ``head`` (through this process): its followers end once they reach it."""
         self.advanced(session_id, head, closed=True)
 
-    def advanced(self, session_id: str, head: int, closed: bool = False, deleted: bool = False) -> None:
-        """A head notice: ``session_id`` has durable events up to ``head`` (from any process); ``closed`` at it.
+    def heard(self, notice: Notice) -> None:
+        """A notice from another process: a head moved, or a session was closed or deleted."""
+        if notice.deleted:
+            self.gone(notice.session_id, notice.incarnation)
+        else:
+            self.advanced(notice.session_id, notice.head, notice.closed)
 
-        ``deleted`` says the session is gone (from another process: this one's deletes call `deleted`).
+    def gone(self, session_id: str, incarnation: str | None) -> None:
+        """Another process deleted ``incarnation`` of the session (``None``: whichever this one knows).
+
+        A channel of a later incarnation of the id is left alone: the notice is late, not about it.
         """
-        if deleted:
+        channel = self._channels.get(session_id)
+        if channel is not None and incarnation in (None, channel.incarnation):
             self.deleted([session_id])
-            if self._forget is not None:
-                self._forget([session_id])
-            return
+        if self._forget is not None:
+            self._forget(session_id, incarnation)
+
+    def advanced(self, session_id: str, head: int, closed: bool = False) -> None:
+        """A head notice: ``session_id`` has durable events up to ``head`` (from any process); ``closed`` at it."""
         channel = self._channels.get(session_id)
         if channel is None:
             return
@@ -269,17 +281,19 @@ class Hub:
 
     async def resync(self) -> None:
         """Re-read the head of every followed session, after notices may have been lost."""
+        if self._forget is not None:
+            self._forget(None, None)
         for session_id, channel in list(self._channels.items()):
             if channel.followers and channel.anchored:
                 try:
                     info = await self.store.get_session(session_id)
                     if channel.incarnation not in (None, info.incarnation):
                         # Deleted and created again while notices were lost.
-                        self.advanced(session_id, -1, deleted=True)
+                        self.gone(session_id, channel.incarnation)
                         continue
                     self.advanced(session_id, info.head_seq, info.closed)
                 except SessionNotFoundError:
-                    self.advanced(session_id, -1, deleted=True)
+                    self.gone(session_id, channel.incarnation)
                 except StoreError as exc:
                     self.metrics.store_error(exc)
                     logger.warning("cannot re-read the head of %r: %s", session_id, exc)
@@ -336,7 +350,7 @@ class Hub:
                 channel.incarnation = info.incarnation
             elif channel.incarnation != info.incarnation:
                 # A channel of an incarnation deleted through another process, unheard of: end it, start anew.
-                self.advanced(session_id, -1, deleted=True)
+                self.gone(session_id, channel.incarnation)
                 channel.followers -= 1
                 channel = self._join(session_id)
                 channel.incarnation = info.incarnation

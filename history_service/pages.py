@@ -20,7 +20,7 @@ import bisect
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
 import anyio.to_thread
@@ -138,10 +138,17 @@ class PageCache:
         self._bytes += page.size
         self._evict()
 
-    def forget(self, session_ids: Collection[str]) -> None:
-        """Drop every page of these sessions (deleted ones): a scan, as deletes are rare and entries bounded."""
-        for key in [key for key in self._pages if key[0] in session_ids]:
+    def forget(self, session_id: str, incarnation: str | None = None) -> None:
+        """Drop every page of a deleted session (of ``incarnation`` only, when given).
+
+        A scan: deletes are rare and the entries bounded.
+        """
+        for key in [key for key in self._pages if key[0] == session_id and incarnation in (None, key[1])]:
             self._bytes -= self._pages.pop(key).size
+
+    def clear(self) -> None:
+        self._pages.clear()
+        self._bytes = 0
 
     def grew(self, key: tuple[object, ...], page: EncodedPage, added: int) -> None:
         """Account for ``added`` bytes of a new encoding of ``page``, if the cache still holds it."""
@@ -203,9 +210,12 @@ class PageReader:
         *,
         inflight: InFlight | None = None,
         metrics: Metrics | None = None,
+        gone: Callable[[str, str], bool] | None = None,
     ) -> None:
         self._store = store
         self._cache = cache
+        # Whether an incarnation of a session was deleted: its pages are neither served from the cache nor kept.
+        self._gone = gone or (lambda session_id, incarnation: False)
         # Without a budget (the CLI), every read is admitted at once.
         self._inflight = inflight if inflight is not None else InFlight(1 << 62, wait=0, shapes=1)
         self.metrics = metrics if metrics is not None else Metrics()
@@ -249,7 +259,8 @@ class PageReader:
                 max_bytes=query.max_bytes,
             )
             served_incarnation = read.info.incarnation
-            if query.incarnation is not None and query.incarnation != served_incarnation:
+            if served_incarnation != (query.incarnation or incarnation or served_incarnation):
+                # Not the incarnation the request names, or the one the caller's access was checked on.
                 raise SessionNotFoundError(session_id)
             if holds is None:
                 # What the read really holds is known once it is read.
@@ -275,7 +286,7 @@ class PageReader:
             reading.release()
 
     async def _cached(self, session_id: str, incarnation: str, query: PageQuery, coding: str) -> ServedPage | None:
-        if self._cache is None:
+        if self._cache is None or self._gone(session_id, incarnation):
             return None
         key = _key(session_id, incarnation, query)
         page = self._cache.get(key)
@@ -297,7 +308,7 @@ class PageReader:
         else:
             page = await anyio.to_thread.run_sync(encode_page, identity, incarnation)
         key = _key(read.info.header.id, incarnation, query)
-        if self._cache is not None:
+        if self._cache is not None and not self._gone(read.info.header.id, incarnation):
             self._cache.put(key, page)
         return (await self._encoded(key, page, coding))._replace(incarnation=incarnation)
 

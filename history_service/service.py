@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Sequence
 
-from codec import Event, SessionHeader, snapshot_body
+import anyio
+
+from codec import Event, SessionHeader, incarnation_of, snapshot_body
 from history_service.budget import Hold, InFlight
 from history_service.errors import (
     InvalidParent,
@@ -82,13 +84,15 @@ class HistoryService:
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
         self.inflight = InFlight(settings.inflight_bytes, wait=settings.inflight_wait, shapes=settings.session_cache)
-        self.pages = PageReader(store, self.cache, inflight=self.inflight, metrics=self.metrics)
+        self.pages = PageReader(store, self.cache, inflight=self.inflight, metrics=self.metrics, gone=self._deleted)
         self.reading, self.sending = self.inflight.reading, self.inflight.sending
         self.followers = 0
         self._append_locks = KeyedLocks()
         # Owner and header never change once a session exists (but for closedAt, which the store
         # checks on every append), so appends need not ask the store.
         self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
+        # The incarnation each recently deleted id had: nothing of it is learned or kept again.
+        self._gone: Lru[str, str] = Lru(settings.session_cache)
 
     @property
     def sessions_known(self) -> int:
@@ -101,13 +105,30 @@ class HistoryService:
         return len(self._append_locks)
 
     def _learn(self, info: SessionInfo) -> None:
-        self._owners.put(info.header.id, (info.owner, info.header))
+        if self._gone.get(info.header.id) != info.incarnation:
+            # A read that began before the delete ended must not bring the deleted session back.
+            self._owners.put(info.header.id, (info.owner, info.header))
 
-    def _forget(self, session_ids: Sequence[str]) -> None:
-        """Drop what this process keeps of deleted sessions: their owners and headers, and their pages."""
-        for session_id in session_ids:
+    def _deleted(self, session_id: str, incarnation: str) -> bool:
+        return self._gone.get(session_id) == incarnation
+
+    def _forget(self, session_id: str | None, incarnation: str | None = None) -> None:
+        """Drop what this process keeps of a deleted session: its owner, header and pages.
+
+        Only of ``incarnation`` when given (a late notice must not drop the id's next one); of every
+        session when ``session_id`` is ``None`` (notices may have been lost).
+        """
+        if session_id is None:
+            self._owners.clear()
+            self.cache.clear()
+            return
+        known = self._owners.get(session_id)
+        if known is not None and incarnation in (None, incarnation_of(known[1])):
             self._owners.pop(session_id)
-        self.cache.forget(set(session_ids))
+            incarnation = incarnation_of(known[1])
+        if incarnation is not None:
+            self._gone.put(session_id, incarnation)
+        self.cache.forget(session_id, incarnation)
 
     async def _owned(self, principal: str, session_id: str, *, need_head: bool = True) -> SessionInfo:
         known = self._owners.get(session_id)
@@ -209,11 +230,14 @@ class HistoryService:
         ``reason`` is what the metrics count it as: ``request``, or ``expired`` for the sweeper.
         """
         await self._owned(principal, session_id)
-        async with self._append_locks.hold(session_id):
-            deleted = await self.store.delete_session(session_id)
-        self._forget(deleted)
-        self.hub.deleted(deleted)
-        self.metrics.sessions_deleted(len(deleted), reason)
+        # Shielded: once the store has the delete, this process is told of it, whatever becomes of the request.
+        with anyio.CancelScope(shield=True):
+            async with self._append_locks.hold(session_id):
+                deleted = await self.store.delete_session(session_id)
+            for gone in deleted:
+                self._forget(gone)
+            self.hub.deleted(deleted)
+            self.metrics.sessions_deleted(len(deleted), reason)
         return deleted
 
     async def page(
@@ -234,7 +258,12 @@ class HistoryService:
             known = (info.owner, info.header)
         info = SessionInfo(known[1], known[0], -1)
         _check_visible(principal, session_id, child, info)
-        return await self.pages.page(target, query, coding, incarnation=info.incarnation)
+        try:
+            return await self.pages.page(target, query, coding, incarnation=info.incarnation)
+        except SessionNotFoundError:
+            # Perhaps deleted through another process, and created again: the next request reads it afresh.
+            self._owners.pop(target)
+            raise
 
     async def admit_follower(self, session_id: str, *, snapshot: bool, max_messages: int) -> tuple[Hold, Hold]:
         """A place for a new follow stream, and its snapshot's holds; `Overloaded` when there is none.
@@ -283,7 +312,11 @@ class HistoryService:
         async def snapshot(info: SessionInfo) -> bytes:
             # The tail page at through = cursor, with the header and cursor in front of its own fields.
             query = PageQuery(
-                through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
+                through=info.head_seq,
+                before=None,
+                max_messages=max_messages,
+                max_bytes=self.settings.default_max_bytes,
+                incarnation=info.incarnation,
             )
             page = await self.pages.page(session_id, query, holds=holds, incarnation=info.incarnation)
             body = snapshot_body(info.header, info.head_seq, page.body.join())
@@ -312,6 +345,8 @@ class HistoryService:
                         yield view[at : at + SEND_SIZE]
                     reading.release()
                     sending.release()
+        except SessionNotFoundError:
+            raise  # deleted meanwhile: not the store's failure
         except StoreError as exc:
             self.metrics.store_error(exc)
             raise

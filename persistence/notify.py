@@ -28,14 +28,15 @@ __all__ = ["NOTIFY_CHANNEL", "HeadListener", "Notice", "notice"]
 
 NOTIFY_CHANNEL: Final = "history_heads"
 
-OnHead = Callable[[str, int, bool, bool], None]
+OnHead = Callable[["Notice"], None]
 OnConnect = Callable[[], Awaitable[None]]
 
 
 class Notice(msgspec.Struct, frozen=True, array_like=True):
     """A head notice as sent: ``closed`` says the session was closed at ``head``, ``deleted`` that it is gone.
 
-    Both are absent from an append's notice.
+    Both are absent from an append's notice. A delete's names the ``incarnation`` it deleted, so
+    a process never takes it for the delete of the id's next incarnation.
     """
 
     session_id: str
@@ -43,18 +44,21 @@ class Notice(msgspec.Struct, frozen=True, array_like=True):
     origin: str
     closed: bool = False
     deleted: bool = False
+    incarnation: str | None = None
 
 
-def notice(session_id: str, head: int, origin: str, *, closed: bool = False, deleted: bool = False) -> str:
+def notice(
+    session_id: str, head: int, origin: str, *, closed: bool = False, deleted: bool = False, incarnation: str = ""
+) -> str:
     """One head notice: the session id, its head seq and the sending store's origin, as JSON (under 8,000 bytes).
 
-    A close's notice adds ``true``; a delete's adds ``false, true`` (its head is -1). A listener of a
-    build before closes reads exactly three fields: it logs those notices as malformed and drops them
-    (docs/protocol.md §7.6).
+    A close's notice adds ``true``; a delete's adds ``false, true`` and the incarnation (its head is -1).
+    A listener of a build before closes reads exactly three fields: it logs those notices as malformed
+    and drops them (docs/protocol.md §7.6).
     """
     fields: tuple[object, ...] = (session_id, head, origin)
     if deleted:
-        fields += (False, True)
+        fields += (False, True, incarnation)
     elif closed:
         fields += (True,)
     return msgspec.json.encode(fields).decode()
@@ -70,4 +74,4 @@ class HeadListener(ABC):
 
     @abstractmethod
     async def run(self, on_head: OnHead, on_connect: OnConnect) -> None:
-        """Until cancelled: ``on_head(session, head, closed, deleted)`` per notice, ``on_connect()`` per connect."""
+        """Until cancelled: ``on_head(notice)`` per notice of another store, ``on_connect()`` per connect."""

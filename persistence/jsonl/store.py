@@ -189,6 +189,10 @@ class JsonlStore(HistoryStore):
 
     def _create_sync(self, header: SessionHeader, owner: str) -> SessionInfo:
         header = incarnated(header)
+        # What was kept of an earlier incarnation of the id (deleted by another process, say) is not this one's.
+        self._states.pop(header.id)
+        self._headers.pop(encode_segment(header.id))
+        self._owners.pop(encode_segment(header.id))
         directory = self._directory(header.id)
         if directory.exists():
             raise SessionExistsError(header.id)
@@ -291,7 +295,9 @@ class JsonlStore(HistoryStore):
             return await self._run(self._delete_sync, session_id)
 
     def _tree(self, session_id: str) -> list[str]:
-        self._state(session_id)
+        # Its header alone: a session whose log is corrupt can be deleted too.
+        if self._loader.peek_header(self._directory(session_id)) is None:
+            raise SessionNotFoundError(session_id)
         return subtree(session_id, lambda parent: [child.id for child in self._listing.children(parent)])
 
     def _delete_sync(self, session_id: str) -> list[str]:
@@ -299,10 +305,12 @@ class JsonlStore(HistoryStore):
         tree = self._tree(session_id)
         with contextlib.ExitStack() as held:
             doomed = []
-            for gone in sorted(tree):
+            # In directory-name order (§7.2), as every deleter takes them.
+            for gone in sorted(tree, key=encode_segment):
                 directory = self._directory(gone)
                 held.enter_context(locked(directory, gone))
-                doomed.append(Doomed(directory.name, incarnation_of(self._state(gone, holding_lock=True).header)))
+                header = self._loader.peek_header(directory)
+                doomed.append(Doomed(directory.name, "" if header is None else incarnation_of(header)))
             delete_directories(self._root, doomed)
         for gone in tree:
             self._states.pop(gone)

@@ -109,7 +109,7 @@ class Dialect(ABC):
 
     @abstractmethod
     def advance_params(
-        self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False
+        self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False, incarnation: str = ""
     ) -> dict[str, Any]:
         """What `advance` (or a close, ``closed``, or a delete, ``deleted``) needs besides the session and heads."""
 
@@ -176,3 +176,8 @@ class Dialect(ABC):
     @abstractmethod
     def close_sync(self) -> None:
         """Close what this dialect opened in threads, once the store's connections are closed."""
+
+
+def busy_ms(timeout: float) -> int:
+    """SQLite's busy timeout, in whole milliseconds, for a bound in seconds."""
+    return max(1, round(timeout * 1000))

@@ -118,7 +118,7 @@ class SqliteDialect(Dialect):
         return advance
 
     def advance_params(
-        self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False
+        self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False, incarnation: str = ""
     ) -> dict[str, Any]:
         return {}
 

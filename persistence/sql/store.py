@@ -43,16 +43,25 @@ from persistence.errors import CorruptLogError, SessionExistsError, SessionNotFo
 from persistence.group_commit import GroupCommit
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import HeadListener
-from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
 from persistence.sql import space
 from persistence.sql.deletion import Deletion
-from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Deadline, Dialect, Head, LongWalk
+from persistence.sql.dialect import (
+    INLINE_BYTES,
+    MESSAGE_PAGE,
+    READERS_KEPT,
+    Busy,
+    Deadline,
+    Dialect,
+    Head,
+    LongWalk,
+    busy_ms,
+)
 from persistence.sql.groups import Append, SessionUnit
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresDialect
-from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, line_size, sessions_table
+from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, bounded_rows, sessions_table
 from persistence.sql.sqlite import SqliteDialect
 from persistence.sql.statements import Statements, listing
 from persistence.state import Lru
@@ -84,7 +93,7 @@ class SqlStore(HistoryStore):
     ) -> None:
         self._engine = engine
         self._timeout = timeout
-        self._busy_ms = _busy_ms(timeout)
+        self._busy_ms = busy_ms(timeout)
         self._origin = uuid.uuid4().hex[:12]
         self._dialect = _dialect_for(engine.url.get_backend_name())(engine, timeout, self._origin)
         self._sql = Statements(engine.dialect, self._dialect)
@@ -122,7 +131,7 @@ class SqlStore(HistoryStore):
             engine = sa.create_engine(url, connect_args=dialect.connect_args(timeout))
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise StoreError(f"not a usable database URL: {exc}") from exc
-        dialect.prepare_engine(engine, _busy_ms(timeout))
+        dialect.prepare_engine(engine, busy_ms(timeout))
         store = cls(engine, session_cache=session_cache, timeout=timeout)
         try:
             store._dialect.opened(store)
@@ -250,6 +259,7 @@ class SqlStore(HistoryStore):
         return SessionInfo(header, owner, -1)
 
     def _create_unit(self, cursor: Any, row: dict[str, Any]) -> None:
+        self._tails.pop(row["id"])  # what it kept of an earlier incarnation of the id
         try:
             self._sql.create.run(cursor, **row)
         except self._integrity_error as exc:
@@ -259,7 +269,8 @@ class SqlStore(HistoryStore):
         return await self._dialect.read(self, self._info, session_id)
 
     async def delete_session(self, session_id: str) -> list[str]:
-        unit = SessionUnit(session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop))
+        tree = await self._dialect.read(self, self._deletion.tree, session_id)
+        unit = SessionUnit(session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop), tree)
         return await self._writer.run(unit, session_id)
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
@@ -486,18 +497,7 @@ class SqlStore(HistoryStore):
         size, compressed = self._sql.stored_bytes.run(cursor, **values).fetchone()
         if int(size) <= max_bytes and not compressed:
             return cuts, (int(size), bool(compressed))
-        return self._bounded_rows(cuts, to_seq, self._sql.sizes.run(cursor, **values).fetchall(), max_bytes), None
-
-    @staticmethod
-    def _bounded_rows(cuts: list[int], to_seq: int, rows: Sequence[Any], max_bytes: int) -> list[int]:
-        """`bounded_cuts` over `Statements.sizes` rows."""
-        records = [
-            StoredRecord(seq, members, b"", kind, bytes(key), time0, time1)
-            for seq, members, _, _, kind, key, time0, time1 in rows
-        ]
-        return bounded_cuts(
-            cuts, to_seq, records, floor_sizes(records, [line_size(row[2], row[3]) for row in rows]), max_bytes
-        )
+        return bounded_rows(cuts, to_seq, self._sql.sizes.run(cursor, **values).fetchall(), max_bytes), None
 
     def _inline(
         self, cursor: Any, session_id: str, from_seq: int, to_seq: int, sized: tuple[int, bool] | None = None
@@ -593,8 +593,3 @@ class SqlStore(HistoryStore):
                 self._readers.pop()[0].close()
         self._engine.dispose()
         self._dialect.close_sync()
-
-
-def _busy_ms(timeout: float) -> int:
-    """SQLite's busy timeout, in whole milliseconds, for a bound in seconds."""
-    return max(1, round(timeout * 1000))

@@ -33,11 +33,11 @@ async def listen(
     async def connected() -> None:
         connects.append(len(heard))
 
-    def on_head(session: str, head: int, closed: bool, deleted: bool) -> None:
-        if deleted and deletes is not None:
-            deletes.append(session)
+    def on_head(told: Notice) -> None:
+        if told.deleted and deletes is not None:
+            deletes.append(told.session_id)
             return
-        (closes if closed and closes is not None else heard).append((session, head))
+        (closes if told.closed and closes is not None else heard).append((told.session_id, told.head))
 
     await listener.run(on_head, connected)
 
@@ -109,9 +109,9 @@ async def test_a_close_from_another_store_is_heard_once_with_its_head() -> None:
 
 
 def test_a_delete_notice_adds_two_flags() -> None:
-    payload = notice("s", -1, "origin", deleted=True)
-    assert payload == '["s",-1,"origin",false,true]'
-    assert msgspec.json.decode(payload, type=Notice) == Notice("s", -1, "origin", deleted=True)
+    payload = notice("s", -1, "origin", deleted=True, incarnation="0af")
+    assert payload == '["s",-1,"origin",false,true,"0af"]'
+    assert msgspec.json.decode(payload, type=Notice) == Notice("s", -1, "origin", deleted=True, incarnation="0af")
 
 
 async def test_a_delete_from_another_store_is_heard_once_per_session_of_the_tree() -> None:

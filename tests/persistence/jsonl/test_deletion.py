@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -70,3 +71,18 @@ def test_an_intent_that_is_not_ours_is_left_in_place(tmp_path: Path) -> None:
     (tmp_path / f"{TRASH_PREFIX}old-0").mkdir()
     assert finish_deletes(tmp_path, lambda directory: None) == 0
     assert (tmp_path / f"{INTENT_PREFIX}junk").exists() and not (tmp_path / f"{TRASH_PREFIX}old-0").exists()
+
+
+async def test_an_intent_another_process_is_carrying_out_is_left_to_it(tmp_path: Path) -> None:
+    made = await tree(tmp_path)
+    doomed = [Doomed(encode_segment("p"), made["p"])]
+    intent(tmp_path, "t3", doomed)
+    held = os.open(tmp_path / f"{INTENT_PREFIX}t3", os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert finish_deletes(tmp_path, lambda directory: made["p"]) == 0
+        assert (tmp_path / encode_segment("p")).is_dir()
+    finally:
+        os.close(held)
+    assert finish_deletes(tmp_path, lambda directory: made["p"]) == 1
+    assert not (tmp_path / encode_segment("p")).exists()
