@@ -31,8 +31,7 @@ import anyio.abc
 from codec import Event, StoredRecord, encode, event_id, event_lines
 from history_service.bodies import FollowEnd, FollowError
 from history_service.metrics import Metrics
-from persistence import HeadListener, HistoryStore, SessionInfo, SessionNotFoundError, StoreError
-from persistence.notify import Notice
+from persistence import HeadListener, HistoryStore, Notice, SessionInfo, SessionNotFoundError, StoreError
 
 __all__ = [
     "CATCH_UP_WINDOW",

@@ -189,10 +189,7 @@ class JsonlStore(HistoryStore):
 
     def _create_sync(self, header: SessionHeader, owner: str) -> SessionInfo:
         header = incarnated(header)
-        # What was kept of an earlier incarnation of the id (deleted by another process, say) is not this one's.
-        self._states.pop(header.id)
-        self._headers.pop(encode_segment(header.id))
-        self._owners.pop(encode_segment(header.id))
+        self._forget(header.id)  # what was kept of an earlier incarnation (deleted by another process, say)
         directory = self._directory(header.id)
         if directory.exists():
             raise SessionExistsError(header.id)
@@ -305,18 +302,20 @@ class JsonlStore(HistoryStore):
         tree = self._tree(session_id)
         with contextlib.ExitStack() as held:
             doomed = []
-            # In directory-name order (§7.2), as every deleter takes them.
-            for gone in sorted(tree, key=encode_segment):
+            for gone in sorted(tree, key=encode_segment):  # in directory-name order (§7.2), as every deleter
                 directory = self._directory(gone)
                 held.enter_context(locked(directory, gone))
                 header = self._loader.peek_header(directory)
                 doomed.append(Doomed(directory.name, "" if header is None else incarnation_of(header)))
             delete_directories(self._root, doomed)
         for gone in tree:
-            self._states.pop(gone)
-            self._headers.pop(encode_segment(gone))
-            self._owners.pop(encode_segment(gone))
+            self._forget(gone)
         return tree
+
+    def _forget(self, session_id: str) -> None:
+        self._states.pop(session_id)
+        self._headers.pop(encode_segment(session_id))
+        self._owners.pop(encode_segment(session_id))
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         self._check_writable()

@@ -162,6 +162,18 @@ class Dialect(ABC):
         """`HistoryStore.read_stored`."""
 
     @abstractmethod
+    def size(self) -> int:
+        """The bytes the store's tables take on disk (docs/protocol.md §7.3)."""
+
+    @abstractmethod
+    def autocommit(self, connection: Any) -> None:
+        """Put a DBAPI connection in autocommit mode: each statement outside any transaction."""
+
+    @abstractmethod
+    def vacuum_statements(self) -> tuple[str, ...]:
+        """What gives back the space deleted sessions freed, run outside any transaction (`persistence.sql.space`)."""
+
+    @abstractmethod
     async def check_ready(self, store: SqlStore) -> None:
         """`HistoryStore.check_ready`."""
 

@@ -35,13 +35,15 @@ from persistence.sql.groups import Append, SessionUnit, SqlGroups
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
 from persistence.sql.pg_timeouts import Watchdog, connect_options
-from persistence.sql.schema import PROBE, CodePointOrder, bounded_rows
+from persistence.sql.schema import PROBE, CodePointOrder, bounded_rows, metadata
 from persistence.state import Lru
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore
 
 __all__ = ["PostgresDialect", "PostgresGroups"]
+
+TABLES: Final = metadata.sorted_tables
 
 logger = logging.getLogger(__name__)
 
@@ -352,6 +354,17 @@ class PostgresDialect(Dialect):
 
     def opened(self, store: SqlStore) -> None:
         self._tails = store._tails
+
+    def size(self) -> int:
+        with self._engine.connect() as conn:
+            sizes = [sa.select(sa.func.pg_total_relation_size(sa.text(f"'{t.name}'::regclass"))) for t in TABLES]
+            return sum(int(conn.execute(query).scalar_one()) for query in sizes)
+
+    def autocommit(self, connection: Any) -> None:
+        connection.autocommit = True
+
+    def vacuum_statements(self) -> tuple[str, ...]:
+        return ("VACUUM " + ", ".join(table.name for table in TABLES),)
 
     def before_migration(self, conn: Connection) -> None:
         # An upgrade backfills and indexes whole tables: no statement bound applies to it.

@@ -94,6 +94,19 @@ class SqliteDialect(Dialect):
         self._engine = engine
         self._timeout = timeout
 
+    def size(self) -> int:
+        path = self._engine.url.database
+        if path in (None, "", ":memory:"):
+            return 0
+        return sum(os.path.getsize(name) for name in (path, f"{path}-wal") if os.path.exists(name))
+
+    def autocommit(self, connection: Any) -> None:
+        connection.isolation_level = None
+
+    def vacuum_statements(self) -> tuple[str, ...]:
+        # VACUUM rewrites the file; the checkpoint then cuts the WAL, which the rewrite went through.
+        return ("VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)")
+
     def opened(self, store: SqlStore) -> None:
         """WAL mode, which the file keeps: it waits for other connections' locks, so it is set once, here."""
         try:

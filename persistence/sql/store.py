@@ -572,10 +572,10 @@ class SqlStore(HistoryStore):
         await self._dialect.check_ready(self)
 
     async def size(self) -> int | None:
-        return await anyio.to_thread.run_sync(space.size, self._engine)
+        return await anyio.to_thread.run_sync(self._dialect.size)
 
     async def vacuum(self) -> None:
-        await anyio.to_thread.run_sync(space.vacuum, self._engine)
+        await anyio.to_thread.run_sync(space.vacuum, self._engine, self._dialect)
 
     def listener(self) -> HeadListener | None:
         """Head notices from every process, where the database sends them (PostgreSQL); SQLite has none."""
