@@ -90,9 +90,9 @@ def big_events(rand: random.Random) -> list[list[Event]]:
     return [events[i : i + 100] for i in range(0, count, 100)]
 
 
-async def appends_for(store: HistoryStore, seconds: float, heads: dict[str, int]) -> list[float]:
-    """1-event appends to each of the writers' sessions, back to back, for ``seconds``: every latency in ms."""
-    latencies: list[float] = []
+async def appends_for(store: HistoryStore, seconds: float, heads: dict[str, int]) -> list[tuple[float, float]]:
+    """1-event appends to each of the writers' sessions, back to back, for ``seconds``: (start, latency in ms) each."""
+    latencies: list[tuple[float, float]] = []
     deadline = time.perf_counter() + seconds
 
     async def writer(session_id: str) -> None:
@@ -100,7 +100,7 @@ async def appends_for(store: HistoryStore, seconds: float, heads: dict[str, int]
             heads[session_id] += 1
             started = time.perf_counter()
             await store.append(session_id, [Event("note", heads[session_id], 0, {"w": session_id})])
-            latencies.append((time.perf_counter() - started) * 1000)
+            latencies.append((started, (time.perf_counter() - started) * 1000))
 
     async with anyio.create_task_group() as tasks:
         for session_id in heads:
@@ -126,9 +126,9 @@ async def big_delete(url: str) -> dict[str, Any]:
         took: dict[str, float] = {}
 
         async def delete() -> None:
-            started = time.perf_counter()
+            took["start"] = time.perf_counter()
             await store.delete_session("big")
-            took["seconds"] = time.perf_counter() - started
+            took["end"] = time.perf_counter()
 
         # Appends alone first, then the same appends with the delete running from their start.
         warm = await appends_for(store, 0.5, heads)
@@ -141,17 +141,21 @@ async def big_delete(url: str) -> dict[str, Any]:
             raise AssertionError("the big session is still there")
         except SessionNotFoundError:
             pass
-        assert warm and alone and during
+        # Only the appends that ran while the delete did: the rest of the window would dilute it.
+        overlapping = [ms for started, ms in during if started < took["end"] and started + ms / 1000 > took["start"]]
+        apart = [ms for _, ms in alone]
+        assert warm and apart
+        during_p99 = p99(overlapping) if overlapping else None  # None: over before any append began beside it
         return {
             "store_bytes_before": size,
-            "delete_seconds": took["seconds"],
-            "appends_alone": len(alone),
-            "appends_during": len(during),
-            "p99_ms_alone": p99(alone),
-            "p99_ms_during": p99(during),
-            "p99_ratio": p99(during) / p99(alone),
-            "median_ms_alone": statistics.median(alone),
-            "median_ms_during": statistics.median(during),
+            "delete_seconds": took["end"] - took["start"],
+            "appends_alone": len(apart),
+            "appends_during_delete": len(overlapping),
+            "p99_ms_alone": p99(apart),
+            "p99_ms_during": during_p99,
+            "p99_ratio": None if during_p99 is None else during_p99 / p99(apart),
+            "median_ms_alone": statistics.median(apart),
+            "median_ms_during": statistics.median(overlapping) if overlapping else None,
         }
     finally:
         await store.close()
