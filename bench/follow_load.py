@@ -131,9 +131,9 @@ class _Follower:
         start = complete.find(b"id: ")
         if start < 0:
             return
-        low = int(complete[start + 4 : complete.index(b"\n", start)])
+        low = _seq(complete[start + 4 : complete.index(b"\n", start)])
         tail = complete.rfind(b"id: ")
-        high = int(complete[tail + 4 : complete.index(b"\n", tail)])
+        high = _seq(complete[tail + 4 : complete.index(b"\n", tail)])
         count = complete.count(b"\nid: ") + (1 if complete.startswith(b"id: ") else 0)
         if low == self.expected and count == high - low + 1:
             self.arrivals.append((low, high, now))
@@ -142,7 +142,7 @@ class _Follower:
         for frame in complete.split(b"\n\n"):
             if not frame.startswith(b"id: "):
                 continue
-            seq = int(frame[4 : frame.index(b"\n")])
+            seq = _seq(frame[4 : frame.index(b"\n")])
             if seq < self.expected:
                 self.duplicated += 1
                 continue
@@ -281,3 +281,8 @@ async def run_load(
         "undeliveredAtTimeout": undelivered,
         "expectedDeliveries": sum(reader.total - reader.first for reader in readers),
     }
+
+
+def _seq(event_id: bytes) -> int:
+    """The seq of an SSE id, ``<incarnation>:<seq>`` (docs/protocol.md §5.1)."""
+    return int(event_id.rpartition(b":")[2])

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Final, Literal, TypeGuard
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from codec.errors import EventValidationError, SessionIdError
+from codec.incarnation import Incarnation
 
 __all__ = [
     "CHUNK_EVENT_TYPE",
@@ -146,6 +147,8 @@ class SessionHeader(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     meta: dict[str, Any] | UnsetType = UNSET
     # Set by the store when the session is closed (docs/protocol.md §6.3), never by its creator.
     closedAt: SafeInt | UnsetType = UNSET
+    # Set when the session is created (§2.5); a header stored without one has one derived on decode.
+    incarnation: Incarnation | UnsetType = UNSET
 
 
 _DATA_KEYS: Final = ("turn", "step", "chunk")

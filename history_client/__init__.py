@@ -7,7 +7,7 @@ It imports only the codec and httpx. The codec types a write needs (`SessionHead
 from __future__ import annotations
 
 from codec import DeltaData, Event, ReasoningDelta, ReplaceOp, SessionHeader, TextDelta, ToolCallDelta
-from history_client.client import AsyncHistoryClient, HistoryClient, service_error
+from history_client.client import AsyncHistoryClient, HistoryClient
 from history_client.errors import (
     ClientError,
     CursorAheadError,
@@ -15,11 +15,13 @@ from history_client.errors import (
     ProtocolError,
     ResumeBehindError,
     ServiceError,
+    SessionDeletedError,
     StreamOverlapError,
     TransportError,
 )
 from history_client.follow import Backoff, Reconnected, Retrying
 from history_client.pages import HistoryPage, LazyPage, iter_body_events, read_page
+from history_client.requests import service_error
 from history_client.sse import ServerSentEvent, SSEDecoder
 from history_client.text import RowText, has_visible, joined_text
 
@@ -48,6 +50,7 @@ __all__ = [
     "ServerSentEvent",
     "service_error",
     "ServiceError",
+    "SessionDeletedError",
     "SessionHeader",
     "SSEDecoder",
     "StreamOverlapError",

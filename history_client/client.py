@@ -1,23 +1,21 @@
 """`AsyncHistoryClient` and `HistoryClient`: thin I/O shells around the shared plans.
 
-Both clients build the same requests, map the same error bodies, and drive the same
-sans-I/O plans (`history_client.history`, `history_client.follow`), so every
-continuity rule is written once. A client closes only an ``httpx`` client it created.
+Both clients build the same requests and map the same error bodies (`history_client.requests`),
+and drive the same sans-I/O plans (`history_client.history`, `history_client.follow`), so
+every continuity rule is written once. A client closes only an ``httpx`` client it created.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Final, Self
-from urllib.parse import quote
 
 import httpx
 
-from codec import CodecError, Event, SessionHeader, check_session_id, decode_json, encode
-from history_client.errors import ClientError, ProtocolError, ServiceError, TransportError, describe
+from codec import Event, SessionHeader, encode
+from history_client.errors import ClientError
 from history_client.follow import (
     Backoff,
     Connect,
@@ -28,9 +26,19 @@ from history_client.follow import (
     Sleep,
     follow_plan,
 )
-from history_client.history import Emit, Fetch, Plan, history_plan, pages_plan
+from history_client.frames import AsyncFrames, SyncFrames
+from history_client.history import Emit, Fetch, PageAnswer, Plan, history_plan, pages_plan
+from history_client.incarnations import INCARNATION_HEADER, Pin
 from history_client.pages import HistoryPage, read_page
-from history_client.sse import ServerSentEvent, SSEDecoder
+from history_client.requests import (
+    Requests,
+    answer_error,
+    auth_headers,
+    check_event_stream,
+    json_body,
+    service_error,
+    wrap_transport,
+)
 
 __all__ = ["AsyncHistoryClient", "HistoryClient"]
 
@@ -39,92 +47,12 @@ DEFAULT_TIMEOUT: Final = 10.0
 FOLLOW_READ_TIMEOUT: Final = 45.0
 
 
-class _Requests:
-    """Everything about a request that does not depend on sync or async I/O."""
-
-    def __init__(self, *, max_messages: int | None, max_bytes: int | None) -> None:
-        self.max_messages = max_messages
-        self.max_bytes = max_bytes
-
-    @staticmethod
-    def path(session: str, child: str | None, leaf: str) -> str:
-        """The address of a session (or a child of it); an id the service could never accept is a `SessionIdError`."""
-        check_session_id(session)
-        if child is not None:
-            check_session_id(child, where="child id")
-        base = f"/v1/sessions/{quote(session, safe='')}"
-        if child is not None:
-            base += f"/subagents/{quote(child, safe='')}"
-        return f"{base}/{leaf}"
-
-    def page_params(
-        self, *, through: int | None, before: int | None, max_messages: int | None, max_bytes: int | None
-    ) -> dict[str, int]:
-        params = {
-            "through": through,
-            "before": before,
-            "maxMessages": max_messages if max_messages is not None else self.max_messages,
-            "maxBytes": max_bytes if max_bytes is not None else self.max_bytes,
-        }
-        return {name: value for name, value in params.items() if value is not None}
-
-    @staticmethod
-    def follow_headers(after: int | None) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream"}
-        if after is not None:
-            headers["Last-Event-ID"] = str(after)
-        return headers
-
-
-def _headers(token: str | None, principal: str | None) -> dict[str, str]:
-    headers = {"Accept": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    if principal is not None:
-        headers["X-Principal"] = principal
-    return headers
-
-
-def service_error(response: httpx.Response) -> ServiceError:
-    """The `ServiceError` for a non-2xx response whose body has been read."""
-    status = response.status_code
-    code, message = f"http_{status}", response.reason_phrase or "error"
-    try:
-        body = decode_json(response.content)
-    except CodecError:
-        body = None
-    error = body.get("error") if type(body) is dict else None
-    if type(error) is dict and type(error.get("code")) is str:
-        code = error["code"]
-        message = str(error.get("message", message))
-    return ServiceError(message, status_code=status, code=code, response=response)
-
-
-def _json_body(response: httpx.Response) -> Any:
-    if not response.is_success:
-        raise service_error(response)
-    try:
-        return decode_json(response.content)
-    except CodecError as exc:
-        raise ProtocolError(f"{response.request.url.path}: {exc}") from exc
-
-
-def _event_stream(response: httpx.Response) -> None:
-    kind = response.headers.get("content-type", "").partition(";")[0].strip()
-    if kind != "text/event-stream":
-        raise ProtocolError(f"follow answered with {kind or 'no content type'}, not text/event-stream")
-
-
 def _step(plan: Plan | FollowPlan, reply: Any = None, error: BaseException | None = None) -> Any:
     """Advance a plan; ``None`` when it has finished."""
     try:
         return plan.throw(error) if error is not None else plan.send(reply)
     except StopIteration:
         return None
-
-
-def _wrap_transport(exc: httpx.TransportError) -> TransportError:
-    return TransportError(describe(exc))
 
 
 class _Shared:
@@ -143,8 +71,8 @@ class _Shared:
         backoff: Backoff | None,
     ) -> None:
         self._owns_client = owns_client
-        self._headers = _headers(token, principal)
-        self._requests = _Requests(max_messages=max_messages, max_bytes=max_bytes)
+        self._headers = auth_headers(token, principal)
+        self._requests = Requests(max_messages=max_messages, max_bytes=max_bytes)
         self._follow_timeout = httpx.Timeout(timeout, read=follow_read_timeout)
         self.backoff = backoff or Backoff()
 
@@ -153,22 +81,37 @@ class _Shared:
         http: httpx.Client | httpx.AsyncClient,
         session: str,
         child: str | None,
-        after: int | None,
+        action: Connect,
         max_messages: int | None,
     ) -> httpx.Request:
-        params = {"maxMessages": max_messages} if max_messages is not None else {}
         return http.build_request(
             "GET",
-            _Requests.path(session, child, "follow"),
-            params=params,
-            headers={**self._headers, **_Requests.follow_headers(after)},
+            Requests.path(session, child, "follow"),
+            params=Requests.follow_params(action.after, action.incarnation, max_messages),
+            headers={**self._headers, **Requests.follow_headers(action.after, action.incarnation)},
             timeout=self._follow_timeout,
         )
 
-    def _fetch_params(self, action: Fetch) -> dict[str, int]:
+    def _fetch_params(self, action: Fetch) -> dict[str, int | str]:
         return self._requests.page_params(
-            through=action.through, before=action.before, max_messages=None, max_bytes=None
+            through=action.through,
+            before=action.before,
+            max_messages=None,
+            max_bytes=None,
+            incarnation=action.incarnation,
         )
+
+    @staticmethod
+    def _answer(response: httpx.Response) -> PageAnswer:
+        return PageAnswer(response.content, response.headers.get(INCARNATION_HEADER))
+
+    @staticmethod
+    def _read_page(
+        response: httpx.Response, *, through: int | None, before: int | None, incarnation: str | None
+    ) -> HistoryPage:
+        pin = Pin(incarnation)
+        pin.learn(response.headers.get(INCARNATION_HEADER), "the page")
+        return read_page(response.content, through=through, before=before, incarnation=pin.incarnation)
 
 
 class AsyncHistoryClient(_Shared):
@@ -221,13 +164,13 @@ class AsyncHistoryClient(_Shared):
         if self._owns_client:
             await self._http.aclose()
 
-    async def _get(self, path: str, params: Mapping[str, int]) -> httpx.Response:
+    async def _get(self, path: str, params: Mapping[str, int | str]) -> httpx.Response:
         try:
             response = await self._http.get(path, params=params, headers=self._headers)
         except httpx.TransportError as exc:
-            raise _wrap_transport(exc) from exc
+            raise wrap_transport(exc) from exc
         if not response.is_success:
-            raise service_error(response)
+            raise answer_error(response)
         return response
 
     async def _post(self, path: str, body: bytes) -> Any:
@@ -235,11 +178,21 @@ class AsyncHistoryClient(_Shared):
         try:
             response = await self._http.post(path, content=body, headers=headers)
         except httpx.TransportError as exc:
-            raise _wrap_transport(exc) from exc
-        return _json_body(response)
+            raise wrap_transport(exc) from exc
+        return json_body(response)
+
+    async def _delete(self, path: str) -> None:
+        try:
+            response = await self._http.delete(path, headers=self._headers)
+        except httpx.TransportError as exc:
+            raise wrap_transport(exc) from exc
+        if not response.is_success:
+            raise service_error(response)
 
     async def create_session(self, header: SessionHeader) -> Any:
-        """Create a session from its header (docs/protocol.md §6.1); returns ``{"id": ..., "headSeq": -1}``.
+        """Create a session from its header (docs/protocol.md §6.1).
+
+        Returns ``{"id", "headSeq": -1, "incarnation"}``: the new session's incarnation (§2.5).
 
         A subagent child is created the same way, with ``parentSession`` naming a session the
         caller owns and ``origin="subagent"``. Raises `ServiceError` with ``code``
@@ -260,7 +213,7 @@ class AsyncHistoryClient(_Shared):
         ``response`` body holds the ``headSeq`` to continue from), ``invalid_batch``,
         ``invalid_event``, ``batch_too_large`` or ``session_not_found``.
         """
-        return await self._post(_Requests.path(session, None, "events"), encode({"events": events}))
+        return await self._post(Requests.path(session, None, "events"), encode({"events": events}))
 
     async def close_session(self, session: str) -> Any:
         """Close a session, or a subagent child, by its own id (§6.3); returns ``{"headSeq", "closedAt"}``.
@@ -268,7 +221,16 @@ class AsyncHistoryClient(_Shared):
         Idempotent: a closed session answers the same. Its follow streams end after its last
         event, and a later append raises `ServiceError` with ``code`` ``session_closed``.
         """
-        return await self._post(_Requests.path(session, None, "close"), b"")
+        return await self._post(Requests.path(session, None, "close"), b"")
+
+    async def delete_session(self, session: str) -> None:
+        """Delete a session and its whole subagent tree, by the session's own id (§6.4).
+
+        Durable when it returns. Its followers end with `SessionDeletedError`, and the id may
+        be created again, as a new incarnation (§2.5). Raises `ServiceError` with ``code``
+        ``session_not_found`` for an unknown id (a deleted one too) or another principal's.
+        """
+        await self._delete(Requests.address(session))
 
     async def page_body(
         self,
@@ -279,12 +241,13 @@ class AsyncHistoryClient(_Shared):
         before: int | None = None,
         max_messages: int | None = None,
         max_bytes: int | None = None,
+        incarnation: str | None = None,
     ) -> bytes:
         """The raw JSON body of a page, decompressed but not decoded (see `iter_body_events`)."""
         params = self._requests.page_params(
-            through=through, before=before, max_messages=max_messages, max_bytes=max_bytes
+            through=through, before=before, max_messages=max_messages, max_bytes=max_bytes, incarnation=incarnation
         )
-        return (await self._get(_Requests.path(session, child, "page"), params)).content
+        return (await self._get(Requests.path(session, child, "page"), params)).content
 
     async def page(
         self,
@@ -295,28 +258,51 @@ class AsyncHistoryClient(_Shared):
         before: int | None = None,
         max_messages: int | None = None,
         max_bytes: int | None = None,
+        incarnation: str | None = None,
     ) -> HistoryPage:
-        """One validated page. Its records cover exactly ``[from_seq, to_seq)`` and it ends at the cursor asked for."""
-        body = await self.page_body(
-            session, child=child, through=through, before=before, max_messages=max_messages, max_bytes=max_bytes
+        """One validated page. Its records cover exactly ``[from_seq, to_seq)`` and it ends at the cursor asked for.
+
+        Its ``incarnation`` is the one the service named (§2.5). Given ``incarnation``, the page
+        must be of it: once that session is deleted, `SessionDeletedError` is raised.
+        """
+        params = self._requests.page_params(
+            through=through, before=before, max_messages=max_messages, max_bytes=max_bytes, incarnation=incarnation
         )
-        return read_page(body, through=through, before=before)
+        response = await self._get(Requests.path(session, child, "page"), params)
+        return self._read_page(response, through=through, before=before, incarnation=incarnation)
 
     def iter_pages(
-        self, session: str, *, child: str | None = None, through: int | None = None, after: int = -1
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        through: int | None = None,
+        after: int = -1,
+        incarnation: str | None = None,
     ) -> AsyncIterator[HistoryPage]:
-        """Validated pages, newest first, back to the one holding ``after + 1``; each joins the last."""
-        return self._drive(pages_plan(through=through, after=after), session, child)
+        """Validated pages, newest first, back to the one holding ``after + 1``; each joins the last.
+
+        Every page is of one incarnation: ``incarnation``, or the first page's. If the session is
+        deleted meanwhile (and perhaps created again), `SessionDeletedError` is raised.
+        """
+        return self._drive(pages_plan(through=through, after=after, incarnation=incarnation), session, child)
 
     def iter_history(
-        self, session: str, *, child: str | None = None, after: int = -1, through: int | None = None
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        after: int = -1,
+        through: int | None = None,
+        incarnation: str | None = None,
     ) -> AsyncIterator[Event]:
         """The exact events with ``after < seq <= through`` (default: to the head), in seq order.
 
         Pages back from ``through``, keeping each page's body on disk, never decoded as a
-        whole, and replays them oldest first one row at a time (see `history_plan`).
+        whole, and replays them oldest first one row at a time (see `history_plan`). The pages
+        are of one incarnation, as in `iter_pages`.
         """
-        return self._drive(history_plan(through=through, after=after), session, child)
+        return self._drive(history_plan(through=through, after=after, incarnation=incarnation), session, child)
 
     def follow(
         self,
@@ -326,23 +312,29 @@ class AsyncHistoryClient(_Shared):
         after: int | None = None,
         max_messages: int | None = None,
         on_connection: ConnectionHook | None = None,
+        incarnation: str | None = None,
     ) -> AsyncIterator[Event]:
         """Every event after ``after`` (or from a fresh snapshot's tail page), exactly once, in order, live.
 
-        Reconnects with ``Last-Event-ID`` on any break, as ``backoff`` says; repairs gaps from
-        pages. It ends when the session is closed (after its last event), when the caller
-        stops iterating, or when an error that retrying cannot fix is raised.
+        Reconnects with ``Last-Event-ID: <incarnation>:<seq>`` on any break, as ``backoff``
+        says; repairs gaps from pages. It ends when the session is closed (after its last
+        event), when the caller stops iterating, or when an error that retrying cannot fix is
+        raised: `SessionDeletedError` once the session is deleted, without reconnecting.
         ``on_connection`` hears each failure that will be retried (`Retrying`) and each
         stream that opens again after failures (`Reconnected`).
+
+        The follow is of one incarnation (§2.5): ``incarnation`` (say a page's, to follow on
+        from it), or the one its first frame names. Without it, a resume with ``after`` that
+        is cut before any event arrives reconnects to whichever session then holds the id.
         """
-        plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection)
+        plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection, incarnation=incarnation)
         return self._drive(plan, session, child, max_messages=max_messages)
 
     async def _drive(
         self, plan: Plan | FollowPlan, session: str, child: str | None, *, max_messages: int | None = None
     ) -> AsyncIterator[Any]:
-        stream: _AsyncFrames | None = None
-        page_path = _Requests.path(session, child, "page")
+        stream: AsyncFrames | None = None
+        page_path = Requests.path(session, child, "page")
         try:
             action = _step(plan)
             while action is not None:
@@ -352,7 +344,7 @@ class AsyncHistoryClient(_Shared):
                         for value in action.values:
                             yield value
                     elif type(action) is Fetch:
-                        reply = (await self._get(page_path, self._fetch_params(action))).content
+                        reply = self._answer(await self._get(page_path, self._fetch_params(action)))
                     elif type(action) is NextFrame:
                         assert stream is not None
                         reply = await stream.next()
@@ -360,7 +352,7 @@ class AsyncHistoryClient(_Shared):
                         if stream is not None:
                             await stream.aclose()
                             stream = None
-                        stream = await self._open_stream(session, child, action.after, max_messages)
+                        stream = await self._open_stream(session, child, action, max_messages)
                     elif type(action) is Sleep:
                         await asyncio.sleep(action.seconds)
                 except (httpx.TransportError, ClientError, Disconnected) as exc:
@@ -373,16 +365,16 @@ class AsyncHistoryClient(_Shared):
                 await stream.aclose()
 
     async def _open_stream(
-        self, session: str, child: str | None, after: int | None, max_messages: int | None
-    ) -> _AsyncFrames:
-        request = self._follow_request(self._http, session, child, after, max_messages)
+        self, session: str, child: str | None, action: Connect, max_messages: int | None
+    ) -> AsyncFrames:
+        request = self._follow_request(self._http, session, child, action, max_messages)
         response = await self._http.send(request, stream=True)
         if not response.is_success:
             await response.aread()
             await response.aclose()
-            raise service_error(response)
-        _event_stream(response)
-        return _AsyncFrames(response)
+            raise answer_error(response)
+        check_event_stream(response)
+        return AsyncFrames(response)
 
 
 class HistoryClient(_Shared):
@@ -424,13 +416,13 @@ class HistoryClient(_Shared):
         if self._owns_client:
             self._http.close()
 
-    def _get(self, path: str, params: Mapping[str, int]) -> httpx.Response:
+    def _get(self, path: str, params: Mapping[str, int | str]) -> httpx.Response:
         try:
             response = self._http.get(path, params=params, headers=self._headers)
         except httpx.TransportError as exc:
-            raise _wrap_transport(exc) from exc
+            raise wrap_transport(exc) from exc
         if not response.is_success:
-            raise service_error(response)
+            raise answer_error(response)
         return response
 
     def _post(self, path: str, body: bytes) -> Any:
@@ -438,8 +430,16 @@ class HistoryClient(_Shared):
         try:
             response = self._http.post(path, content=body, headers=headers)
         except httpx.TransportError as exc:
-            raise _wrap_transport(exc) from exc
-        return _json_body(response)
+            raise wrap_transport(exc) from exc
+        return json_body(response)
+
+    def _delete(self, path: str) -> None:
+        try:
+            response = self._http.delete(path, headers=self._headers)
+        except httpx.TransportError as exc:
+            raise wrap_transport(exc) from exc
+        if not response.is_success:
+            raise service_error(response)
 
     def create_session(self, header: SessionHeader) -> Any:
         """Create a session from its header; as `AsyncHistoryClient.create_session`."""
@@ -447,11 +447,15 @@ class HistoryClient(_Shared):
 
     def append(self, session: str, events: Sequence[Event]) -> Any:
         """Append one atomic batch that continues the head; as `AsyncHistoryClient.append`."""
-        return self._post(_Requests.path(session, None, "events"), encode({"events": events}))
+        return self._post(Requests.path(session, None, "events"), encode({"events": events}))
 
     def close_session(self, session: str) -> Any:
         """Close a session by its own id; as `AsyncHistoryClient.close_session`."""
-        return self._post(_Requests.path(session, None, "close"), b"")
+        return self._post(Requests.path(session, None, "close"), b"")
+
+    def delete_session(self, session: str) -> None:
+        """Delete a session and its subagent tree by its own id; as `AsyncHistoryClient.delete_session`."""
+        self._delete(Requests.address(session))
 
     def page_body(
         self,
@@ -462,11 +466,12 @@ class HistoryClient(_Shared):
         before: int | None = None,
         max_messages: int | None = None,
         max_bytes: int | None = None,
+        incarnation: str | None = None,
     ) -> bytes:
         params = self._requests.page_params(
-            through=through, before=before, max_messages=max_messages, max_bytes=max_bytes
+            through=through, before=before, max_messages=max_messages, max_bytes=max_bytes, incarnation=incarnation
         )
-        return self._get(_Requests.path(session, child, "page"), params).content
+        return self._get(Requests.path(session, child, "page"), params).content
 
     def page(
         self,
@@ -477,21 +482,35 @@ class HistoryClient(_Shared):
         before: int | None = None,
         max_messages: int | None = None,
         max_bytes: int | None = None,
+        incarnation: str | None = None,
     ) -> HistoryPage:
-        body = self.page_body(
-            session, child=child, through=through, before=before, max_messages=max_messages, max_bytes=max_bytes
+        params = self._requests.page_params(
+            through=through, before=before, max_messages=max_messages, max_bytes=max_bytes, incarnation=incarnation
         )
-        return read_page(body, through=through, before=before)
+        response = self._get(Requests.path(session, child, "page"), params)
+        return self._read_page(response, through=through, before=before, incarnation=incarnation)
 
     def iter_pages(
-        self, session: str, *, child: str | None = None, through: int | None = None, after: int = -1
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        through: int | None = None,
+        after: int = -1,
+        incarnation: str | None = None,
     ) -> Iterator[HistoryPage]:
-        return self._drive(pages_plan(through=through, after=after), session, child)
+        return self._drive(pages_plan(through=through, after=after, incarnation=incarnation), session, child)
 
     def iter_history(
-        self, session: str, *, child: str | None = None, after: int = -1, through: int | None = None
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        after: int = -1,
+        through: int | None = None,
+        incarnation: str | None = None,
     ) -> Iterator[Event]:
-        return self._drive(history_plan(through=through, after=after), session, child)
+        return self._drive(history_plan(through=through, after=after, incarnation=incarnation), session, child)
 
     def follow(
         self,
@@ -501,15 +520,16 @@ class HistoryClient(_Shared):
         after: int | None = None,
         max_messages: int | None = None,
         on_connection: ConnectionHook | None = None,
+        incarnation: str | None = None,
     ) -> Iterator[Event]:
-        plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection)
+        plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection, incarnation=incarnation)
         return self._drive(plan, session, child, max_messages=max_messages)
 
     def _drive(
         self, plan: Plan | FollowPlan, session: str, child: str | None, *, max_messages: int | None = None
     ) -> Iterator[Any]:
-        stream: _SyncFrames | None = None
-        page_path = _Requests.path(session, child, "page")
+        stream: SyncFrames | None = None
+        page_path = Requests.path(session, child, "page")
         try:
             action = _step(plan)
             while action is not None:
@@ -518,7 +538,7 @@ class HistoryClient(_Shared):
                     if type(action) is Emit:
                         yield from action.values
                     elif type(action) is Fetch:
-                        reply = self._get(page_path, self._fetch_params(action)).content
+                        reply = self._answer(self._get(page_path, self._fetch_params(action)))
                     elif type(action) is NextFrame:
                         assert stream is not None
                         reply = stream.next()
@@ -526,7 +546,7 @@ class HistoryClient(_Shared):
                         if stream is not None:
                             stream.close()
                             stream = None
-                        stream = self._open_stream(session, child, action.after, max_messages)
+                        stream = self._open_stream(session, child, action, max_messages)
                     elif type(action) is Sleep:
                         time.sleep(action.seconds)
                 except (httpx.TransportError, ClientError, Disconnected) as exc:
@@ -538,51 +558,12 @@ class HistoryClient(_Shared):
             if stream is not None:
                 stream.close()
 
-    def _open_stream(self, session: str, child: str | None, after: int | None, max_messages: int | None) -> _SyncFrames:
-        request = self._follow_request(self._http, session, child, after, max_messages)
+    def _open_stream(self, session: str, child: str | None, action: Connect, max_messages: int | None) -> SyncFrames:
+        request = self._follow_request(self._http, session, child, action, max_messages)
         response = self._http.send(request, stream=True)
         if not response.is_success:
             response.read()
             response.close()
-            raise service_error(response)
-        _event_stream(response)
-        return _SyncFrames(response)
-
-
-class _AsyncFrames:
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self._chunks = response.aiter_bytes()
-        self._decoder = SSEDecoder()
-        self._ready: deque[ServerSentEvent] = deque()
-
-    async def next(self) -> ServerSentEvent | None:
-        while not self._ready:
-            try:
-                chunk = await anext(self._chunks)
-            except StopAsyncIteration:
-                return None
-            self._ready.extend(self._decoder.feed(chunk))
-        return self._ready.popleft()
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-
-class _SyncFrames:
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self._chunks = response.iter_bytes()
-        self._decoder = SSEDecoder()
-        self._ready: deque[ServerSentEvent] = deque()
-
-    def next(self) -> ServerSentEvent | None:
-        while not self._ready:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                return None
-            self._ready.extend(self._decoder.feed(chunk))
-        return self._ready.popleft()
-
-    def close(self) -> None:
-        self._response.close()
+            raise answer_error(response)
+        check_event_stream(response)
+        return SyncFrames(response)

@@ -11,6 +11,8 @@
     - `StreamOverlapError`: a live record partly overlaps what was already delivered.
     - `ResumeBehindError`: a resumed stream opened behind the last delivered seq.
   - `CursorAheadError`: ``follow`` asked to resume after a seq the session does not have.
+  - `SessionDeletedError`: the session a follow or a read of several pages was of is gone:
+    deleted (docs/protocol.md §6.4), and perhaps created again as another incarnation (§2.5).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "ProtocolError",
     "ResumeBehindError",
     "ServiceError",
+    "SessionDeletedError",
     "StreamOverlapError",
     "TransportError",
     "describe",
@@ -76,6 +79,20 @@ class CursorAheadError(ClientError):
         super().__init__(f"cannot resume after seq {after}: the session's head is {head_seq}")
         self.after = after
         self.head_seq = head_seq
+
+
+class SessionDeletedError(ClientError):
+    """Raised when the session being read was deleted (docs/protocol.md §6.4); nothing of it is read again.
+
+    A follow stream said so, or a request that named the session's incarnation (§2.5) got
+    404 ``session_not_found``: the id is unknown now, or it holds a session created again,
+    whose events the read must not mix in. ``incarnation`` is the one that is gone, when
+    the client knew it.
+    """
+
+    def __init__(self, message: str, *, incarnation: str | None) -> None:
+        super().__init__(message)
+        self.incarnation = incarnation
 
 
 def describe(error: BaseException) -> str:

@@ -16,6 +16,15 @@ The journal rules (the seed's client journal):
 - Any other failure of the connection reconnects with ``Last-Event-ID`` = the cursor,
   after an exponential backoff with jitter; a reconnect that delivers resets the count.
 
+The incarnation rules (docs/protocol.md §2.5, §5.1):
+- The follow is of one incarnation: the caller's, or the one the snapshot's header or the
+  first frame's ``id:`` (``<incarnation>:<seq>``) names. Every later frame must name it;
+  one that names another is a `ProtocolError`.
+- A reconnect sends ``Last-Event-ID: <incarnation>:<cursor>`` and gap repairs name it on
+  their pages, so a 404 ``session_not_found`` to them means the session is gone: the client
+  raises `SessionDeletedError`, as for an ``error`` frame ``session_deleted``, and never
+  reconnects (never into a session created again under the id).
+
 An optional hook hears each failure that will be retried (`Retrying`) and each stream
 that opens again after failures (`Reconnected`); the failure that exhausts the retries
 is raised as `TransportError` instead.
@@ -44,11 +53,13 @@ from history_client.errors import (
     ProtocolError,
     ResumeBehindError,
     ServiceError,
+    SessionDeletedError,
     StreamOverlapError,
     TransportError,
     describe,
 )
-from history_client.history import Emit, Fetch
+from history_client.history import Emit, Fetch, fetch
+from history_client.incarnations import Pin
 from history_client.pages import LazyPage, open_lazy_page
 from history_client.sse import ServerSentEvent
 
@@ -73,9 +84,10 @@ DEFAULT_MAX_DELAY: Final = 30.0
 
 
 class Connect(NamedTuple):
-    """Open a follow stream; ``after`` is the ``Last-Event-ID`` to send, or ``None`` for a fresh open."""
+    """Open a follow stream: resuming after ``after``, or fresh when that is ``None``; of ``incarnation`` when known."""
 
     after: int | None
+    incarnation: str | None = None
 
 
 class NextFrame(NamedTuple):
@@ -153,14 +165,23 @@ class Backoff:
 _RETRYABLE_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
-def follow_plan(*, after: int | None, backoff: Backoff, on_connection: ConnectionHook | None = None) -> FollowPlan:
-    """Deliver every event after ``after`` (or from a fresh snapshot) exactly once, in order, until the session ends."""
-    journal = _Journal(after)
+def follow_plan(
+    *,
+    after: int | None,
+    backoff: Backoff,
+    on_connection: ConnectionHook | None = None,
+    incarnation: str | None = None,
+) -> FollowPlan:
+    """Deliver every event after ``after`` (or from a fresh snapshot) exactly once, in order, until the session ends.
+
+    ``incarnation`` pins the follow to that incarnation from its first request.
+    """
+    journal = _Journal(after, Pin(incarnation))
     failures = 0
     while True:
         opened = False
         try:
-            yield Connect(journal.cursor)
+            yield Connect(journal.cursor, journal.pin.incarnation)
             opened = True
             if failures and on_connection is not None:
                 on_connection(Reconnected(failures))
@@ -174,13 +195,13 @@ def follow_plan(*, after: int | None, backoff: Backoff, on_connection: Connectio
                 if frame.event == "snapshot":
                     if not first:
                         raise ProtocolError("the stream sent a snapshot after its opening")
-                    yield from journal.open(frame.data)
+                    yield from journal.open(frame)
                 elif frame.event == "event":
                     if journal.cursor is None:
                         raise ProtocolError("the stream sent an event before its snapshot")
-                    yield from journal.live(frame.data)
+                    yield from journal.live(frame)
                 elif frame.event == "error":
-                    raise _stream_error(frame.data, journal.cursor)
+                    raise _stream_error(frame.data, journal.cursor, journal.pin.incarnation)
                 elif frame.event == "end":
                     # The session was closed (docs/protocol.md §6.3): every event is delivered; nothing follows.
                     return
@@ -204,13 +225,17 @@ def follow_plan(*, after: int | None, backoff: Backoff, on_connection: Connectio
         yield Sleep(delay)
 
 
-def _stream_error(data: bytes, cursor: int | None) -> Exception:
+def _stream_error(data: bytes, cursor: int | None, incarnation: str | None) -> Exception:
     try:
         value = decode_json(data)
     except CodecError as exc:
         return ProtocolError(f"malformed error frame: {exc}")
     if type(value) is dict and value.get("code") == "cursor_ahead" and type(value.get("headSeq")) is int:
         return CursorAheadError(-1 if cursor is None else cursor, value["headSeq"])
+    if type(value) is dict and value.get("code") == "session_deleted":
+        # docs/protocol.md §6.4: the session is gone; a reconnect would find nothing, or another session.
+        of = "" if incarnation is None else f" (incarnation {incarnation})"
+        return SessionDeletedError(f"the session{of} was deleted while it was followed", incarnation=incarnation)
     if type(value) is dict and type(value.get("code")) is str:
         # The service failed after the stream opened (docs/protocol.md §5.1): resume, as after a cut.
         return Disconnected(f"the stream ended with {value['code']}")
@@ -218,17 +243,22 @@ def _stream_error(data: bytes, cursor: int | None) -> Exception:
 
 
 class _Journal:
-    """The delivered cursor and the rules that move it."""
+    """The delivered cursor, the incarnation it is of, and the rules that move them."""
 
-    def __init__(self, after: int | None) -> None:
+    def __init__(self, after: int | None, pin: Pin) -> None:
         self.cursor = after
+        self.pin = pin
         self.retry_ms: int | None = None
 
-    def open(self, data: bytes) -> Generator[Fetch | Emit, Any, None]:
+    def open(self, frame: ServerSentEvent) -> Generator[Fetch | Emit, Any, None]:
         try:
-            snapshot = decode_follow_snapshot(data)
+            snapshot = decode_follow_snapshot(frame.data)
         except CodecError as exc:
             raise ProtocolError(f"invalid snapshot: {exc}") from exc
+        # A header stored without one is served without it (§2.5): the snapshot's id then names it.
+        if isinstance(snapshot.header.incarnation, str):
+            self.pin.learn(snapshot.header.incarnation, "the snapshot's header")
+        self.pin.learn_event_id(frame.id, "the snapshot")
         page = LazyPage.open(snapshot, through=snapshot.cursor)
         cursor = self.cursor
         if cursor is not None and snapshot.cursor < cursor:
@@ -238,8 +268,9 @@ class _Journal:
         yield Emit(page.events(after=-1 if self.cursor is None else self.cursor))
         self.cursor = snapshot.cursor
 
-    def live(self, data: bytes) -> Generator[Fetch | Emit, Any, None]:
-        record = _live_record(data)
+    def live(self, frame: ServerSentEvent) -> Generator[Fetch | Emit, Any, None]:
+        self.pin.learn_event_id(frame.id, "a live frame")
+        record = _live_record(frame.data)
         first, last = record_seq_range(record)
         cursor = -1 if self.cursor is None else self.cursor
         if last <= cursor:
@@ -260,7 +291,7 @@ class _Journal:
         pages: list[LazyPage] = []
         through = target
         while through > cursor:
-            body = yield Fetch(through)
+            body = yield from fetch(self.pin, through)
             page = open_lazy_page(body, through=through)
             pages.append(page)
             through = page.from_seq - 1

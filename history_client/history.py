@@ -1,9 +1,14 @@
 """Paging plans, written once for the sync and the async client.
 
-A plan is a generator that does no I/O. It yields `Fetch` when it needs a page body
-(the client sends the body back) and `Emit` when it has events or pages for the caller.
+A plan is a generator that does no I/O. It yields `Fetch` when it needs a page (the
+client sends back a `PageAnswer`) and `Emit` when it has events or pages for the caller.
 Each client runs the same plan with its own transport, so the continuity rules live in
 one place.
+
+A plan reads one incarnation of its session (docs/protocol.md §2.5): the caller's, or the
+one its first page names. Every later `Fetch` names it, so a delete and re-create between
+two pages ends the read with `SessionDeletedError` (the client maps the 404) instead of
+joining pages of two sessions.
 """
 
 from __future__ import annotations
@@ -12,16 +17,25 @@ import tempfile
 from collections.abc import Generator, Iterable
 from typing import IO, Any, NamedTuple
 
+from history_client.incarnations import Pin
 from history_client.pages import HistoryPage, open_lazy_page, read_page
 
-__all__ = ["Emit", "Fetch", "Plan", "history_plan", "pages_plan"]
+__all__ = ["Emit", "Fetch", "PageAnswer", "Plan", "fetch", "history_plan", "pages_plan"]
 
 
 class Fetch(NamedTuple):
-    """Fetch one page body; the reply is the body's bytes."""
+    """Fetch one page, of ``incarnation`` when it is set; the reply is a `PageAnswer`."""
 
     through: int | None
     before: int | None = None
+    incarnation: str | None = None
+
+
+class PageAnswer(NamedTuple):
+    """A page's body, and the incarnation its ``Session-Incarnation`` header names (``None``: no header)."""
+
+    body: bytes
+    incarnation: str | None = None
 
 
 class Emit(NamedTuple):
@@ -30,24 +44,33 @@ class Emit(NamedTuple):
     values: Iterable[Any]
 
 
-Plan = Generator[Fetch | Emit, bytes | None, None]
+Plan = Generator[Fetch | Emit, PageAnswer | None, None]
 
 
-def pages_plan(*, through: int | None = None, after: int = -1) -> Plan:
+def fetch(pin: Pin, through: int | None) -> Generator[Fetch, PageAnswer | None, bytes]:
+    """One page body through ``through``, of the pinned incarnation; the first answer sets the pin."""
+    answer = yield Fetch(through, incarnation=pin.incarnation)
+    assert answer is not None
+    pin.learn(answer.incarnation, "a page")
+    return answer.body
+
+
+def pages_plan(*, through: int | None = None, after: int = -1, incarnation: str | None = None) -> Plan:
     """Validated `HistoryPage` values, newest first, from ``through`` (default: the head) back
-    to the page holding ``after + 1``. Each page must end exactly where the previous one began."""
+    to the page holding ``after + 1``. Each page must end exactly where the previous one began,
+    and be of the same incarnation."""
+    pin = Pin(incarnation)
     cursor = through
     while cursor is None or cursor > after:
-        body = yield Fetch(cursor)
-        assert body is not None
-        page: HistoryPage = read_page(body, through=cursor)
+        body = yield from fetch(pin, cursor)
+        page: HistoryPage = read_page(body, through=cursor, incarnation=pin.incarnation)
         yield Emit((page,))
         if page.from_seq <= after + 1:
             return
         cursor = page.from_seq - 1
 
 
-def history_plan(*, through: int | None = None, after: int = -1) -> Plan:
+def history_plan(*, through: int | None = None, after: int = -1, incarnation: str | None = None) -> Plan:
     """The exact events with ``after < seq <= through``, in ascending seq order.
 
     The page API cuts backwards from a cursor, so the plan walks back first. Every page
@@ -57,13 +80,13 @@ def history_plan(*, through: int | None = None, after: int = -1) -> Plan:
     """
     if through is not None and through <= after:
         return
+    pin = Pin(incarnation)
     spool: IO[bytes] | None = None
     spooled: list[tuple[int, int, int]] = []  # (offset, length, through) of each newer page
     cursor = through
     try:
         while True:
-            body = yield Fetch(cursor)
-            assert body is not None
+            body = yield from fetch(pin, cursor)
             page = open_lazy_page(body, through=cursor)
             if page.to_seq <= after + 1:
                 return

@@ -86,15 +86,26 @@ class HistoryPage:
     """A validated page whose records are decoded codec Structs.
 
     The records cover exactly ``[from_seq, to_seq)``; `events` expands them lazily and exactly.
+    ``incarnation`` is the session's incarnation the page is of (docs/protocol.md §2.5), when
+    the service named it: pass it on to later reads so that they stay in the same session.
     """
 
-    __slots__ = ("from_seq", "has_more", "records", "to_seq")
+    __slots__ = ("from_seq", "has_more", "incarnation", "records", "to_seq")
 
-    def __init__(self, records: Sequence[PageRecord], *, has_more: bool, from_seq: int, to_seq: int) -> None:
+    def __init__(
+        self,
+        records: Sequence[PageRecord],
+        *,
+        has_more: bool,
+        from_seq: int,
+        to_seq: int,
+        incarnation: str | None = None,
+    ) -> None:
         self.records = records
         self.has_more = has_more
         self.from_seq = from_seq
         self.to_seq = to_seq
+        self.incarnation = incarnation
 
     def __repr__(self) -> str:
         return f"HistoryPage(from_seq={self.from_seq}, to_seq={self.to_seq}, records={len(self.records)})"
@@ -162,8 +173,13 @@ class LazyPage:
             yield from events if first > after else events[after - first + 1 :]
 
 
-def read_page(data: bytes, *, through: int | None = None, before: int | None = None) -> HistoryPage:
-    """Decode, validate and check a ``session.page`` body; the request's cursor pins ``toSeq``."""
+def read_page(
+    data: bytes, *, through: int | None = None, before: int | None = None, incarnation: str | None = None
+) -> HistoryPage:
+    """Decode, validate and check a ``session.page`` body; the request's cursor pins ``toSeq``.
+
+    ``incarnation`` is kept on the page: the one its answer named.
+    """
     try:
         page = decode_page(data)
     except CodecError as exc:
@@ -176,7 +192,9 @@ def read_page(data: bytes, *, through: int | None = None, before: int | None = N
         through=through,
         before=before,
     )
-    return HistoryPage(page.records, has_more=page.hasMore, from_seq=page.fromSeq, to_seq=page.toSeq)
+    return HistoryPage(
+        page.records, has_more=page.hasMore, from_seq=page.fromSeq, to_seq=page.toSeq, incarnation=incarnation
+    )
 
 
 def open_lazy_page(data: bytes, *, through: int | None = None, before: int | None = None) -> LazyPage:

@@ -7,12 +7,13 @@ may create the store. The import itself is `history_service.importer`'s.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
-from codec import CodecError, check_session_id, encode
+from codec import CodecError, check_session_id, encode, written
 from history_service.bodies import Closed, ListedSession
 from history_service.command import CommandError
 from history_service.errors import ThroughBeyondHead
@@ -63,7 +64,7 @@ async def _import(
 async def _write_log(store: HistoryStore, session_id: str, out: TextIO) -> int:
     """Write the header line and every stored record; returns the number of logical events."""
     info = await store.get_session(session_id)
-    out.write(encode(info.header).decode() + "\n")
+    out.write(encode(written(info.header)).decode() + "\n")
     next_seq = 0
     while next_seq <= info.head_seq:
         records = await store.read_stored(session_id, next_seq, min(info.head_seq + 1, next_seq + EXPORT_WINDOW))
@@ -136,6 +137,27 @@ async def _close(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> 
     out.write(encode(Closed.of(info)).decode() + "\n")
 
 
+# Delete and vacuum.
+
+
+async def _delete(store: HistoryStore, args: argparse.Namespace, err: TextIO, out: TextIO) -> None:
+    await store.get_session(args.session_id)
+    if not args.yes:
+        err.write(f"delete session {args.session_id!r} and every subagent session below it? [y/N] ")
+        err.flush()
+        answer = sys.stdin.readline().strip().lower()
+        if answer not in ("y", "yes"):
+            raise CommandError("not deleted: the answer was not yes (pass --yes to delete without asking)")
+    deleted = await store.delete_session(args.session_id)
+    out.write(encode({"deleted": deleted}).decode() + "\n")
+
+
+async def _vacuum(store: HistoryStore, out: TextIO) -> None:
+    before = await store.size()
+    await store.vacuum()
+    out.write(encode({"before": before, "after": await store.size()}).decode() + "\n")
+
+
 # Page.
 
 
@@ -156,7 +178,7 @@ async def _page(store: HistoryStore, args: argparse.Namespace, settings: Setting
 
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
-    """Run the store command ``args.command`` (import, export, list, close or page) on the store of ``settings``."""
+    """Run the store command ``args.command`` (import, export, list, close, delete, vacuum or page) on the store."""
     # The inputs are found before the store is opened, so a typo creates no empty store.
     logs = _logs(args) if args.command == "import" else []
     store = await open_store(settings.store_url, create=args.command == "import", timeout=settings.store_timeout)
@@ -169,6 +191,10 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
             await _list(store, args, out)
         elif args.command == "close":
             await _close(store, args, out)
+        elif args.command == "delete":
+            await _delete(store, args, err, out)
+        elif args.command == "vacuum":
+            await _vacuum(store, out)
         else:
             await _page(store, args, settings, out)
     finally:

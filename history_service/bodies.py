@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from codec import MAX_SAFE_INTEGER, MAX_SESSION_ID, SESSION_ID_CHARS, SessionHeader
+from codec import INCARNATION_PATTERN, MAX_SAFE_INTEGER, MAX_SESSION_ID, SESSION_ID_CHARS, SessionHeader
 from persistence import SessionInfo, SessionSummary
 
 __all__ = [
@@ -47,10 +47,11 @@ class AppendBody(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class SessionCreated(Struct, frozen=True, forbid_unknown_fields=True):
-    """``201`` to a create: the new session's id, and its head, -1 while it has no event."""
+    """``201`` to a create: the new session's id, its head (-1 while it has no event), and its incarnation (§2.5)."""
 
     id: SessionId
     headSeq: Literal[-1]
+    incarnation: Annotated[str, Meta(pattern=INCARNATION_PATTERN)]
 
 
 class Appended(Struct, frozen=True, forbid_unknown_fields=True):
@@ -152,8 +153,9 @@ class ErrorBody(Struct, frozen=True, forbid_unknown_fields=True):
 class FollowError(Struct, frozen=True, forbid_unknown_fields=True):
     """The data of the ``error`` frame that ends a follow stream.
 
-    ``cursor_ahead`` with ``headSeq``: the resume cursor is past the head. Any other code is
-    an error of §11 (``store_unavailable``) that broke the stream after it opened; retry later.
+    ``cursor_ahead`` with ``headSeq``: the resume cursor is past the head. ``session_deleted``:
+    the session is gone (§6.4); do not retry. Any other code is an error of §11
+    (``store_unavailable``) that broke the stream after it opened; retry later.
     """
 
     code: str

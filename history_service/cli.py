@@ -176,6 +176,33 @@ def _parser() -> argparse.ArgumentParser:
     closer.add_argument("session_id", metavar="SESSION_ID")
     closer.add_argument("--store", help=STORE_HELP)
 
+    deleter = commands.add_parser(
+        "delete",
+        help="delete a session and its whole subagent tree",
+        description=(
+            "Delete a session, or a subagent child, by its own id, with every subagent session below it "
+            '(docs/protocol.md §6.4), and print {"deleted":[ids]}. It asks first, on standard error, '
+            "and reads the answer from standard input, unless --yes. A server running on the same SQLite or "
+            "JSONL store tells its followers only when they reconnect: delete through DELETE /v1/sessions/{id} "
+            "while one runs."
+        ),
+    )
+    deleter.add_argument("session_id", metavar="SESSION_ID")
+    deleter.add_argument("--store", help=STORE_HELP)
+    deleter.add_argument("--yes", action="store_true", help="delete without asking")
+
+    vacuumer = commands.add_parser(
+        "vacuum",
+        help="give the space of deleted sessions back to the file system",
+        description=(
+            "SQLite: rebuild the database file (VACUUM), so the pages deleted sessions freed are returned to "
+            "the file system; it needs as much free disk as the file, and holds the write lock meanwhile. "
+            "PostgreSQL: VACUUM the store's tables, so their space is reused. JSONL: removes what a "
+            "delete left behind. Prints the store's size in bytes before and after, as JSON."
+        ),
+    )
+    vacuumer.add_argument("--store", help=STORE_HELP)
+
     pager = commands.add_parser(
         "page",
         help="print one page as the service would serve it",

@@ -14,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 __all__ = ["ALLOW_HEADERS", "ALLOW_METHODS", "EXPOSE_HEADERS", "MAX_AGE", "cors_middleware"]
 
-ALLOW_METHODS: Final = ("GET", "POST")
+ALLOW_METHODS: Final = ("GET", "POST", "DELETE")
 # Every request header the service reads that a browser does not send on its own account.
 ALLOW_HEADERS: Final = (
     "Authorization",
@@ -27,7 +27,7 @@ ALLOW_HEADERS: Final = (
 )
 # The response headers past the CORS-safelisted ones (Content-Type, Cache-Control...) that a
 # page may want: a page's validator, its timing, and the id to quote from the server log.
-EXPOSE_HEADERS: Final = ("ETag", "Server-Timing", "X-Request-ID")
+EXPOSE_HEADERS: Final = ("ETag", "Server-Timing", "Session-Incarnation", "X-Request-ID")
 # Ten minutes: a browser asks again at most this long after the allow-list changed. A longer
 # age would save little, since browsers cache a preflight per address and most page
 # addresses differ (``through``), and Chromium caps it at two hours anyway.

@@ -35,10 +35,11 @@ from history_service.requests import (
 )
 from history_service.responses import EndedStreamingResponse, PartsResponse
 from history_service.service import HistoryService
-from persistence import SessionSummary, StoreError
+from persistence import SessionNotFoundError, SessionSummary, StoreError
 
 __all__ = [
     "IMMUTABLE",
+    "INCARNATION_HEADER",
     "REVALIDATED",
     "append_events",
     "create_session",
@@ -56,6 +57,8 @@ IMMUTABLE: Final = "private, max-age=31536000, immutable"
 # Under token auth a browser may not reuse a page for another caller, or for one with no token:
 # it revalidates every time, and the 304 passes the same checks as the page.
 REVALIDATED: Final = "private, no-cache"
+# The page's incarnation (§2.5), which a client names in its next page and follow addresses.
+INCARNATION_HEADER: Final = "Session-Incarnation"
 
 
 def _service(request: Request) -> HistoryService:
@@ -118,7 +121,7 @@ async def create_session(request: Request) -> Response:
     who = principal(request, service.settings)
     info = await service.create(who, await read_header(request, service.settings))
     # A new session has no event yet: its head is -1.
-    return _json(bodies.SessionCreated(info.header.id, -1), 201)
+    return _json(bodies.SessionCreated(info.header.id, -1, info.incarnation), 201)
 
 
 async def append_events(request: Request) -> Response:
@@ -140,6 +143,15 @@ async def close_session(request: Request) -> Response:
     return _json(bodies.Closed.of(info))
 
 
+async def delete_session(request: Request) -> Response:
+    service = _service(request)
+    who = principal(request, service.settings)
+    no_params(request)
+    session_id, _ = address(request)
+    await service.delete(who, session_id)
+    return Response(status_code=204)
+
+
 async def page(request: Request) -> Response:
     started = time.perf_counter()
     service = _service(request)
@@ -149,12 +161,15 @@ async def page(request: Request) -> Response:
     served = await service.page(who, *address(request), query, coding)
     sent = served.hold.release if served.hold is not None else None
     headers = {"Vary": "Accept-Encoding", "Server-Timing": f"app;dur={(time.perf_counter() - started) * 1000:.2f}"}
+    if served.incarnation is not None:
+        headers[INCARNATION_HEADER] = served.incarnation
     if served.coding != "identity":
         headers["Content-Encoding"] = served.coding
     if served.etag is not None:
         caching = REVALIDATED if service.settings.auth == "token" else IMMUTABLE
-        if query.through is None:
-            # A closed session's newest page (§6.3): stable, but its address names no seq, so it is revalidated.
+        if query.through is None or query.incarnation is None:
+            # Stable, but its address does not name it whole: a closed session's newest page names no seq
+            # (§6.3), and an address without the incarnation may name another session once its id is reused.
             caching = REVALIDATED
         headers.update({"ETag": served.etag, "Cache-Control": caching})
         if matches_etag(request, served.etag):
@@ -169,10 +184,10 @@ async def page(request: Request) -> Response:
 async def follow(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
-    after, max_messages = follow_params(request)
-    info = await service.readable(who, *address(request))
+    after, incarnation, max_messages = follow_params(request)
+    info = await service.readable(who, *address(request), incarnation=incarnation)
     holds = await service.admit_follower(info.header.id, snapshot=after is None, max_messages=max_messages)
-    frames = service.follow(info.header.id, holds, after=after, max_messages=max_messages)
+    frames = service.follow(info, holds, after=after, max_messages=max_messages)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return EndedStreamingResponse(
         _ended_by_error(frames, tracebacks_of(request)),
@@ -191,5 +206,8 @@ async def _ended_by_error(
         try:
             async for chunk in frames:
                 yield chunk
+        except SessionNotFoundError:
+            # Deleted while the stream opened: the same last frame as for a follower it found open (§6.4).
+            yield sse_frame("error", encode(bodies.FollowError("session_deleted")))
         except StoreError as exc:
             yield sse_frame("error", stream_error(exc, tracebacks))

@@ -28,10 +28,10 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from codec import Event, StoredRecord, encode, event_lines
+from codec import Event, StoredRecord, encode, event_id, event_lines
 from history_service.bodies import FollowEnd, FollowError
 from history_service.metrics import Metrics
-from persistence import HeadListener, HistoryStore, SessionInfo, StoreError
+from persistence import HeadListener, HistoryStore, Notice, SessionInfo, SessionNotFoundError, StoreError
 
 __all__ = [
     "CATCH_UP_WINDOW",
@@ -52,27 +52,28 @@ PING_SLOTS: Final = 16
 Snapshot = Callable[[SessionInfo], Awaitable[bytes]]
 
 
-def sse_frame(event: str, data: bytes, *, event_id: int | None = None, before: bytes = b"") -> bytes:
+def sse_frame(event: str, data: bytes, *, event_id: bytes | None = None, before: bytes = b"") -> bytes:
     """One SSE frame, after ``before``. ``data`` is single-line JSON, so it needs no splitting.
 
-    It is joined once: ``data`` may be a whole snapshot, and each concatenation would copy it.
+    ``event_id`` is the frame's ``id:`` (`codec.event_id`). It is joined once: ``data`` may be
+    a whole snapshot, and each concatenation would copy it.
     """
-    head = b"" if event_id is None else b"id: %d\n" % event_id
+    head = b"" if event_id is None else b"id: %s\n" % event_id
     return b"".join((before, head, b"event: ", event.encode(), b"\ndata: ", data, b"\n\n"))
 
 
-def event_frame(event: Event) -> bytes:
-    return sse_frame("event", encode(event), event_id=event.seq)
+def event_frame(event: Event, incarnation: str) -> bytes:
+    return sse_frame("event", encode(event), event_id=event_id(incarnation, event.seq))
 
 
-def stored_frames(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[bytes]:
+def stored_frames(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, incarnation: str) -> list[bytes]:
     """The event frames of ``[from_seq, to_seq)`` from the stored records that cover it.
 
     A stored event's line is its canonical JSON and goes into its frame as it is; a row's
     members get their lines from the codec without becoming events.
     """
     return [
-        sse_frame("event", line, event_id=seq + i)
+        sse_frame("event", line, event_id=event_id(incarnation, seq + i))
         for seq, lines in event_lines(stored, from_seq, to_seq)
         for i, line in enumerate(lines)
     ]
@@ -91,6 +92,9 @@ class Channel:
         self.known_head = -1
         # The head at which the session was closed, once this process knows it was: followers end there.
         self.closed_head: int | None = None
+        # The incarnation the channel's frames name (§2.5), once known; a deleted one ends its followers.
+        self.incarnation: str | None = None
+        self.deleted = False
         self.fetching = False
         self._wake = anyio.Event()
         self._last_publish = 0.0
@@ -161,8 +165,12 @@ class Hub:
         ping_interval: float,
         coalesce: float = 0.0,
         metrics: Metrics | None = None,
+        forget: Callable[[str | None, str | None], None] | None = None,
     ) -> None:
         self.store = store
+        # Told of sessions deleted through another process (the id and its incarnation), so what the service
+        # keeps of them goes too; ``(None, None)`` after notices may have been lost: of every session.
+        self._forget = forget
         self.metrics = metrics if metrics is not None else Metrics()
         self._capacity = capacity
         self._channels: dict[str, Channel] = {}
@@ -189,7 +197,7 @@ class Hub:
             self._tasks = tasks
             tasks.start_soon(self._ticker)
             if self._listener is not None:
-                tasks.start_soon(self._listener.run, self.advanced, self.resync)
+                tasks.start_soon(self._listener.run, self.heard, self.resync)
             task_status.started()
             await self.closing.wait()
             tasks.cancel_scope.cancel()
@@ -208,15 +216,51 @@ class Hub:
                 if channel.slot % (PING_SLOTS // 2) == turn:
                     channel.wake()
 
-    def publish(self, session_id: str, events: Sequence[Event]) -> None:
-        """Frames for durable events appended through this process."""
+    def publish(self, session_id: str, events: Sequence[Event], incarnation: str | None = None) -> None:
+        """Frames for durable events appended through this process, to the session's ``incarnation``.
+
+        Without ``incarnation``, the channel's; before a channel knows it, its followers read the store.
+        """
         channel = self._channels.get(session_id)
-        if channel is not None and events:
-            channel.publish(events[0].seq, [event_frame(e) for e in events])
+        if channel is None or not events:
+            return
+        if channel.incarnation is None:
+            channel.incarnation = incarnation
+        if channel.incarnation is not None and incarnation in (None, channel.incarnation):
+            channel.publish(events[0].seq, [event_frame(e, channel.incarnation) for e in events])
+
+    def deleted(self, session_ids: Sequence[str]) -> None:
+        """The sessions are gone: their followers get ``session_deleted`` and end, and their channels are dropped.
+
+        A follower that comes later, of an id created again, gets a channel of its own.
+        """
+        for session_id in session_ids:
+            channel = self._channels.pop(session_id, None)
+            if channel is not None:
+                channel.deleted = True
+                channel.wake()
 
     def ended(self, session_id: str, head: int) -> None:
         """The session was closed at ``head`` (through this process): its followers end once they reach it."""
         self.advanced(session_id, head, closed=True)
+
+    def heard(self, notice: Notice) -> None:
+        """A notice from another process: a head moved, or a session was closed or deleted."""
+        if notice.deleted:
+            self.gone(notice.session_id, notice.incarnation)
+        else:
+            self.advanced(notice.session_id, notice.head, notice.closed)
+
+    def gone(self, session_id: str, incarnation: str | None) -> None:
+        """Another process deleted ``incarnation`` of the session (``None``: whichever this one knows).
+
+        A channel of a later incarnation of the id is left alone: the notice is late, not about it.
+        """
+        channel = self._channels.get(session_id)
+        if channel is not None and incarnation in (None, channel.incarnation):
+            self.deleted([session_id])
+        if self._forget is not None:
+            self._forget(session_id, incarnation)
 
     def advanced(self, session_id: str, head: int, closed: bool = False) -> None:
         """A head notice: ``session_id`` has durable events up to ``head`` (from any process); ``closed`` at it."""
@@ -236,11 +280,19 @@ class Hub:
 
     async def resync(self) -> None:
         """Re-read the head of every followed session, after notices may have been lost."""
+        if self._forget is not None:
+            self._forget(None, None)
         for session_id, channel in list(self._channels.items()):
             if channel.followers and channel.anchored:
                 try:
                     info = await self.store.get_session(session_id)
+                    if channel.incarnation not in (None, info.incarnation):
+                        # Deleted and created again while notices were lost.
+                        self.gone(session_id, channel.incarnation)
+                        continue
                     self.advanced(session_id, info.head_seq, info.closed)
+                except SessionNotFoundError:
+                    self.gone(session_id, channel.incarnation)
                 except StoreError as exc:
                     self.metrics.store_error(exc)
                     logger.warning("cannot re-read the head of %r: %s", session_id, exc)
@@ -251,19 +303,21 @@ class Hub:
         channel.fetching = True
         self._tasks.start_soon(self._read_into, session_id, channel)
 
-    async def read_frames(self, session_id: str, from_seq: int, to_seq: int) -> list[bytes]:
+    async def read_frames(self, session_id: str, from_seq: int, to_seq: int, incarnation: str) -> list[bytes]:
         """The event frames of ``[from_seq, to_seq)``, read from the store (clipped to its head)."""
-        return stored_frames(await self.store.read_stored(session_id, from_seq, to_seq), from_seq, to_seq)
+        stored = await self.store.read_stored(session_id, from_seq, to_seq)
+        return stored_frames(stored, from_seq, to_seq, incarnation)
 
     async def _read_into(self, session_id: str, channel: Channel) -> None:
         # One store read per channel, not per follower; a notice that lands meanwhile extends the loop.
         try:
-            while channel.known_head >= channel.next_seq and not self.closing.is_set():
+            while channel.known_head >= channel.next_seq and not (self.closing.is_set() or channel.deleted):
                 if channel.interval < self.coalesce / 4:
                     # A busy session: let a few more notices gather, so one read carries them all.
                     await anyio.sleep(self.coalesce / 4)
                 first = channel.next_seq
-                frames = await self.read_frames(session_id, first, min(channel.known_head + 1, first + CATCH_UP_WINDOW))
+                upper = min(channel.known_head + 1, first + CATCH_UP_WINDOW)
+                frames = await self.read_frames(session_id, first, upper, str(channel.incarnation))
                 if not frames:
                     break
                 channel.publish(first, frames)
@@ -277,29 +331,42 @@ class Hub:
 
     @asynccontextmanager
     async def subscribe(
-        self, session_id: str, *, after: int | None, snapshot: Snapshot, retry_ms: int
+        self, session_id: str, *, after: int | None, snapshot: Snapshot, retry_ms: int, incarnation: str | None = None
     ) -> AsyncIterator[Subscription]:
         """Follow ``session_id`` from after ``after``, or from a fresh snapshot when ``after`` is ``None``.
 
         Owns the follower's whole lifetime: it is counted on its channel before the head is
         read (so every later seq reaches it), the opening frames are decided here, and it is
-        released on exit, however the stream ends.
+        released on exit, however the stream ends. ``incarnation`` is the one the caller was
+        allowed to read (``None``: whichever the session has): if the session is another by now,
+        the stream says it was deleted.
         """
-        channel = self._channels.get(session_id)
-        if channel is None:
-            self._created += 1
-            channel = self._channels[session_id] = Channel(self._capacity, self._created)
-        channel.followers += 1
+        channel = self._join(session_id)
         self.metrics.follow_opened()
         try:
             info = await self.store.get_session(session_id)
+            if channel.incarnation is None:
+                channel.incarnation = info.incarnation
+            elif channel.incarnation != info.incarnation:
+                # A channel of an incarnation deleted through another process, unheard of: end it, start anew.
+                self.gone(session_id, channel.incarnation)
+                channel.followers -= 1
+                channel = self._join(session_id)
+                channel.incarnation = info.incarnation
             channel.anchor(info.head_seq)
             if info.closed:
                 channel.closed_head = info.head_seq
             opening = b"retry: %d\n\n" % retry_ms
             head = info.head_seq
-            if after is None:
-                opening = sse_frame("snapshot", await snapshot(info), event_id=head, before=opening)
+            if incarnation is None:
+                incarnation = info.incarnation
+            if info.incarnation != incarnation:
+                opening += sse_frame("error", encode(FollowError("session_deleted")))
+                self.metrics.follow_frames("error")
+                yield Subscription(self, channel, session_id, opening, head + 1, head, ended=True)
+            elif after is None:
+                cursor = event_id(incarnation, head)
+                opening = sse_frame("snapshot", await snapshot(info), event_id=cursor, before=opening)
                 self.metrics.follow_frames("snapshot")
                 yield Subscription(self, channel, session_id, opening, head + 1, head)
             elif after > head:
@@ -312,6 +379,15 @@ class Hub:
             channel.followers -= 1
             self.metrics.follow_closed()
             self._release(session_id, channel)
+
+    def _join(self, session_id: str) -> Channel:
+        """The session's channel, made if it has none, with one more follower counted."""
+        channel = self._channels.get(session_id)
+        if channel is None:
+            self._created += 1
+            channel = self._channels[session_id] = Channel(self._capacity, self._created)
+        channel.followers += 1
+        return channel
 
     def _release(self, session_id: str, channel: Channel) -> None:
         # A channel lives while it has followers or a read in flight: idle sessions cost nothing.
@@ -359,6 +435,9 @@ class Subscription:
         catching_up = False
         while not hub.closing.is_set():
             head = max(head, channel.known_head)
+            if channel.deleted:
+                yield self._deleted()
+                return
             if channel.closed_head is not None and next_seq > channel.closed_head:
                 # Every event up to the close is sent: the stream ends here, and says why.
                 metrics.follow_frames("end")
@@ -388,7 +467,11 @@ class Subscription:
                 if not catching_up:
                     catching_up = True
                     metrics.follow_caught_up(behind=next_seq > self._head)
-                caught_up = await hub.read_frames(self._session_id, next_seq, upper)
+                try:
+                    caught_up = await hub.read_frames(self._session_id, next_seq, upper, str(channel.incarnation))
+                except SessionNotFoundError:
+                    yield self._deleted()
+                    return
                 if not caught_up:
                     break
                 metrics.follow_frames("event", len(caught_up))
@@ -401,7 +484,14 @@ class Subscription:
                     metrics.follow_frames("ping")
                     yield b": ping\n\n"
                     last_sent = anyio.current_time()
+        if channel.deleted:
+            yield self._deleted()
+            return
         # Shutting down: what is already published is durable, so send it before ending.
         if channel.first_seq <= next_seq < channel.next_seq:
             metrics.follow_frames("event", channel.next_seq - next_seq)
             yield channel.frames_from(next_seq) or b""
+
+    def _deleted(self) -> bytes:
+        self._hub.metrics.follow_frames("error")
+        return sse_frame("error", encode(FollowError("session_deleted")))

@@ -33,6 +33,7 @@ from codec import (
     SessionHeader,
     SessionIdError,
     check_session_id,
+    incarnation_of,
     read_header,
     read_session_log,
 )
@@ -201,6 +202,9 @@ async def _import_one(
 ) -> Outcome:
     def failed(reason: str) -> Outcome:
         return Outcome(path, "failed", header.id, reason)
+
+    # A log that names no incarnation keeps the derived one (§2.5), so an export gives back this log.
+    header = msgspec.structs.replace(header, incarnation=incarnation_of(header))
 
     try:
         log = read_session_log(path.read_bytes())

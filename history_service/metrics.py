@@ -84,6 +84,9 @@ class Metrics:
     def session_closed(self) -> None:
         """A session was closed (a repeated close is not counted)."""
 
+    def sessions_deleted(self, count: int, reason: str) -> None:
+        """``count`` sessions were deleted (a tree counts each of its sessions), for ``reason``: request or expired."""
+
     def store_error(self, exc: BaseException) -> None:
         """The store failed; counted by the kind (class) of ``exc``."""
 
@@ -174,6 +177,14 @@ class PrometheusMetrics(Metrics):
             "history_seq_conflicts", "Appends refused because they did not continue the head.", registry=owner
         )
         self._closed = Counter("history_sessions_closed", "Sessions closed.", registry=owner)
+        self._deleted = Counter(
+            "history_sessions_deleted",
+            "Sessions deleted, by reason: a request, or expiry; a tree counts each of its sessions.",
+            ["reason"],
+            registry=owner,
+        )
+        for reason in ("request", "expired"):
+            self._deleted.labels(reason)
         self._store_errors = Counter(
             "history_store_errors", "Store failures, by kind (the store error's class).", ["kind"], registry=owner
         )
@@ -248,6 +259,9 @@ class PrometheusMetrics(Metrics):
 
     def session_closed(self) -> None:
         self._closed.inc()
+
+    def sessions_deleted(self, count: int, reason: str) -> None:
+        self._deleted.labels(reason).inc(count)
 
     def store_error(self, exc: BaseException) -> None:
         self._store_errors.labels(type(exc).__name__).inc()

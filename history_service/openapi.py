@@ -120,8 +120,11 @@ def _refine(components: dict[str, Any]) -> None:
     components["NewSessionHeader"] = {
         **written,
         "title": "NewSessionHeader",
-        "description": "A create body: a session header (§2.3) without `closedAt` (§6.3); `type` may be left out.",
-        "properties": {name: value for name, value in header.items() if name != "closedAt"},
+        "description": (
+            "A create body: a session header (§2.3) without `closedAt` (§6.3) or `incarnation` (§2.5); "
+            "`type` may be left out."
+        ),
+        "properties": {name: value for name, value in header.items() if name not in ("closedAt", "incarnation")},
         "required": [name for name in written["required"] if name != "type"],
     }
     # §2.1: an event's type is never a row's tag or the header's.
@@ -148,7 +151,7 @@ def _schema(param: Param, settings: Mapping[str, Any]) -> dict[str, Any]:
     if param.kind == "enum":
         return {"enum": list(param.values)}
     if param.kind == "string":
-        return {"type": "string"}
+        return {"type": "string"} if param.pattern is None else {"type": "string", "pattern": param.pattern}
     schema: dict[str, Any] = {"type": "integer", "minimum": param.low, "maximum": param.high}
     default = param.default if param.setting is None else settings[param.setting]
     if default is not None:

@@ -20,7 +20,7 @@ import bisect
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
 import anyio.to_thread
@@ -31,7 +31,7 @@ from history_service.budget import Hold, InFlight
 from history_service.encoding import compress
 from history_service.errors import ThroughBeyondHead
 from history_service.metrics import Metrics
-from persistence import HistoryStore, PageRead, page_span
+from persistence import HistoryStore, PageRead, SessionNotFoundError, page_span
 
 __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
 
@@ -48,6 +48,8 @@ class PageQuery(msgspec.Struct, frozen=True):
     max_messages: int
     max_bytes: int
     raw: bool = False
+    # The incarnation the request names (§2.5); ``None`` when it names none.
+    incarnation: str | None = None
 
 
 class PageBody(NamedTuple):
@@ -76,6 +78,7 @@ class ServedPage(NamedTuple):
     coding: str
     etag: str | None
     hold: Hold | None = None
+    incarnation: str | None = None
 
 
 class EncodedPage(msgspec.Struct):
@@ -90,8 +93,14 @@ class EncodedPage(msgspec.Struct):
         return len(self.identity) + sum(len(body) for body in self.encoded.values())
 
 
-def encode_page(body: bytes) -> EncodedPage:
-    return EncodedPage(body, '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"', {})
+def encode_page(body: bytes, incarnation: str) -> EncodedPage:
+    """The page with its ETag: the incarnation, then a hash of the body, so no other incarnation's page matches it."""
+    return EncodedPage(body, f'"{incarnation}.{hashlib.blake2b(body, digest_size=16).hexdigest()}"', {})
+
+
+def _key(session_id: str, incarnation: str, query: PageQuery) -> tuple[object, ...]:
+    """A page's cache key: the incarnation served, whether or not the request named it."""
+    return (session_id, incarnation, query.through, query.before, query.max_messages, query.max_bytes, query.raw)
 
 
 class PageCache:
@@ -128,6 +137,18 @@ class PageCache:
         self._pages[key] = page
         self._bytes += page.size
         self._evict()
+
+    def forget(self, session_id: str, incarnation: str | None = None) -> None:
+        """Drop every page of a deleted session (of ``incarnation`` only, when given).
+
+        A scan: deletes are rare and the entries bounded.
+        """
+        for key in [key for key in self._pages if key[0] == session_id and incarnation in (None, key[1])]:
+            self._bytes -= self._pages.pop(key).size
+
+    def clear(self) -> None:
+        self._pages.clear()
+        self._bytes = 0
 
     def grew(self, key: tuple[object, ...], page: EncodedPage, added: int) -> None:
         """Account for ``added`` bytes of a new encoding of ``page``, if the cache still holds it."""
@@ -189,26 +210,39 @@ class PageReader:
         *,
         inflight: InFlight | None = None,
         metrics: Metrics | None = None,
+        gone: Callable[[str, str], bool] | None = None,
     ) -> None:
         self._store = store
         self._cache = cache
+        # Whether an incarnation of a session was deleted: its pages are neither served from the cache nor kept.
+        self._gone = gone or (lambda session_id, incarnation: False)
         # Without a budget (the CLI), every read is admitted at once.
         self._inflight = inflight if inflight is not None else InFlight(1 << 62, wait=0, shapes=1)
         self.metrics = metrics if metrics is not None else Metrics()
 
     async def page(
-        self, session_id: str, query: PageQuery, coding: str = "identity", *, holds: tuple[Hold, Hold] | None = None
+        self,
+        session_id: str,
+        query: PageQuery,
+        coding: str = "identity",
+        *,
+        holds: tuple[Hold, Hold] | None = None,
+        incarnation: str | None = None,
     ) -> ServedPage:
         """The page of ``session_id`` that ``query`` names, in ``coding`` (identity when too small to pay).
 
         A page that was read carries its hold on the budget of bodies being sent, which the
         caller releases once it is sent. ``holds`` are the reading and sending holds the
         caller took already (a follow stream's, at admission); without them the read takes
-        its own, and then learns what its shape costs. Raises `ThroughBeyondHead`, and the
-        store's errors as it raises them.
+        its own, and then learns what its shape costs. ``incarnation`` is the session's, as
+        the caller knows it, which finds a kept page before any read. A query that names
+        another incarnation than the session's raises `SessionNotFoundError`: that session is
+        gone (§2.5). Raises `ThroughBeyondHead`, and the store's errors as it raises them.
         """
-        if query.through is not None:
-            cached = await self._cached(session_id, query, coding)
+        if query.incarnation is not None and incarnation is not None and query.incarnation != incarnation:
+            raise SessionNotFoundError(session_id)
+        if query.through is not None and incarnation is not None:
+            cached = await self._cached(session_id, incarnation, query, coding)
             if cached is not None:
                 return cached
         shape = (session_id, query.max_messages, query.max_bytes, query.raw)
@@ -224,6 +258,10 @@ class PageReader:
                 max_messages=query.max_messages,
                 max_bytes=query.max_bytes,
             )
+            served_incarnation = read.info.incarnation
+            if served_incarnation != (query.incarnation or incarnation or served_incarnation):
+                # Not the incarnation the request names, or the one the caller's access was checked on.
+                raise SessionNotFoundError(session_id)
             if holds is None:
                 # What the read really holds is known once it is read.
                 size = sum(len(record.line) for record in read.stored)
@@ -234,7 +272,7 @@ class PageReader:
             if query.through is None and read.info.closed:
                 # A closed session's head never moves: its newest page is the one through the head (§6.3).
                 query = msgspec.structs.replace(query, through=read.info.head_seq)
-                cached = await self._cached(session_id, query, coding) if holds is None else None
+                cached = await self._cached(session_id, served_incarnation, query, coding) if holds is None else None
                 if cached is not None:
                     return cached
             started = time.perf_counter()
@@ -247,30 +285,32 @@ class PageReader:
         finally:
             reading.release()
 
-    async def _cached(self, session_id: str, query: PageQuery, coding: str) -> ServedPage | None:
-        if self._cache is None:
+    async def _cached(self, session_id: str, incarnation: str, query: PageQuery, coding: str) -> ServedPage | None:
+        if self._cache is None or self._gone(session_id, incarnation):
             return None
-        key = (session_id, query)
+        key = _key(session_id, incarnation, query)
         page = self._cache.get(key)
         if page is None:
             return None
         self.metrics.page_cached()
-        return await self._encoded(key, page, coding)
+        return (await self._encoded(key, page, coding))._replace(incarnation=incarnation)
 
     async def _build(self, read: PageRead, query: PageQuery, coding: str) -> ServedPage:
         body, _ = await _chosen(read, query)
+        incarnation = read.info.incarnation
         if query.through is None:
             if coding == "identity" or body.size < MIN_COMPRESS:
-                return ServedPage(body, "identity", None)
-            return ServedPage(PageBody.of(await _compressed(body, coding)), coding, None)
+                return ServedPage(body, "identity", None, incarnation=incarnation)
+            return ServedPage(PageBody.of(await _compressed(body, coding)), coding, None, incarnation=incarnation)
         identity = body.join()
-        page = (
-            encode_page(identity) if body.size < _THREAD_AT else await anyio.to_thread.run_sync(encode_page, identity)
-        )
-        key = (read.info.header.id, query)
-        if self._cache is not None:
+        if body.size < _THREAD_AT:
+            page = encode_page(identity, incarnation)
+        else:
+            page = await anyio.to_thread.run_sync(encode_page, identity, incarnation)
+        key = _key(read.info.header.id, incarnation, query)
+        if self._cache is not None and not self._gone(read.info.header.id, incarnation):
             self._cache.put(key, page)
-        return await self._encoded(key, page, coding)
+        return (await self._encoded(key, page, coding))._replace(incarnation=incarnation)
 
     async def _encoded(self, key: tuple[object, ...], page: EncodedPage, coding: str) -> ServedPage:
         if coding == "identity" or len(page.identity) < MIN_COMPRESS:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal, Union, get_args, ge
 import msgspec
 from msgspec import Meta, Struct
 
-from codec import MAX_SAFE_INTEGER
+from codec import INCARNATION_PATTERN, MAX_SAFE_INTEGER
 from history_service.encoding import Coding, spoken
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "IF_NONE_MATCH",
     "DEFAULT_LISTED",
     "DEFAULT_MAX_MESSAGES",
+    "EVENT_ID_PATTERN",
     "LAST_EVENT_ID",
     "MAX_LISTED",
     "MAX_MESSAGES",
@@ -46,6 +47,16 @@ DEFAULT_LISTED: Final = 50
 MaxMessages = Annotated[int, Meta(ge=1, le=MAX_MESSAGES, description="Most counted messages (§4.3).")]
 # A follow's resume cursor: a seq, or -1 for "from the start".
 Resume = Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER)]
+IncarnationParam = Annotated[
+    str,
+    Meta(
+        pattern=INCARNATION_PATTERN,
+        description="The session's incarnation (§2.5); another one answers as an unknown session.",
+    ),
+]
+# An SSE id (§5.1): ``<incarnation>:<seq>``, or a bare seq from a client that predates incarnations. The
+# seq is -1 or at most 15 digits, so every value the pattern admits is in range (below 2^53).
+EVENT_ID_PATTERN: Final = r"^(?:[0-9a-z]{1,32}:)?(?:-1|[0-9]{1,15})$"
 
 
 class NoParams(Struct, frozen=True, forbid_unknown_fields=True):
@@ -67,7 +78,7 @@ class PageParams(Struct, frozen=True, forbid_unknown_fields=True):
     """A page's query (§4.1); `history_service.pages.PageQuery` is what the service reads from it."""
 
     # Which bad parameter a 400 names when several are: `expand` first, then the fields in order.
-    CHECK_ORDER: ClassVar[tuple[str, ...]] = ("expand", "through", "before", "maxMessages", "maxBytes")
+    CHECK_ORDER: ClassVar[tuple[str, ...]] = ("expand", "through", "before", "maxMessages", "maxBytes", "incarnation")
 
     through: (
         Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER, description="Inclusive upper seq, at most the head.")] | None
@@ -83,24 +94,26 @@ class PageParams(Struct, frozen=True, forbid_unknown_fields=True):
         | None
     ) = None
     expand: Annotated[Literal["raw"], Meta(description='Every record as `{"event"}`, unpacked.')] | None = None
+    incarnation: IncarnationParam | None = None
 
 
 class FollowParams(Struct, frozen=True, forbid_unknown_fields=True):
     """A follow's query (§5.1); the ``Last-Event-ID`` header, when sent, wins over ``after``."""
 
     # A bad ``Last-Event-ID`` is named after a bad `after` and before a bad `maxMessages`.
-    CHECK_ORDER: ClassVar[tuple[str, ...]] = ("after", "Last-Event-ID", "maxMessages")
+    CHECK_ORDER: ClassVar[tuple[str, ...]] = ("after", "Last-Event-ID", "maxMessages", "incarnation")
 
     after: Annotated[Resume, Meta(description="Resume after this seq, with no snapshot.")] | None = None
     maxMessages: MaxMessages = DEFAULT_MAX_MESSAGES
+    incarnation: IncarnationParam | None = None
 
 
 class Param(Struct, frozen=True, kw_only=True):
     """One parameter as both its readers need it.
 
     ``kind`` is ``"integer"`` (within ``low`` … ``high``), ``"enum"`` (one of ``values``) or
-    ``"string"``. ``default`` is the value when it is absent, unless ``setting`` names the
-    `history_service.settings.Settings` field that gives it.
+    ``"string"`` (matching ``pattern``, when it has one). ``default`` is the value when it is
+    absent, unless ``setting`` names the `history_service.settings.Settings` field that gives it.
     """
 
     name: str
@@ -109,6 +122,7 @@ class Param(Struct, frozen=True, kw_only=True):
     low: int | None = None
     high: int | None = None
     values: tuple[str, ...] = ()
+    pattern: str | None = None
     default: Any = None
     setting: str | None = None
 
@@ -135,6 +149,7 @@ def parameter(name: str, annotation: Any, *, default: Any = None, description: s
     high = next((int(meta.le) for meta in metas if meta.le is not None), None)
     described = next((meta.description for meta in reversed(metas) if meta.description), "")
     setting = next((meta.extra["setting"] for meta in metas if meta.extra and "setting" in meta.extra), None)
+    pattern = next((meta.pattern for meta in metas if meta.pattern is not None), None)
     common: dict[str, Any] = {"name": name, "description": description or described, "default": default}
     if all(get_origin(member) is Literal for member in members):
         values = tuple(value for member in members for value in get_args(member))
@@ -142,7 +157,7 @@ def parameter(name: str, annotation: Any, *, default: Any = None, description: s
     if members == (int,):
         return Param(kind="integer", low=low, high=high, setting=setting, **common)
     if members == (str,):
-        return Param(kind="string", **common)
+        return Param(kind="string", pattern=pattern, **common)
     raise TypeError(f"parameter {name} has a type no parameter may have: {annotation!r}")
 
 
@@ -158,5 +173,9 @@ def parameters(query: type[Struct]) -> tuple[Param, ...]:
 
 ACCEPT_ENCODING: Final = Header("Accept-Encoding", str, f"{spoken()} (§4.4).")
 IF_NONE_MATCH: Final = Header("If-None-Match", str, "An immutable page's ETag, or `*`.")
-LAST_EVENT_ID: Final = Header("Last-Event-ID", Resume, "As `after`, and wins over it.")
+LAST_EVENT_ID: Final = Header(
+    "Last-Event-ID",
+    Annotated[str, Meta(pattern=EVENT_ID_PATTERN)],
+    "An SSE `id` (§5.1), `<incarnation>:<seq>`: as `after` and `incarnation`, and wins over them.",
+)
 CONTENT_ENCODING: Final = Header("Content-Encoding", Literal["identity"] | Coding, "The body's content coding (§11.2).")

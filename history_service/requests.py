@@ -18,7 +18,7 @@ import base64
 import binascii
 import functools
 import re
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -38,6 +38,7 @@ from codec import (
     decode_json,
     decode_storage_line,
     expand_records,
+    parse_event_id,
     split_batch,
     values_within,
 )
@@ -178,6 +179,8 @@ def parse_header(body: bytes | bytearray) -> SessionHeader:
     session_id(header.id, where="id")
     if header.closedAt is not msgspec.UNSET:
         raise InvalidHeader("closedAt is set by closing the session (§6.3), never at create")
+    if header.incarnation is not msgspec.UNSET:
+        raise InvalidHeader("incarnation is set by the service when it creates the session (§2.5)")
     if isinstance(header.parentSession, str):
         session_id(header.parentSession, where="parentSession")
     return header
@@ -288,6 +291,8 @@ def _value(param: Param, value: str | None, settings: Settings | None) -> Any:
         return integer(value, param.name, param.low, param.high)
     if param.kind == "enum" and value not in param.values:
         raise InvalidParameter(f"{param.name} must be {' or '.join(map(repr, param.values))}")
+    if param.pattern is not None and re.fullmatch(param.pattern, value) is None:
+        raise InvalidParameter(f"{param.name} must match {param.pattern}")
     return value
 
 
@@ -313,15 +318,29 @@ def page_query(request: Request, settings: Settings) -> PageQuery:
         max_messages=params.maxMessages,
         max_bytes=params.maxBytes,
         raw=params.expand == "raw",
+        incarnation=params.incarnation,
     )
 
 
-def follow_params(request: Request) -> tuple[int | None, int]:
-    """A follow's resume cursor (``Last-Event-ID`` wins over ``after``; ``None`` for a snapshot) and ``maxMessages``."""
+class FollowQuery(NamedTuple):
+    """A follow's resume cursor (``None``: a snapshot), the incarnation it names (``None``: any), maxMessages."""
+
+    after: int | None
+    incarnation: str | None
+    max_messages: int
+
+
+def follow_params(request: Request) -> FollowQuery:
+    """A follow's parameters (§5): ``Last-Event-ID`` wins over ``after`` and ``incarnation``."""
     # Both are checked (`FollowParams.CHECK_ORDER`): a bad `after` is refused even when the header wins (§5).
     params = query(request, FollowParams)
     header = request.headers.get(LAST_EVENT_ID.name)
-    return (int(header) if header else params.after), params.maxMessages
+    if not header:
+        return FollowQuery(params.after, params.incarnation, params.maxMessages)
+    parsed = parse_event_id(header)
+    assert parsed is not None, "the header matched its pattern"
+    incarnation, seq = parsed
+    return FollowQuery(seq, incarnation or params.incarnation, params.maxMessages)
 
 
 def accepted_coding(request: Request) -> str:

@@ -74,7 +74,7 @@ class Operation(Struct, frozen=True, kw_only=True):
     and a principal, ``service`` the token alone, ``none`` neither.
     """
 
-    method: Literal["GET", "POST"]
+    method: Literal["GET", "POST", "DELETE"]
     name: str
     summary: str
     tag: str
@@ -129,6 +129,7 @@ _CLOSED: Final = {
         "The closed session's last page, which never changes.",
     ),
     "Follow": _link("followSession", {"id": "$request.path.id"}, "Its snapshot, then the end frame at once."),
+    "Delete": _link("deleteSession", {"id": "$request.path.id"}, "Delete it, and its subagent tree."),
 }
 _READ_STATE: Final = {
     "ReadImmutablePage": _link(
@@ -140,6 +141,11 @@ _READ_STATE: Final = {
 
 _PAGE_HEADERS: Final = {
     "Vary": {"required": True, "schema": {"const": "Accept-Encoding"}},
+    endpoints.INCARNATION_HEADER: {
+        "required": True,
+        "description": "The session's incarnation (§2.5): name it as `incarnation` to pin the next pages.",
+        "schema": {"type": "string", "pattern": "^[0-9a-z]{1,32}$"},
+    },
     "Cache-Control": {
         "required": True,
         "schema": {"enum": ["no-cache", endpoints.IMMUTABLE, endpoints.REVALIDATED]},
@@ -155,8 +161,8 @@ _PAGE: Final = (
     Reply(status=304, description="`If-None-Match` holds the immutable page's ETag.", headers=_PAGE_HEADERS),
 )
 _FRAMES: Final = (
-    ("snapshot", FollowSnapshot, "The first frame of a fresh follow; `id` is the cursor."),
-    ("event", Event, "One logical event, never packed; `id` is its seq."),
+    ("snapshot", FollowSnapshot, "The first frame of a fresh follow; `id` is `<incarnation>:<cursor>`."),
+    ("event", Event, "One logical event, never packed; `id` is `<incarnation>:<seq>`."),
     ("error", bodies.FollowError, "The last frame of a stream that cannot go on."),
     ("end", bodies.FollowEnd, "The last frame of a closed session's stream, after its last event."),
 )
@@ -169,7 +175,7 @@ _FRAME: Final = {
             "required": ["event", "data"],
             "properties": {
                 "event": {"const": name},
-                "id": {"type": "string", "pattern": "^-?[0-9]+$"},
+                "id": {"type": "string", "pattern": "^[0-9a-z]{1,32}:-?[0-9]+$"},
                 "data": {
                     "type": "string",
                     "contentMediaType": "application/json",
@@ -274,6 +280,21 @@ ROUTES: Final = (
                 endpoint=endpoints.get_session,
                 replies=(msgspec.structs.replace(_STATE, links=_READ_STATE),),
                 errors=("invalid_parameter", *READ),
+                query=NoParams,
+            ),
+            Operation(
+                method="DELETE",
+                name="deleteSession",
+                summary="Delete a session and its subagent tree (§6.4)",
+                tag="writing",
+                endpoint=endpoints.delete_session,
+                replies=(
+                    Reply(
+                        status=204,
+                        description="Deleted, durably: the session and every subagent session below it are gone.",
+                    ),
+                ),
+                errors=("invalid_parameter", *ADDRESSED),
                 query=NoParams,
             ),
         ),

@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Sequence
 
-from codec import Event, SessionHeader, snapshot_body
+import anyio
+
+from codec import Event, SessionHeader, incarnation_of, snapshot_body
 from history_service.budget import Hold, InFlight
 from history_service.errors import (
     InvalidParent,
@@ -78,16 +80,19 @@ class HistoryService:
             ping_interval=settings.ping_interval,
             coalesce=settings.follow_coalesce_ms / 1000,
             metrics=self.metrics,
+            forget=self._forget,
         )
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
         self.inflight = InFlight(settings.inflight_bytes, wait=settings.inflight_wait, shapes=settings.session_cache)
-        self.pages = PageReader(store, self.cache, inflight=self.inflight, metrics=self.metrics)
+        self.pages = PageReader(store, self.cache, inflight=self.inflight, metrics=self.metrics, gone=self._deleted)
         self.reading, self.sending = self.inflight.reading, self.inflight.sending
         self.followers = 0
         self._append_locks = KeyedLocks()
         # Owner and header never change once a session exists (but for closedAt, which the store
         # checks on every append), so appends need not ask the store.
         self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
+        # The incarnation each recently deleted id had: nothing of it is learned or kept again.
+        self._gone: Lru[str, str] = Lru(settings.session_cache)
 
     @property
     def sessions_known(self) -> int:
@@ -100,7 +105,30 @@ class HistoryService:
         return len(self._append_locks)
 
     def _learn(self, info: SessionInfo) -> None:
-        self._owners.put(info.header.id, (info.owner, info.header))
+        if self._gone.get(info.header.id) != info.incarnation:
+            # A read that began before the delete ended must not bring the deleted session back.
+            self._owners.put(info.header.id, (info.owner, info.header))
+
+    def _deleted(self, session_id: str, incarnation: str) -> bool:
+        return self._gone.get(session_id) == incarnation
+
+    def _forget(self, session_id: str | None, incarnation: str | None = None) -> None:
+        """Drop what this process keeps of a deleted session: its owner, header and pages.
+
+        Only of ``incarnation`` when given (a late notice must not drop the id's next one); of every
+        session when ``session_id`` is ``None`` (notices may have been lost).
+        """
+        if session_id is None:
+            self._owners.clear()
+            self.cache.clear()
+            return
+        known = self._owners.get(session_id)
+        if known is not None and incarnation in (None, incarnation_of(known[1])):
+            self._owners.pop(session_id)
+            incarnation = incarnation_of(known[1])
+        if incarnation is not None:
+            self._gone.put(session_id, incarnation)
+        self.cache.forget(session_id, incarnation)
 
     async def _owned(self, principal: str, session_id: str, *, need_head: bool = True) -> SessionInfo:
         known = self._owners.get(session_id)
@@ -115,13 +143,20 @@ class HistoryService:
         self._learn(info)
         return info
 
-    async def readable(self, principal: str, session_id: str, child: str | None = None) -> SessionInfo:
-        """The session a page or follow address names, if the caller may read it."""
+    async def readable(
+        self, principal: str, session_id: str, child: str | None = None, *, incarnation: str | None = None
+    ) -> SessionInfo:
+        """The session a page or follow address names, if the caller may read it.
+
+        ``incarnation``, when given, must be the session's: another one is gone (§2.5), and answers as unknown.
+        """
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
         info = await self.store.get_session(child or session_id)
         self._learn(info)
         _check_visible(principal, session_id, child, info)
+        if incarnation is not None and incarnation != info.incarnation:
+            raise SessionNotFoundError(info.header.id)
         return info
 
     async def sessions(
@@ -162,7 +197,7 @@ class HistoryService:
         return info
 
     async def append(self, principal: str, session_id: str, events: Sequence[Event]) -> AppendResult:
-        await self._owned(principal, session_id, need_head=False)
+        owned = await self._owned(principal, session_id, need_head=False)
         # Publishing under the lock keeps each session's frames in seq order.
         async with self._append_locks.hold(session_id):
             try:
@@ -172,7 +207,7 @@ class HistoryService:
                 raise
             self.metrics.appended(result.head_seq - result.first_seq + 1, idempotent=result.idempotent)
             if not result.idempotent:
-                self.hub.publish(session_id, events)
+                self.hub.publish(session_id, events, owned.incarnation)
         return result
 
     async def close(self, principal: str, session_id: str) -> SessionInfo:
@@ -188,6 +223,22 @@ class HistoryService:
                 self.metrics.session_closed()
             self.hub.ended(session_id, info.head_seq)
         return info
+
+    async def delete(self, principal: str, session_id: str, *, reason: str = "request") -> list[str]:
+        """Delete the caller's session and its subagent tree (§6.4): durable before it returns; followers are told.
+
+        ``reason`` is what the metrics count it as: ``request``, or ``expired`` for the sweeper.
+        """
+        await self._owned(principal, session_id)
+        # Shielded: once the store has the delete, this process is told of it, whatever becomes of the request.
+        with anyio.CancelScope(shield=True):
+            async with self._append_locks.hold(session_id):
+                deleted = await self.store.delete_session(session_id)
+            for gone in deleted:
+                self._forget(gone)
+            self.hub.deleted(deleted)
+            self.metrics.sessions_deleted(len(deleted), reason)
+        return deleted
 
     async def page(
         self, principal: str, session_id: str, child: str | None, query: PageQuery, coding: str = "identity"
@@ -205,8 +256,14 @@ class HistoryService:
             info = await self.store.get_session(target)
             self._learn(info)
             known = (info.owner, info.header)
-        _check_visible(principal, session_id, child, SessionInfo(known[1], known[0], -1))
-        return await self.pages.page(target, query, coding)
+        info = SessionInfo(known[1], known[0], -1)
+        _check_visible(principal, session_id, child, info)
+        try:
+            return await self.pages.page(target, query, coding, incarnation=info.incarnation)
+        except SessionNotFoundError:
+            # Perhaps deleted through another process, and created again: the next request reads it afresh.
+            self._owners.pop(target)
+            raise
 
     async def admit_follower(self, session_id: str, *, snapshot: bool, max_messages: int) -> tuple[Hold, Hold]:
         """A place for a new follow stream, and its snapshot's holds; `Overloaded` when there is none.
@@ -241,7 +298,7 @@ class HistoryService:
         self.followers -= 1
 
     async def follow(
-        self, session_id: str, holds: tuple[Hold, Hold], *, after: int | None, max_messages: int
+        self, info: SessionInfo, holds: tuple[Hold, Hold], *, after: int | None, max_messages: int
     ) -> AsyncGenerator[bytes | memoryview, None]:
         """The follow stream of a session the caller may read: opening frames, then events, until shutdown.
 
@@ -250,13 +307,18 @@ class HistoryService:
         last piece. A reader that does not read keeps the second, and so keeps it counted.
         """
         reading, sending = holds
+        session_id = info.header.id
 
         async def snapshot(info: SessionInfo) -> bytes:
             # The tail page at through = cursor, with the header and cursor in front of its own fields.
             query = PageQuery(
-                through=info.head_seq, before=None, max_messages=max_messages, max_bytes=self.settings.default_max_bytes
+                through=info.head_seq,
+                before=None,
+                max_messages=max_messages,
+                max_bytes=self.settings.default_max_bytes,
+                incarnation=info.incarnation,
             )
-            page = await self.pages.page(session_id, query, holds=holds)
+            page = await self.pages.page(session_id, query, holds=holds, incarnation=info.incarnation)
             body = snapshot_body(info.header, info.head_seq, page.body.join())
             self.inflight.learned((session_id, "snapshot", max_messages), len(body))
             sending.resize(len(body))
@@ -265,7 +327,11 @@ class HistoryService:
 
         try:
             async with self.hub.subscribe(
-                session_id, after=after, snapshot=snapshot, retry_ms=self.settings.retry_ms
+                session_id,
+                after=after,
+                snapshot=snapshot,
+                retry_ms=self.settings.retry_ms,
+                incarnation=info.incarnation,
             ) as subscription:
                 opened = False
                 async for chunk in subscription:
@@ -279,6 +345,8 @@ class HistoryService:
                         yield view[at : at + SEND_SIZE]
                     reading.release()
                     sending.release()
+        except SessionNotFoundError:
+            raise  # deleted meanwhile: not the store's failure
         except StoreError as exc:
             self.metrics.store_error(exc)
             raise

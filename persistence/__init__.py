@@ -34,7 +34,7 @@ from persistence.errors import (
 from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.message_index import select_cuts
-from persistence.notify import HeadListener
+from persistence.notify import HeadListener, Notice
 from persistence.rules import page_span
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
@@ -57,6 +57,7 @@ __all__ = [
     "Lru",
     "MemoryStore",
     "newest_first",
+    "Notice",
     "open_store",
     "page_span",
     "PageRead",

@@ -11,12 +11,13 @@ from __future__ import annotations
 import bisect
 import heapq
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
+import msgspec
 from msgspec import UNSET, Struct
 
-from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines
+from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines, incarnation_of, new_incarnation
 from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import BatchPlan, PageSpan, page_span
@@ -34,7 +35,9 @@ __all__ = [
     "bound_read",
     "closed_at_of",
     "events_in",
+    "subtree",
     "in_listing",
+    "incarnated",
     "newest_first",
     "subagent_parent",
 ]
@@ -59,6 +62,11 @@ class SessionInfo(Struct, frozen=True):
     @property
     def closed(self) -> bool:
         return self.header.closedAt is not UNSET
+
+    @property
+    def incarnation(self) -> str:
+        """The session's incarnation (docs/protocol.md §2.5): its header's, or the one derived for it."""
+        return incarnation_of(self.header)
 
 
 class SessionKey(Struct, frozen=True, order=True):
@@ -126,9 +134,28 @@ def closed_at_of(header: SessionHeader) -> int | None:
     return None if header.closedAt is UNSET else header.closedAt
 
 
+def incarnated(header: SessionHeader) -> SessionHeader:
+    """``header`` as a store creates it: with a fresh incarnation unless it names one (an imported log's)."""
+    if header.incarnation is not UNSET:
+        return header
+    return msgspec.structs.replace(header, incarnation=new_incarnation())
+
+
 def in_listing(header: SessionHeader, closed: bool | None) -> bool:
     """Whether a listing that keeps only closed (``True``) or open (``False``) sessions, or all (``None``), keeps it."""
     return closed is None or (header.closedAt is not UNSET) == closed
+
+
+def subtree(root: str, children: Callable[[str], Iterable[str]]) -> list[str]:
+    """``root`` and every session below it (``children(id)`` gives an id's direct children), parents before children."""
+    found, seen, at = [root], {root}, 0
+    while at < len(found):
+        for child in children(found[at]):
+            if child not in seen:
+                seen.add(child)
+                found.append(child)
+        at += 1
+    return found
 
 
 def subagent_parent(header: SessionHeader) -> str | None:
@@ -170,7 +197,10 @@ class HistoryStore(ABC):
 
     @abstractmethod
     async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
-        """Create an empty session; raise `SessionExistsError` if the id is taken."""
+        """Create an empty session; raise `SessionExistsError` if the id is taken.
+
+        The session gets a fresh incarnation (`incarnated`) unless the header names one.
+        """
 
     @abstractmethod
     async def get_session(self, session_id: str) -> SessionInfo:
@@ -193,6 +223,15 @@ class HistoryStore(ABC):
         first close's. Raises `SessionNotFoundError` for an unknown id. A close and an append
         to the same session are ordered: the append either lands before the close or is
         refused with `SessionClosedError`.
+        """
+
+    @abstractmethod
+    async def delete_session(self, session_id: str) -> list[str]:
+        """Delete the session and its whole subagent tree (docs/protocol.md §6.4); the ids deleted, its own first.
+
+        Durable when it returns, and atomic per session on a crash: each session of the tree
+        is afterwards whole or gone. The ids may then be created again, as new incarnations.
+        Raises `SessionNotFoundError` for an unknown id.
         """
 
     @abstractmethod
@@ -262,6 +301,14 @@ class HistoryStore(ABC):
         connection that works now), not only what this process keeps, so a store that has gone
         away is found out even while connections opened before it went still read.
         """
+
+    async def size(self) -> int | None:
+        """The bytes the store takes on disk, where it can tell (``None`` for memory)."""
+        return None
+
+    async def vacuum(self) -> None:
+        """Give the space that deleted sessions freed back to the file system, where the store keeps it."""
+        return None
 
     def listener(self) -> HeadListener | None:
         """Head notices from other processes that append to this store, or ``None`` when no other process can.

@@ -19,8 +19,10 @@ from persistence.base import (
     closed_at_of,
     events_in,
     in_listing,
+    incarnated,
     newest_first,
     subagent_parent,
+    subtree,
 )
 from persistence.batch import prepare_batch
 from persistence.errors import SessionExistsError, SessionNotFoundError
@@ -90,6 +92,7 @@ class MemoryStore(HistoryStore):
     async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
         if header.id in self._sessions:
             raise SessionExistsError(header.id)
+        header = incarnated(header)
         self._sessions[header.id] = _Session(header, owner)
         return SessionInfo(header, owner, -1)
 
@@ -118,6 +121,18 @@ class MemoryStore(HistoryStore):
         if not session.closed:
             session.header = msgspec.structs.replace(session.header, closedAt=closed_at)
         return SessionInfo(session.header, session.owner, session.index.head)
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        self._session(session_id)
+        children: dict[str, list[str]] = {}
+        for session in self._sessions.values():
+            parent = subagent_parent(session.header)
+            if parent is not None:
+                children.setdefault(parent, []).append(session.header.id)
+        deleted = subtree(session_id, lambda parent: children.get(parent, ()))
+        for gone in deleted:
+            del self._sessions[gone]
+        return deleted
 
     async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         index = self._session(session_id).index

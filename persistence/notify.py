@@ -28,26 +28,39 @@ __all__ = ["NOTIFY_CHANNEL", "HeadListener", "Notice", "notice"]
 
 NOTIFY_CHANNEL: Final = "history_heads"
 
-OnHead = Callable[[str, int, bool], None]
+OnHead = Callable[["Notice"], None]
 OnConnect = Callable[[], Awaitable[None]]
 
 
 class Notice(msgspec.Struct, frozen=True, array_like=True):
-    """A head notice as sent: ``closed`` says the session was closed at ``head`` (absent from an append's notice)."""
+    """A head notice as sent: ``closed`` says the session was closed at ``head``, ``deleted`` that it is gone.
+
+    Both are absent from an append's notice. A delete's names the ``incarnation`` it deleted, so
+    a process never takes it for the delete of the id's next incarnation.
+    """
 
     session_id: str
     head: int
     origin: str
     closed: bool = False
+    deleted: bool = False
+    incarnation: str | None = None
 
 
-def notice(session_id: str, head: int, origin: str, *, closed: bool = False) -> str:
+def notice(
+    session_id: str, head: int, origin: str, *, closed: bool = False, deleted: bool = False, incarnation: str = ""
+) -> str:
     """One head notice: the session id, its head seq and the sending store's origin, as JSON (under 8,000 bytes).
 
-    A close's notice adds ``true``. A listener of a build before closes reads exactly three fields: it logs
-    the close's notice as malformed and drops it (docs/protocol.md §7.6).
+    A close's notice adds ``true``; a delete's adds ``false, true`` and the incarnation (its head is -1).
+    A listener of a build before closes reads exactly three fields: it logs those notices as malformed
+    and drops them (docs/protocol.md §7.6).
     """
-    fields: tuple[object, ...] = (session_id, head, origin, True) if closed else (session_id, head, origin)
+    fields: tuple[object, ...] = (session_id, head, origin)
+    if deleted:
+        fields += (False, True, incarnation)
+    elif closed:
+        fields += (True,)
     return msgspec.json.encode(fields).decode()
 
 
@@ -61,4 +74,4 @@ class HeadListener(ABC):
 
     @abstractmethod
     async def run(self, on_head: OnHead, on_connect: OnConnect) -> None:
-        """Listen until cancelled: ``on_head(session, head, closed)`` per notice, ``on_connect()`` on each connect."""
+        """Until cancelled: ``on_head(notice)`` per notice of another store, ``on_connect()`` per connect."""

@@ -7,9 +7,9 @@ from typing import Any
 
 import msgspec
 
-from codec import Event, SessionHeader, encode, pack_page
+from codec import Event, SessionHeader, encode, pack_page, parse_event_id
 
-__all__ = ["event_frame", "page_body", "records_of", "snapshot_frame", "sse"]
+__all__ = ["event_frame", "id_seq", "page_body", "records_of", "snapshot_frame", "sse"]
 
 
 def records_of(events: list[Event]) -> Any:
@@ -30,6 +30,13 @@ def page_body(
         "toSeq": to_seq,
     }
     return encode(body)
+
+
+def id_seq(text: str | bytes) -> int:
+    """The seq of a follow frame's ``id:`` value, which must be ``<incarnation>:<seq>`` (docs/protocol.md §5.1)."""
+    parsed = parse_event_id(text.decode() if isinstance(text, bytes) else text)
+    assert parsed is not None and parsed[0] is not None, f"not an id of the service's: {text!r}"
+    return parsed[1]
 
 
 def sse(event: str, data: bytes, event_id: int | None = None) -> bytes:

@@ -182,6 +182,8 @@ def check_curl(run: Run, shown: Block | None) -> None:
         return
     # A POST creates (201), except a close, which changes a session that exists (200).
     want = 201 if re.search(r"-X\s+POST", run.command) and not re.search(r"/close\b", run.command) else 200
+    if re.search(r"-X\s+DELETE", run.command):
+        want = 204
     assert status == want, f"{run.command!r} answered {status}, not {want}: {body!r}"
     if expected is not None:
         assert json.loads(body) == expected, f"{run.command!r}: the docs show {expected}, the service says {body}"

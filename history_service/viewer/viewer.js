@@ -1,9 +1,9 @@
 // The session viewer: the newest page first, older pages as the reader scrolls up, then live tokens
-// until the session is closed.
+// until the session is closed or deleted.
 //
 // Everything it shows comes through the public API of the JavaScript client package. The token
 // a user enters is kept in sessionStorage for this tab, never in the URL.
-import { Backoff, HistoryClient, MAX_MESSAGES, ServiceError } from "history-transport-client";
+import { Backoff, HistoryClient, MAX_MESSAGES, ServiceError, SessionDeletedError } from "history-transport-client";
 import { Finder } from "./find.js";
 import { showSessions } from "./sessions.js";
 import { Timeline, eventItem, joinItems, recordItem } from "./timeline.js";
@@ -38,8 +38,26 @@ const finder = new Finder(timeline, {
   prev: /** @type {HTMLButtonElement} */ ($("find-prev")),
   next: /** @type {HTMLButtonElement} */ ($("find-next")),
 });
-/** @type {{client: HistoryClient | null, oldest: number, hasMore: boolean, cursor: number, loading: boolean, olderFailed: boolean, stop: AbortController | null}} */
-const state = { client: null, oldest: 0, hasMore: false, cursor: -1, loading: false, olderFailed: false, stop: null };
+/**
+ * What is shown, and of which incarnation (docs/protocol.md §2.5): the tail page's, named in every
+ * later page and in the follow, so a delete and re-create shows "session deleted", never the new
+ * session's events below the old one's.
+ * @type {{
+ *   client: HistoryClient | null, incarnation: string | undefined, deleted: boolean, oldest: number, hasMore: boolean,
+ *   cursor: number, loading: boolean, olderFailed: boolean, stop: AbortController | null,
+ * }}
+ */
+const state = {
+  client: null,
+  incarnation: undefined,
+  deleted: false,
+  oldest: 0,
+  hasMore: false,
+  cursor: -1,
+  loading: false,
+  olderFailed: false,
+  stop: null,
+};
 /** The live events not shown yet; the next animation frame shows them. @type {{events: any[]}} */
 const live = { events: [] };
 /** Ids a tool call or result named, and whether each is a subagent child of this session. @type {Map<string, Promise<boolean>>} */
@@ -136,6 +154,15 @@ function showEnded(closedAt) {
   if (closedAt !== undefined) statusEl.title = `closed ${new Date(closedAt).toLocaleString()}`;
 }
 
+/** The session was deleted (§6.4): nothing of it is left to read, so nothing more is asked for. */
+function showDeleted() {
+  state.deleted = true;
+  state.hasMore = false;
+  state.stop?.abort();
+  setStatus("deleted", "session deleted");
+  markProgress();
+}
+
 function clearError() {
   errorEl.textContent = "";
   errorEl.hidden = true;
@@ -199,9 +226,11 @@ async function loadOlder() {
   olderEl.hidden = false;
   try {
     // `through` pins where the page ends, so it must join the oldest page shown exactly
-    // (the client checks it), and makes the page immutable, so the browser may cache it.
+    // (the client checks it); with the incarnation it makes the page immutable, so the browser
+    // may cache it (§4.4), and a page of a session created again after a delete is refused.
     const through = state.oldest - 1;
-    const page = await client.page(/** @type {string} */ (sessionId), { child, through, maxMessages: pageSize });
+    const options = { child, through, maxMessages: pageSize, incarnation: state.incarnation };
+    const page = await client.page(/** @type {string} */ (sessionId), options);
     const height = scroller.scrollHeight;
     const top = scroller.scrollTop;
     const older = joinItems(page.records.map(recordItem));
@@ -214,7 +243,8 @@ async function loadOlder() {
     markProgress();
   } catch (error) {
     state.olderFailed = true;
-    showError(`Could not load older messages: ${describe(error)}`);
+    if (error instanceof SessionDeletedError) showDeleted();
+    else showError(`Could not load older messages: ${describe(error)}`);
   } finally {
     state.loading = false;
     timelineEl.dataset.loading = "false";
@@ -240,6 +270,7 @@ async function follow() {
   const updates = client.follow(/** @type {string} */ (sessionId), {
     child,
     after: state.cursor,
+    incarnation: state.incarnation,
     signal: state.stop.signal,
     onConnection: (change) => {
       if (change.type === "connected") setStatus("live");
@@ -255,7 +286,7 @@ async function follow() {
     const next = await updates.next();
     // Returned: the session ended (its end frame), or the stream was stopped.
     if (next.done) {
-      if (next.value === undefined) setStatus("closed");
+      if (next.value === undefined && !state.deleted) setStatus("closed");
       return;
     }
     queueLive(next.value);
@@ -386,6 +417,7 @@ async function open() {
     return;
   }
   state.client = client;
+  state.incarnation = tail.incarnation ?? undefined;
   void listSubagents(client);
   const items = joinItems(tail.records.map(recordItem));
   timeline.append(items);
@@ -410,7 +442,9 @@ async function open() {
   try {
     await follow();
   } catch (error) {
-    if (!state.stop?.signal.aborted) {
+    // The stream said `session_deleted`, or the incarnation shown was gone when it reconnected.
+    if (error instanceof SessionDeletedError) showDeleted();
+    else if (!state.stop?.signal.aborted && !state.deleted) {
       if (error instanceof ServiceError && error.status === 401) sessionStorage.removeItem(TOKEN_KEY);
       showError(`The live stream stopped: ${describe(error)}`);
       setStatus("error");

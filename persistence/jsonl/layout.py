@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from codec import SessionHeader, encode
 from persistence.errors import CorruptLogError, InvalidSessionIdError, SchemaVersionError, StoreError
 from persistence.jsonl.files import write_atomic
+
+if TYPE_CHECKING:
+    from persistence.jsonl.index import IndexedSession
 
 __all__ = [
     "CLOSED_NAME",
@@ -22,9 +25,11 @@ __all__ = [
     "RootMarker",
     "closed_at",
     "encode_segment",
+    "learn_closed",
     "named_for",
     "open_root",
     "read_marker",
+    "recheck_closed",
     "with_closed",
 ]
 
@@ -57,6 +62,18 @@ def with_closed(header: SessionHeader, at: int | None) -> SessionHeader:
     if at is None or header.closedAt is not msgspec.UNSET:
         return header
     return msgspec.structs.replace(header, closedAt=at)
+
+
+def learn_closed(state: IndexedSession, at: int | None) -> None:
+    """Keep in the session's state that it was closed at ``at`` (from `closed_at`), if it was."""
+    state.header = with_closed(state.header, at)
+
+
+def recheck_closed(state: IndexedSession) -> None:
+    """Look again whether the session is closed: another process (the CLI, say) may have closed it,
+    and a close leaves the index as it was."""
+    if state.header.closedAt is msgspec.UNSET:
+        learn_closed(state, closed_at(state.directory))
 
 
 def encode_segment(session_id: str) -> str:

@@ -50,6 +50,7 @@ from codec import (
     StoredRecord,
     decode_json,
     encode,
+    incarnation_of,
     record_from_value,
 )
 from persistence._zstd import ZstdContexts
@@ -63,6 +64,8 @@ from persistence.base import (
     SessionKey,
     SessionSummary,
     events_in,
+    incarnated,
+    subtree,
 )
 from persistence.batch import PreparedBatch, prepared
 from persistence.errors import (
@@ -72,6 +75,7 @@ from persistence.errors import (
 )
 from persistence.group_commit import GroupCommit, unavailable
 from persistence.jsonl import journal as jsonl_journal
+from persistence.jsonl.deletion import Doomed, delete_directories, finish_deletes, tree_size
 from persistence.jsonl.file_groups import FileGroup, FileGroups, Staged, Step
 from persistence.jsonl.files import (
     SessionLock,
@@ -105,9 +109,10 @@ from persistence.jsonl.layout import (
     ROOT_MARKER,
     closed_at,
     encode_segment,
+    learn_closed,
     open_root,
     read_marker,
-    with_closed,
+    recheck_closed,
 )
 from persistence.jsonl.listing import Listing
 from persistence.jsonl.recovery import Loader
@@ -162,7 +167,13 @@ class JsonlStore(HistoryStore):
     @classmethod
     def _open_sync(cls, root: Path, compression: str | None, session_cache: int) -> JsonlStore:
         compression = open_root(root, compression)
-        return cls(root, compression, session_cache=session_cache)
+        store = cls(root, compression, session_cache=session_cache)
+        finish_deletes(root, store._incarnation_in)
+        return store
+
+    def _incarnation_in(self, directory: Path) -> str | None:
+        header = self._loader.peek_header(directory)
+        return None if header is None else incarnation_of(header)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread; an `OSError` it meets comes out as a `StoreError` (503)."""
@@ -177,6 +188,8 @@ class JsonlStore(HistoryStore):
         return await self._run(self._create_sync, header, owner)
 
     def _create_sync(self, header: SessionHeader, owner: str) -> SessionInfo:
+        header = incarnated(header)
+        self._forget(header.id)  # what was kept of an earlier incarnation (deleted by another process, say)
         directory = self._directory(header.id)
         if directory.exists():
             raise SessionExistsError(header.id)
@@ -213,7 +226,7 @@ class JsonlStore(HistoryStore):
         state = self._states.get(session_id)
         if state is None or index_size(state.directory) != state.index_size:
             return None
-        _recheck_closed(state)
+        recheck_closed(state)
         return state
 
     async def children(self, parent_id: str) -> list[SessionHeader]:
@@ -234,7 +247,7 @@ class JsonlStore(HistoryStore):
         state = self._states.get(session_id)
         directory = self._directory(session_id)
         if state is not None and index_size(directory) == state.index_size:
-            _recheck_closed(state)
+            recheck_closed(state)
             return state
         if holding_lock:
             state = self._load(directory, session_id)
@@ -246,7 +259,7 @@ class JsonlStore(HistoryStore):
 
     def _load(self, directory: Path, session_id: str) -> IndexedSession:
         state = self._loader.load(directory, session_id)
-        _learn_closed(state, closed_at(directory))
+        learn_closed(state, closed_at(directory))
         return state
 
     # Appends.
@@ -269,6 +282,41 @@ class JsonlStore(HistoryStore):
                 # Already released by the group when the unit ran; this covers a unit that never did.
                 lock.release()
 
+    async def delete_session(self, session_id: str) -> list[str]:
+        self._check_writable()
+        tree = await self._run(self._tree, session_id)
+        async with contextlib.AsyncExitStack() as held:
+            # In one order, so two deletes of overlapping trees never wait on each other.
+            for gone in sorted(tree):
+                await held.enter_async_context(self._locks.hold(gone))
+            return await self._run(self._delete_sync, session_id)
+
+    def _tree(self, session_id: str) -> list[str]:
+        # Its header alone: a session whose log is corrupt can be deleted too.
+        if self._loader.peek_header(self._directory(session_id)) is None:
+            raise SessionNotFoundError(session_id)
+        return subtree(session_id, lambda parent: [child.id for child in self._listing.children(parent)])
+
+    def _delete_sync(self, session_id: str) -> list[str]:
+        """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`)."""
+        tree = self._tree(session_id)
+        with contextlib.ExitStack() as held:
+            doomed = []
+            for gone in sorted(tree, key=encode_segment):  # in directory-name order (§7.2), as every deleter
+                directory = self._directory(gone)
+                held.enter_context(locked(directory, gone))
+                header = self._loader.peek_header(directory)
+                doomed.append(Doomed(directory.name, "" if header is None else incarnation_of(header)))
+            delete_directories(self._root, doomed)
+        for gone in tree:
+            self._forget(gone)
+        return tree
+
+    def _forget(self, session_id: str) -> None:
+        self._states.pop(session_id)
+        self._headers.pop(encode_segment(session_id))
+        self._owners.pop(encode_segment(session_id))
+
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         self._check_writable()
         async with self._locks.hold(session_id):
@@ -285,7 +333,7 @@ class JsonlStore(HistoryStore):
         if found is None:
             write_atomic(state.directory / CLOSED_NAME, str(at).encode())
             found = at
-        _learn_closed(state, found)
+        learn_closed(state, found)
         return SessionInfo(state.header, state.owner, state.head)
 
     async def _write_lock(self, session_id: str) -> SessionLock:
@@ -531,22 +579,18 @@ class JsonlStore(HistoryStore):
         if (found.format, found.compression) != (FORMAT_VERSION, "zstd" if self._zstd else "none"):
             raise StoreError(f"store unavailable: {self._root / ROOT_MARKER} now describes another store")
 
+    async def size(self) -> int | None:
+        return await self._run(tree_size, self._root)
+
+    async def vacuum(self) -> None:
+        await self._run(finish_deletes, self._root, self._incarnation_in)
+
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self._writer.close)
         self._groups.close()
         self._states.clear()
         self._headers.clear()
         self._owners.clear()
-
-
-def _learn_closed(state: IndexedSession, at: int | None) -> None:
-    state.header = with_closed(state.header, at)
-
-
-def _recheck_closed(state: IndexedSession) -> None:
-    # Another process (the CLI, say) may have closed it: a close leaves the index as it was.
-    if state.header.closedAt is msgspec.UNSET:
-        _learn_closed(state, closed_at(state.directory))
 
 
 def _translated(fn: Callable[..., T], *args: Any) -> T:

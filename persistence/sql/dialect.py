@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql import Select, Update
+from sqlalchemy.sql import Delete, Select, Update
 
 from codec import StoredRecord
 from persistence.base import PageRead, SessionInfo
@@ -32,6 +32,8 @@ READERS_KEPT: Final = 8
 # Messages per read of the message index.
 MESSAGE_PAGE: Final = 256
 T = TypeVar("T")
+# A statement that moves or removes a session row, which a dialect may make tell other processes.
+U = TypeVar("U", Update, Delete)
 
 
 class LongWalk(Exception):
@@ -102,12 +104,14 @@ class Dialect(ABC):
         """The head's read, made to hold the session's write lock to the end of the transaction."""
 
     @abstractmethod
-    def advance(self, advance: Update) -> Update:
+    def advance(self, advance: U) -> U:
         """The head's move, made to do what else this database does with it."""
 
     @abstractmethod
-    def advance_params(self, session_id: str, new_head: int, *, closed: bool = False) -> dict[str, Any]:
-        """What `advance` (or a close, ``closed``) needs besides the session and heads."""
+    def advance_params(
+        self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False, incarnation: str = ""
+    ) -> dict[str, Any]:
+        """What `advance` (or a close, ``closed``, or a delete, ``deleted``) needs besides the session and heads."""
 
     @abstractmethod
     def bound(self, connection: Any) -> AbstractContextManager[Deadline]:
@@ -158,6 +162,18 @@ class Dialect(ABC):
         """`HistoryStore.read_stored`."""
 
     @abstractmethod
+    def size(self) -> int:
+        """The bytes the store's tables take on disk (docs/protocol.md §7.3)."""
+
+    @abstractmethod
+    def autocommit(self, connection: Any) -> None:
+        """Put a DBAPI connection in autocommit mode: each statement outside any transaction."""
+
+    @abstractmethod
+    def vacuum_statements(self) -> tuple[str, ...]:
+        """What gives back the space deleted sessions freed, run outside any transaction (`persistence.sql.space`)."""
+
+    @abstractmethod
     async def check_ready(self, store: SqlStore) -> None:
         """`HistoryStore.check_ready`."""
 
@@ -172,3 +188,8 @@ class Dialect(ABC):
     @abstractmethod
     def close_sync(self) -> None:
         """Close what this dialect opened in threads, once the store's connections are closed."""
+
+
+def busy_ms(timeout: float) -> int:
+    """SQLite's busy timeout, in whole milliseconds, for a bound in seconds."""
+    return max(1, round(timeout * 1000))

@@ -54,16 +54,18 @@ class Append:
 
 
 class SessionUnit:
-    """A unit of a group other than an append that locks one session's row (a close): ``work(cursor)``.
+    """A unit of a group other than an append that locks sessions' rows (a close, a delete): ``work(cursor)``.
 
-    A dialect's group writer takes its lock in the group's order, with the appends'.
+    A dialect's group writer takes their locks in the group's order, with the appends': the
+    session's, and those of ``also`` (a delete's subagent tree, as found before it ran).
     """
 
-    __slots__ = ("session_id", "work")
+    __slots__ = ("also", "session_id", "work")
 
-    def __init__(self, session_id: str, work: Callable[[Any], Any]) -> None:
+    def __init__(self, session_id: str, work: Callable[[Any], Any], also: Sequence[str] = ()) -> None:
         self.session_id = session_id
         self.work = work
+        self.also = also
 
     def __call__(self, cursor: Any) -> Any:
         return self.work(cursor)

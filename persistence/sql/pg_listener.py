@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import Final
 
 import anyio
@@ -29,10 +30,15 @@ class PostgresListener(HeadListener):
     Every ``watchdog.timeout`` seconds the listener pings the server, within that bound.
     """
 
-    def __init__(self, conninfo: str, own: str, *, watchdog: Watchdog) -> None:
+    def __init__(
+        self, conninfo: str, own: str, *, watchdog: Watchdog, deleted: Callable[[str | None], object] | None = None
+    ) -> None:
         self._conninfo = conninfo
         self._own = own
         self._watchdog = watchdog
+        # Told of each session another process deleted, and of ``None`` (any) on each connect: the store
+        # forgets what it kept of them before the id can come back as another incarnation.
+        self._deleted = deleted
 
     async def run(self, on_head: OnHead, on_connect: OnConnect) -> None:
         failures = 0
@@ -48,6 +54,8 @@ class PostgresListener(HeadListener):
                     await self._ping(conn, f"LISTEN {NOTIFY_CHANNEL}")
                     self.state = "listening"
                     failures = 0
+                    if self._deleted is not None:
+                        self._deleted(None)
                     await on_connect()
                     while True:
                         # Notices that arrive during the ping wait in the connection for the next round.
@@ -58,7 +66,9 @@ class PostgresListener(HeadListener):
                                 logger.warning("ignoring a malformed head notice %r", message.payload[:200])
                                 continue
                             if heard.origin != self._own:
-                                on_head(heard.session_id, heard.head, heard.closed)
+                                if heard.deleted and self._deleted is not None:
+                                    self._deleted(heard.session_id)
+                                on_head(heard)
                         await self._ping(conn, "SELECT 1")
             except psycopg.Error as exc:
                 failures += 1

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar, cast
 
 import anyio.to_thread
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql import Select, Update
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
@@ -30,17 +30,20 @@ from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
 from persistence.rules import BatchPlan, dense_gap, page_span, plan_batch
 from persistence.sealing import plan_append
-from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk
+from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk, U
 from persistence.sql.groups import Append, SessionUnit, SqlGroups
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
 from persistence.sql.pg_timeouts import Watchdog, connect_options
-from persistence.sql.schema import PROBE, CodePointOrder
+from persistence.sql.schema import PROBE, CodePointOrder, bounded_rows, metadata
+from persistence.state import Lru
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore
 
 __all__ = ["PostgresDialect", "PostgresGroups"]
+
+TABLES: Final = metadata.sorted_tables
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +243,10 @@ class PostgresGroups(SqlGroups):
         if pending:
             first = min(min(planned.at for planned in pending.values()), *alone.values(), len(works))
             # A close's session too: it runs after the statement, and must not lock out of this order.
-            locks = sorted({work.session_id for work in works[first:] if isinstance(work, (Append, SessionUnit))})
+            locks = sorted(
+                {work.session_id for work in works[first:] if isinstance(work, (Append, SessionUnit))}
+                | {also for work in works[first:] if isinstance(work, SessionUnit) for also in work.also}
+            )
             with self._within(connection):
                 cursor.execute(_GROUP_APPEND, self._params(pending.values(), locks))
                 moved = {row[0] for row in cursor.fetchall()}
@@ -344,9 +350,21 @@ class PostgresDialect(Dialect):
         self._watchdog = Watchdog(timeout, name="history-sql-watchdog")
         self._listener: HeadListener | None = None
         self._async_readers: AsyncReaders | None = None
+        self._tails: Lru[str, Any] | None = None
 
     def opened(self, store: SqlStore) -> None:
-        pass
+        self._tails = store._tails
+
+    def size(self) -> int:
+        with self._engine.connect() as conn:
+            sizes = [sa.select(sa.func.pg_total_relation_size(sa.text(f"'{t.name}'::regclass"))) for t in TABLES]
+            return sum(int(conn.execute(query).scalar_one()) for query in sizes)
+
+    def autocommit(self, connection: Any) -> None:
+        connection.autocommit = True
+
+    def vacuum_statements(self) -> tuple[str, ...]:
+        return ("VACUUM " + ", ".join(table.name for table in TABLES),)
 
     def before_migration(self, conn: Connection) -> None:
         # An upgrade backfills and indexes whole tables: no statement bound applies to it.
@@ -355,14 +373,24 @@ class PostgresDialect(Dialect):
     def lock_head(self, head: Select[Any]) -> Select[Any]:
         return head.with_for_update()
 
-    def advance(self, advance: Update) -> Update:
+    def advance(self, advance: U) -> U:
         # In the transaction and the same round trip: delivered at commit, never for a rollback.
-        return advance.returning(
-            sa.func.pg_notify(sa.bindparam("channel", type_=sa.Text), sa.bindparam("notice", type_=sa.Text))
-        )
+        told = sa.func.pg_notify(sa.bindparam("channel", type_=sa.Text), sa.bindparam("notice", type_=sa.Text))
+        return cast(U, advance.returning(told))
 
-    def advance_params(self, session_id: str, new_head: int, *, closed: bool = False) -> dict[str, Any]:
-        return {"channel": NOTIFY_CHANNEL, "notice": notice(session_id, new_head, self._origin, closed=closed)}
+    def _forget_tail(self, session_id: str | None) -> None:
+        """Drop the open run the writer keeps of a session another process deleted (``None``: of every one)."""
+        if self._tails is not None:
+            if session_id is None:
+                self._tails.clear()
+            else:
+                self._tails.pop(session_id)
+
+    def advance_params(
+        self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False, incarnation: str = ""
+    ) -> dict[str, Any]:
+        told = notice(session_id, new_head, self._origin, closed=closed, deleted=deleted, incarnation=incarnation)
+        return {"channel": NOTIFY_CHANNEL, "notice": told}
 
     @contextmanager
     def bound(self, connection: Any) -> Iterator[Deadline]:
@@ -418,7 +446,7 @@ class PostgresDialect(Dialect):
             if len(cuts) > 1 and max_bytes is not None:
                 values = {"id": session_id, "from_seq": cuts[-1], "to_seq": to_seq}
                 await cursor.execute(store._sql.sizes.sql, store._sql.sizes.params(values))
-                cuts = store._bounded_rows(cuts, to_seq, await cursor.fetchall(), max_bytes)
+                cuts = bounded_rows(cuts, to_seq, await cursor.fetchall(), max_bytes)
             if cuts:
                 values = {"id": session_id, "from_seq": cuts[-1], "to_seq": to_seq}
                 await cursor.execute(store._sql.stored.sql, store._sql.stored.params(values))
@@ -483,7 +511,9 @@ class PostgresDialect(Dialect):
     def listener(self) -> HeadListener | None:
         """Head notices from every process (one LISTEN connection)."""
         if self._listener is None:
-            self._listener = PostgresListener(self._conninfo(), self._origin, watchdog=self._watchdog)
+            self._listener = PostgresListener(
+                self._conninfo(), self._origin, watchdog=self._watchdog, deleted=self._forget_tail
+            )
         return self._listener
 
     async def close(self) -> None:

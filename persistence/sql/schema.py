@@ -19,10 +19,15 @@ Each dialect module compiles `CodePointOrder` for its database.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final
 
 import sqlalchemy as sa
+import zstandard
 from sqlalchemy.sql.visitors import InternalTraversal
+
+from codec import StoredRecord
+from persistence.page_bound import bounded_cuts, floor_sizes
 
 __all__ = [
     "COMPRESS_AT",
@@ -31,7 +36,9 @@ __all__ = [
     "JOIN_COLUMNS",
     "PROBE",
     "SCHEMA_VERSION",
+    "bounded_rows",
     "hidden_table",
+    "line_size",
     "listing_index",
     "messages_table",
     "meta_table",
@@ -99,6 +106,30 @@ records_table = sa.Table(
 JOIN_COLUMNS: Final = ("kind", "key", "time0", "time1")
 # The longest zstd frame header: magic, descriptor, window, dictionary id and content size.
 FRAME_HEADER: Final = 18
+
+
+def line_size(stored: int, frame: bytes | None) -> int:
+    """A line's length: its stored size, or what its compressed frame says it holds (at least its stored size)."""
+    if frame is None:
+        return int(stored)
+    try:
+        size = zstandard.frame_content_size(bytes(frame))
+    except zstandard.ZstdError:
+        return int(stored)
+    return max(int(stored), size)
+
+
+def bounded_rows(cuts: list[int], to_seq: int, rows: Sequence[Any], max_bytes: int) -> list[int]:
+    """`persistence.page_bound.bounded_cuts` over rows of ``seq, members, stored size, frame, join columns``."""
+    records = [
+        StoredRecord(seq, members, b"", kind, bytes(key), time0, time1)
+        for seq, members, _, _, kind, key, time0, time1 in rows
+    ]
+    return bounded_cuts(
+        cuts, to_seq, records, floor_sizes(records, [line_size(row[2], row[3]) for row in rows]), max_bytes
+    )
+
+
 # The readiness probe's read: one row of the sessions table, so it reads the table itself, not only the catalog.
 PROBE: Final = f"SELECT 1 FROM {sessions_table.name} LIMIT 1"
 messages_table = sa.Table(

@@ -19,7 +19,7 @@ import anyio.to_thread
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql import Select, Update
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
@@ -27,7 +27,7 @@ from persistence.base import PageRead
 from persistence.errors import StoreError
 from persistence.notify import HeadListener
 from persistence.rules import page_span
-from persistence.sql.dialect import Busy, Deadline, Dialect, Head, LongWalk
+from persistence.sql.dialect import Busy, Deadline, Dialect, Head, LongWalk, U
 from persistence.sql.groups import SqlGroups
 from persistence.sql.schema import PROBE, CodePointOrder
 
@@ -94,6 +94,19 @@ class SqliteDialect(Dialect):
         self._engine = engine
         self._timeout = timeout
 
+    def size(self) -> int:
+        path = self._engine.url.database
+        if path in (None, "", ":memory:"):
+            return 0
+        return sum(os.path.getsize(name) for name in (path, f"{path}-wal") if os.path.exists(name))
+
+    def autocommit(self, connection: Any) -> None:
+        connection.isolation_level = None
+
+    def vacuum_statements(self) -> tuple[str, ...]:
+        # VACUUM rewrites the file; the checkpoint then cuts the WAL, which the rewrite went through.
+        return ("VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)")
+
     def opened(self, store: SqlStore) -> None:
         """WAL mode, which the file keeps: it waits for other connections' locks, so it is set once, here."""
         try:
@@ -114,10 +127,12 @@ class SqliteDialect(Dialect):
         # BEGIN IMMEDIATE already holds the write lock.
         return head
 
-    def advance(self, advance: Update) -> Update:
+    def advance(self, advance: U) -> U:
         return advance
 
-    def advance_params(self, session_id: str, new_head: int, *, closed: bool = False) -> dict[str, Any]:
+    def advance_params(
+        self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False, incarnation: str = ""
+    ) -> dict[str, Any]:
         return {}
 
     @contextmanager

@@ -35,6 +35,7 @@ from persistence.base import (
     SessionKey,
     SessionSummary,
     events_in,
+    incarnated,
     subagent_parent,
 )
 from persistence.batch import PreparedBatch, prepared
@@ -42,14 +43,25 @@ from persistence.errors import CorruptLogError, SessionExistsError, SessionNotFo
 from persistence.group_commit import GroupCommit
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import HeadListener
-from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
-from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Busy, Deadline, Dialect, Head, LongWalk
+from persistence.sql import space
+from persistence.sql.deletion import Deletion
+from persistence.sql.dialect import (
+    INLINE_BYTES,
+    MESSAGE_PAGE,
+    READERS_KEPT,
+    Busy,
+    Deadline,
+    Dialect,
+    Head,
+    LongWalk,
+    busy_ms,
+)
 from persistence.sql.groups import Append, SessionUnit
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresDialect
-from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, sessions_table
+from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, bounded_rows, sessions_table
 from persistence.sql.sqlite import SqliteDialect
 from persistence.sql.statements import Statements, listing
 from persistence.state import Lru
@@ -63,17 +75,6 @@ T = TypeVar("T")
 def _dialect_for(backend: str) -> type[Dialect]:
     """The dialect of a SQLAlchemy backend; PostgreSQL's for any other, as a server database."""
     return SqliteDialect if SqliteDialect.serves(backend) else PostgresDialect
-
-
-def _line_size(stored: int, frame: bytes | None) -> int:
-    """A line's length: its stored size, or what its compressed frame says it holds (at least its stored size)."""
-    if frame is None:
-        return int(stored)
-    try:
-        size = zstandard.frame_content_size(bytes(frame))
-    except zstandard.ZstdError:
-        return int(stored)
-    return max(int(stored), size)
 
 
 class SqlStore(HistoryStore):
@@ -92,10 +93,11 @@ class SqlStore(HistoryStore):
     ) -> None:
         self._engine = engine
         self._timeout = timeout
-        self._busy_ms = _busy_ms(timeout)
+        self._busy_ms = busy_ms(timeout)
         self._origin = uuid.uuid4().hex[:12]
         self._dialect = _dialect_for(engine.url.get_backend_name())(engine, timeout, self._origin)
         self._sql = Statements(engine.dialect, self._dialect)
+        self._deletion = Deletion(engine.dialect, self._dialect)
         dbapi = engine.dialect.loaded_dbapi
         self._driver_error: type[Exception] = dbapi.Error
         self._integrity_error: type[Exception] = dbapi.IntegrityError
@@ -129,7 +131,7 @@ class SqlStore(HistoryStore):
             engine = sa.create_engine(url, connect_args=dialect.connect_args(timeout))
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise StoreError(f"not a usable database URL: {exc}") from exc
-        dialect.prepare_engine(engine, _busy_ms(timeout))
+        dialect.prepare_engine(engine, busy_ms(timeout))
         store = cls(engine, session_cache=session_cache, timeout=timeout)
         try:
             store._dialect.opened(store)
@@ -243,6 +245,7 @@ class SqlStore(HistoryStore):
     # Sessions.
 
     async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
+        header = incarnated(header)
         row = {
             "id": header.id,
             "header": encode(header),
@@ -256,6 +259,7 @@ class SqlStore(HistoryStore):
         return SessionInfo(header, owner, -1)
 
     def _create_unit(self, cursor: Any, row: dict[str, Any]) -> None:
+        self._tails.pop(row["id"])  # what it kept of an earlier incarnation of the id
         try:
             self._sql.create.run(cursor, **row)
         except self._integrity_error as exc:
@@ -263,6 +267,11 @@ class SqlStore(HistoryStore):
 
     async def get_session(self, session_id: str) -> SessionInfo:
         return await self._dialect.read(self, self._info, session_id)
+
+    async def delete_session(self, session_id: str) -> list[str]:
+        tree = await self._dialect.read(self, self._deletion.tree, session_id)
+        unit = SessionUnit(session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop), tree)
+        return await self._writer.run(unit, session_id)
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         # Through the writer, so that it is ordered with the session's appends and durable when it returns.
@@ -488,18 +497,7 @@ class SqlStore(HistoryStore):
         size, compressed = self._sql.stored_bytes.run(cursor, **values).fetchone()
         if int(size) <= max_bytes and not compressed:
             return cuts, (int(size), bool(compressed))
-        return self._bounded_rows(cuts, to_seq, self._sql.sizes.run(cursor, **values).fetchall(), max_bytes), None
-
-    @staticmethod
-    def _bounded_rows(cuts: list[int], to_seq: int, rows: Sequence[Any], max_bytes: int) -> list[int]:
-        """`bounded_cuts` over `Statements.sizes` rows."""
-        records = [
-            StoredRecord(seq, members, b"", kind, bytes(key), time0, time1)
-            for seq, members, _, _, kind, key, time0, time1 in rows
-        ]
-        return bounded_cuts(
-            cuts, to_seq, records, floor_sizes(records, [_line_size(row[2], row[3]) for row in rows]), max_bytes
-        )
+        return bounded_rows(cuts, to_seq, self._sql.sizes.run(cursor, **values).fetchall(), max_bytes), None
 
     def _inline(
         self, cursor: Any, session_id: str, from_seq: int, to_seq: int, sized: tuple[int, bool] | None = None
@@ -573,6 +571,12 @@ class SqlStore(HistoryStore):
         """Read the sessions table through a connection that works now (the dialect says which)."""
         await self._dialect.check_ready(self)
 
+    async def size(self) -> int | None:
+        return await anyio.to_thread.run_sync(self._dialect.size)
+
+    async def vacuum(self) -> None:
+        await anyio.to_thread.run_sync(space.vacuum, self._engine, self._dialect)
+
     def listener(self) -> HeadListener | None:
         """Head notices from every process, where the database sends them (PostgreSQL); SQLite has none."""
         return self._dialect.listener()
@@ -589,8 +593,3 @@ class SqlStore(HistoryStore):
                 self._readers.pop()[0].close()
         self._engine.dispose()
         self._dialect.close_sync()
-
-
-def _busy_ms(timeout: float) -> int:
-    """SQLite's busy timeout, in whole milliseconds, for a bound in seconds."""
-    return max(1, round(timeout * 1000))

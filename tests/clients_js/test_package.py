@@ -51,7 +51,9 @@ USE = """\
 import {
   HistoryClient,
   ServiceError,
+  SessionDeletedError,
   decodePage,
+  parseEventId,
   readPage,
   type Appended,
   type Created,
@@ -66,25 +68,34 @@ const events: Event[] = [{ type: "user/message", seq: 0, time: 0, data: { text: 
 
 export async function write(): Promise<number> {
   const created: Created = await client.createSession(header);
+  const incarnation: string = created.incarnation;
   const child = await client.createSession({ id: "s1.c", createdAt: 1, parentSession: "s1", origin: "subagent" });
   const appended: Appended = await client.append(created.id, events, { signal: new AbortController().signal });
   const again = await client.append(child.id, events);
   const idempotent: true | undefined = again.idempotent;
-  return appended.firstSeq + appended.headSeq + (idempotent ? 1 : 0);
+  await client.deleteSession(child.id);
+  return appended.firstSeq + appended.headSeq + (idempotent ? 1 : 0) + incarnation.length;
 }
 
 export async function read(): Promise<string[]> {
   const page: ReadPage = await client.page("s1", { through: 0, maxMessages: 10 });
+  const pinned = await client.page("s1", { through: 0, incarnation: "5d0c1e9a7b22" });
+  const named: string | null = pinned.incarnation;
   const decoded = decodePage(JSON.parse('{"records":[],"hasMore":false,"fromSeq":0,"toSeq":0}'));
   const checked = readPage('{"records":[],"hasMore":false,"fromSeq":0,"toSeq":0}', { through: null });
   const bounds: number[] = [page.fromSeq, page.toSeq, decoded.fromSeq, checked.toSeq];
   const more: boolean = page.hasMore;
   const types: string[] = page.events({ after: -1 }).map((event: Event) => event.type);
-  for await (const event of client.iterHistory("s1", { after: 0 })) types.push(`${event.seq}`);
+  const walk = client.iterHistory("s1", { after: 0, incarnation: named ?? undefined });
+  for await (const event of walk) types.push(`${event.seq}`);
+  for await (const event of client.follow("s1", { after: 0, incarnation: "5d0c1e9a7b22" })) types.push(event.type);
+  const id = parseEventId("5d0c1e9a7b22:41");
+  if (id !== null) types.push(`${id.incarnation ?? ""}:${id.seq}`);
   return more ? types : types.concat(bounds.map(String));
 }
 
 export function why(error: unknown): string | null {
+  if (error instanceof SessionDeletedError) return `${error.session} ${error.incarnation ?? "?"} deleted`;
   return error instanceof ServiceError ? `${error.status} ${error.code}: ${error.message}` : null;
 }
 """
@@ -99,11 +110,13 @@ export async function misuse(): Promise<void> {
   await client.append("s1", [{ type: "note", seq: 0, data: {} }]); // wrong
   await client.createSession({ createdAt: 0 }); // wrong
   await client.createSession({ id: "s1", createdAt: 0, colour: "red" }); // wrong
+  await client.createSession({ id: "s1", createdAt: 0, incarnation: "5d0c1e9a7b22" }); // wrong
+  const gone: string = await client.deleteSession("s1"); // wrong
   await client.page(42); // wrong
   const appended: Appended = await client.createSession({ id: "s2", createdAt: 0 }); // wrong
   const from: string = readPage("{}").fromSeq; // wrong
   const missing: number = (await client.append("s1", [])).nextSeq; // wrong
-  console.log(appended, from, missing);
+  console.log(appended, from, missing, gone);
 }
 """
 

@@ -196,3 +196,27 @@ def test_follow_into_a_pipe_closed_early_exits_quietly() -> None:
 def test_an_id_the_service_could_never_accept_is_refused_before_any_request(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["page", "http://127.0.0.1:9", "a/b"]) == 1
     assert capsys.readouterr().err.startswith("history-client: session id 'a/b' is not a session id")
+
+
+def test_follow_of_a_session_that_is_deleted_says_so_and_exits_1() -> None:
+    events = make_events(20)
+    with serve_in_thread(Settings(), store=MemoryStore()) as running:
+        assert httpx.post(f"{running.url}/v1/sessions", json={"id": "s", "createdAt": 0}).status_code == 201
+        append(running.url, events)
+        argv = [sys.executable, "-c", CLI, "follow", running.url, "s", "--after", "14", *FAST_RETRIES]
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+            # A hang guard, not a timing check: a follow that never stops is killed and fails the status check.
+            watchdog = threading.Timer(120, process.kill)
+            watchdog.start()
+            try:
+                assert process.stdout is not None and process.stderr is not None
+                printed = [decode_event(process.stdout.readline()) for _ in range(5)]
+                assert httpx.delete(f"{running.url}/v1/sessions/s").status_code == 204
+                status = process.wait(120)
+                stderr = process.stderr.read().decode()
+            finally:
+                watchdog.cancel()
+    assert printed == events[15:]
+    assert status == 1 and re.fullmatch(
+        r"history-client: the session \(incarnation [0-9a-z]+\) was deleted.*\n", stderr
+    )

@@ -15,6 +15,7 @@ from history_client import (
     PageContinuityError,
     ProtocolError,
     ServiceError,
+    SessionDeletedError,
     TransportError,
 )
 from testing.events import make_events
@@ -170,3 +171,89 @@ def test_an_id_outside_the_rule_is_refused_before_any_request(session, child):
         with pytest.raises(SessionIdError):
             client.page(session, child=child)
     assert seen == []
+
+
+def deletes(seen: list[httpx.Request]) -> Any:
+    def handler(request):
+        seen.append(request)
+        if request.url.path == "/v1/sessions/gone":
+            return httpx.Response(404, json={"error": {"code": "session_not_found", "message": "no session 'gone'"}})
+        return httpx.Response(204)
+
+    return handler
+
+
+def test_delete_session_sends_delete_to_the_sessions_own_address_on_both_clients():
+    seen: list[httpx.Request] = []
+    with HistoryClient("http://test", token="t0k", transport=httpx.MockTransport(deletes(seen))) as client:
+        client.delete_session("{{s}}")
+        with pytest.raises(ServiceError) as caught:
+            client.delete_session("gone")
+    assert type(caught.value) is ServiceError and (caught.value.status_code, caught.value.code) == (
+        404,
+        "session_not_found",
+    )
+
+    async def main() -> None:
+        async with AsyncHistoryClient("http://test", transport=httpx.MockTransport(deletes(seen))) as client:
+            await client.delete_session("s.child-1")
+            with pytest.raises(ServiceError, match="session_not_found"):
+                await client.delete_session("gone")
+
+    anyio.run(main)
+    assert [(request.method, request.url.raw_path, request.content) for request in seen] == [
+        ("DELETE", b"/v1/sessions/%7B%7Bs%7D%7D", b""),
+        ("DELETE", b"/v1/sessions/gone", b""),
+        ("DELETE", b"/v1/sessions/s.child-1", b""),
+        ("DELETE", b"/v1/sessions/gone", b""),
+    ]
+    assert seen[0].headers["authorization"] == "Bearer t0k"
+    with HistoryClient("http://test", transport=httpx.MockTransport(deletes([]))) as client:
+        with pytest.raises(SessionIdError):
+            client.delete_session("a/b")
+
+
+def incarnated_pages(seen: list[httpx.Request]) -> Any:
+    def handler(request):
+        seen.append(request)
+        if request.url.params.get("incarnation", "5d0c1e9a7b22") != "5d0c1e9a7b22":
+            return httpx.Response(404, json={"error": {"code": "session_not_found", "message": "no session 's'"}})
+        return httpx.Response(200, content=page_body(LOG[20:60]), headers={"Session-Incarnation": "5d0c1e9a7b22"})
+
+    return handler
+
+
+def test_a_page_names_its_incarnation_and_a_page_asked_of_a_gone_one_raises_session_deleted():
+    seen: list[httpx.Request] = []
+    with HistoryClient("http://test", transport=httpx.MockTransport(incarnated_pages(seen))) as client:
+        assert client.page("s").incarnation == "5d0c1e9a7b22"
+        page = client.page("s", through=59, incarnation="5d0c1e9a7b22")
+        assert page.incarnation == "5d0c1e9a7b22" and list(page.events()) == LOG[20:60]
+        with pytest.raises(SessionDeletedError) as caught:
+            client.page("s", through=59, incarnation="77aa00bb11cc")
+        assert caught.value.incarnation == "77aa00bb11cc"
+        with pytest.raises(SessionDeletedError):
+            client.page_body("s", incarnation="77aa00bb11cc")
+    assert [request.url.params.get("incarnation") for request in seen] == [
+        None,
+        "5d0c1e9a7b22",
+        "77aa00bb11cc",
+        "77aa00bb11cc",
+    ]
+
+    async def main() -> None:
+        async with AsyncHistoryClient("http://test", transport=httpx.MockTransport(incarnated_pages([]))) as client:
+            assert (await client.page("s", incarnation="5d0c1e9a7b22")).incarnation == "5d0c1e9a7b22"
+            with pytest.raises(SessionDeletedError):
+                await client.page("s", incarnation="77aa00bb11cc")
+
+    anyio.run(main)
+
+
+def test_a_page_of_another_incarnation_than_the_one_asked_for_is_a_protocol_error():
+    def handler(request):
+        return httpx.Response(200, content=page_body(LOG[20:60]), headers={"Session-Incarnation": "77aa00bb11cc"})
+
+    with HistoryClient("http://test", transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(ProtocolError, match="names incarnation 77aa00bb11cc, but the read is of 5d0c1e9a7b22"):
+            client.page("s", incarnation="5d0c1e9a7b22")

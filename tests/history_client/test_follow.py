@@ -4,24 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
-from codec import Event, encode, pack_page, record_seq_range
+import codec
+from codec import Event, SessionHeader, encode, pack_page, record_seq_range
 from history_client import (
+    AsyncHistoryClient,
     Backoff,
     CursorAheadError,
+    HistoryClient,
     ProtocolError,
     Reconnected,
     ResumeBehindError,
     Retrying,
     ServiceError,
+    SessionDeletedError,
     StreamOverlapError,
     TransportError,
 )
 from testing.events import make_events
 from testing.mock_service import Broken, Service, collect
-from testing.wire import event_frame, snapshot_frame, sse
+from testing.wire import event_frame, page_body, snapshot_frame, sse
 
 LOG = make_events(200)
 RETRY = b"retry: 1000\n\n"
@@ -213,3 +218,192 @@ def encode_value(event: Event) -> Any:
     import msgspec
 
     return msgspec.json.decode(encode(event))
+
+
+INC = "5d0c1e9a7b22"
+NEXT = "77aa00bb11cc"  # the incarnation of the same id created again
+
+
+class Incarnated(Service):
+    """The scripted service of one incarnation: pages name it, and a page that names another gets 404."""
+
+    def __init__(self, log: Any, streams: Any = (), incarnation: str = INC) -> None:
+        super().__init__(log, streams)
+        self.incarnation = incarnation
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/follow"):
+            return super().__call__(request)
+        named = request.url.params.get("incarnation")
+        if named is not None and named != self.incarnation:
+            self.pages.append(request)
+            return session_not_found()
+        response = super().__call__(request)
+        response.headers["Session-Incarnation"] = self.incarnation
+        return response
+
+
+def session_not_found() -> httpx.Response:
+    return httpx.Response(404, json={"error": {"code": "session_not_found", "message": "no session 's'"}})
+
+
+def framed(event: str, data: bytes, event_id: bytes | None) -> bytes:
+    head = b"" if event_id is None else b"id: %b\n" % event_id
+    return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def inc_live(start: int, stop: int, incarnation: str = INC) -> bytes:
+    return b"".join(framed("event", encode(event), codec.event_id(incarnation, event.seq)) for event in LOG[start:stop])
+
+
+def inc_snapshot(events: list[Event], cursor: int, *, header: str | None = INC, frame_id: str = INC) -> bytes:
+    """A snapshot frame whose header names ``header`` (none when ``None``) and whose id names ``frame_id``."""
+    page = page_body(events, to_seq=cursor + 1)
+    session = (
+        SessionHeader(id="s", createdAt=0) if header is None else SessionHeader(id="s", createdAt=0, incarnation=header)
+    )
+    data = b'{"header":%b,"cursor":%d,%b' % (encode(session), cursor, page[1:])
+    return framed("snapshot", data, codec.event_id(frame_id, cursor))
+
+
+def follow_into(received: list[Event], service: Service, *, mode: str, limit: int, **follow: Any) -> list[Event]:
+    """`collect`, with ``follow``'s own options, into ``received``: what arrived before an error stays there."""
+    service.asynchronous = mode == "async"
+    backoff = Backoff(base=0.001, cap=0.002, max_retries=3)
+    if mode == "sync":
+        with HistoryClient("http://test", transport=httpx.MockTransport(service), backoff=backoff) as client:
+            for event in client.follow("s", **follow):
+                received.append(event)
+                if len(received) == limit:
+                    break
+        return received
+
+    async def run() -> None:
+        async with AsyncHistoryClient("http://test", transport=httpx.MockTransport(service), backoff=backoff) as client:
+            async for event in client.follow("s", **follow):
+                received.append(event)
+                if len(received) == limit:
+                    break
+
+    anyio.run(run)
+    return received
+
+
+def resumes(service: Service) -> list[str | None]:
+    return [request.headers.get("last-event-id") for request in service.follows]
+
+
+def test_a_resume_names_the_snapshots_incarnation_and_the_cursor(mode):
+    streams = [
+        Broken(RETRY + inc_snapshot(LOG[0:50], 49), inc_live(50, 60)),
+        Broken(inc_live(60, 75)),
+        inc_live(75, 90),
+    ]
+    service = Incarnated(LOG, streams)
+    assert collect(service, mode=mode, limit=90) == LOG[:90]
+    assert resumes(service) == [None, f"{INC}:59", f"{INC}:74"]
+    assert "incarnation" not in service.follows[0].url.params
+
+
+def test_a_resume_after_a_seq_learns_the_incarnation_from_the_first_id(mode):
+    service = Incarnated(LOG, [Broken(inc_live(120, 130)), inc_live(130, 150)])
+    assert collect(service, mode=mode, limit=30, after=119) == LOG[120:150]
+    assert resumes(service) == ["119", f"{INC}:129"]
+
+
+def test_a_follow_given_an_incarnation_names_it_from_its_first_request(mode):
+    fresh = Incarnated(LOG, [inc_snapshot(LOG[0:20], 19) + inc_live(20, 25)])
+    assert follow_into([], fresh, mode=mode, limit=25, incarnation=INC) == LOG[:25]
+    assert fresh.follows[0].url.params["incarnation"] == INC and resumes(fresh) == [None]
+    resumed = Incarnated(LOG, [inc_live(120, 125)])
+    assert follow_into([], resumed, mode=mode, limit=5, after=119, incarnation=INC) == LOG[120:125]
+    assert resumes(resumed) == [f"{INC}:119"]
+
+
+def test_the_session_deleted_frame_ends_the_follow_without_reconnecting(mode):
+    deleted = RETRY + inc_snapshot(LOG[0:20], 19) + inc_live(20, 30) + sse("error", b'{"code":"session_deleted"}')
+    service = Incarnated(LOG, [deleted, inc_live(30, 40)])
+    changes: list[Retrying | Reconnected] = []
+    received: list[Event] = []
+    with pytest.raises(SessionDeletedError, match=f"incarnation {INC}") as caught:
+        follow_into(received, service, mode=mode, limit=40, on_connection=changes.append)
+    assert caught.value.incarnation == INC and received == LOG[:30]
+    assert len(service.follows) == 1 and changes == []
+
+
+def test_a_session_deleted_frame_before_any_id_is_still_the_end(mode):
+    service = Incarnated(LOG, [RETRY + sse("error", b'{"code":"session_deleted"}'), inc_live(120, 130)])
+    with pytest.raises(SessionDeletedError) as caught:
+        collect(service, mode=mode, limit=5, after=119)
+    assert caught.value.incarnation is None and len(service.follows) == 1
+
+
+def test_a_reconnect_that_finds_the_incarnation_gone_raises_session_deleted(mode):
+    streams = [Broken(inc_snapshot(LOG[0:50], 49), inc_live(50, 60)), session_not_found(), inc_live(60, 70)]
+    service = Incarnated(LOG, streams)
+    received: list[Event] = []
+    with pytest.raises(SessionDeletedError) as caught:
+        follow_into(received, service, mode=mode, limit=70)
+    assert caught.value.incarnation == INC and received == LOG[:60]
+    assert isinstance(caught.value.__cause__, ServiceError) and caught.value.__cause__.status_code == 404
+    assert resumes(service) == [None, f"{INC}:59"]
+
+
+@pytest.mark.parametrize(
+    ("stream", "message"),
+    [
+        (inc_snapshot(LOG[0:20], 19) + inc_live(20, 25, NEXT), f"names incarnation {NEXT}, but the read is of {INC}"),
+        (inc_snapshot(LOG[0:20], 19, frame_id=NEXT), f"names incarnation {NEXT}, but the read is of {INC}"),
+        (inc_snapshot(LOG[0:20], 19) + live(20, 25), "names no incarnation"),
+        (inc_snapshot(LOG[0:20], 19) + framed("event", encode(LOG[20]), b"x:y"), "malformed id"),
+    ],
+    ids=["live-frame", "snapshot-id", "bare-id", "malformed-id"],
+)
+def test_a_frame_of_another_incarnation_is_a_protocol_error(mode, stream, message):
+    service = Incarnated(LOG, [stream])
+    with pytest.raises(ProtocolError, match=message):
+        collect(service, mode=mode, limit=25)
+    assert len(service.follows) == 1
+
+
+def test_a_snapshot_of_another_incarnation_than_the_one_asked_for_is_a_protocol_error(mode):
+    service = Incarnated(LOG, [inc_snapshot(LOG[0:20], 19, header=NEXT, frame_id=NEXT)])
+    with pytest.raises(ProtocolError, match=f"header names incarnation {NEXT}, but the read is of {INC}"):
+        follow_into([], service, mode=mode, limit=5, incarnation=INC)
+
+
+def test_a_snapshot_whose_header_names_none_learns_the_incarnation_from_its_id(mode):
+    streams = [Broken(inc_snapshot(LOG[0:20], 19, header=None)), inc_live(20, 30)]
+    service = Incarnated(LOG, streams)
+    assert collect(service, mode=mode, limit=30) == LOG[:30]
+    assert resumes(service) == [None, f"{INC}:19"]
+
+
+def test_gap_repairs_name_the_incarnation_on_their_pages(mode):
+    service = Incarnated(LOG, [inc_snapshot(LOG[0:20], 19) + inc_live(20, 25) + inc_live(41, 50)])
+    assert collect(service, mode=mode, limit=50) == LOG[:50]
+    assert [request.url.params["incarnation"] for request in service.pages] == [INC, INC]
+
+
+def test_a_gap_repair_that_finds_the_incarnation_gone_raises_session_deleted(mode):
+    # The repair's pages are of the session created again under the id: each answers 404.
+    service = Incarnated(LOG, [inc_snapshot(LOG[0:20], 19) + inc_live(20, 25) + inc_live(41, 50)], incarnation=NEXT)
+    received: list[Event] = []
+    with pytest.raises(SessionDeletedError):
+        follow_into(received, service, mode=mode, limit=50)
+    assert received == LOG[:25] and len(service.pages) == 1 and len(service.follows) == 1
+
+
+def test_a_repair_page_of_another_incarnation_is_a_protocol_error(mode):
+    class Unpinned(Incarnated):
+        # A service that ignores the pin and answers with the page of the session now under the id.
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/follow"):
+                return super().__call__(request)
+            response = Service.__call__(self, request)
+            response.headers["Session-Incarnation"] = NEXT
+            return response
+
+    service = Unpinned(LOG, [inc_snapshot(LOG[0:20], 19) + inc_live(41, 50)])
+    with pytest.raises(ProtocolError, match=f"a page names incarnation {NEXT}, but the read is of {INC}"):
+        collect(service, mode=mode, limit=50)

@@ -12,7 +12,15 @@ import httpx
 import pytest
 
 from codec import DeltaData, Event, SessionHeader, TextDelta, encode
-from history_client import AsyncHistoryClient, Backoff, HistoryClient, ServiceError
+from history_client import (
+    AsyncHistoryClient,
+    Backoff,
+    HistoryClient,
+    Reconnected,
+    Retrying,
+    ServiceError,
+    SessionDeletedError,
+)
 from history_service.settings import Settings
 from persistence import MemoryStore
 from testing.seeding import SCENARIOS
@@ -157,3 +165,180 @@ async def test_both_clients_close_a_session_and_their_follows_end_after_its_last
         with HistoryClient(running.url) as sync_client:
             assert sync_client.close_session("s") == closed
             assert encode(list(sync_client.follow("s", after=110))) == encode(events[111:])
+
+
+def messages(count: int, **data: Any) -> list[Event]:
+    """User messages, each a message group of its own, so a page of ``maxMessages`` N holds N of them."""
+    return [Event("user/message", seq, seq, {"text": f"m{seq}", **data}, surfaceOp="append") for seq in range(count)]
+
+
+def recreate(url: str, events: list[Event]) -> str:
+    """Delete session ``s`` and create it again with ``events``; the new incarnation."""
+    with HistoryClient(url) as raw:
+        raw.delete_session("s")
+        created = raw.create_session(SessionHeader(id="s", createdAt=1))
+        raw.append("s", events)
+    return str(created["incarnation"])
+
+
+def test_both_clients_delete_a_session_and_its_id_may_be_created_again() -> None:
+    with serve_in_thread(Settings(store_url="memory://")) as running:
+        with HistoryClient(running.url) as client:
+            created = client.create_session(SessionHeader(id="s", createdAt=0))
+            assert created["id"] == "s" and created["headSeq"] == -1 and type(created["incarnation"]) is str
+            client.append("s", messages(10))
+            assert client.page("s").incarnation == created["incarnation"]
+            client.delete_session("s")
+            with pytest.raises(ServiceError) as gone:
+                client.page("s")
+            assert (gone.value.status_code, gone.value.code) == (404, "session_not_found")
+            with pytest.raises(ServiceError) as again:
+                client.delete_session("s")
+            assert type(again.value) is ServiceError and again.value.code == "session_not_found"
+            with pytest.raises(SessionDeletedError):
+                client.page("s", incarnation=created["incarnation"])
+
+        async def main() -> str:
+            async with AsyncHistoryClient(running.url) as client:
+                answer = await client.create_session(SessionHeader(id="s", createdAt=0))
+                assert (await client.page("s", incarnation=answer["incarnation"])).to_seq == 0
+                await client.delete_session("s")
+                with pytest.raises(ServiceError, match="session_not_found"):
+                    await client.delete_session("s")
+                return str(answer["incarnation"])
+
+        assert anyio.run(main) != created["incarnation"]
+
+
+def store_url(kind: str, tmp_path: Path) -> str:
+    return {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'h.db'}", "jsonl": f"jsonl:///{tmp_path}"}[kind]
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "jsonl"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_follow_ends_with_session_deleted_when_its_session_is_deleted(mode: str, store: str, tmp_path: Path) -> None:
+    events = messages(100)
+    changes: list[Any] = []
+    received: list[Event] = []
+    with serve_in_thread(Settings(store_url=store_url(store, tmp_path))) as running:
+        with HistoryClient(running.url) as setup:
+            incarnation = setup.create_session(SessionHeader(id="s", createdAt=0))["incarnation"]
+            setup.append("s", events)
+        if mode == "sync":
+            with HistoryClient(running.url) as client, pytest.raises(SessionDeletedError) as caught:
+                for event in client.follow("s", after=-1, on_connection=changes.append):
+                    received.append(event)
+                    if event.seq == 99:
+                        client.delete_session("s")
+        else:
+
+            async def main() -> None:
+                async with AsyncHistoryClient(running.url) as client:
+                    async for event in client.follow("s", after=-1, on_connection=changes.append):
+                        received.append(event)
+                        if event.seq == 99:
+                            await client.delete_session("s")
+
+            with pytest.raises(SessionDeletedError) as caught:
+                anyio.run(main)
+    assert received == events and caught.value.incarnation == incarnation
+    assert caught.value.__cause__ is None  # the stream's session_deleted frame, not a refused reconnect
+    assert changes == []  # it stopped; it did not reconnect
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "jsonl"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.anyio
+async def test_a_follower_that_reconnects_after_a_delete_and_re_create_gets_session_deleted(
+    mode: str, store: str, tmp_path: Path
+) -> None:
+    old, new = messages(50), messages(80, new=True)
+    received: list[Event] = []
+    changes: list[Retrying | Reconnected] = []
+    incarnations: list[str] = []
+    with serve_in_thread(Settings(store_url=store_url(store, tmp_path))) as running:
+        with HistoryClient(running.url) as setup:
+            incarnations.append(setup.create_session(SessionHeader(id="s", createdAt=0))["incarnation"])
+            setup.append("s", old)
+
+        def lost(change: Retrying | Reconnected) -> None:
+            # Runs after the stream was cut and before the reconnect: the id is another session by then.
+            changes.append(change)
+            if len(incarnations) == 1:
+                incarnations.append(recreate(running.url, new))
+
+        backoff = Backoff(base=0.01, cap=0.05, max_retries=5)
+        async with CuttingProxy(int(running.url.rpartition(":")[2])) as proxy:
+            if mode == "sync":
+
+                def follow() -> None:
+                    with HistoryClient(proxy.url, backoff=backoff) as client:
+                        for event in client.follow("s", after=-1, on_connection=lost):
+                            received.append(event)
+                            if event.seq == 49:
+                                anyio.from_thread.run_sync(proxy.cut)
+
+                with pytest.raises(SessionDeletedError) as caught:
+                    await anyio.to_thread.run_sync(follow)
+            else:
+                async with AsyncHistoryClient(proxy.url, backoff=backoff) as client:
+                    with pytest.raises(SessionDeletedError) as caught:
+                        async for event in client.follow("s", after=-1, on_connection=lost):
+                            received.append(event)
+                            if event.seq == 49:
+                                proxy.cut()
+            assert proxy.connections == 2  # the follow, and its one reconnect
+        with HistoryClient(running.url) as check:
+            assert list(check.iter_history("s")) == new  # the new session is there, and was never delivered
+    assert received == old and caught.value.incarnation == incarnations[0] != incarnations[1]
+    refused = caught.value.__cause__
+    assert isinstance(refused, ServiceError) and (refused.status_code, refused.code) == (404, "session_not_found")
+    assert [type(change) for change in changes] == [Retrying]
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "jsonl"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_pages_read_across_a_delete_and_re_create_raise_session_deleted(mode: str, store: str, tmp_path: Path) -> None:
+    with serve_in_thread(Settings(store_url=store_url(store, tmp_path))) as running:
+        with HistoryClient(running.url) as setup:
+            setup.create_session(SessionHeader(id="s", createdAt=0))
+            setup.append("s", messages(30))
+        pages: list[Any] = []
+        if mode == "sync":
+            with HistoryClient(running.url, max_messages=5) as client, pytest.raises(SessionDeletedError):
+                for page in client.iter_pages("s"):
+                    pages.append(page)
+                    recreate(running.url, messages(30, new=True))
+        else:
+
+            async def main() -> None:
+                async with AsyncHistoryClient(running.url, max_messages=5) as client:
+                    async for page in client.iter_pages("s"):
+                        pages.append(page)
+                        await anyio.to_thread.run_sync(recreate, running.url, messages(30, new=True))
+
+            with pytest.raises(SessionDeletedError):
+                anyio.run(main)
+        assert [(page.from_seq, page.to_seq) for page in pages] == [(25, 30)]
+        assert list(pages[0].events()) == messages(30)[25:]
+
+
+def test_history_read_across_a_delete_and_re_create_raises_session_deleted() -> None:
+    with serve_in_thread(Settings(store_url="memory://")) as running:
+        with HistoryClient(running.url) as setup:
+            setup.create_session(SessionHeader(id="s", createdAt=0))
+            setup.append("s", messages(30))
+        pages_served = []
+
+        def after_page(response: httpx.Response) -> None:
+            # Between the first page and the second, the id becomes another session with as many events.
+            pages_served.append(response.headers.get("Session-Incarnation"))
+            if len(pages_served) == 1:
+                recreate(running.url, messages(30, new=True))
+
+        http = httpx.Client(base_url=running.url, event_hooks={"response": [after_page]})
+        received: list[Event] = []
+        with HistoryClient(http_client=http, max_messages=5) as client, pytest.raises(SessionDeletedError):
+            received.extend(client.iter_history("s"))
+        http.close()
+    assert received == [] and len(pages_served) == 2 and pages_served[1] is None  # the 404 names none

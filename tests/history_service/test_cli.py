@@ -151,6 +151,39 @@ def test_close_closes_once_and_says_so_for_an_unknown_id(tmp_path: Path) -> None
     assert status != 0 and "unknown session 'nope'" in err
 
 
+@pytest.mark.parametrize("store", ["sqlite", "jsonl"])
+def test_delete_asks_first_unless_yes_and_takes_the_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}" if store == "sqlite" else f"jsonl:///{tmp_path / 'logs'}"
+    assert run("import", "--store", url, "--id", "golden-text-turn", str(GOLDEN / "text-turn.events.jsonl"))[0] == 0
+    logs = [GOLDEN / "edges.events.jsonl", GOLDEN / "tool-calls.events.jsonl"]
+    assert run("import", "--store", url, *map(str, logs))[0] == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
+    status, _, err = run_all("delete", "--store", url, "golden-text-turn")
+    assert status == 1 and "[y/N]" in err and "not deleted" in err
+    assert run("export", "--store", url, "golden-text-turn")[0] == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    status, out = run("delete", "--store", url, "golden-text-turn")
+    assert status == 0 and sorted(json.loads(out)["deleted"]) == ["edges", "golden-text-turn"]
+    status, out = run("delete", "--store", url, "tool-calls", "--yes")
+    assert status == 0 and json.loads(out) == {"deleted": ["tool-calls"]}
+    status, _, err = run_all("export", "--store", url, "golden-text-turn")
+    assert status != 0 and "unknown session" in err
+    assert run_all("delete", "--store", url, "nope", "--yes")[0] != 0
+
+
+def test_vacuum_gives_back_what_deletes_freed_in_a_sqlite_file(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert run("import", "--store", url, "--id", "big", str(GOLDEN / "text-turn.events.jsonl"))[0] == 0
+    status, out = run("vacuum", "--store", url)
+    sizes = json.loads(out)
+    assert status == 0 and set(sizes) == {"before", "after"} and sizes["after"] > 0
+    assert run("delete", "--store", url, "big", "--yes")[0] == 0
+    status, out = run("vacuum", "--store", url)
+    assert status == 0 and json.loads(out)["after"] <= sizes["after"]
+
+
 BAD_URLS = {
     "mysql": ("mysql://x", "unsupported store URL mysql://x; use sqlite:///path.db"),
     "sqlite-missing-dir": ("sqlite:///missing/dir/x.db", "missing/dir"),

@@ -217,7 +217,9 @@ def test_a_native_event_source_follows_across_a_sigkill_and_restart(
     listened: dict[str, Any] = page.evaluate("() => { window.listened.stop(); return window.listened; }")
 
     assert listened["seqs"] == list(range(head + 21))
-    assert listened["ids"] == [str(seq) for seq in listened["seqs"]]
+    # Every id names the session's one incarnation (§5.1): what EventSource sent back on its reconnect.
+    incarnation = listened["ids"][0].split(":")[0]
+    assert listened["ids"] == [f"{incarnation}:{seq}" for seq in listened["seqs"]]
     assert [json.loads(event)["seq"] for event in stored(service, session)] == listened["seqs"]
     # The stream dropped and the browser opened it again, resuming where it was.
     assert listened["drops"] >= 1 and listened["opens"] >= 2, listened

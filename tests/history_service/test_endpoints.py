@@ -201,3 +201,96 @@ async def test_a_childrens_listing_answers_a_foreign_or_bad_address_as_an_append
 ) -> None:
     response = await api.get(path, params=params, headers=who(principal))
     assert response.status_code == status and response.json()["error"]["code"] == code
+
+
+# Deletes and incarnations (docs/protocol.md §2.5, §6.4).
+
+
+async def test_a_delete_is_the_owners_and_takes_the_whole_tree_with_it(api: httpx.AsyncClient) -> None:
+    refused = await api.delete("/v1/sessions/tree", headers=who("bob"))
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == "session_not_found"
+    assert (await api.delete("/v1/sessions/tree", params={"x": "1"}, headers=who("alice"))).status_code == 400
+    deleted = await api.delete("/v1/sessions/tree", headers=who("alice"))
+    assert deleted.status_code == 204 and deleted.content == b""
+    for path in (
+        "/v1/sessions/tree",
+        "/v1/sessions/tree/page",
+        "/v1/sessions/tree/follow",
+        "/v1/sessions/tree/subagents",
+        "/v1/sessions/tree/subagents/tree.child-1/page",
+    ):
+        gone = await api.get(path, headers=who("alice"))
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "session_not_found", path
+    for method, path in (
+        ("POST", "/v1/sessions/tree.child-1/events"),
+        ("POST", "/v1/sessions/tree.child-2/close"),
+        ("DELETE", "/v1/sessions/tree"),
+        ("DELETE", "/v1/sessions/tree.child-1"),
+    ):
+        body = b'{"events":[{"type":"note","seq":0,"time":0,"data":{}}]}' if path.endswith("events") else None
+        gone = await api.request(
+            method, path, content=body, headers={**who("alice"), "Content-Type": "application/json"}
+        )
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "session_not_found", path
+    listed = (await api.get("/v1/sessions", headers=who("alice"))).json()["sessions"]
+    assert [s["id"] for s in listed] == ["d", "c", "b", "a"]
+
+
+async def test_a_child_is_deleted_by_its_own_id_and_its_parent_stays(api: httpx.AsyncClient) -> None:
+    assert (await api.delete("/v1/sessions/tree.child-1", headers=who("alice"))).status_code == 204
+    children = (await api.get("/v1/sessions/tree/subagents", headers=who("alice"))).json()["sessions"]
+    assert [s["id"] for s in children] == ["tree.child-2"]
+    assert (await api.get("/v1/sessions/tree/page", headers=who("alice"))).status_code == 200
+
+
+async def test_an_id_created_again_is_a_new_incarnation_that_nothing_old_reaches(api: httpx.AsyncClient) -> None:
+    old_state = (await api.get("/v1/sessions/tree", headers=who("alice"))).json()
+    old, head = old_state["header"]["incarnation"], old_state["headSeq"]
+    pinned = {"through": str(head), "incarnation": old}
+    page = await api.get("/v1/sessions/tree/page", params=pinned, headers=who("alice"))
+    assert page.status_code == 200 and page.headers["session-incarnation"] == old
+    etag = page.headers["etag"]
+    assert etag.startswith(f'"{old}.')
+    unpinned = await api.get("/v1/sessions/tree/page", params={"through": str(head)}, headers=who("alice"))
+    assert unpinned.headers["etag"] == etag and unpinned.headers["cache-control"] == "private, no-cache"
+
+    assert (await api.delete("/v1/sessions/tree", headers=who("alice"))).status_code == 204
+    created = await api.post("/v1/sessions", json={"id": "tree", "createdAt": 1_700_000_000_000}, headers=who("alice"))
+    assert created.status_code == 201
+    new = created.json()["incarnation"]
+    assert new != old and created.json() == {"id": "tree", "headSeq": -1, "incarnation": new}
+    events = (
+        b'{"events":['
+        + b",".join(b'{"type":"note","seq":%d,"time":0,"data":{"new":true}}' % seq for seq in range(head + 1))
+        + b"]}"
+    )
+    appended = await api.post(
+        "/v1/sessions/tree/events", content=events, headers={**who("alice"), "Content-Type": "application/json"}
+    )
+    assert appended.status_code == 201
+
+    stale = await api.get("/v1/sessions/tree/page", params=pinned, headers=who("alice"))
+    assert stale.status_code == 404 and stale.json()["error"]["code"] == "session_not_found"
+    revalidated = await api.get(
+        "/v1/sessions/tree/page", params={"through": str(head)}, headers={**who("alice"), "If-None-Match": etag}
+    )
+    assert revalidated.status_code == 200 and revalidated.headers["etag"] != etag
+    assert revalidated.headers["session-incarnation"] == new and b'"new":true' in revalidated.content
+    for resume in ({"Last-Event-ID": f"{old}:{head}"}, {}):
+        params = {} if resume else {"incarnation": old, "after": "0"}
+        gone = await api.get("/v1/sessions/tree/follow", params=params, headers={**who("alice"), **resume})
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "session_not_found"
+    fresh = await api.get("/v1/sessions/tree/page", params={"through": "0", "incarnation": new}, headers=who("alice"))
+    assert fresh.headers["cache-control"] == "private, no-cache"  # token auth revalidates every page (§4.4)
+
+
+@pytest.mark.parametrize("value", ["abc:", "ABC:1", "a:-2", "1234567890123456", "a" * 33 + ":1"])
+async def test_a_malformed_last_event_id_is_400(api: httpx.AsyncClient, value: str) -> None:
+    response = await api.get("/v1/sessions/d/follow", headers={**who("alice"), "Last-Event-ID": value})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_parameter"
+
+
+async def test_a_create_may_not_name_its_incarnation(api: httpx.AsyncClient) -> None:
+    body = {"id": "e", "createdAt": 1, "incarnation": "abc"}
+    created = await api.post("/v1/sessions", json=body, headers=who("alice"))
+    assert created.status_code == 422 and created.json()["error"]["code"] == "invalid_header"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import anyio
 import httpx
 import pytest
@@ -15,6 +17,7 @@ from persistence import MemoryStore, SessionInfo
 from testing.asgi import serving
 from testing.events import plain
 from testing.seeding import seed
+from testing.wire import id_seq
 
 pytestmark = pytest.mark.anyio
 
@@ -102,7 +105,7 @@ async def test_a_head_notice_is_read_from_the_store_once_for_every_follower() ->
         async with hub.subscribe("s", after=0, snapshot=snapshot, retry_ms=1000) as subscription:
             ready.set()
             async for chunk in subscription:
-                received[n] += [int(line[4:]) for line in chunk.decode().split("\n") if line.startswith("id: ")]
+                received[n] += [id_seq(line[4:]) for line in chunk.decode().split("\n") if line.startswith("id: ")]
                 if received[n][-1:] == [5]:
                     return
 
@@ -131,7 +134,7 @@ async def test_an_idle_sessions_channel_is_released() -> None:
         return b"{}"
 
     async with hub.subscribe("s", after=None, snapshot=snapshot, retry_ms=1000) as subscription:
-        assert subscription.opening.startswith(b"retry: 1000\n\nid: -1\nevent: snapshot")
+        assert re.match(rb"retry: 1000\n\nid: [0-9a-f]{12}:-1\nevent: snapshot", subscription.opening)
         hub.advanced("s", -1)
         assert hub.followed == 1
     hub.publish("s", [plain(0)])
@@ -155,7 +158,7 @@ async def test_a_follower_pausing_to_coalesce_skips_nothing_when_the_buffer_move
         async with hub.subscribe("s", after=0, snapshot=snapshot, retry_ms=1000) as subscription:
             ready.set()
             async for chunk in subscription:
-                seqs.extend(int(line[4:]) for line in chunk.decode().split("\n") if line.startswith("id: "))
+                seqs.extend(id_seq(line[4:]) for line in chunk.decode().split("\n") if line.startswith("id: "))
                 if seqs[-1:] == [30]:
                     return
 

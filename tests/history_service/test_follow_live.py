@@ -18,6 +18,7 @@ import pytest
 from codec import DeltaData, Event, TextDelta, check_page, decode_page, encode, iter_page_events
 from history_service.settings import Settings
 from testing.servers import ServerProcess, serve_in_thread
+from testing.wire import id_seq
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +65,7 @@ async def frames(response: httpx.Response) -> AsyncIterator[tuple[str, int | Non
         if line.startswith("event: "):
             event = line[7:]
         elif line.startswith("id: "):
-            event_id = int(line[4:])
+            event_id = id_seq(line[4:])
         elif line.startswith("data: "):
             yield event, event_id, json.loads(line[6:])
             event, event_id = "message", None
@@ -172,7 +173,7 @@ async def test_a_stalled_follower_holds_up_no_one_and_still_ends_complete(server
         buffer += chunk
         *complete, buffer = buffer.split(b"\n\n")
         seqs.extend(
-            int(frame.split(b"id: ", 1)[1].split(b"\n", 1)[0])
+            id_seq(frame.split(b"id: ", 1)[1].split(b"\n", 1)[0])
             for frame in complete
             if b"\nid: " in frame or frame.startswith(b"id: ")
         )
@@ -268,3 +269,50 @@ async def test_a_closed_sessions_newest_page_is_the_page_through_its_head_with_a
         assert newest.headers["cache-control"] == "private, no-cache"
         again = await client.get("/v1/sessions/live/page", headers={"If-None-Match": newest.headers["etag"]})
         assert again.status_code == 304
+
+
+async def test_a_delete_ends_every_follower_and_no_resume_reaches_the_id_created_again(server: str) -> None:
+    """Open followers get `session_deleted` and the stream ends; the old cursor never resumes into the new session."""
+    events = make_events(random.Random(9))[:300]
+    await create_session(server)
+
+    async def follow(path: str, seen: list[tuple[str, int | None, Any]], opened: anyio.Event, **headers: str) -> None:
+        async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+            async with client.stream("GET", path, headers=headers) as response:
+                async for frame in frames(response):
+                    seen.append(frame)
+                    opened.set()
+        seen.append(("closed by the server", None, None))
+
+    fresh: list[tuple[str, int | None, Any]] = []
+    resumed: list[tuple[str, int | None, Any]] = []
+    async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+        batch = encode({"events": events[:200]})
+        assert (await client.post("/v1/sessions/live/events", content=batch, headers=JSON)).status_code == 201
+        old = (await client.get("/v1/sessions/live")).json()["header"]["incarnation"]
+        async with anyio.create_task_group() as group:
+            opened = [anyio.Event(), anyio.Event()]
+            group.start_soon(follow, "/v1/sessions/live/follow", fresh, opened[0])
+            group.start_soon(follow, "/v1/sessions/live/follow?after=49", resumed, opened[1])
+            for event in opened:
+                await event.wait()
+            assert (await client.delete("/v1/sessions/live")).status_code == 204
+        deleted = ("error", None, {"code": "session_deleted"})
+        assert fresh[0][0] == "snapshot" and fresh[-2:] == [deleted, ("closed by the server", None, None)]
+        assert resumed[-2:] == fresh[-2:] and all(kind == "event" for kind, _, _ in resumed[:-2])
+
+        created = await client.post("/v1/sessions", json={"id": "live", "createdAt": 0})
+        assert created.status_code == 201 and created.json()["incarnation"] != old
+        batch = encode({"events": events[:250]})
+        assert (await client.post("/v1/sessions/live/events", content=batch, headers=JSON)).status_code == 201
+        stale = await client.get("/v1/sessions/live/follow", headers={"Last-Event-ID": f"{old}:199"})
+        assert stale.status_code == 404 and stale.json()["error"]["code"] == "session_not_found"
+    anew: list[tuple[str, int | None, Any]] = []
+    await_new = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(follow, "/v1/sessions/live/follow", anew, await_new)
+        await await_new.wait()
+        async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+            assert (await client.post("/v1/sessions/live/close")).status_code == 200
+    assert anew[0][0] == "snapshot" and anew[0][1] == 249
+    assert anew[0][2]["header"]["incarnation"] == created.json()["incarnation"]

@@ -28,6 +28,7 @@ from history_client import Backoff, HistoryClient
 from history_service.cli import main
 from testing.postgres import PG_URL, empty_postgres
 from testing.servers import ServerProcess, free_port, wait_healthy
+from testing.wire import id_seq
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set; run under scripts/with-postgres")
 
@@ -207,8 +208,40 @@ def test_a_close_on_one_process_ends_the_others_followers_after_the_last_event(r
         assert not follower.is_alive(), f"a follower did not end: {len(follower.frames)} frames"
         assert follower.error is None, repr(follower.error)
         assert follower.frames[-1] == end and [f for f in follower.frames if f[0] == "end"] == [end]
-        assert [int(f[1] or -1) for f in follower.frames[:-1]] == list(range(len(events)))
+        assert [id_seq(f[1] or "") for f in follower.frames[:-1]] == list(range(len(events)))
         assert [f[2] for f in follower.frames[:-1]] == [encode(event) for event in events]
+
+
+def test_a_delete_on_one_process_ends_the_others_followers_and_the_id_starts_anew(
+    replicas: list[ServerProcess],
+) -> None:
+    a, b = replicas
+    rand = random.Random(34)
+    events = make_events(1000, rand)
+    create(a.url)
+    produce([a.url, b.url], events, rand, {})
+    old = httpx.get(f"{b.url}/v1/sessions/s").json()["header"]["incarnation"]
+    followers = [RawFollower(server.url) for server in (b, b, a)]
+    for follower in followers:
+        follower.start()
+        assert follower.opened.wait(30)
+    assert httpx.delete(f"{a.url}/v1/sessions/s").status_code == 204
+    deleted = ("error", None, b'{"code":"session_deleted"}')
+    for follower in followers:
+        follower.join(120)
+        assert not follower.is_alive(), f"a follower did not end: {len(follower.frames)} frames"
+        assert follower.error is None, repr(follower.error)
+        assert follower.frames[-1] == deleted and follower.frames.count(deleted) == 1
+        assert [id_seq(f[1] or "") for f in follower.frames[:-1]] == list(range(len(follower.frames) - 1))
+    for path in ("/v1/sessions/s", "/v1/sessions/s/page", "/v1/sessions/s/follow"):
+        assert httpx.get(f"{b.url}{path}").status_code == 404, path
+    create(a.url)
+    appended = httpx.post(f"{b.url}/v1/sessions/s/events", content=encode({"events": events[:3]}), headers=JSON)
+    assert appended.status_code == 201, appended.text
+    page = httpx.get(f"{b.url}/v1/sessions/s/page")
+    assert page.headers["session-incarnation"] not in ("", old) and page.json()["toSeq"] == 3
+    stale = httpx.get(f"{b.url}/v1/sessions/s/follow", headers={"Last-Event-ID": f"{old}:2"})
+    assert stale.status_code == 404
 
 
 def test_a_lost_listen_connection_is_reconnected_and_nothing_stays_stuck(replicas: list[ServerProcess]) -> None:

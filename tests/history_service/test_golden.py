@@ -22,6 +22,7 @@ from testing.events import plain
 from testing.golden import GOLDEN_DIR, check_golden
 from testing.seeding import SCENARIOS, SEEDED, seed
 from testing.servers import ThreadServer, serve_in_thread
+from testing.wire import id_seq
 
 pytestmark = pytest.mark.anyio
 
@@ -81,16 +82,22 @@ async def test_page_responses_match_golden(
     check_golden(GOLDEN / f"{scenario}.pages.jsonl", b"".join(lines), capsys)
 
 
-def shapes(body: bytes) -> list[list[Any]]:
-    """Frames reduced to [event name, sorted data keys]; comments and retry lines are dropped."""
+def shapes(body: bytes, incarnation: str) -> list[list[Any]]:
+    """Frames reduced to [id, event name, sorted data keys]; comments and retry lines are dropped.
+
+    An id is kept as ``<incarnation>:<seq>`` with the session's incarnation (random) named so.
+    """
     out: list[list[Any]] = []
-    event = None
+    event, frame_id = None, None
     for line in body.decode().split("\n"):
-        if line.startswith("event: "):
+        if line.startswith("id: "):
+            frame_id = line[len("id: ") :].replace(f"{incarnation}:", "<incarnation>:")
+        elif line.startswith("event: "):
             event = line[len("event: ") :]
         elif line.startswith("data: "):
             data = json.loads(line[len("data: ") :])
-            out.append([event, sorted(data) if isinstance(data, dict) else None])
+            out.append([frame_id, event, sorted(data) if isinstance(data, dict) else None])
+            frame_id = None
     return out
 
 
@@ -111,7 +118,7 @@ async def follow_body(base: str, path: str, head: int, headers: dict[str, str] |
             assert appended.status_code == 201
             async for line in lines:
                 body += line.encode() + b"\n"
-                if line == f"id: {head + 3}":
+                if line.startswith("id: ") and id_seq(line[4:]) == head + 3:
                     body += (await anext(lines)).encode() + b"\n"  # its event line
                     body += (await anext(lines)).encode() + b"\n"  # its data line
                     break
@@ -124,27 +131,29 @@ def live(store: HistoryStore) -> Iterator[ThreadServer]:
         yield server
 
 
-async def seed_live(base: str) -> int:
+async def seed_live(base: str) -> tuple[int, str]:
+    """The seeded session's head and incarnation."""
     async with httpx.AsyncClient(base_url=base, timeout=60) as http:
         sessions = await seed(http, **SCENARIOS["multi-turn"])
+        header = (await http.get("/v1/sessions/multi-turn-1")).json()["header"]
     head: int = sessions[0]["headSeq"]
-    return head
+    return head, header["incarnation"]
 
 
 async def test_follow_frames_match_golden(live: ThreadServer, capsys: pytest.CaptureFixture[str]) -> None:
-    head = await seed_live(live.url)
+    head, incarnation = await seed_live(live.url)
     fresh = await follow_body(live.url, "/v1/sessions/multi-turn-1/follow", head)
     assert fresh.startswith(b"retry: ")
-    check_golden(GOLDEN / "multi-turn.follow-fresh.json", encode(shapes(fresh)), capsys)
+    check_golden(GOLDEN / "multi-turn.follow-fresh.json", encode(shapes(fresh, incarnation)), capsys)
 
 
 async def test_resumed_follow_frames_match_golden(live: ThreadServer, capsys: pytest.CaptureFixture[str]) -> None:
-    head = await seed_live(live.url)
+    head, incarnation = await seed_live(live.url)
     path = "/v1/sessions/multi-turn-1/follow"
-    resumed = await follow_body(live.url, path, head, {"Last-Event-ID": str(head - 5)})
-    ids = [int(line[4:]) for line in resumed.decode().split("\n") if line.startswith("id: ")]
-    assert ids == list(range(head - 4, head + 4))
-    check_golden(GOLDEN / "multi-turn.follow-resume.json", encode(shapes(resumed)), capsys)
+    resumed = await follow_body(live.url, path, head, {"Last-Event-ID": f"{incarnation}:{head - 5}"})
+    ids = [line[4:] for line in resumed.decode().split("\n") if line.startswith("id: ")]
+    assert ids == [f"{incarnation}:{seq}" for seq in range(head - 4, head + 4)]
+    check_golden(GOLDEN / "multi-turn.follow-resume.json", encode(shapes(resumed, incarnation)), capsys)
 
 
 def test_golden_files_are_ours() -> None:

@@ -11,7 +11,7 @@ import anyio
 import msgspec
 import pytest
 
-from codec import Event, SessionHeader, encode, read_header, read_session_log
+from codec import Event, SessionHeader, encode, read_header, read_session_log, written
 from history_client import AsyncHistoryClient
 from history_service.app import create_app
 from history_service.cli import main
@@ -118,7 +118,7 @@ def test_id_imports_one_log_under_a_new_id(tmp_path: Path) -> None:
     assert run("import", "--store", url, "--id", "first", str(tmp_path / "one" / "session.jsonl"))[0] == 0
     assert run("import", "--store", url, "--id", "second", str(tmp_path / "two"))[0] == 0
     got_header, got_events = anyio.run(stored, url, "first")
-    assert got_header == header("first") and got_events == events
+    assert written(got_header) == header("first") and got_events == events
     status, _, err = run("import", "--store", url, "--id", "x", str(tmp_path))
     assert status == 1 and "--id names one log, and 2 were given" in err
     status, _, err = run("import", "--store", url, "--id", "../x", str(tmp_path / "one"))
@@ -235,9 +235,9 @@ async def _page_every_session(url: str, ids: dict[Path, str]) -> None:
                 else:
                     got = [e async for e in client.iter_history(session_id)]
                 assert got == log.events, path
-                assert (
-                    msgspec.structs.replace(info.header, id=log.header.id, parentSession=log.header.parentSession)
-                    == log.header
+                as_logged = written(info.header)
+                assert msgspec.structs.replace(as_logged, id=log.header.id, parentSession=log.header.parentSession) == (
+                    log.header
                 )
     finally:
         await store.close()

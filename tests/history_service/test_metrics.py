@@ -78,8 +78,11 @@ def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
 
 
 def read_until(lines: Iterator[str], wanted: str) -> None:
+    """Read up to the line ``wanted``; an ``id: <seq>`` matches the id of that seq in any incarnation."""
     for line in lines:
-        if line == wanted:
+        if line == wanted or (
+            wanted.startswith("id: ") and line.startswith("id: ") and line.endswith(f":{wanted[4:]}")
+        ):
             return
     raise AssertionError(f"the stream ended before {wanted!r}")
 

@@ -159,7 +159,8 @@ async def test_the_bodies_structs_decode_what_the_endpoints_answer(client: httpx
         return msgspec.json.decode(response.content, type=kind)
 
     created = await client.post("/v1/sessions", json={"id": "s1", "createdAt": 1})
-    assert strictly(created, bodies.SessionCreated) == bodies.SessionCreated(id="s1", headSeq=-1)
+    incarnation = created.json()["incarnation"]
+    assert strictly(created, bodies.SessionCreated) == bodies.SessionCreated("s1", -1, incarnation)
     batch = {"events": [{"type": "turn/start", "seq": 0, "time": 1, "data": {}}]}
     assert strictly(await client.post("/v1/sessions/s1/events", json=batch), bodies.Appended) == bodies.Appended(0, 0)
     again = strictly(await client.post("/v1/sessions/s1/events", json=batch), bodies.Appended)

@@ -38,10 +38,14 @@ async def test_small_bodies_are_not_compressed(client: httpx.AsyncClient) -> Non
 
 async def test_explicit_through_is_immutable_with_a_strong_etag(client: httpx.AsyncClient) -> None:
     await seed(client, scenario="multi-turn", seed=9, turns=3)
-    path = "/v1/sessions/multi-turn-9/page?through=40"
+    incarnation = (await client.get("/v1/sessions/multi-turn-9")).json()["header"]["incarnation"]
+    # Immutable only when its address names the incarnation too (§2.5, §4.4).
+    unnamed = await client.get("/v1/sessions/multi-turn-9/page?through=40", headers={"Accept-Encoding": "identity"})
+    assert unnamed.headers["cache-control"] == "private, no-cache"
+    path = f"/v1/sessions/multi-turn-9/page?through=40&incarnation={incarnation}"
     first = await client.get(path, headers={"Accept-Encoding": "identity"})
     etag = first.headers["etag"]
-    assert etag.startswith('"') and not etag.startswith("W/")
+    assert etag.startswith(f'"{incarnation}.') and not etag.startswith("W/") and unnamed.headers["etag"] == etag
     assert first.headers["cache-control"] == "private, max-age=31536000, immutable"
     again = await client.get(path, headers={"Accept-Encoding": "identity", "If-None-Match": etag})
     assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
@@ -93,7 +97,7 @@ async def test_a_large_page_is_exact_and_its_zstd_body_one_frame(
 
 def test_the_page_cache_evicts_least_recently_used_pages() -> None:
     cache = PageCache(250, 10)
-    pages = {key: encode_page(bytes([key]) * 100) for key in range(3)}
+    pages = {key: encode_page(bytes([key]) * 100, "a") for key in range(3)}
     cache.put((0,), pages[0])
     cache.put((1,), pages[1])
     assert cache.get((0,)) is pages[0]
@@ -108,7 +112,7 @@ def test_the_page_cache_evicts_least_recently_used_pages() -> None:
 def test_the_page_cache_is_bounded_in_entries_as_well_as_bytes() -> None:
     cache = PageCache(10**9, 3)
     for key in range(10):
-        cache.put((key,), encode_page(b"x" * 10))
+        cache.put((key,), encode_page(b"x" * 10, "a"))
     assert len(cache) == 3 and cache.size == 30
     assert [cache.get((key,)) is not None for key in range(10)] == [False] * 7 + [True] * 3
 
@@ -141,5 +145,6 @@ def test_the_page_cache_accounts_in_constant_work_per_call() -> None:
 
 async def test_without_auth_an_immutable_page_stays_cacheable_for_a_year(client: httpx.AsyncClient) -> None:
     await seed(client, scenario="multi-turn", seed=9, turns=3)
-    page = await client.get("/v1/sessions/multi-turn-9/page?through=10")
+    incarnation = (await client.get("/v1/sessions/multi-turn-9")).json()["header"]["incarnation"]
+    page = await client.get(f"/v1/sessions/multi-turn-9/page?through=10&incarnation={incarnation}")
     assert page.headers["cache-control"] == "private, max-age=31536000, immutable"

@@ -7,9 +7,10 @@ from typing import Annotated
 import pytest
 from msgspec import Meta, Struct
 
-from codec import MAX_SAFE_INTEGER
+from codec import INCARNATION_PATTERN, MAX_SAFE_INTEGER
 from history_service.params import (
     CONTENT_ENCODING,
+    EVENT_ID_PATTERN,
     LAST_EVENT_ID,
     FollowParams,
     PageParams,
@@ -53,6 +54,12 @@ def test_a_page_query_reads_as_its_parameters_in_declared_order() -> None:
             setting="default_max_bytes",
         ),
         Param(name="expand", kind="enum", description='Every record as `{"event"}`, unpacked.', values=("raw",)),
+        Param(
+            name="incarnation",
+            kind="string",
+            description="The session's incarnation (§2.5); another one answers as an unknown session.",
+            pattern=INCARNATION_PATTERN,
+        ),
     )
 
 
@@ -64,8 +71,12 @@ def test_a_setting_named_for_a_default_is_a_settings_field() -> None:
 def test_a_header_reads_like_a_query_field_and_keeps_its_own_description() -> None:
     after = next(param for param in parameters(FollowParams) if param.name == "after")
     header = parameter(LAST_EVENT_ID.name, LAST_EVENT_ID.type, description=LAST_EVENT_ID.description)
-    assert (header.low, header.high) == (after.low, after.high) == (-1, MAX_SAFE_INTEGER)
-    assert header.description == "As `after`, and wins over it." != after.description
+    # An SSE id, `<incarnation>:<seq>` (§5.1): a string of a pattern, whose seq part is as `after`.
+    assert (header.kind, header.pattern) == ("string", EVENT_ID_PATTERN) and (after.low, after.high) == (
+        -1,
+        MAX_SAFE_INTEGER,
+    )
+    assert header.description.startswith("An SSE `id` (§5.1)") and header.description != after.description
     coding = parameter(CONTENT_ENCODING.name, CONTENT_ENCODING.type)
     assert (coding.kind, coding.values) == ("enum", ("identity", "zstd", "br", "gzip"))
 

@@ -172,7 +172,7 @@ def test_every_operation_of_the_table_is_named_once() -> None:
     [
         ("page", {"through": "zz", "expand": "x"}, {}, "expand must be 'raw'"),
         ("page", {"maxBytes": "0", "through": "zz"}, {}, "through must be"),
-        ("follow", {"maxMessages": "0"}, {"Last-Event-ID": "x"}, "Last-Event-ID must be"),
+        ("follow", {"maxMessages": "0"}, {"Last-Event-ID": "x"}, "Last-Event-ID must match"),
         ("follow", {"maxMessages": "0", "after": "q"}, {"Last-Event-ID": "x"}, "after must be"),
         ("follow", {"maxMessages": "0"}, {"Last-Event-ID": ""}, "maxMessages must be"),
     ],

@@ -5,11 +5,12 @@ block's deltas joined, a user message, a tool result, a turn marker), in seq ord
 exactly once, after scrolling up through every page; live tokens in place, across a SIGKILL
 and restart of the server; a burst of 3,000 live events whole, in order, with its hidden
 markers, in at most one DOM update an animation frame; the same items whatever the response's
-content coding; token auth from the login form; and "session ended", when a live session is
-closed and on opening a closed one. What a chat UI has, on the seeded scenarios, the demo and
-every corpus log: each item's time (a ``<time datetime>`` of its first event's
-time) and each step's token usage (the numbers its usage chunk gives), outside the body; copy
-buttons that copy exactly the text shown; find with its count; jump-to-end; the dark scheme.
+content coding; token auth from the login form; "session ended", when a live session is
+closed and on opening a closed one; and "session deleted", when a live session is deleted.
+What a chat UI has, on the seeded scenarios, the demo and every corpus log: each item's time
+(a ``<time datetime>`` of its first event's time) and each step's token usage (the numbers its
+usage chunk gives), outside the body; copy buttons that copy exactly the text shown; find with
+its count; jump-to-end; the dark scheme.
 Each test leaves a screenshot in ``test-output/``.
 """
 
@@ -394,6 +395,34 @@ def test_a_closed_session_opens_as_ended(live_server: ServerProcess, page: Page)
     open_viewer(page, url, "parent=done&session=done.w")
     page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
     assert rendered_items(page) == [("turn", 0, 0, "2")]
+
+
+def delete(url: str, session: str) -> None:
+    response = httpx.delete(f"{url}/v1/sessions/{session}", timeout=30)
+    assert response.status_code == 204, response.text
+
+
+def test_a_live_session_shows_it_was_deleted_when_it_is_deleted(live_server: ServerProcess, page: Page) -> None:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": "going", "createdAt": 0}).status_code == 201
+    append(url, "going", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
+    follows: list[str] = []
+    page.on("request", lambda request: follows.append(request.url) if request.url.endswith("/follow") else None)
+    open_viewer(page, url, "session=going")
+    page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+    append(url, "going", [delta(1 + k, f"{k} ") for k in range(5)])
+    page.wait_for_function("() => document.getElementById('timeline').dataset.cursor === '5'", timeout=TIMEOUT_MS)
+    shown = rendered_items(page)
+    assert shown == [("turn", 0, 0, "1"), ("text", 1, 5, "0 1 2 3 4 ")]
+
+    delete(url, "going")
+    page.wait_for_selector("#status[data-state='deleted']", timeout=TIMEOUT_MS)
+    assert page.text_content("#status") == "session deleted"
+    # What was shown stays, with no error over it; the delete is final: the stream was not opened again.
+    assert rendered_items(page) == shown
+    assert page.is_hidden("#error")
+    assert len(follows) == 1, follows
+    screenshot(page, "session-deleted")
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,8 @@ async def test_create_and_get_session(store: HistoryStore) -> None:
     info = await store.create_session(header(cwd="/w"), owner="alice")
     assert (info.owner, info.head_seq) == ("alice", -1)
     got = await store.get_session("s1")
-    assert got.header == header(cwd="/w") and got.owner == "alice" and got.head_seq == -1
+    assert got.header == info.header and got.owner == "alice" and got.head_seq == -1
+    assert msgspec.structs.replace(got.header, incarnation=msgspec.UNSET) == header(cwd="/w")
 
 
 async def test_duplicate_session_is_refused(store: HistoryStore) -> None:
@@ -145,6 +146,94 @@ async def test_exact_resend_is_idempotent(store: HistoryStore) -> None:
     older = await store.append("s1", events[10:20])
     assert older.idempotent and older.head_seq == 89
     assert await store.read_events("s1", 0, 90) == events[:90]
+
+
+# Incarnations and deletes (docs/protocol.md §2.5, §6.4).
+
+
+async def test_every_creation_gets_its_own_incarnation_and_an_imported_one_is_kept(store: HistoryStore) -> None:
+    first = await store.create_session(header("a"))
+    second = await store.create_session(header("b"))
+    kept = await store.create_session(header("c", incarnation="0123456789ab"))
+    incarnations = [info.header.incarnation for info in (first, second, kept)]
+    assert all(isinstance(one, str) for one in incarnations) and len(set(incarnations)) == 3
+    assert [(await store.get_session(s)).header.incarnation for s in "abc"] == incarnations
+    assert incarnations[2] == "0123456789ab"
+
+
+async def test_delete_removes_the_session_and_its_whole_tree(store: HistoryStore) -> None:
+    await write(store, multi_turn(seed=1, turns=2), [7, 30, 1, 100])
+    await store.create_session(header("s1.a", parentSession="s1", origin="subagent"))
+    await store.create_session(header("s1.a.x", parentSession="s1.a", origin="subagent"))
+    await store.create_session(header("s1.b", parentSession="s1", origin="subagent"))
+    await store.append("s1.a.x", [plain(0), plain(1)])
+    await write(store, multi_turn(seed=2, turns=1), [5], session_id="other")
+    await store.create_session(header("other.kid", parentSession="other", origin="subagent"))
+    before = await store.read_events("other", 0, 10_000)
+
+    deleted = await store.delete_session("s1")
+    assert deleted[0] == "s1" and sorted(deleted) == ["s1", "s1.a", "s1.a.x", "s1.b"]
+    for gone in deleted:
+        with pytest.raises(SessionNotFoundError):
+            await store.get_session(gone)
+        with pytest.raises(SessionNotFoundError):
+            await store.read_stored(gone, 0, 10)
+        with pytest.raises(SessionNotFoundError):
+            await store.append(gone, [plain(0)])
+        with pytest.raises(SessionNotFoundError):
+            await store.read_page(gone, through=None, before=None, max_messages=5)
+    assert await store.children("s1") == []
+    assert [s.id for s in await store.list_sessions(DEFAULT_OWNER, limit=10)] == ["other"]
+    assert await store.read_events("other", 0, 10_000) == before
+    assert [c.id for c in await store.children("other")] == ["other.kid"]
+    with pytest.raises(SessionNotFoundError):
+        await store.delete_session("s1")
+
+
+async def test_a_child_is_deleted_with_its_own_children_and_the_parent_stays(store: HistoryStore) -> None:
+    await store.create_session(header("p"))
+    await store.create_session(header("p.a", parentSession="p", origin="subagent"))
+    await store.create_session(header("p.a.x", parentSession="p.a", origin="subagent"))
+    assert await store.delete_session("p.a") == ["p.a", "p.a.x"]
+    assert (await store.get_session("p")).head_seq == -1 and await store.children("p") == []
+
+
+async def test_an_id_created_again_after_a_delete_is_a_new_incarnation(store: HistoryStore) -> None:
+    old_events = multi_turn(seed=4, turns=2)
+    await write(store, old_events, [9, 50])
+    old = await store.get_session("s1")
+    await store.close_session("s1", closed_at=5)
+    await store.delete_session("s1")
+    new = await store.create_session(header(), owner="bob")
+    assert new.header.incarnation != old.header.incarnation and not new.closed
+    assert (new.owner, new.head_seq) == ("bob", -1)
+    assert await store.read_stored("s1", 0, 10_000) == []
+    fresh = multi_turn(seed=5, turns=1)
+    await store.append("s1", fresh[:3])
+    assert await store.read_events("s1", 0, 10_000) == fresh[:3]
+    read = await store.read_page("s1", through=None, before=None, max_messages=50)
+    assert read.to_seq == 3 and read.info.header.incarnation == new.header.incarnation
+
+
+async def test_appends_racing_a_delete_land_before_it_or_find_no_session(store: HistoryStore) -> None:
+    await store.create_session(header())
+    outcomes: list[str] = []
+
+    async def append(seq: int) -> None:
+        try:
+            await store.append("s1", [plain(seq)])
+            outcomes.append("stored")
+        except (SessionNotFoundError, SeqConflictError) as exc:
+            outcomes.append(type(exc).__name__)
+
+    async with anyio.create_task_group() as tasks:
+        for seq in range(6):
+            tasks.start_soon(append, seq)
+        tasks.start_soon(lambda: store.delete_session("s1"))
+    with pytest.raises(SessionNotFoundError):
+        await store.get_session("s1")
+    await store.create_session(header())
+    assert await store.read_stored("s1", 0, 100) == []
 
 
 # Closing (docs/protocol.md §6.3).

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 import pytest
 
 from codec import SessionHeader, encode, pack, pack_page, read_session_log
@@ -52,7 +53,9 @@ async def test_log_is_the_deepseek_harness_line_format(tmp_path: Path) -> None:
     assert data.startswith(b'{"type":"session","version":0,"id":"s1",')
     assert b'"type":"text-chunks","seq0":' in data or b'"type":"reasoning-chunks","seq0":' in data
     log = read_session_log(data)
-    assert log.header == HEADER and log.events == events
+    # The header as given, with the incarnation the store gave it (§2.5).
+    assert isinstance(log.header.incarnation, str) and log.events == events
+    assert msgspec.structs.replace(log.header, incarnation=msgspec.UNSET) == HEADER
 
 
 async def test_truncation_anywhere_in_the_last_batch_cuts_it_whole(tmp_path: Path, compression: str) -> None:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+from typing import Final
 
 import pytest
 
-from codec import SessionHeader
+from codec import Event, SessionHeader
+from history_service.scenarios import multi_turn
+from persistence.errors import SessionNotFoundError
 from persistence.url import open_store
 from testing.events import plain
 from testing.postgres import PG_URL
@@ -126,3 +131,80 @@ async def test_sqlite_killed_mid_append_loses_nothing_committed(tmp_path: Path) 
     await reopened.append("s", [plain(4)])
     assert await reopened.head_seq("s") == 4
     await reopened.close()
+
+
+DELETER = textwrap.dedent(
+    """
+    import anyio, sys, time
+    from persistence.url import open_store
+
+    async def main(url):
+        store = await open_store(url)
+        await store.get_session("tree")
+        print("deleting", flush=True)
+        await store.delete_session("tree")
+        print("deleted", flush=True)
+        time.sleep(600)
+
+    anyio.run(main, sys.argv[1])
+    """
+)
+TREE: Final = ["tree", *(f"tree.child-{k}" for k in range(5)), "tree.child-0.grandchild"]
+
+
+def _tree_header(session_id: str) -> SessionHeader:
+    parent = session_id.rpartition(".")[0] if "." in session_id else None
+    extra = {} if parent is None else {"parentSession": parent, "origin": "subagent"}
+    return SessionHeader(id=session_id, createdAt=0, **extra)  # type: ignore[arg-type]
+
+
+async def _write_tree(url: str) -> dict[str, list[Event]]:
+    store = await open_store(url, create=True)
+    written = {}
+    for n, session_id in enumerate([*TREE, "other", "other.child-0"]):
+        header = _tree_header(session_id)
+        events = multi_turn(seed=n, turns=12)
+        await store.create_session(header)
+        for start in range(0, len(events), 400):
+            await store.append(session_id, events[start : start + 400])
+        written[session_id] = events
+    await store.close()
+    return written
+
+
+@pytest.mark.parametrize("kind", [*store_urls(), pytest.param("jsonl-zstd", id="jsonl-zstd")])
+@pytest.mark.parametrize("delay", [0.0, 0.003, 0.01, 0.03, 0.1])
+async def test_a_delete_killed_at_any_moment_leaves_each_session_whole_or_gone(
+    tmp_path: Path, kind: str, delay: float
+) -> None:
+    url = await emptied_backend_url(kind, tmp_path)
+    written = await _write_tree(url)
+    command = [sys.executable, "-c", DELETER, url]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as killed:
+        try:
+            assert killed.stdout is not None and killed.stderr is not None
+            assert killed.stdout.readline() == "deleting\n", killed.stderr.read()
+            time.sleep(delay)
+        finally:
+            killed.send_signal(signal.SIGKILL)
+            killed.wait(timeout=60)
+    reopened = await open_store(url)
+    try:
+        outcomes = {}
+        for session_id, events in written.items():
+            try:
+                info = await reopened.get_session(session_id)
+            except SessionNotFoundError:
+                outcomes[session_id] = "gone"
+                continue
+            assert info.head_seq == len(events) - 1, session_id
+            assert await reopened.read_events(session_id, 0, len(events)) == events, session_id
+            outcomes[session_id] = "whole"
+        assert outcomes["other"] == outcomes["other.child-0"] == "whole"
+        # After a reopen the tree's delete is either finished or never started: no store leaves half a tree.
+        assert len({outcomes[session_id] for session_id in TREE}) == 1, outcomes
+        if outcomes["tree"] == "gone":
+            recreated = await reopened.create_session(_tree_header("tree"))
+            assert recreated.head_seq == -1 and await reopened.read_stored("tree", 0, 10) == []
+    finally:
+        await reopened.close()

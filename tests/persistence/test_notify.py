@@ -28,12 +28,16 @@ async def listen(
     heard: list[tuple[str, int]],
     connects: list[int],
     closes: list[tuple[str, int]] | None = None,
+    deletes: list[str] | None = None,
 ) -> None:
     async def connected() -> None:
         connects.append(len(heard))
 
-    def on_head(session: str, head: int, closed: bool) -> None:
-        (closes if closed and closes is not None else heard).append((session, head))
+    def on_head(told: Notice) -> None:
+        if told.deleted and deletes is not None:
+            deletes.append(told.session_id)
+            return
+        (closes if told.closed and closes is not None else heard).append((told.session_id, told.head))
 
     await listener.run(on_head, connected)
 
@@ -102,6 +106,36 @@ async def test_a_close_from_another_store_is_heard_once_with_its_head() -> None:
         await writer.close()
         await reader.close()
     assert heard == [("s", 0)] and closes == [("s", 0)]
+
+
+def test_a_delete_notice_adds_two_flags() -> None:
+    payload = notice("s", -1, "origin", deleted=True, incarnation="0af")
+    assert payload == '["s",-1,"origin",false,true,"0af"]'
+    assert msgspec.json.decode(payload, type=Notice) == Notice("s", -1, "origin", deleted=True, incarnation="0af")
+
+
+async def test_a_delete_from_another_store_is_heard_once_per_session_of_the_tree() -> None:
+    assert PG_URL
+    writer = await fresh_postgres_store(PG_URL)
+    reader = await SqlStore.open(PG_URL)
+    listener = reader.listener()
+    assert listener is not None
+    heard: list[tuple[str, int]] = []
+    deletes: list[str] = []
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(listen, listener, heard, [], None, deletes)
+            await wait_for(lambda: listener.state == "listening")
+            await writer.create_session(SessionHeader(id="p", createdAt=0))
+            await writer.create_session(SessionHeader(id="p.a", createdAt=0, parentSession="p", origin="subagent"))
+            await writer.delete_session("p")
+            await wait_for(lambda: len(deletes) == 2)
+            await anyio.sleep(0.2)
+            tasks.cancel_scope.cancel()
+    finally:
+        await writer.close()
+        await reader.close()
+    assert heard == [] and sorted(deletes) == ["p", "p.a"]
 
 
 async def test_a_terminated_listen_connection_reconnects_and_asks_for_a_resync() -> None:

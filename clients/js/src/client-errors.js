@@ -8,6 +8,7 @@
  *     - `StreamOverlapError`: a live record partly overlaps what was already delivered.
  *     - `ResumeBehindError`: a resumed stream opened behind the last delivered seq.
  *   - `CursorAheadError`: `follow` asked to resume after a seq the session does not have.
+ *   - `SessionDeletedError`: the session a follow or a walk of pages was reading was deleted.
  *
  * Pages and frames that fail the codec's checks raise the codec's own errors
  * (`CodecError` and its subclasses, `PageContinuityError` among them), unchanged.
@@ -69,6 +70,27 @@ export class CursorAheadError extends ClientError {
     super(`cannot resume after seq ${after}: the session's head is ${headSeq}`);
     this.after = after;
     this.headSeq = headSeq;
+  }
+}
+
+/**
+ * Raised when the session being read was deleted (docs/protocol.md §6.4): a follow's stream
+ * ended with `session_deleted`, or a request that names the incarnation the client was
+ * reading (§2.5) got 404 `session_not_found`, the answer for an incarnation that is gone.
+ * Terminal: nothing of the session is left to read, and an id created again is another
+ * session. `session` is the id addressed (the child's, for a child read through its parent);
+ * `incarnation` the one that was read, when it was known.
+ */
+export class SessionDeletedError extends ClientError {
+  /**
+   * @param {string} session
+   * @param {string | null} incarnation
+   * @param {{cause?: unknown}} [options]
+   */
+  constructor(session, incarnation, options) {
+    super(`session ${session}${incarnation === null ? "" : ` (incarnation ${incarnation})`} was deleted`, options);
+    this.session = session;
+    this.incarnation = incarnation;
   }
 }
 

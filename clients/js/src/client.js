@@ -1,10 +1,15 @@
 /**
  * `HistoryClient`: exact pages, exact history and exactly-once live follow over `fetch`,
- * for browsers and Node, and the writes: create a session, append a batch, close it. The
- * twin of history_client/client.py and the plans beside it (history.py, follow.py): the
- * same requests, the same error mapping, the same continuity rules. As in Python, this
+ * for browsers and Node, and the writes: create a session, append a batch, close it, delete
+ * it. The twin of history_client/client.py and the plans beside it (history.py, follow.py):
+ * the same requests, the same error mapping, the same continuity rules. As in Python, this
  * module is the I/O shell; the follow rules (the reconnect backoff, the journal, the
- * stream's frames and errors) are in follow.js.
+ * stream's frames and errors) are in follow.js, the request plumbing in http.js.
+ *
+ * A client that reads one session in several requests (the pages of `iterHistory`, a
+ * follow's reconnects and repairs) names the incarnation (docs/protocol.md §2.5) it learnt
+ * from the first answer in the later ones, so a delete and re-create in between is a
+ * `SessionDeletedError`, never the new session's events taken for the old one's.
  *
  * `follow` reads the event stream through `fetch` rather than `EventSource`, so it can send
  * `Authorization` and `X-Principal`, and so it decides itself when and from where to
@@ -13,21 +18,33 @@
 
 import { checkSessionId, encodeRecord, readPage, validateEvent, validateHeader } from "./codec.js";
 import { EventValidationError, RecordFormatError } from "./errors.js";
-import { ClientError, ProtocolError, ServiceError, TransportError, describe } from "./client-errors.js";
-import { Backoff, Disconnected, Frames, Journal, streamError } from "./follow.js";
+import { ClientError, ProtocolError, ServiceError, SessionDeletedError, TransportError, describe } from "./client-errors.js";
+import { Backoff, Disconnected, Frames, Journal } from "./follow.js";
+import { INCARNATION_HEADER, isGone, linkedAbort, serviceError, sessionPath, sleep } from "./http.js";
+import { eventId } from "./incarnation.js";
 
 export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js";
 
 /** @typedef {import("./codec.js").Event} Event */
 /** @typedef {import("./codec.js").SessionHeader} SessionHeader */
-/** @typedef {import("./codec.js").ReadPage} Page */
+/**
+ * A checked page, with the incarnation (§2.5) its `Session-Incarnation` header names (`null`
+ * from a server before incarnations).
+ *
+ * @typedef {import("./codec.js").ReadPage & {incarnation: string | null}} Page
+ */
 /**
  * A session header as `createSession` takes it: `type` and `version` may be left out;
- * `closedAt` is the store's to set, when the session is closed.
+ * `closedAt` is the store's to set, when the session is closed, and `incarnation` the
+ * service's, when it creates it.
  *
- * @typedef {Omit<SessionHeader, "type" | "version" | "closedAt"> & {type?: "session", version?: 0}} NewSession
+ * @typedef {Omit<SessionHeader, "type" | "version" | "closedAt" | "incarnation"> & {type?: "session", version?: 0}} NewSession
  */
-/** @typedef {{id: string, headSeq: number}} Created */
+/**
+ * What a create answers (§6.1): the id, its head (-1: no event yet) and the new session's incarnation.
+ *
+ * @typedef {{id: string, headSeq: number, incarnation: string}} Created
+ */
 /**
  * A page of a listing (§12.1, §12.3): sessions newest first, and the cursor of the next page (`null`: none).
  * @typedef {{sessions: {id: string, createdAt: number, headSeq: number, childCount: number}[], nextCursor: string | null}} SessionList
@@ -86,115 +103,6 @@ export const FOLLOW_READ_TIMEOUT_MS = 45_000;
 const RETRYABLE_STATUS = new Set([408, 425, 429, 500, 502, 503, 504]);
 
 /**
- * The address of a session, or of a subagent child read through its parent. An id the
- * service could never accept is the codec's `SessionIdError`, before any request.
- *
- * @param {string} session
- * @param {string | null | undefined} child
- * @param {string} leaf
- * @returns {string}
- */
-export function sessionPath(session, child, leaf) {
-  checkSessionId(session);
-  if (child != null) checkSessionId(child, "child id");
-  let base = `/v1/sessions/${encodeURIComponent(session)}`;
-  if (child != null) base += `/subagents/${encodeURIComponent(child)}`;
-  return `${base}/${leaf}`;
-}
-
-/**
- * The `ServiceError` for a non-2xx response; reads its body.
- *
- * @param {Response} response
- * @returns {Promise<ServiceError>}
- */
-export async function serviceError(response) {
-  const status = response.status;
-  let code = `http_${status}`;
-  let message = response.statusText || "error";
-  let text = "";
-  try {
-    text = await response.text();
-  } catch {
-    // The status already says what went wrong; a body lost on the way adds nothing.
-  }
-  /** @type {unknown} */
-  let body = text;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    // Not JSON (a gateway's HTML page, say): keep the text.
-  }
-  const error = isObject(body) ? body.error : undefined;
-  if (isObject(error) && typeof error.code === "string") {
-    code = error.code;
-    if (error.message !== undefined) message = String(error.message);
-  }
-  return new ServiceError(message, { status, code, body });
-}
-
-/**
- * @param {unknown} value
- * @returns {value is Record<string, unknown>}
- */
-function isObject(value) {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-/**
- * An `AbortController` that also aborts when `parent` does, or after `timeoutMs` (`null`: never).
- *
- * @param {AbortSignal | undefined} parent
- * @param {number | null} timeoutMs
- */
-function linkedAbort(parent, timeoutMs) {
-  const controller = new AbortController();
-  const state = { timedOut: false };
-  const onAbort = () => controller.abort(parent?.reason);
-  if (parent?.aborted) onAbort();
-  else parent?.addEventListener("abort", onAbort, { once: true });
-  /** @type {ReturnType<typeof setTimeout> | undefined} */
-  let timer;
-  if (timeoutMs !== null) {
-    timer = setTimeout(() => {
-      state.timedOut = true;
-      controller.abort();
-    }, timeoutMs);
-  }
-  return {
-    signal: controller.signal,
-    state,
-    /** Stop the timeout; the link to `parent` stays until `close`. */
-    settle: () => clearTimeout(timer),
-    close() {
-      clearTimeout(timer);
-      parent?.removeEventListener("abort", onAbort);
-      controller.abort();
-    },
-  };
-}
-
-/**
- * Wait `ms`, or less if `signal` aborts.
- *
- * @param {number} ms
- * @param {AbortSignal | undefined} signal
- * @returns {Promise<void>}
- */
-function sleep(ms, signal) {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}
-
-/**
  * The history service's client.
  *
  * Parameters:
@@ -241,31 +149,50 @@ export class HistoryClient {
 
   /**
    * One validated page: its records cover exactly `[fromSeq, toSeq)` and it ends at the
-   * cursor asked for, or the codec's error is raised before any event is returned.
+   * cursor asked for, or the codec's error is raised before any event is returned. Its
+   * `incarnation` is the one the service named (§4.2).
+   *
+   * `incarnation` pins the page to that incarnation of the session (§2.5): if the id is
+   * gone, or holds another incarnation by now, the answer is a `SessionDeletedError`, not a
+   * page of another session. A page with `through` and `incarnation` never changes, so the
+   * service lets a browser cache it (§4.4).
    *
    * @param {string} sessionId
-   * @param {{child?: string, through?: number, before?: number, maxMessages?: number, maxBytes?: number, signal?: AbortSignal}} [options]
+   * @param {{child?: string, through?: number, before?: number, maxMessages?: number, maxBytes?: number, incarnation?: string, signal?: AbortSignal}} [options]
    * @returns {Promise<Page>}
    */
-  async page(sessionId, { child, through, before, maxMessages, maxBytes, signal } = {}) {
+  async page(sessionId, { child, through, before, maxMessages, maxBytes, incarnation, signal } = {}) {
     const path = sessionPath(sessionId, child, "page");
     const params = {
       through,
       before,
       maxMessages: maxMessages ?? this.maxMessages,
       maxBytes: maxBytes ?? this.maxBytes,
+      incarnation,
     };
-    const body = await this._get(path, params, signal);
-    return readPage(body, { through, before, exact: this.exact });
+    const deleted = (/** @type {unknown} */ cause) => new SessionDeletedError(child ?? sessionId, incarnation ?? null, { cause });
+    /** @type {{text: string, headers: Headers}} */
+    let answer;
+    try {
+      answer = await this._request("GET", path, params, { headers: { Accept: "application/json" } }, signal, true);
+    } catch (caught) {
+      if (incarnation !== undefined && isGone(caught)) throw deleted(caught);
+      throw caught;
+    }
+    const named = answer.headers.get(INCARNATION_HEADER);
+    if (incarnation !== undefined && named !== null && named !== incarnation) throw deleted(undefined);
+    const page = readPage(answer.text, { through, before, exact: this.exact });
+    return Object.assign(page, { incarnation: named ?? incarnation ?? null });
   }
 
   /**
-   * Create a session from its header (docs/protocol.md §6.1); answers `{id, headSeq: -1}`.
+   * Create a session from its header (docs/protocol.md §6.1); answers `{id, headSeq: -1,
+   * incarnation}`, the new session's incarnation (§2.5).
    *
    * A subagent child is created the same way, with `parentSession` naming a session the
    * caller owns and `origin: "subagent"`. The header is checked as the service checks it
-   * (an `EventValidationError` before any request; `closedAt` is refused too, as only a
-   * close sets it); the service's refusals are a
+   * (an `EventValidationError` before any request; `closedAt` and `incarnation` are refused
+   * too, as only a close and the service set them); the service's refusals are a
    * `ServiceError` with `code` `session_exists` (even for the same header),
    * `invalid_header`, `invalid_session_id` or `invalid_parent`. A connection that fails
    * is a `TransportError` and is not retried: the session may have been created.
@@ -278,6 +205,9 @@ export class HistoryClient {
     const checked = validateHeader(header);
     if (checked.closedAt !== undefined) {
       throw new EventValidationError("header.closedAt: set by closing the session (§6.3), never at create");
+    }
+    if (checked.incarnation !== undefined) {
+      throw new EventValidationError("header.incarnation: set by the service when it creates the session (§2.5), never at create");
     }
     return this._post("/v1/sessions", encodeRecord(checked), signal, false);
   }
@@ -330,6 +260,25 @@ export class HistoryClient {
   }
 
   /**
+   * Delete a session and its whole subagent tree (§6.4), a child by its own id (its parent
+   * stays). Resolves once the service answered 204: the delete is durable, every follower
+   * of the tree ends with a `SessionDeletedError`, and the ids answer as unknown ones, until
+   * one is created again as a new incarnation.
+   *
+   * An unknown id, or another principal's, is a `ServiceError` 404 `session_not_found`. A
+   * connection that fails is a `TransportError` and is not retried: the delete may have
+   * happened, and a repeat would then answer 404.
+   *
+   * @param {string} sessionId
+   * @param {{signal?: AbortSignal}} [options]
+   * @returns {Promise<void>}
+   */
+  async deleteSession(sessionId, { signal } = {}) {
+    const path = sessionPath(sessionId, null, "").slice(0, -1);
+    await this._request("DELETE", path, {}, { headers: { Accept: "application/json" } }, signal, false);
+  }
+
+  /**
    * One page of the caller's sessions, newest first (§12.1); pass `nextCursor` back as `cursor`.
    *
    * @param {{limit?: number, cursor?: string, signal?: AbortSignal}} [options]
@@ -369,13 +318,15 @@ export class HistoryClient {
    *
    * The page API cuts backwards from a cursor, so this walks back first, each page ending
    * exactly where the previous one began, and yields only once every page has passed
-   * the codec's checks: a broken page raises before any event.
+   * the codec's checks: a broken page raises before any event. Every page after the first
+   * names the incarnation the first one had (or `incarnation`, from the start), so a delete
+   * during the walk is a `SessionDeletedError` rather than a history spliced from two sessions.
    *
    * @param {string} sessionId
-   * @param {{child?: string, after?: number, through?: number, signal?: AbortSignal}} [options]
+   * @param {{child?: string, after?: number, through?: number, incarnation?: string, signal?: AbortSignal}} [options]
    * @returns {AsyncGenerator<Event, void, undefined>}
    */
-  async *iterHistory(sessionId, { child, after = -1, through, signal } = {}) {
+  async *iterHistory(sessionId, { child, after = -1, through, incarnation, signal } = {}) {
     sessionPath(sessionId, child, "page"); // a bad id fails even when there is nothing to fetch
     if (through !== undefined && through <= after) return;
     /** @type {Page[]} */
@@ -385,7 +336,8 @@ export class HistoryClient {
     /** @type {Page} */
     let oldest;
     for (;;) {
-      const page = await this.page(sessionId, { child, through: cursor, signal });
+      const page = await this.page(sessionId, { child, through: cursor, incarnation, signal });
+      incarnation ??= page.incarnation ?? undefined;
       if (page.toSeq <= after + 1) return;
       if (page.fromSeq <= after + 1) {
         oldest = page;
@@ -412,14 +364,26 @@ export class HistoryClient {
    * each failure that will be retried (`retrying`) and the end (`ended`); the failure
    * that exhausts the retries is raised as `TransportError` instead.
    *
+   * The follow learns the session's incarnation (§2.5) from its first frame (or takes
+   * `incarnation`, e.g. a page's, to start from), resumes with `Last-Event-ID:
+   * <incarnation>:<seq>` and repairs gaps from pages pinned to it. When the session is
+   * deleted (§6.4) the follow raises `SessionDeletedError` and does not reconnect: the
+   * stream said `session_deleted`, or, once the incarnation is known, a reconnect or a
+   * repair page got 404 `session_not_found` (the answer for an incarnation that is gone).
+   *
    * @param {string} sessionId
-   * @param {{child?: string, after?: number | null, maxMessages?: number, signal?: AbortSignal, onConnection?: ConnectionHook}} [options]
+   * @param {{child?: string, after?: number | null, incarnation?: string, maxMessages?: number, signal?: AbortSignal, onConnection?: ConnectionHook}} [options]
    * @returns {AsyncGenerator<Event, Ended | undefined, undefined>}
    */
-  async *follow(sessionId, { child, after = null, maxMessages, signal, onConnection } = {}) {
+  async *follow(sessionId, { child, after = null, incarnation, maxMessages, signal, onConnection } = {}) {
     const path = sessionPath(sessionId, child, "follow");
-    const fetchPage = (/** @type {number} */ through) => this.page(sessionId, { child, through, signal });
-    const journal = new Journal(after, fetchPage, this.exact);
+    /** @type {Journal} */
+    const journal = new Journal(after, {
+      session: child ?? sessionId,
+      incarnation: incarnation ?? null,
+      exact: this.exact,
+      fetchPage: (through) => this.page(sessionId, { child, through, incarnation: journal.incarnation ?? undefined, signal }),
+    });
     let failures = 0;
     for (;;) {
       if (signal?.aborted) return;
@@ -430,7 +394,7 @@ export class HistoryClient {
       let error;
       try {
         onConnection?.({ type: "connecting", failures, after: journal.cursor });
-        stream = await this._openStream(path, journal.cursor, maxMessages, signal);
+        stream = await this._openStream(path, journal.cursor, journal.incarnation, maxMessages, signal);
         opened = true;
         onConnection?.({ type: "connected", failures, after: journal.cursor });
         let first = true; // a snapshot may only open a stream; a resumed one needs none
@@ -442,12 +406,12 @@ export class HistoryClient {
           let events;
           if (frame.event === "snapshot") {
             if (!first) throw new ProtocolError("the stream sent a snapshot after its opening");
-            events = await journal.open(frame.data);
+            events = await journal.open(frame.data, frame.id);
           } else if (frame.event === "event") {
             if (journal.cursor === null) throw new ProtocolError("the stream sent an event before its snapshot");
-            events = await journal.live(frame.data);
+            events = await journal.live(frame.data, frame.id);
           } else if (frame.event === "error") {
-            throw streamError(frame.data, journal.cursor);
+            throw journal.error(frame.data);
           } else if (frame.event === "end") {
             if (journal.cursor === null) throw new ProtocolError("the stream ended before its snapshot");
             const end = await journal.end(frame.data);
@@ -473,6 +437,10 @@ export class HistoryClient {
         }
       } catch (caught) {
         if (signal?.aborted) return;
+        // A resume that names the incarnation followed finds it gone: the session was deleted (§5.2).
+        if (journal.incarnation !== null && isGone(caught)) {
+          throw new SessionDeletedError(journal.session, journal.incarnation, { cause: caught });
+        }
         if (caught instanceof ServiceError && RETRYABLE_STATUS.has(caught.status)) error = caught;
         else if (caught instanceof Disconnected || caught instanceof TransportError) error = caught;
         else throw caught;
@@ -513,11 +481,10 @@ export class HistoryClient {
    * @param {AbortSignal | undefined} signal
    * @returns {Promise<string>}
    */
-  _get(path, params, signal) {
+  async _get(path, params, signal) {
     // Node's fetch fails at once on a pooled keep-alive connection that the server closed
     // as the request went out. A GET is safe to send again, once, as browsers do.
-    const headers = { Accept: "application/json", ...this._headers };
-    return this._send("GET", path, this._url(path, params), { headers }, signal, true);
+    return (await this._request("GET", path, params, { headers: { Accept: "application/json" } }, signal, true)).text;
   }
 
   /**
@@ -532,10 +499,10 @@ export class HistoryClient {
    */
   async _post(path, body, signal, resend) {
     /** @type {Record<string, string>} */
-    const headers = { Accept: "application/json", ...this._headers };
+    const headers = { Accept: "application/json" };
     if (body !== null) headers["Content-Type"] = "application/json";
-    const init = body === null ? { method: "POST", headers } : { method: "POST", headers, body };
-    const text = await this._send("POST", path, this._url(path, {}), init, signal, resend);
+    const init = body === null ? { headers } : { headers, body };
+    const { text } = await this._request("POST", path, {}, init, signal, resend);
     try {
       return JSON.parse(text);
     } catch (caught) {
@@ -544,20 +511,22 @@ export class HistoryClient {
   }
 
   /**
-   * One request, its body read as text, within `timeoutMs`.
+   * One request with the credentials, its body read as text, within `timeoutMs`; a non-2xx
+   * answer is a `ServiceError`, a failure to get one a `TransportError`.
    *
    * @param {string} method
    * @param {string} path
-   * @param {string} url
-   * @param {RequestInit} init
+   * @param {Record<string, number | string | undefined>} params
+   * @param {{headers: Record<string, string>, body?: string}} init
    * @param {AbortSignal | undefined} signal
-   * @param {boolean} resend
-   * @returns {Promise<string>}
+   * @param {boolean} resend whether a request that failed before any answer may be sent once more
+   * @returns {Promise<{text: string, headers: Headers}>}
    */
-  async _send(method, path, url, init, signal, resend) {
+  async _request(method, path, params, init, signal, resend) {
     const fetch = this._fetch;
+    const url = this._url(path, params);
     const abort = linkedAbort(signal, this.timeoutMs);
-    const request = { ...init, signal: abort.signal };
+    const request = { ...init, method, headers: { ...init.headers, ...this._headers }, signal: abort.signal };
     try {
       /** @type {Response} */
       let response;
@@ -568,7 +537,7 @@ export class HistoryClient {
         response = await fetch(url, request);
       }
       if (!response.ok) throw await serviceError(response);
-      return await response.text();
+      return { text: await response.text(), headers: response.headers };
     } catch (caught) {
       if (caught instanceof ClientError) throw caught;
       if (signal?.aborted) throw signal.reason ?? caught;
@@ -580,23 +549,30 @@ export class HistoryClient {
   }
 
   /**
+   * Open a follow stream: a resume after `after` names `incarnation` in its `Last-Event-ID`
+   * (§5.2), a fresh open in its query.
+   *
    * @param {string} path
    * @param {number | null} after
+   * @param {string | null} incarnation
    * @param {number | undefined} maxMessages
    * @param {AbortSignal | undefined} signal
    * @returns {Promise<Frames>}
    */
-  async _openStream(path, after, maxMessages, signal) {
+  async _openStream(path, after, incarnation, maxMessages, signal) {
     const fetch = this._fetch;
     /** @type {Record<string, string>} */
     const headers = { ...this._headers, Accept: "text/event-stream" };
-    if (after !== null) headers["Last-Event-ID"] = String(after);
+    /** @type {Record<string, number | string | undefined>} */
+    const params = { maxMessages };
+    if (after !== null) headers["Last-Event-ID"] = eventId(incarnation, after);
+    else if (incarnation !== null) params.incarnation = incarnation;
     // Until the headers arrive the read timeout covers the whole wait; then Frames times each read.
     const abort = linkedAbort(signal, this.followReadTimeoutMs);
     /** @type {Response} */
     let response;
     try {
-      response = await fetch(this._url(path, { maxMessages }), { headers, signal: abort.signal });
+      response = await fetch(this._url(path, params), { headers, signal: abort.signal });
       if (!response.ok) throw await serviceError(response);
     } catch (caught) {
       abort.close();

@@ -1,6 +1,7 @@
 /**
  * The codec of docs/protocol.md §1-§5 in JavaScript, the twin of the Python `codec`
- * package: events, chunk rows, page and follow bodies, and their canonical JSON.
+ * package: events, chunk rows, page and follow bodies, their canonical JSON, and the
+ * incarnation an SSE id names.
  *
  * Decoders are strict and raise a `CodecError` subclass (src/errors.js) whose message
  * says where and why. Read README.md for what the twin guarantees about number
@@ -46,6 +47,7 @@ export {
   recordSeqRange,
 } from "./pages.js";
 export { encodeLines, encodeRecord } from "./encode.js";
+export { INCARNATION_PATTERN, eventId, isIncarnation, parseEventId } from "./incarnation.js";
 export { KEY_ORDER, SPELLINGS, encodeJson, formatFloat, formatNumber, parseJsonExact } from "./json.js";
 
 /**

@@ -8,6 +8,7 @@
  */
 
 import { EventValidationError, SessionIdError } from "./errors.js";
+import { INCARNATION_PATTERN, isIncarnation } from "./incarnation.js";
 import { kindAt, kindOf, spellingAt } from "./json.js";
 
 export const MAX_SAFE_INTEGER = Number.MAX_SAFE_INTEGER;
@@ -28,7 +29,7 @@ const SESSION_ID = /^[A-Za-z0-9._:@~{}-]{1,200}$/;
  * @typedef {{
  *   type: "session", version: 0, id: string, createdAt: number, cwd?: string, parentSession?: string,
  *   seedLength?: number, origin?: string, delegationDepth?: number, agentPreset?: string, meta?: Record<string, any>,
- *   closedAt?: number
+ *   closedAt?: number, incarnation?: string
  * }} SessionHeader
  */
 
@@ -348,6 +349,7 @@ export const HEADER_FIELDS = [
   "agentPreset",
   "meta",
   "closedAt",
+  "incarnation",
 ];
 
 /**
@@ -379,6 +381,10 @@ export function validateHeader(value, where = "header") {
       case "createdAt":
       case "closedAt":
         checkInt(EventValidationError, value, key, -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, at);
+        break;
+      case "incarnation":
+        if (typeof value.incarnation !== "string") fail(EventValidationError, at, wrongKind("str", value, key));
+        if (!isIncarnation(value.incarnation)) fail(EventValidationError, at, `expected \`str\` matching regex '${INCARNATION_PATTERN}'`);
         break;
       case "seedLength":
       case "delegationDepth":

@@ -1,8 +1,9 @@
 /**
  * The follow rules of `HistoryClient.follow`, the twin of history_client/follow.py: the
  * reconnect `Backoff`, the journal that moves the delivered cursor (resume, duplicate,
- * overlap and gap rules), the frames of one open stream and the errors a stream reports.
- * client.js drives them: it opens the streams, waits and retries.
+ * overlap and gap rules) and keeps the incarnation followed, the frames of one open stream
+ * and the errors a stream reports. client.js drives them: it opens the streams, waits and
+ * retries.
  */
 
 import { decodeFollowSnapshot, decodeLiveRecord, expandRow, parseJsonExact, recordSeqRange } from "./codec.js";
@@ -10,11 +11,13 @@ import {
   CursorAheadError,
   ProtocolError,
   ResumeBehindError,
+  SessionDeletedError,
   StreamOverlapError,
   TransportError,
   describe,
 } from "./client-errors.js";
 import { InvalidJsonError } from "./errors.js";
+import { parseEventId } from "./incarnation.js";
 import { SSEDecoder } from "./sse.js";
 
 /** @typedef {import("./codec.js").Event} Event */
@@ -81,11 +84,14 @@ function parseFrame(data, where, exact) {
 }
 
 /**
+ * What an `error` frame means (§5.1): `cursor_ahead` and `session_deleted` end the follow,
+ * any other code is a failure to resume from.
+ *
  * @param {string} data
- * @param {number | null} cursor
+ * @param {{cursor: number | null, session: string, incarnation: string | null}} state
  * @returns {Error}
  */
-export function streamError(data, cursor) {
+export function streamError(data, { cursor, session, incarnation }) {
   /** @type {unknown} */
   let value;
   try {
@@ -96,6 +102,7 @@ export function streamError(data, cursor) {
   if (isObject(value) && value.code === "cursor_ahead" && Number.isSafeInteger(value.headSeq)) {
     return new CursorAheadError(cursor ?? -1, /** @type {number} */ (value.headSeq));
   }
+  if (isObject(value) && value.code === "session_deleted") return new SessionDeletedError(session, incarnation);
   // The service failed after the stream opened (§5.1): resume, as after a cut.
   if (isObject(value) && typeof value.code === "string") return new Disconnected(`the stream ended with ${value.code}`);
   return new ProtocolError(`the stream reported an error: ${data.slice(0, 200)}`);
@@ -119,6 +126,9 @@ function isObject(value) {
  *   overlap and fails.
  * - A record that starts after `cursor + 1` leaves a gap, repaired from pages before
  *   going on.
+ * - The incarnation (§2.5) is the one the first frame's `id` (`<incarnation>:<seq>`) or the
+ *   snapshot's header names, unless the follow started with one. A frame of another one is
+ *   of a session created again after a delete: `SessionDeletedError`.
  *
  * `open` and `live` return the events to deliver, every page they need already checked;
  * `delivered` moves the cursor once the caller has taken them all.
@@ -126,14 +136,21 @@ function isObject(value) {
 export class Journal {
   /**
    * @param {number | null} after
-   * @param {(through: number) => Promise<Page>} fetchPage
-   * @param {boolean} exact
+   * @param {{
+   *   session: string,
+   *   incarnation: string | null,
+   *   exact: boolean,
+   *   fetchPage: (through: number) => Promise<Page>,
+   * }} options `session` is the id followed, for errors; `fetchPage` reads a repair page
    */
-  constructor(after, fetchPage, exact) {
+  constructor(after, { session, incarnation, exact, fetchPage }) {
     /** @type {number | null} */
     this.cursor = after;
     /** @type {number | null} the cursor once the events last returned are delivered */
     this.next = after;
+    /** @type {string | null} the incarnation followed, once known */
+    this.incarnation = incarnation;
+    this.session = session;
     /** @type {number | null} */
     this.retryMs = null;
     this._fetchPage = fetchPage;
@@ -146,11 +163,18 @@ export class Journal {
 
   /**
    * @param {string} data
+   * @param {string | null} id the frame's `id`
    * @returns {Promise<Event[]>}
    */
-  async open(data) {
+  async open(data, id) {
     // The codec checks that the snapshot's records tile its page and that it ends at its own cursor.
     const snapshot = decodeFollowSnapshot(parseFrame(data, "snapshot", this._exact));
+    const named = this._named(id, "snapshot");
+    const held = snapshot.header.incarnation;
+    if (named !== null && held !== undefined && held !== named) {
+      throw new ProtocolError(`the snapshot's header is of incarnation ${held}, its id names ${named}`);
+    }
+    this._learn(named ?? held ?? null);
     const cursor = this.cursor;
     this.next = cursor;
     if (cursor !== null && snapshot.cursor < cursor) {
@@ -166,10 +190,12 @@ export class Journal {
 
   /**
    * @param {string} data
+   * @param {string | null} id the frame's `id`
    * @returns {Promise<Event[]>}
    */
-  async live(data) {
+  async live(data, id) {
     const record = decodeLiveRecord(parseFrame(data, "live event", this._exact));
+    this._learn(this._named(id, "live event"));
     const [first, last] = recordSeqRange(record);
     const cursor = this.cursor ?? -1;
     this.next = this.cursor;
@@ -204,6 +230,47 @@ export class Journal {
     const events = headSeq > cursor ? await this._repair(cursor, headSeq) : [];
     this.next = Math.max(cursor, headSeq);
     return { code: value.code, headSeq, events };
+  }
+
+  /**
+   * The error an `error` frame reports (`streamError`), for this follow.
+   *
+   * @param {string} data
+   * @returns {Error}
+   */
+  error(data) {
+    return streamError(data, this);
+  }
+
+  /**
+   * The incarnation a frame's `id` names: `null` when it has no id (or an empty one, which
+   * resets it), or a bare seq (a server before incarnations).
+   *
+   * @param {string | null} id
+   * @param {string} where
+   * @returns {string | null}
+   */
+  _named(id, where) {
+    if (id === null || id === "") return null;
+    const parsed = parseEventId(id);
+    if (parsed === null) throw new ProtocolError(`${where}: malformed id ${JSON.stringify(id.slice(0, 80))}`);
+    return parsed.incarnation;
+  }
+
+  /**
+   * Keep the incarnation a frame named; another than the one followed means the session
+   * was deleted and its id created again.
+   *
+   * @param {string | null} incarnation
+   */
+  _learn(incarnation) {
+    if (incarnation === null) return;
+    if (this.incarnation === null) this.incarnation = incarnation;
+    else if (incarnation !== this.incarnation) {
+      throw new SessionDeletedError(this.session, this.incarnation, {
+        cause: new ProtocolError(`the stream sent a frame of incarnation ${incarnation}`),
+      });
+    }
   }
 
   /**

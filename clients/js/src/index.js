@@ -24,6 +24,7 @@ export {
   ProtocolError,
   ResumeBehindError,
   ServiceError,
+  SessionDeletedError,
   StreamOverlapError,
   TransportError,
 } from "./client-errors.js";

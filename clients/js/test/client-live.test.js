@@ -1,13 +1,13 @@
 // The client against a real `history-service serve` on 127.0.0.1: exact history for every
-// seeder scenario, children through their parents, writes and their refusals, token auth,
-// and follow across a SIGKILL.
+// seeder scenario, children through their parents, writes and their refusals, close and
+// delete, token auth, and follow across a SIGKILL.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
-import { ServiceError } from "../src/client-errors.js";
+import { ServiceError, SessionDeletedError } from "../src/client-errors.js";
 import { HistoryClient } from "../src/client.js";
 import { encodeRecord, parseJsonExact } from "../src/codec.js";
 import {
@@ -64,6 +64,17 @@ function rand(seed) {
 
 /** @param {number} ms */
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// A fresh incarnation is 12 hex digits (docs/protocol.md §2.5).
+const FRESH = /^[0-9a-f]{12}$/;
+
+/** A create's answer (§6.1): the id, head -1 and a fresh incarnation, which it returns. @param {any} created @param {string} id */
+function assertCreated(created, id) {
+  assert.deepEqual(Object.keys(created), ["id", "headSeq", "incarnation"]);
+  assert.deepEqual([created.id, created.headSeq], [id, -1]);
+  assert.match(created.incarnation, FRESH);
+  return /** @type {string} */ (created.incarnation);
+}
 
 // Each test skips by itself, so a run without the service counts every skipped test.
 const LIVE = { skip: SKIP };
@@ -178,12 +189,14 @@ describe("the client against a real history-service", () => {
     }
 
     test("createSession and append store exactly the events sent, read back byte for byte", LIVE, async () => {
-      assert.deepEqual(await client.createSession({ id: "w1", createdAt: 7, cwd: "/w" }), { id: "w1", headSeq: -1 });
+      const incarnation = assertCreated(await client.createSession({ id: "w1", createdAt: 7, cwd: "/w" }), "w1");
       const events = batchOf(0, 30);
       assert.deepEqual(await client.append("w1", events.slice(0, 12)), { firstSeq: 0, headSeq: 11 });
       assert.deepEqual(await client.append("w1", events.slice(12)), { firstSeq: 12, headSeq: 29 });
       const stored = await exportSession(store, "w1");
-      assert.deepEqual(stored.header, { type: "session", version: 0, id: "w1", createdAt: 7, cwd: "/w" });
+      assert.deepEqual(stored.header, { type: "session", version: 0, id: "w1", createdAt: 7, cwd: "/w", incarnation });
+      assert.equal((await client.session("w1")).header.incarnation, incarnation);
+      assert.equal((await client.page("w1")).incarnation, incarnation);
       assertSameBytes(stored.events, events, "stored");
       assertSameBytes(await drain(new HistoryClient(server.url, { exact: true }).iterHistory("w1")), events, "read");
     });
@@ -224,7 +237,7 @@ describe("the client against a real history-service", () => {
     test("a child is created under its parent, appended by its own id and read through the parent", LIVE, async () => {
       await client.createSession({ id: "w5", createdAt: 0 });
       const child = { id: "w5.child", createdAt: 1, parentSession: "w5", origin: "subagent" };
-      assert.deepEqual(await client.createSession(child), { id: "w5.child", headSeq: -1 });
+      assertCreated(await client.createSession(child), "w5.child");
       const events = batchOf(0, 9);
       assert.deepEqual(await client.append("w5.child", events), { firstSeq: 0, headSeq: 8 });
       assertSameBytes((await exportSession(store, "w5.child")).events, events, "stored");
@@ -281,6 +294,80 @@ describe("the client against a real history-service", () => {
       assert.deepEqual(await client.append("w7", batchOf(0, 2)), { firstSeq: 0, headSeq: 1 });
       assert.equal((await drain(client.follow("w7", { child: "w7.child", after: 0 }))).length, 2);
     });
+
+    test("a delete ends an open follow with SessionDeletedError, without a reconnect, and the id answers as unknown", LIVE, async () => {
+      const incarnation = assertCreated(await client.createSession({ id: "d1", createdAt: 0 }), "d1");
+      const events = batchOf(0, 12);
+      await client.append("d1", events.slice(0, 6));
+      /** @type {any[]} */
+      const changes = [];
+      const stream = new HistoryClient(server.url, { exact: true }).follow("d1", { onConnection: (change) => changes.push(change) });
+      /** @type {any[]} */
+      const received = [];
+      while (received.length < 6) received.push((await stream.next()).value);
+      await client.append("d1", events.slice(6));
+      while (received.length < 12) received.push((await stream.next()).value);
+      assertSameBytes(received, events, "followed");
+      assert.equal(await client.deleteSession("d1"), undefined);
+      await assert.rejects(stream.next(), (error) => {
+        assert.ok(error instanceof SessionDeletedError, String(error));
+        assert.deepEqual([error.session, error.incarnation], ["d1", incarnation]);
+        return true;
+      });
+      assert.deepEqual(changes.map((change) => change.type), ["connecting", "connected"]);
+
+      await assert.rejects(client.page("d1"), refused(404, "session_not_found"));
+      await assert.rejects(client.session("d1"), refused(404, "session_not_found"));
+      await assert.rejects(client.append("d1", batchOf(12, 1)), refused(404, "session_not_found"));
+      await assert.rejects(client.closeSession("d1"), refused(404, "session_not_found"));
+      await assert.rejects(client.deleteSession("d1"), refused(404, "session_not_found"));
+      await assert.rejects(drain(client.follow("d1")), refused(404, "session_not_found"));
+      const listed = await client.sessions({ limit: 1000 });
+      assert.ok(!listed.sessions.some((session) => session.id === "d1"), JSON.stringify(listed));
+    });
+
+    test("a delete takes the subagent tree; a child is deleted by its own id, and its parent stays", LIVE, async () => {
+      await client.createSession({ id: "d2", createdAt: 0 });
+      await client.createSession({ id: "d2.a", createdAt: 1, parentSession: "d2", origin: "subagent" });
+      await client.createSession({ id: "d2.a.x", createdAt: 2, parentSession: "d2.a", origin: "subagent" });
+      await client.createSession({ id: "d2.b", createdAt: 3, parentSession: "d2", origin: "subagent" });
+      await client.append("d2.a.x", batchOf(0, 3));
+      const child = client.follow("d2.a", { child: "d2.a.x" });
+      assert.equal((await child.next()).value?.seq, 0);
+      await client.deleteSession("d2.a");
+      await assert.rejects(drain(child), SessionDeletedError);
+      await assert.rejects(client.session("d2", { child: "d2.a" }), refused(404, "session_not_found"));
+      await assert.rejects(client.append("d2.a.x", batchOf(3, 1)), refused(404, "session_not_found"));
+      assert.deepEqual((await client.subagents("d2")).sessions.map((entry) => entry.id), ["d2.b"]);
+      await client.deleteSession("d2");
+      await assert.rejects(client.session("d2"), refused(404, "session_not_found"));
+      await assert.rejects(client.append("d2.b", batchOf(0, 1)), refused(404, "session_not_found"));
+    });
+
+    test("an id created again is a new incarnation: nothing of the old one reads it", LIVE, async () => {
+      const old = assertCreated(await client.createSession({ id: "d3", createdAt: 0 }), "d3");
+      const events = batchOf(0, 10);
+      await client.append("d3", events);
+      const page = await client.page("d3", { through: 9 });
+      assert.equal(page.incarnation, old);
+      await client.deleteSession("d3");
+      const fresh = assertCreated(await client.createSession({ id: "d3", createdAt: 0 }), "d3");
+      assert.notEqual(fresh, old);
+      await client.append("d3", batchOf(0, 10));
+      // Pinned to the old incarnation: deleted, whatever the id holds now.
+      await assert.rejects(client.page("d3", { through: 9, incarnation: old }), SessionDeletedError);
+      await assert.rejects(drain(client.iterHistory("d3", { incarnation: old })), SessionDeletedError);
+      await assert.rejects(drain(client.follow("d3", { after: 4, incarnation: old })), (error) => {
+        assert.ok(error instanceof SessionDeletedError, String(error));
+        assert.equal(error.incarnation, old);
+        return true;
+      });
+      await assert.rejects(drain(client.follow("d3", { incarnation: old })), SessionDeletedError);
+      // Unpinned, or pinned to the new one, the address reads the new session.
+      assert.equal((await client.page("d3")).incarnation, fresh);
+      assert.equal((await client.page("d3", { through: 9, incarnation: fresh })).incarnation, fresh);
+      assert.equal((await until(client.follow("d3", { after: 4, incarnation: fresh }), 9)).length, 5);
+    });
   });
 
   test("with --auth token, the token and principal are sent on pages and follow", LIVE, async () => {
@@ -314,7 +401,7 @@ describe("the client against a real history-service", () => {
       await assert.rejects(drain(bob.follow("ann-1")), refused(404, "session_not_found"));
 
       // Writes carry them too: ann's session is hers, and to bob it does not exist.
-      assert.deepEqual(await client.createSession({ id: "ann-2", createdAt: 0 }), { id: "ann-2", headSeq: -1 });
+      assertCreated(await client.createSession({ id: "ann-2", createdAt: 0 }), "ann-2");
       const note = { type: "note", seq: 0, time: 0, data: {} };
       await assert.rejects(bob.append("ann-2", [note]), refused(404, "session_not_found"));
       await assert.rejects(new HistoryClient(server.url).createSession({ id: "anon", createdAt: 0 }), refused(401, "unauthorized"));

@@ -4,10 +4,12 @@ import { describe, test } from "node:test";
 
 import { encodeRecord, packChunkRuns, parseJsonExact } from "../src/codec.js";
 import {
+  ClientError,
   CursorAheadError,
   ProtocolError,
   ResumeBehindError,
   ServiceError,
+  SessionDeletedError,
   StreamOverlapError,
   TransportError,
 } from "../src/client-errors.js";
@@ -24,12 +26,15 @@ import {
 import {
   Broken,
   Hang,
+  INCARNATION,
   MockService,
   collect,
+  deletedFrame,
   endFrame,
   errorResponse,
   eventFrame,
   followToEnd,
+  headerOf,
   makeEvents,
   pageBody,
   recordsOf,
@@ -289,7 +294,7 @@ describe("follow", () => {
     assert.deepEqual(await collect(service, { limit: 90 }), LOG.slice(0, 90));
     assert.deepEqual(
       service.follows.map(({ headers }) => headers.get("last-event-id")),
-      [null, "59", "74"],
+      [null, `${INCARNATION}:59`, `${INCARNATION}:74`],
     );
   });
 
@@ -384,7 +389,7 @@ describe("follow", () => {
     assert.deepEqual(await collect(service, { limit: 80 }), LOG.slice(0, 80));
     assert.deepEqual(
       service.follows.map((request) => request.headers.get("last-event-id")),
-      [null, "59"],
+      [null, `${INCARNATION}:59`],
     );
   });
 
@@ -585,10 +590,10 @@ describe("createSession and append", () => {
   const answer = (status, body) => json(JSON.stringify(body), status);
 
   test("createSession posts the header's canonical bytes with the credentials and returns the answer", async () => {
-    const { fetch, seen } = fetchOf(() => answer(201, { id: "s", headSeq: -1 }));
+    const { fetch, seen } = fetchOf(() => answer(201, { id: "s", headSeq: -1, incarnation: INCARNATION }));
     const client = new HistoryClient("http://test/", { token: "t0k", principal: "ann", fetch });
     const created = await client.createSession({ meta: { k: [1] }, createdAt: 5, id: "s", cwd: "/w" });
-    assert.deepEqual(created, { id: "s", headSeq: -1 });
+    assert.deepEqual(created, { id: "s", headSeq: -1, incarnation: INCARNATION });
     const [{ url, headers, method, body }] = seen;
     assert.deepEqual([method, url.pathname, url.search], ["POST", "/v1/sessions", ""]);
     assert.equal(body, '{"type":"session","version":0,"id":"s","createdAt":5,"cwd":"/w","meta":{"k":[1]}}');
@@ -726,6 +731,12 @@ describe("createSession and append", () => {
       EventValidationError,
       /^header\.closedAt: set by closing the session/,
     ],
+    [
+      "a header with an incarnation, which only the service sets",
+      (/** @type {any} */ c) => c.createSession({ id: "s", createdAt: 0, incarnation: "0af" }),
+      EventValidationError,
+      /^header\.incarnation: set by the service when it creates the session \(§2\.5\)/,
+    ],
   ];
   for (const [name, write, Kind, message] of REFUSED_HERE) {
     test(`refused before any request: ${name}`, async () => {
@@ -768,7 +779,7 @@ describe("closing a session", () => {
     assert.deepEqual(await client.closeSession("s"), { headSeq: 29, closedAt: CLOSED_AT });
     service.clock = CLOSED_AT + 5000;
     assert.deepEqual(await client.closeSession("s"), { headSeq: 29, closedAt: CLOSED_AT });
-    assert.deepEqual(await client.session("s"), { header: { type: "session", version: 0, id: "s", createdAt: 0, closedAt: CLOSED_AT }, headSeq: 29 });
+    assert.deepEqual(await client.session("s"), { header: { type: "session", version: 0, id: "s", createdAt: 0, closedAt: CLOSED_AT, incarnation: INCARNATION }, headSeq: 29 });
     assert.equal((await client.session("p", { child: "s" })).header.closedAt, CLOSED_AT);
   });
 
@@ -825,7 +836,7 @@ describe("closing a session", () => {
     const { events, ended, changes } = await followToEnd(service);
     assert.deepEqual(events, LOG.slice(0, 14));
     assert.equal(ended?.headSeq, 13);
-    assert.deepEqual(service.follows.map(({ headers }) => headers.get("last-event-id")), [null, "11"]);
+    assert.deepEqual(service.follows.map(({ headers }) => headers.get("last-event-id")), [null, `${INCARNATION}:11`]);
     assert.equal(changes.at(-1).type, "ended");
   });
 
@@ -867,4 +878,253 @@ describe("closing a session", () => {
       assert.equal(service.follows.length, 1);
     });
   }
+});
+
+describe("incarnations", () => {
+  const OTHER = "a11ce0ff1ce2";
+
+  test("a page names its incarnation, from the Session-Incarnation header", async () => {
+    const service = new MockService(LOG.slice(0, 30));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    const page = await client.page("s", { through: 29 });
+    assert.equal(page.incarnation, INCARNATION);
+    assert.equal(service.pages[0].url.searchParams.get("incarnation"), null);
+    const old = await new HistoryClient("http://test", { fetch: async () => json(pageBody(LOG.slice(0, 10))) }).page("s");
+    assert.equal(old.incarnation, null, "a server before incarnations names none");
+  });
+
+  test("a page pinned to an incarnation sends it, and a 404 for it is a SessionDeletedError", async () => {
+    const service = new MockService(LOG.slice(0, 30));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    const pinned = await client.page("s", { through: 19, incarnation: INCARNATION });
+    assert.deepEqual(pinned.events(), LOG.slice(10, 20));
+    assert.equal(service.pages[0].url.search, `?through=19&incarnation=${INCARNATION}`);
+    service.recreate(OTHER);
+    const error = await client.page("s", { through: 19, incarnation: INCARNATION }).catch((caught) => caught);
+    assert.ok(error instanceof SessionDeletedError, String(error));
+    assert.ok(error instanceof ClientError);
+    assert.deepEqual([error.session, error.incarnation, error.message], ["s", INCARNATION, `session s (incarnation ${INCARNATION}) was deleted`]);
+    assert.ok(error.cause instanceof ServiceError && error.cause.status === 404);
+    // Unpinned, the same address reads whichever incarnation holds the id now.
+    assert.equal((await client.page("s")).incarnation, OTHER);
+    // A child read through its parent is named by its own id.
+    const child = await client.page("p", { child: "c", incarnation: INCARNATION }).catch((caught) => caught);
+    assert.ok(child instanceof SessionDeletedError && child.session === "c");
+  });
+
+  test("an unpinned 404 stays a ServiceError: nothing says which session was meant", async () => {
+    const service = new MockService(LOG.slice(0, 30));
+    service.deleted = true;
+    const error = await new HistoryClient("http://test", { fetch: service.fetch }).page("s").catch((caught) => caught);
+    assert.ok(error instanceof ServiceError && !(error instanceof SessionDeletedError));
+    assert.deepEqual([error.status, error.code], [404, "session_not_found"]);
+  });
+
+  test("a pinned page whose header names another incarnation is a SessionDeletedError", async () => {
+    const fetch = async () =>
+      new Response(pageBody(LOG.slice(0, 10)), { headers: { "content-type": "application/json", "session-incarnation": OTHER } });
+    const error = await new HistoryClient("http://test", { fetch }).page("s", { incarnation: INCARNATION }).catch((caught) => caught);
+    assert.ok(error instanceof SessionDeletedError, String(error));
+  });
+
+  test("iterHistory names the first page's incarnation on every later page", async () => {
+    const service = new MockService(LOG.slice(0, 35));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    assert.deepEqual(await drain(client.iterHistory("s")), LOG.slice(0, 35));
+    assert.deepEqual(
+      service.pages.map(({ url }) => [url.searchParams.get("through"), url.searchParams.get("incarnation")]),
+      [[null, null], ["24", INCARNATION], ["14", INCARNATION], ["4", INCARNATION]],
+    );
+    await drain(client.iterHistory("s", { incarnation: INCARNATION, through: 9 }));
+    assert.equal(service.pages.at(-1)?.url.searchParams.get("incarnation"), INCARNATION);
+  });
+
+  test("a delete and re-create during iterHistory is a SessionDeletedError before any event", async () => {
+    const service = new MockService(LOG.slice(0, 35));
+    /** @type {typeof globalThis.fetch} */
+    const fetch = async (input, init) => {
+      const answer = await service.fetch(input, init);
+      if (service.pages.length === 2) service.recreate(OTHER);
+      return answer;
+    };
+    /** @type {unknown[]} */
+    const received = [];
+    await assert.rejects(drain(new HistoryClient("http://test", { fetch }).iterHistory("s"), received), SessionDeletedError);
+    assert.deepEqual(received, []);
+  });
+
+  test("a follow resumes with Last-Event-ID <incarnation>:<seq>, from the ids of its frames", async () => {
+    const streams = [new Broken(snapshotFrame(LOG.slice(0, 20), 19), live(20, 25)), live(25, 30)];
+    const service = new MockService(LOG, streams);
+    assert.deepEqual(await collect(service, { limit: 30 }), LOG.slice(0, 30));
+    assert.deepEqual(service.follows.map(({ headers }) => headers.get("last-event-id")), [null, `${INCARNATION}:24`]);
+    assert.ok(service.follows.every(({ url }) => url.searchParams.get("incarnation") === null));
+  });
+
+  test("a follow given an incarnation names it from the first request: in Last-Event-ID, or in the query of a fresh open", async () => {
+    const resumed = new MockService(LOG, [live(120, 130)]);
+    const clientOptions = { fetch: resumed.fetch, backoff: new Backoff({ baseMs: 1, capMs: 2, maxRetries: 3 }) };
+    const events = [];
+    for await (const event of new HistoryClient("http://test", clientOptions).follow("s", { after: 119, incarnation: INCARNATION })) {
+      events.push(event);
+      if (events.length === 10) break;
+    }
+    assert.deepEqual(events, LOG.slice(120, 130));
+    assert.equal(resumed.follows[0].headers.get("last-event-id"), `${INCARNATION}:119`);
+    const fresh = new MockService(LOG, [snapshotFrame(LOG.slice(0, 10), 9)]);
+    const client = new HistoryClient("http://test", { fetch: fresh.fetch });
+    for await (const event of client.follow("s", { incarnation: INCARNATION })) if (event.seq === 9) break;
+    assert.equal(fresh.follows[0].url.searchParams.get("incarnation"), INCARNATION);
+    assert.equal(fresh.follows[0].headers.get("last-event-id"), null);
+  });
+
+  test("a stream from a server before incarnations, with bare ids, still resumes with the bare seq", async () => {
+    const header = '{"type":"session","version":0,"id":"s","createdAt":0}';
+    const snapshot = sse("snapshot", `{"header":${header},"cursor":19,${pageBody(LOG.slice(0, 20)).slice(1)}`, "19");
+    const bare = (/** @type {number} */ a, /** @type {number} */ b) =>
+      LOG.slice(a, b).map((event) => sse("event", encodeRecord(event), String(event.seq))).join("");
+    const service = new MockService(LOG, [new Broken(snapshot, bare(20, 25)), bare(25, 30)]);
+    assert.deepEqual(await collect(service, { limit: 30 }), LOG.slice(0, 30));
+    assert.deepEqual(service.follows.map(({ headers }) => headers.get("last-event-id")), [null, "24"]);
+  });
+
+  test("session_deleted ends the follow with a SessionDeletedError, and it does not reconnect", async () => {
+    const body = snapshotFrame(LOG.slice(0, 20), 19) + live(20, 25) + deletedFrame();
+    const service = new MockService(LOG, [new Hang(body), live(25, 30)]);
+    /** @type {any[]} */
+    const changes = [];
+    /** @type {unknown[]} */
+    const received = [];
+    const onConnection = (/** @type {any} */ change) => changes.push(change);
+    await assert.rejects(collect(service, { limit: 100, onConnection }, /** @type {any} */ (received)), (error) => {
+      assert.ok(error instanceof SessionDeletedError, String(error));
+      assert.ok(error instanceof ClientError);
+      assert.deepEqual([error.session, error.incarnation], ["s", INCARNATION]);
+      return true;
+    });
+    assert.deepEqual(received, LOG.slice(0, 25));
+    assert.equal(service.follows.length, 1);
+    assert.equal(service.follows[0].signal?.aborted, true);
+    assert.deepEqual(changes.map((change) => change.type), ["connecting", "connected"]);
+  });
+
+  test("session_deleted right at the opening, before any id, still ends the follow", async () => {
+    const service = new MockService(LOG, [RETRY + deletedFrame(), snapshotFrame(LOG.slice(0, 10), 9)]);
+    await assert.rejects(collect(service, { limit: 5 }), (error) => error instanceof SessionDeletedError && error.incarnation === null);
+    assert.equal(service.follows.length, 1);
+  });
+
+  test("a reconnect that finds the incarnation gone (404) is a SessionDeletedError, and the follow stops there", async () => {
+    const service = new MockService(LOG, [new Broken(snapshotFrame(LOG.slice(0, 20), 19), live(20, 25)), live(25, 30)]);
+    // Deleted and created again while the stream was down, its notice never heard.
+    const onConnection = (/** @type {any} */ change) => {
+      if (change.type === "retrying") service.recreate(OTHER);
+    };
+    /** @type {unknown[]} */
+    const received = [];
+    await assert.rejects(collect(service, { limit: 100, onConnection }, /** @type {any} */ (received)), (error) => {
+      assert.ok(error instanceof SessionDeletedError, String(error));
+      assert.equal(error.incarnation, INCARNATION);
+      assert.ok(error.cause instanceof ServiceError && error.cause.code === "session_not_found");
+      return true;
+    });
+    assert.deepEqual(received, LOG.slice(0, 25));
+    assert.deepEqual(service.follows.map(({ headers }) => headers.get("last-event-id")), [null, `${INCARNATION}:24`]);
+    // The deleted session on its own: a 404 of a named incarnation ends it the same way.
+    const deleted = new MockService(LOG, [new Broken(snapshotFrame(LOG.slice(0, 10), 9))]);
+    const ends = (/** @type {any} */ change) => {
+      if (change.type === "retrying") deleted.deleted = true;
+    };
+    await assert.rejects(collect(deleted, { limit: 100, onConnection: ends }), SessionDeletedError);
+    assert.equal(deleted.follows.length, 2);
+  });
+
+  test("a gap repair names the incarnation followed, and a 404 of it is a SessionDeletedError", async () => {
+    const service = new MockService(LOG, [snapshotFrame(LOG.slice(0, 20), 19) + live(20, 25) + live(41, 45)]);
+    assert.deepEqual(await collect(service, { limit: 45 }), LOG.slice(0, 45));
+    assert.deepEqual(
+      service.pages.map(({ url }) => [url.searchParams.get("through"), url.searchParams.get("incarnation")]),
+      [["40", INCARNATION], ["30", INCARNATION]],
+    );
+    const gone = new MockService(LOG);
+    gone.streams.push(() => {
+      gone.recreate(OTHER);
+      return new Response(snapshotFrame(LOG.slice(0, 20), 19) + live(30, 35), { headers: { "content-type": "text/event-stream" } });
+    });
+    /** @type {unknown[]} */
+    const received = [];
+    await assert.rejects(collect(gone, { limit: 100 }, /** @type {any} */ (received)), SessionDeletedError);
+    assert.deepEqual(received, LOG.slice(0, 20));
+    assert.equal(gone.follows.length, 1);
+  });
+
+  test("a frame of another incarnation than the one followed is a SessionDeletedError", async () => {
+    const other = sse("event", encodeRecord(LOG[20]), `${OTHER}:20`);
+    const service = new MockService(LOG, [snapshotFrame(LOG.slice(0, 20), 19) + other, live(20, 30)]);
+    /** @type {unknown[]} */
+    const received = [];
+    await assert.rejects(collect(service, { limit: 100 }, /** @type {any} */ (received)), (error) => {
+      assert.ok(error instanceof SessionDeletedError, String(error));
+      assert.equal(error.incarnation, INCARNATION);
+      return true;
+    });
+    assert.deepEqual(received, LOG.slice(0, 20));
+    assert.equal(service.follows.length, 1);
+  });
+
+  const BROKEN_IDS = [
+    [
+      "a snapshot whose header names another incarnation than its id",
+      snapshotFrame(LOG.slice(0, 10), 9).replace(`"incarnation":"${INCARNATION}"`, `"incarnation":"${OTHER}"`),
+      /the snapshot's header is of incarnation a11ce0ff1ce2, its id names 5d0c1e9a7b22/,
+    ],
+    ["an id that is not <incarnation>:<seq>", snapshotFrame(LOG.slice(0, 10), 9) + sse("event", encodeRecord(LOG[10]), "X:10"), /live event: malformed id "X:10"/],
+    ["a snapshot id that is not one", sse("snapshot", `{"header":${headerOf()},"cursor":9,${pageBody(LOG.slice(0, 10)).slice(1)}`, "nine"), /snapshot: malformed id/],
+  ];
+  for (const [name, body, message] of BROKEN_IDS) {
+    test(`a frame id that breaks §5.1 is a ProtocolError: ${name}`, async () => {
+      const service = new MockService(LOG, [/** @type {string} */ (body), live(10, 20)]);
+      await assert.rejects(collect(service, { limit: 100 }), (/** @type {any} */ error) => {
+        assert.ok(error instanceof ProtocolError, String(error));
+        assert.match(error.message, /** @type {RegExp} */ (message));
+        return true;
+      });
+      assert.equal(service.follows.length, 1);
+    });
+  }
+});
+
+describe("deleting a session", () => {
+  test("deleteSession sends DELETE to the session's own address, with the credentials and no body, and answers nothing", async () => {
+    const { fetch, seen } = fetchOf(() => new Response(null, { status: 204 }));
+    const client = new HistoryClient("http://test", { token: "t0k", principal: "ann", fetch });
+    assert.equal(await client.deleteSession("c@d"), undefined);
+    const [{ url, headers, method, body }] = seen;
+    assert.deepEqual([method, url.pathname, url.search, body], ["DELETE", "/v1/sessions/c%40d", "", undefined]);
+    assert.equal(headers.get("content-type"), null);
+    assert.equal(headers.get("authorization"), "Bearer t0k");
+    assert.equal(headers.get("x-principal"), "ann");
+    await assert.rejects(client.deleteSession("a/b"), SessionIdError);
+    assert.equal(seen.length, 1);
+  });
+
+  test("an unknown session is a ServiceError 404 session_not_found", async () => {
+    const service = new MockService(LOG.slice(0, 10));
+    const client = new HistoryClient("http://test", { fetch: service.fetch });
+    await client.deleteSession("s");
+    const error = await client.deleteSession("s").catch((caught) => caught);
+    assert.ok(error instanceof ServiceError && !(error instanceof SessionDeletedError), String(error));
+    assert.deepEqual([error.status, error.code], [404, "session_not_found"]);
+    assert.deepEqual(service.writes.map(({ url }) => url.pathname), ["/v1/sessions/s", "/v1/sessions/s"]);
+  });
+
+  test("a delete whose connection fails is a TransportError and is not sent again: it may have happened", async () => {
+    let calls = 0;
+    const fetch = async () => {
+      calls += 1;
+      throw new TypeError("fetch failed", { cause: new Error("other side closed") });
+    };
+    await assert.rejects(new HistoryClient("http://test", { fetch }).deleteSession("s"), TransportError);
+    assert.equal(calls, 1);
+  });
 });

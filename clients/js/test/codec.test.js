@@ -24,10 +24,12 @@ import {
   encodeJson,
   encodeLines,
   encodeRecord,
+  eventId,
   expandRecords,
   expandRow,
   formatFloat,
   packChunkRuns,
+  parseEventId,
   parseJsonExact,
   readPage,
   validateEvent,
@@ -471,6 +473,71 @@ describe("event validation", () => {
     for (const closedAt of ["1", 1.5, 2 ** 53, null]) {
       assert.throws(() => validateHeader({ id: "s1", createdAt: 1, closedAt }), EventValidationError, String(closedAt));
     }
+  });
+
+  test("a header keeps the incarnation the service sets, last, in canonical order", () => {
+    const sent = { incarnation: "0af", closedAt: 9, meta: {}, createdAt: 1, id: "s1" };
+    // Byte for byte what codec/event_json.py decode_header and encode give for the same header.
+    const canonical = '{"type":"session","version":0,"id":"s1","createdAt":1,"meta":{},"closedAt":9,"incarnation":"0af"}';
+    assert.equal(encodeRecord(validateHeader(sent)), canonical);
+    assert.equal(encodeRecord(validateHeader(parseJsonExact(canonical))), canonical);
+    const served = { type: "session", version: 0, id: "s1", createdAt: 0, incarnation: "5d0c1e9a7b22" };
+    assert.deepEqual(validateHeader(served), served);
+    assert.equal(validateHeader({ id: "s1", createdAt: 0, incarnation: "z".repeat(32) }).incarnation, "z".repeat(32));
+  });
+
+  // The messages are the Python codec's for the same headers.
+  const BAD_HEADERS = [
+    [{ incarnation: "AB" }, "header.incarnation: expected `str` matching regex '^[0-9a-z]{1,32}$'"],
+    [{ incarnation: "" }, "header.incarnation: expected `str` matching regex '^[0-9a-z]{1,32}$'"],
+    [{ incarnation: "x".repeat(33) }, "header.incarnation: expected `str` matching regex '^[0-9a-z]{1,32}$'"],
+    [{ incarnation: "a-b" }, "header.incarnation: expected `str` matching regex '^[0-9a-z]{1,32}$'"],
+    [{ incarnation: 5 }, "header.incarnation: expected `str`, got `int`"],
+    [{ ttlMs: 1 }, "header: object contains unknown field `ttlMs`"],
+    [{ expiresAt: 5 }, "header: object contains unknown field `expiresAt`"],
+    [{ owner: "me" }, "header: object contains unknown field `owner`"],
+    [{ incarnation: "0af", generation: 1 }, "header: object contains unknown field `generation`"],
+  ];
+  for (const [fields, message] of BAD_HEADERS) {
+    test(`a header is refused as Python refuses it: ${JSON.stringify(fields).slice(0, 60)}`, () => {
+      assert.throws(() => validateHeader({ id: "s", createdAt: 0, ...fields }), (error) => {
+        assert.ok(error instanceof EventValidationError);
+        assert.equal(/** @type {Error} */ (error).message, message);
+        return true;
+      });
+    });
+  }
+});
+
+describe("SSE ids", () => {
+  // As codec/incarnation.py parse_event_id reads them; tests/clients_js/test_shared_rules.py holds the two together.
+  const IDS = [
+    ["5d0c1e9a7b22:41", { incarnation: "5d0c1e9a7b22", seq: 41 }],
+    ["0:-1", { incarnation: "0", seq: -1 }],
+    ["41", { incarnation: null, seq: 41 }],
+    ["-1", { incarnation: null, seq: -1 }],
+    ["-0", { incarnation: null, seq: 0 }],
+    [`${"z".repeat(32)}:9007199254740991`, { incarnation: "z".repeat(32), seq: 9007199254740991 }],
+    ["", null],
+    [":5", null],
+    ["abc:", null],
+    ["ABC:5", null],
+    ["a:b:5", null],
+    [`${"z".repeat(33)}:5`, null],
+    ["a:1.5", null],
+    ["a: 5", null],
+    [`a:${"9".repeat(17)}`, null],
+  ];
+  for (const [text, parsed] of IDS) {
+    test(`parseEventId(${JSON.stringify(text).slice(0, 50)})`, () => {
+      assert.deepEqual(parseEventId(/** @type {string} */ (text)), parsed);
+    });
+  }
+
+  test("eventId writes what parseEventId reads, and a bare seq when the incarnation is unknown", () => {
+    assert.equal(eventId("5d0c1e9a7b22", 41), "5d0c1e9a7b22:41");
+    assert.equal(eventId(null, 41), "41");
+    assert.deepEqual(parseEventId(eventId("0af", -1)), { incarnation: "0af", seq: -1 });
   });
 });
 

@@ -1,9 +1,12 @@
 // A scripted service behind a mock `fetch`, and the wire bytes it speaks: the twin of
 // testing/mock_service.py and testing/wire.py.
-import { ROW_TAGS, encodeRecord, packChunkRuns } from "../src/codec.js";
+import { ROW_TAGS, encodeRecord, packChunkRuns, parseEventId } from "../src/codec.js";
 import { Backoff, HistoryClient } from "../src/client.js";
 
 /** @typedef {import("../src/codec.js").Event} Event */
+
+/** The incarnation (§2.5) of the scripted session, in every frame id, header and page it sends. */
+export const INCARNATION = "5d0c1e9a7b22";
 
 /** A user message every 40 seqs, then text and reasoning delta runs (so pages carry rows), as testing/events.py. */
 export function makeEvents(count, start = 0) {
@@ -47,12 +50,15 @@ export function pageBody(events, options = {}) {
 }
 
 /**
+ * A frame; a number `id` is sent as `<INCARNATION>:<id>`, as the service sends it (§5.1), a string as it is.
+ *
  * @param {string} event
  * @param {string} data
- * @param {number} [id]
+ * @param {number | string} [id]
  */
 export function sse(event, data, id) {
-  return `${id === undefined ? "" : `id: ${id}\n`}event: ${event}\ndata: ${data}\n\n`;
+  const named = typeof id === "number" ? `${INCARNATION}:${id}` : id;
+  return `${named === undefined ? "" : `id: ${named}\n`}event: ${event}\ndata: ${data}\n\n`;
 }
 
 /** @param {Event} event */
@@ -60,19 +66,32 @@ export function eventFrame(event) {
   return sse("event", encodeRecord(event), event.seq);
 }
 
-/** A session header as the service sends it; `closedAt` once it is closed. @param {number | null} [closedAt] */
-export function headerOf(session = "s", closedAt = null) {
-  return `{"type":"session","version":0,"id":"${session}","createdAt":0${closedAt === null ? "" : `,"closedAt":${closedAt}`}}`;
+/**
+ * A session header as the service sends it; `closedAt` once it is closed.
+ *
+ * @param {number | null} [closedAt]
+ * @param {string} [incarnation]
+ */
+export function headerOf(session = "s", closedAt = null, incarnation = INCARNATION) {
+  const closed = closedAt === null ? "" : `,"closedAt":${closedAt}`;
+  return `{"type":"session","version":0,"id":"${session}","createdAt":0${closed},"incarnation":"${incarnation}"}`;
 }
 
 /**
  * @param {Event[]} events
  * @param {number} cursor
  * @param {number | null} [closedAt]
+ * @param {string} [incarnation]
  */
-export function snapshotFrame(events, cursor, session = "s", closedAt = null) {
+export function snapshotFrame(events, cursor, session = "s", closedAt = null, incarnation = INCARNATION) {
   const page = pageBody(events, { toSeq: cursor + 1 });
-  return sse("snapshot", `{"header":${headerOf(session, closedAt)},"cursor":${cursor},${page.slice(1)}`, cursor);
+  const data = `{"header":${headerOf(session, closedAt, incarnation)},"cursor":${cursor},${page.slice(1)}`;
+  return sse("snapshot", data, `${incarnation}:${cursor}`);
+}
+
+/** The last frame of a deleted session's follow stream (§5.1, §6.4): no `id`. */
+export function deletedFrame() {
+  return sse("error", '{"code":"session_deleted"}');
 }
 
 /** The last frame of a closed session's follow stream (§5.1): no `id`. @param {number} headSeq */
@@ -142,6 +161,12 @@ function jsonResponse(value, status = 200) {
 /**
  * A scripted service: follow connections answer in turn from `streams`; pages come from `log`, 10 events at most.
  *
+ * Its session has `incarnation` (§2.5): pages name it in `Session-Incarnation`, and a page or
+ * follow that names another one (`incarnation=`, or `Last-Event-ID: <incarnation>:<seq>`) gets
+ * 404 `session_not_found`, as one of a deleted session does. `DELETE /v1/sessions/{id}`
+ * deletes it (204): from then on every request gets that 404, until `recreate()` makes the
+ * id a new incarnation.
+ *
  * It closes as §6.3 says: `POST .../close` sets `closedAt` (at `clock`, once) and answers the
  * head; the header (`GET /v1/sessions/{id}`) then carries it; an append that is not an exact
  * re-send of `log` is refused with `session_closed`; and once the scripted streams run out, a
@@ -156,6 +181,8 @@ export class MockService {
    */
   constructor(log, streams = [], { closedAt = null, clock = 1_700_000_009_000 } = {}) {
     this.log = log;
+    this.incarnation = INCARNATION;
+    this.deleted = false;
     this.streams = [...streams];
     /** @type {number | null} */
     this.closedAt = closedAt;
@@ -180,6 +207,17 @@ export class MockService {
     const url = new URL(String(input));
     const headers = new Headers(init.headers);
     const signal = init.signal ?? undefined;
+    if (init.method === "DELETE") {
+      this.writes.push({ url, headers, body: init.body });
+      if (this.deleted) return errorResponse(404, "session_not_found", "no such session");
+      this.deleted = true;
+      return new Response(null, { status: 204 });
+    }
+    if (this._gone(url, headers)) {
+      if (url.pathname.endsWith("/follow")) this.follows.push({ url, headers, signal });
+      else if (url.pathname.endsWith("/page")) this.pages.push({ url, headers });
+      return errorResponse(404, "session_not_found", "no such session");
+    }
     if (init.method === "POST") {
       this.writes.push({ url, headers, body: init.body });
       if (url.pathname.endsWith("/close")) return this._close();
@@ -188,7 +226,7 @@ export class MockService {
     }
     if (SESSION_PATH.test(url.pathname)) {
       const id = decodeURIComponent(/** @type {string} */ (url.pathname.split("/").pop()));
-      return jsonResponse({ header: JSON.parse(headerOf(id, this.closedAt)), headSeq: this.log.length - 1 });
+      return jsonResponse({ header: JSON.parse(headerOf(id, this.closedAt, this.incarnation)), headSeq: this.log.length - 1 });
     }
     if (url.pathname.endsWith("/follow")) {
       this.follows.push({ url, headers, signal });
@@ -206,11 +244,31 @@ export class MockService {
     const param = url.searchParams.get("through");
     const through = param === null ? this.log.length - 1 : Number(param);
     const override = this.pageOverrides.get(String(param));
+    const pageHeaders = { "content-type": "application/json", "session-incarnation": this.incarnation };
     if (override instanceof Response) return override;
-    if (override !== undefined) return new Response(override, { headers: { "content-type": "application/json" } });
+    if (override !== undefined) return new Response(override, { headers: pageHeaders });
     const start = Math.max(0, through + 1 - 10);
     const body = pageBody(this.log.slice(start, through + 1), { fromSeq: start, toSeq: through + 1 });
-    return new Response(body, { headers: { "content-type": "application/json" } });
+    return new Response(body, { headers: pageHeaders });
+  }
+
+  /** The id is created again after a delete (or the delete was never heard of): a new incarnation. */
+  recreate(incarnation = "a11ce0ff1ce2") {
+    this.incarnation = incarnation;
+    this.deleted = false;
+  }
+
+  /**
+   * Whether a request is for a session that is not there: deleted, or of another incarnation than it names.
+   *
+   * @param {URL} url
+   * @param {Headers} headers
+   */
+  _gone(url, headers) {
+    if (this.deleted) return true;
+    const resume = headers.get("last-event-id");
+    const named = resume === null ? url.searchParams.get("incarnation") : parseEventId(resume)?.incarnation;
+    return named != null && named !== this.incarnation;
   }
 
   _close() {
@@ -236,9 +294,13 @@ export class MockService {
   _closedStream(headers) {
     const headSeq = this.log.length - 1;
     const resume = headers.get("last-event-id");
-    if (resume !== null) return this.log.slice(Number(resume) + 1).map(eventFrame).join("") + endFrame(headSeq);
+    const after = resume === null ? null : parseEventId(resume)?.seq;
+    if (after != null) {
+      const replay = this.log.slice(after + 1).map((event) => sse("event", encodeRecord(event), `${this.incarnation}:${event.seq}`));
+      return replay.join("") + endFrame(headSeq);
+    }
     const tail = this.log.slice(Math.max(0, headSeq + 1 - 10));
-    return snapshotFrame(tail, headSeq, "s", this.closedAt) + endFrame(headSeq);
+    return snapshotFrame(tail, headSeq, "s", this.closedAt, this.incarnation) + endFrame(headSeq);
   }
 }
 

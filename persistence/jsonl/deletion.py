@@ -1,0 +1,122 @@
+"""A delete on the JSONL store (docs/protocol.md §7.2): session directories renamed out of the root, under an intent.
+
+A delete first writes an intent file into the root, durably: the directories to remove,
+each with its session's incarnation. Then it renames each directory to a hidden trash
+name, fsyncs the root, and removes the intent; only then are the trash directories
+removed. A rename is atomic, so a crash leaves each session whole or gone, and a reopen
+(`finish_deletes`) finishes what an intent names: it renames what is still there, and
+removes what is in the trash. A directory whose header names another incarnation (the
+id was created again since) is left alone. The deleting process holds a lock on its intent
+while it carries it out, so no other process's reopen carries out the same intent at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from persistence.jsonl.files import fsync_dir, write_atomic
+
+__all__ = ["INTENT_PREFIX", "TRASH_PREFIX", "Doomed", "delete_directories", "finish_deletes", "tree_size"]
+
+INTENT_PREFIX: Final = ".deleting-"
+TRASH_PREFIX: Final = ".deleted-"
+
+
+class Doomed(msgspec.Struct, frozen=True, array_like=True):
+    """One directory an intent removes, and the incarnation of the session it holds."""
+
+    name: str
+    incarnation: str
+
+
+_INTENT: Final = msgspec.json.Decoder(list[Doomed])
+
+
+def delete_directories(root: Path, doomed: list[Doomed]) -> None:
+    """Remove the directories, all of them or (after a crash, once reopened) none: durable when it returns."""
+    token = uuid.uuid4().hex
+    intent = root / f"{INTENT_PREFIX}{token}"
+    write_atomic(intent, msgspec.json.encode(doomed))
+    with _carrying_out(intent) as mine:
+        if mine:
+            _carry_out(root, token, list(enumerate(doomed)))
+
+
+def finish_deletes(root: Path, incarnation_of: Callable[[Path], str | None]) -> int:
+    """Finish the deletes a crash interrupted, and clear the trash; how many intents were finished.
+
+    ``incarnation_of(directory)`` is the incarnation a directory's header names, ``None`` when it has none.
+    An intent that another process is carrying out (it holds the intent's lock) is left to it.
+    """
+    finished = 0
+    for path in sorted(root.glob(f"{INTENT_PREFIX}*")):
+        with _carrying_out(path, wait=False) as mine:
+            if not mine:
+                continue
+            try:
+                doomed = _INTENT.decode(path.read_bytes())
+            except msgspec.DecodeError:
+                # Written atomically, so never torn: a file of another tool's. Leave it.
+                continue
+            left = [(i, d) for i, d in enumerate(doomed) if incarnation_of(root / d.name) == d.incarnation]
+            _carry_out(root, path.name[len(INTENT_PREFIX) :], left)
+            finished += 1
+    for trash in root.glob(f"{TRASH_PREFIX}*"):
+        shutil.rmtree(trash, ignore_errors=True)
+    # The staging file of an intent whose writer died before it was in place: it never took effect.
+    for staged in root.glob(f".{INTENT_PREFIX}*"):
+        with contextlib.suppress(FileNotFoundError):
+            staged.unlink()
+    return finished
+
+
+@contextlib.contextmanager
+def _carrying_out(intent: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold the intent's lock; yields whether this process is to carry it out (it is still there, and ours)."""
+    try:
+        fd = os.open(intent, os.O_RDONLY)
+    except FileNotFoundError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        # Carried out and removed by another process while this one waited for the lock.
+        yield intent.exists()
+    finally:
+        os.close(fd)
+
+
+def _carry_out(root: Path, token: str, doomed: list[tuple[int, Doomed]]) -> None:
+    for i, entry in doomed:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(root / entry.name, root / f"{TRASH_PREFIX}{token}-{i}")
+    fsync_dir(root)
+    # From here the delete is complete: the trash is hidden, and a reopen clears what is left of it.
+    with contextlib.suppress(FileNotFoundError):
+        (root / f"{INTENT_PREFIX}{token}").unlink()
+    fsync_dir(root)
+    for i, _ in doomed:
+        shutil.rmtree(root / f"{TRASH_PREFIX}{token}-{i}", ignore_errors=True)
+
+
+def tree_size(root: Path) -> int:
+    """The bytes of every file under ``root``: what a root takes on disk, for `history-service vacuum`."""
+    total = 0
+    for top, _, names in os.walk(root):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: it takes nothing
+                total += os.path.getsize(os.path.join(top, name))
+    return total
