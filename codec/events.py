@@ -145,6 +145,8 @@ class SessionHeader(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     delegationDepth: Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)] | UnsetType = UNSET
     agentPreset: str | UnsetType = UNSET
     meta: dict[str, Any] | UnsetType = UNSET
+    # When the session expires (epoch ms, docs/protocol.md §6.5): its creator's to set, at create.
+    expiresAt: SafeInt | UnsetType = UNSET
     # Set by the store when the session is closed (docs/protocol.md §6.3), never by its creator.
     closedAt: SafeInt | UnsetType = UNSET
     # Set when the session is created (§2.5); a header stored without one has one derived on decode.

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TextIO
+import re
+from typing import Final, TextIO
 
-__all__ = ["count", "discard", "port", "positive", "seconds"]
+__all__ = ["count", "discard", "duration_ms", "port", "positive", "seconds"]
+
+_UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION: Final = re.compile(r"([0-9]{1,12})(ms|s|m|h|d)")
 
 
 def port(text: str) -> int:
@@ -42,6 +46,14 @@ def seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected seconds, more than 0, not {text!r}")
     return value
+
+
+def duration_ms(text: str) -> int:
+    """A duration such as ``30d``, ``12h``, ``15m``, ``90s`` or ``500ms``, more than 0, in ms."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None or int(found[1]) == 0:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 30d, 12h, 15m, 90s or 500ms, not {text!r}")
+    return int(found[1]) * _UNITS[found[2]]
 
 
 def _whole(text: str, least: int) -> int:

@@ -21,7 +21,7 @@ from history_service.importer import ImportOptions, find_logs, import_logs
 from history_service.pages import PageQuery, PageReader
 from history_service.params import MAX_MESSAGES
 from history_service.settings import Settings
-from persistence import HistoryStore, open_store
+from persistence import HistoryStore, SessionNotFoundError, now_ms, open_store
 
 __all__ = ["EXPORT_WINDOW", "run"]
 
@@ -137,7 +137,7 @@ async def _close(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> 
     out.write(encode(Closed.of(info)).decode() + "\n")
 
 
-# Delete and vacuum.
+# Delete, purge and vacuum.
 
 
 async def _delete(store: HistoryStore, args: argparse.Namespace, err: TextIO, out: TextIO) -> None:
@@ -149,6 +149,27 @@ async def _delete(store: HistoryStore, args: argparse.Namespace, err: TextIO, ou
         if answer not in ("y", "yes"):
             raise CommandError("not deleted: the answer was not yes (pass --yes to delete without asking)")
     deleted = await store.delete_session(args.session_id)
+    out.write(encode({"deleted": deleted}).decode() + "\n")
+
+
+async def _purge(store: HistoryStore, args: argparse.Namespace, settings: Settings, out: TextIO) -> None:
+    retention = args.older_than if args.older_than is not None else settings.retention_ms
+    now = now_ms()
+    if args.dry_run:
+        found = await store.expired(now=now, retention_ms=retention, limit=None)
+        out.write(encode({"expired": sorted(found)}).decode() + "\n")
+        return
+    deleted: list[str] = []
+    while True:
+        found = await store.expired(now=now, retention_ms=retention, limit=settings.sweep_batch)
+        before = len(deleted)
+        for session_id in found:
+            try:
+                deleted += await store.delete_session(session_id)
+            except SessionNotFoundError:
+                pass  # in the tree of a session deleted before it
+        if len(found) < settings.sweep_batch or len(deleted) == before:
+            break
     out.write(encode({"deleted": deleted}).decode() + "\n")
 
 
@@ -178,7 +199,7 @@ async def _page(store: HistoryStore, args: argparse.Namespace, settings: Setting
 
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
-    """Run the store command ``args.command`` (import, export, list, close, delete, vacuum or page) on the store."""
+    """Run the store command ``args.command`` (import, export, list, close, delete, purge, vacuum or page)."""
     # The inputs are found before the store is opened, so a typo creates no empty store.
     logs = _logs(args) if args.command == "import" else []
     store = await open_store(settings.store_url, create=args.command == "import", timeout=settings.store_timeout)
@@ -193,6 +214,8 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
             await _close(store, args, out)
         elif args.command == "delete":
             await _delete(store, args, err, out)
+        elif args.command == "purge":
+            await _purge(store, args, settings, out)
         elif args.command == "vacuum":
             await _vacuum(store, out)
         else:

@@ -89,6 +89,8 @@ def create_app(
         try:
             async with anyio.create_task_group() as tasks:
                 await tasks.start(service.hub.run)
+                if settings.sweep_interval > 0:
+                    tasks.start_soon(service.sweeper)
                 # After a burst of large pages, give the memory they used back to the system.
                 fix_mmap_threshold()
                 trimmer, pools = Trimmer(every=settings.inflight_bytes), (service.reading, service.sending)

@@ -38,6 +38,10 @@ SessionId = Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID, pattern
 Head = Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER)]
 Seq = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
 Count = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
+# When a session expires (§6.5), in epoch ms: the sooner of its own expiresAt and the store's retention.
+Expiry = Annotated[
+    int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER, description="When it expires (§6.5), epoch ms.")
+]
 
 
 class AppendBody(Struct, frozen=True, forbid_unknown_fields=True):
@@ -90,11 +94,14 @@ class ListedSession(Struct, frozen=True, forbid_unknown_fields=True):
     headSeq: Head
     childCount: Count
     closedAt: Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)] | UnsetType = UNSET
+    expiresAt: Expiry | UnsetType = UNSET
 
     @classmethod
     def of(cls, summary: SessionSummary) -> ListedSession:
+        """The entry of a summary whose ``expires_at`` is when it expires (`HistoryService.sessions`)."""
         closed = UNSET if summary.closed_at is None else summary.closed_at
-        return cls(summary.id, summary.created_at, summary.head_seq, summary.child_count, closed)
+        expires = UNSET if summary.expires_at is None else summary.expires_at
+        return cls(summary.id, summary.created_at, summary.head_seq, summary.child_count, closed, expires)
 
 
 class SessionList(Struct, frozen=True, forbid_unknown_fields=True):
@@ -108,10 +115,15 @@ class SessionList(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class SessionState(Struct, frozen=True, forbid_unknown_fields=True):
-    """A session's header and head (``headSeq``, -1 while it has no event)."""
+    """A session's header and head (``headSeq``, -1 while it has no event), and when it expires (§6.5)."""
 
     header: SessionHeader
     headSeq: Head
+    expiresAt: Expiry | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, info: SessionInfo, expires_at: int | None) -> SessionState:
+        return cls(info.header, info.head_seq, UNSET if expires_at is None else expires_at)
 
 
 class Health(Struct, frozen=True, forbid_unknown_fields=True):

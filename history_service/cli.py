@@ -191,6 +191,27 @@ def _parser() -> argparse.ArgumentParser:
     deleter.add_argument("--store", help=STORE_HELP)
     deleter.add_argument("--yes", action="store_true", help="delete without asking")
 
+    purger = commands.add_parser(
+        "purge",
+        help="delete the expired sessions, as the server's sweeper does (for cron)",
+        description=(
+            "Delete every session that has expired (docs/protocol.md §6.5): those past their own expiresAt, "
+            "and those last written (created, appended to or closed) longer ago than --older-than, else "
+            'than HISTORY_RETENTION. Each goes with its subagent tree. Prints {"deleted":[ids]}, or with '
+            '--dry-run {"expired":[ids]} and deletes nothing. A server running on the same SQLite or '
+            "JSONL store tells its followers only when they reconnect; its own sweeper tells them at once."
+        ),
+    )
+    purger.add_argument(
+        "--older-than",
+        type=cli_args.duration_ms,
+        metavar="DURATION",
+        help="also delete sessions last written this long ago: 30d, 12h, 15m, 90s or 500ms "
+        "(default: $HISTORY_RETENTION, else only sessions past their own expiresAt)",
+    )
+    purger.add_argument("--dry-run", action="store_true", help="print the expired sessions' ids, delete nothing")
+    purger.add_argument("--store", help=STORE_HELP)
+
     vacuumer = commands.add_parser(
         "vacuum",
         help="give the space of deleted sessions back to the file system",

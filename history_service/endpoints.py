@@ -24,6 +24,7 @@ from history_service.readiness import readiness
 from history_service.requests import (
     accepted_coding,
     address,
+    create_params,
     cursor_for,
     follow_params,
     list_params,
@@ -113,13 +114,14 @@ async def get_session(request: Request) -> Response:
     who = principal(request, service.settings)
     no_params(request)
     info = await service.readable(who, *address(request))
-    return _json(bodies.SessionState(info.header, info.head_seq))
+    return _json(bodies.SessionState.of(info, service.expires_at(info.header, info.touched_at)))
 
 
 async def create_session(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
-    info = await service.create(who, await read_header(request, service.settings))
+    ttl_ms = create_params(request)
+    info = await service.create(who, await read_header(request, service.settings), ttl_ms=ttl_ms)
     # A new session has no event yet: its head is -1.
     return _json(bodies.SessionCreated(info.header.id, -1, info.incarnation), 201)
 

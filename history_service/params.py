@@ -22,6 +22,7 @@ from history_service.encoding import Coding, spoken
 __all__ = [
     "ACCEPT_ENCODING",
     "CONTENT_ENCODING",
+    "CreateParams",
     "IF_NONE_MATCH",
     "DEFAULT_LISTED",
     "DEFAULT_MAX_MESSAGES",
@@ -29,6 +30,7 @@ __all__ = [
     "LAST_EVENT_ID",
     "MAX_LISTED",
     "MAX_MESSAGES",
+    "MAX_TTL_MS",
     "FollowParams",
     "Header",
     "ListParams",
@@ -43,6 +45,8 @@ MAX_MESSAGES: Final = 1000
 DEFAULT_MAX_MESSAGES: Final = 50
 # The most sessions one listing answers, and how many it answers by default.
 MAX_LISTED: Final = 1000
+# The longest ttlMs: 100 years, so the expiresAt it gives stays a safe integer for millennia.
+MAX_TTL_MS: Final = 100 * 365 * 86_400_000
 DEFAULT_LISTED: Final = 50
 MaxMessages = Annotated[int, Meta(ge=1, le=MAX_MESSAGES, description="Most counted messages (§4.3).")]
 # A follow's resume cursor: a seq, or -1 for "from the start".
@@ -61,6 +65,22 @@ EVENT_ID_PATTERN: Final = r"^(?:[0-9a-z]{1,32}:)?(?:-1|[0-9]{1,15})$"
 
 class NoParams(Struct, frozen=True, forbid_unknown_fields=True):
     """The query of a route that takes no parameter: any is refused."""
+
+
+class CreateParams(Struct, frozen=True, forbid_unknown_fields=True):
+    """A create's query (§6.1)."""
+
+    ttlMs: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_TTL_MS,
+                description="The session expires this many ms after it is created (§6.5): the header's `expiresAt`.",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class ListParams(Struct, frozen=True, forbid_unknown_fields=True):

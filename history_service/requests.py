@@ -57,6 +57,7 @@ from history_service.errors import (
 from history_service.pages import PageQuery
 from history_service.params import (
     LAST_EVENT_ID,
+    CreateParams,
     FollowParams,
     ListParams,
     NoParams,
@@ -71,6 +72,7 @@ from persistence import SessionKey
 __all__ = [
     "accepted_coding",
     "address",
+    "create_params",
     "cursor_for",
     "follow_params",
     "integer",
@@ -294,6 +296,11 @@ def _value(param: Param, value: str | None, settings: Settings | None) -> Any:
     if param.pattern is not None and re.fullmatch(param.pattern, value) is None:
         raise InvalidParameter(f"{param.name} must match {param.pattern}")
     return value
+
+
+def create_params(request: Request) -> int | None:
+    """A create's ``ttlMs`` (§6.5), if it gives one."""
+    return query(request, CreateParams).ttlMs
 
 
 def list_params(request: Request) -> tuple[int, SessionKey | None, bool | None]:

@@ -11,14 +11,17 @@ at the edge, in one table (`history_service.errors.ERRORS`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
 
 import anyio
+import msgspec
 
 from codec import Event, SessionHeader, incarnation_of, snapshot_body
 from history_service.budget import Hold, InFlight
 from history_service.errors import (
+    InvalidHeader,
     InvalidParent,
     NotADirectChild,
     NotOwner,
@@ -32,6 +35,7 @@ from history_service.responses import SEND_SIZE
 from history_service.settings import Settings
 from persistence import (
     AppendResult,
+    CorruptLogError,
     HistoryStore,
     KeyedLocks,
     Lru,
@@ -42,12 +46,17 @@ from persistence import (
     SessionSummary,
     StoreError,
     closed_at_of,
+    expires_at_of,
+    expiry,
     in_listing,
     newest_first,
+    now_ms,
     subagent_parent,
 )
 
 __all__ = ["HistoryService"]
+
+logger = logging.getLogger(__name__)
 
 
 def _check_visible(principal: str, session_id: str, child: str | None, info: SessionInfo) -> None:
@@ -89,8 +98,9 @@ class HistoryService:
         self.followers = 0
         self._append_locks = KeyedLocks()
         # Owner and header never change once a session exists (but for closedAt, which the store
-        # checks on every append), so appends need not ask the store.
-        self._owners: Lru[str, tuple[str, SessionHeader]] = Lru(settings.session_cache)
+        # checks on every append), so appends need not ask the store. With them, when the session
+        # was last written as far as this process knows: never later than it was (see `_live`).
+        self._owners: Lru[str, tuple[str, SessionHeader, int]] = Lru(settings.session_cache)
         # The incarnation each recently deleted id had: nothing of it is learned or kept again.
         self._gone: Lru[str, str] = Lru(settings.session_cache)
 
@@ -107,7 +117,34 @@ class HistoryService:
     def _learn(self, info: SessionInfo) -> None:
         if self._gone.get(info.header.id) != info.incarnation:
             # A read that began before the delete ended must not bring the deleted session back.
-            self._owners.put(info.header.id, (info.owner, info.header))
+            self._owners.put(info.header.id, (info.owner, info.header, info.touched_at))
+
+    def expires_at(self, header: SessionHeader, touched_at: int) -> int | None:
+        """When a session expires (§6.5): its own ``expiresAt``, or the retention after its last write."""
+        return expiry(expires_at_of(header), touched_at, self.settings.retention_ms)
+
+    def _expired(self, header: SessionHeader, touched_at: int) -> bool:
+        at = self.expires_at(header, touched_at)
+        return at is not None and at <= now_ms()
+
+    def _live(self, info: SessionInfo) -> SessionInfo:
+        """``info``, unless the session has expired: then it answers as unknown (§6.5), swept or not."""
+        if self._expired(info.header, info.touched_at):
+            raise SessionNotFoundError(info.header.id)
+        return info
+
+    async def _known(self, session_id: str) -> tuple[str, SessionHeader]:
+        """The owner and header of a live session, from what this process keeps when it can.
+
+        What is kept may say expired when another process has written the session since: only
+        the store, read again, says so for sure.
+        """
+        known = self._owners.get(session_id)
+        if known is None or self._expired(known[1], known[2]):
+            info = self._live(await self.store.get_session(session_id))
+            self._learn(info)
+            return info.owner, info.header
+        return known[0], known[1]
 
     def _deleted(self, session_id: str, incarnation: str) -> bool:
         return self._gone.get(session_id) == incarnation
@@ -131,13 +168,12 @@ class HistoryService:
         self.cache.forget(session_id, incarnation)
 
     async def _owned(self, principal: str, session_id: str, *, need_head: bool = True) -> SessionInfo:
-        known = self._owners.get(session_id)
-        if known is not None and not need_head:
-            owner, header = known
+        if not need_head:
+            owner, header = await self._known(session_id)
             if owner != principal:
                 raise NotOwner(session_id)
             return SessionInfo(header, owner, -1)
-        info = await self.store.get_session(session_id)
+        info = self._live(await self.store.get_session(session_id))
         if info.owner != principal:
             raise NotOwner(session_id)
         self._learn(info)
@@ -152,7 +188,7 @@ class HistoryService:
         """
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
-        info = await self.store.get_session(child or session_id)
+        info = self._live(await self.store.get_session(child or session_id))
         self._learn(info)
         _check_visible(principal, session_id, child, info)
         if incarnation is not None and incarnation != info.incarnation:
@@ -164,9 +200,25 @@ class HistoryService:
     ) -> list[SessionSummary]:
         """Up to ``limit`` of the caller's own sessions that are not children, newest first, after ``before``.
 
-        ``closed`` keeps only the closed (``True``) or the open (``False``) ones.
+        ``closed`` keeps only the closed (``True``) or the open (``False``) ones. An expired
+        session not yet swept is left out (§6.5); each listed one's ``expires_at`` is when it expires.
         """
-        return await self.store.list_sessions(principal, limit=limit, before=before, closed=closed)
+        listed: list[SessionSummary] = []
+        while len(listed) < limit:
+            wanted = limit - len(listed)
+            found = await self.store.list_sessions(principal, limit=wanted, before=before, closed=closed)
+            listed += [summary for summary in map(self._expiring, found) if summary is not None]
+            if len(found) < wanted:
+                break
+            before = found[-1].key
+        return listed
+
+    def _expiring(self, summary: SessionSummary) -> SessionSummary | None:
+        """``summary`` with ``expires_at`` when the session expires, or ``None`` once it has."""
+        at = expiry(summary.expires_at, summary.touched_at, self.settings.retention_ms)
+        if at is not None and at <= now_ms():
+            return None
+        return msgspec.structs.replace(summary, expires_at=at)
 
     async def subagents(
         self, principal: str, session_id: str, limit: int, before: SessionKey | None, closed: bool | None = None
@@ -181,11 +233,30 @@ class HistoryService:
         for child in newest_first(children, limit=limit, before=before):
             info = await self.store.get_session(child.id)
             grandchildren = await self.store.children(child.id)
-            summary = SessionSummary(child.id, child.createdAt, info.head_seq, len(grandchildren), closed_at_of(child))
-            listed.append(summary)
+            summary = self._expiring(
+                SessionSummary(
+                    child.id,
+                    child.createdAt,
+                    info.head_seq,
+                    len(grandchildren),
+                    closed_at_of(child),
+                    expires_at_of(child),
+                    info.touched_at,
+                )
+            )
+            if summary is not None:
+                listed.append(summary)
         return listed
 
-    async def create(self, principal: str, header: SessionHeader) -> SessionInfo:
+    async def create(self, principal: str, header: SessionHeader, *, ttl_ms: int | None = None) -> SessionInfo:
+        """Create the caller's session (§6.1); ``ttl_ms`` after now becomes its ``expiresAt`` (§6.5)."""
+        now = now_ms()
+        if ttl_ms is not None:
+            if header.expiresAt is not msgspec.UNSET:
+                raise InvalidHeader("give expiresAt in the header or ttlMs in the query, not both")
+            header = msgspec.structs.replace(header, expiresAt=now + ttl_ms)
+        elif header.expiresAt is not msgspec.UNSET and header.expiresAt <= now:
+            raise InvalidHeader(f"expiresAt {header.expiresAt} is not in the future (the service's clock reads {now})")
         parent = subagent_parent(header)
         if parent is not None:
             try:
@@ -230,15 +301,58 @@ class HistoryService:
         ``reason`` is what the metrics count it as: ``request``, or ``expired`` for the sweeper.
         """
         await self._owned(principal, session_id)
+        return await self._delete(session_id, reason)
+
+    async def _delete(self, session_id: str, reason: str, *, unless_live: bool = False) -> list[str]:
         # Shielded: once the store has the delete, this process is told of it, whatever becomes of the request.
         with anyio.CancelScope(shield=True):
             async with self._append_locks.hold(session_id):
+                if unless_live:
+                    # Read again under the append lock: an append of this process since the sweep's read keeps it.
+                    info = await self.store.get_session(session_id)
+                    if not self._expired(info.header, info.touched_at):
+                        return []
                 deleted = await self.store.delete_session(session_id)
             for gone in deleted:
                 self._forget(gone)
             self.hub.deleted(deleted)
             self.metrics.sessions_deleted(len(deleted), reason)
         return deleted
+
+    async def sweep(self) -> int:
+        """Delete the expired sessions (§6.5), a batch of ``settings.sweep_batch`` at a time; how many went.
+
+        Each session is deleted with its subagent tree, as a request would delete it, so its followers
+        are told. Nothing is done while another process sweeps the same store (`HistoryStore.sweeping`).
+        """
+        batch, swept = self.settings.sweep_batch, 0
+        async with self.store.sweeping() as mine:
+            while mine:
+                found = await self.store.expired(now=now_ms(), retention_ms=self.settings.retention_ms, limit=batch)
+                before = swept
+                for session_id in found:
+                    try:
+                        swept += len(await self._delete(session_id, "expired", unless_live=True))
+                    except SessionNotFoundError:
+                        pass  # in the tree of a session deleted before it
+                    except CorruptLogError as exc:
+                        logger.error("the sweep cannot delete session %r: %s", session_id, exc)
+                # A batch that deleted nothing (written meanwhile, or unreadable) would come back as it was.
+                if len(found) < batch or swept == before:
+                    break
+        return swept
+
+    async def sweeper(self) -> None:
+        """Sweep every ``settings.sweep_interval`` seconds, until cancelled; a store failure waits for the next."""
+        while True:
+            try:
+                swept = await self.sweep()
+            except StoreError as exc:
+                logger.warning("the sweep of expired sessions failed: %s", exc)
+            else:
+                if swept:
+                    logger.info("swept %d expired sessions", swept)
+            await anyio.sleep(self.settings.sweep_interval)
 
     async def page(
         self, principal: str, session_id: str, child: str | None, query: PageQuery, coding: str = "identity"
@@ -251,12 +365,8 @@ class HistoryService:
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
         target = child or session_id
-        known = self._owners.get(target)
-        if known is None:
-            info = await self.store.get_session(target)
-            self._learn(info)
-            known = (info.owner, info.header)
-        info = SessionInfo(known[1], known[0], -1)
+        owner, header = await self._known(target)
+        info = SessionInfo(header, owner, -1)
         _check_visible(principal, session_id, child, info)
         try:
             return await self.pages.page(target, query, coding, incarnation=info.incarnation)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import types
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from history_client.cli_args import duration_ms
 from persistence import DEFAULT_SESSION_CACHE, DEFAULT_STORE_TIMEOUT
 
 __all__ = ["DEFAULT_STORE", "Env", "ServerSettings", "Settings", "environment_variables"]
@@ -39,6 +41,13 @@ class Env:
 
 def _one(text: str) -> bool:
     return text == "1"
+
+
+def _duration(text: str) -> int:
+    try:
+        return duration_ms(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(str(exc).removeprefix("expected ")) from None
 
 
 def _zero_or_one(text: str) -> bool:
@@ -153,6 +162,12 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
         follow_coalesce_ms: while a session publishes more often than every quarter of
             this, the least time between two writes to one follower; events published
             meanwhile share the next write. Quieter sessions are written at once.
+        retention_ms: how long a session is kept after its last write (its creation, last append
+            or close), in ms; ``HISTORY_RETENTION`` takes a duration such as ``30d``, ``12h`` or
+            ``90s``. Unset, sessions are kept until deleted or until their own ``expiresAt``
+            (docs/protocol.md §6.5).
+        sweep_interval: seconds between two sweeps of expired sessions; 0 sweeps never (``purge`` then can).
+        sweep_batch: most expired sessions one read of the sweep finds; each is then deleted apart.
         enable_test_seed: mount ``POST /v1/test-only/seed``.
         limit_concurrency: most connections and requests in flight; beyond it new requests get 503.
             The server enforces it (``serve`` hands it to uvicorn); the app keeps its follow
@@ -186,6 +201,9 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
     retry_ms: Annotated[int, Env("HISTORY_RETRY_MS")] = 1000
     follow_buffer: Annotated[int, Env("HISTORY_FOLLOW_BUFFER")] = 8192
     follow_coalesce_ms: Annotated[float, Env("HISTORY_FOLLOW_COALESCE_MS")] = 40.0
+    retention_ms: Annotated[int | None, Env("HISTORY_RETENTION", _duration)] = None
+    sweep_interval: Annotated[float, Env("HISTORY_SWEEP_INTERVAL")] = 60.0
+    sweep_batch: Annotated[int, Env("HISTORY_SWEEP_BATCH")] = 100
     enable_test_seed: Annotated[bool, Env("HISTORY_ENABLE_TEST_SEED", _one)] = False
     limit_concurrency: Annotated[int, Env("HISTORY_LIMIT_CONCURRENCY")] = 4096
     log_format: Annotated[Literal["text", "json"], Env("HISTORY_LOG_FORMAT")] = "text"
@@ -211,6 +229,7 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
             "limit_concurrency",
             "inflight_bytes",
             "store_timeout",
+            "sweep_batch",
         )
         _check_positive(self, positive)
         if self.max_followers is not None and not 1 <= self.max_followers <= self.limit_concurrency - 2:
@@ -219,7 +238,9 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
                 f"the server refuses a request once its connections, the asking one included, reach "
                 f"limit_concurrency, so a health check needs two to spare; got {self.max_followers}"
             )
-        for name in ("page_cache_bytes", "page_cache_entries", "follow_coalesce_ms", "inflight_wait"):
+        if self.retention_ms is not None and self.retention_ms <= 0:
+            raise ValueError("retention_ms must be positive")
+        for name in ("page_cache_bytes", "page_cache_entries", "follow_coalesce_ms", "inflight_wait", "sweep_interval"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if self.metrics_port is not None:

@@ -16,8 +16,10 @@ from persistence.base import (
     SessionKey,
     SessionSummary,
     closed_at_of,
+    expires_at_of,
     in_listing,
     newest_first,
+    now_ms,
     subagent_parent,
 )
 from persistence.errors import (
@@ -35,7 +37,7 @@ from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.message_index import select_cuts
 from persistence.notify import HeadListener, Notice
-from persistence.rules import page_span
+from persistence.rules import expiry, page_span
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
 from persistence.url import describe_url, open_store, shareable_across_workers
@@ -48,6 +50,8 @@ __all__ = [
     "DEFAULT_SESSION_CACHE",
     "DEFAULT_STORE_TIMEOUT",
     "describe_url",
+    "expires_at_of",
+    "expiry",
     "HeadListener",
     "HistoryStore",
     "in_listing",
@@ -58,6 +62,7 @@ __all__ = [
     "MemoryStore",
     "newest_first",
     "Notice",
+    "now_ms",
     "open_store",
     "page_span",
     "PageRead",

@@ -9,9 +9,12 @@ byte-identical pages from any store. Appends seal runs as they close (`persisten
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Final
 
 import msgspec
@@ -35,10 +38,13 @@ __all__ = [
     "bound_read",
     "closed_at_of",
     "events_in",
+    "expires_at_of",
     "subtree",
     "in_listing",
     "incarnated",
     "newest_first",
+    "now_ms",
+    "sole_sweeper",
     "subagent_parent",
 ]
 
@@ -53,11 +59,14 @@ class SessionInfo(Struct, frozen=True):
     """A session's header, owner principal and head seq (-1 when empty).
 
     A closed session's header holds its ``closedAt`` (`HistoryStore.close_session`).
+    ``touched_at`` is when it was last written, in epoch ms by the store's clock: created,
+    appended to, or closed (0 where the reader did not ask the store).
     """
 
     header: SessionHeader
     owner: str
     head_seq: int
+    touched_at: int = 0
 
     @property
     def closed(self) -> bool:
@@ -81,7 +90,8 @@ class SessionSummary(Struct, frozen=True):
 
     ``created_at`` is the header's ``createdAt``; ``head_seq`` is -1 for an empty session;
     ``child_count`` counts the direct subagent children (see `subagent_parent`), whoever owns them;
-    ``closed_at`` is the header's ``closedAt``, ``None`` while the session is open.
+    ``closed_at`` is the header's ``closedAt``, ``None`` while the session is open;
+    ``expires_at`` the header's ``expiresAt``, and ``touched_at`` as `SessionInfo`'s.
     """
 
     id: str
@@ -89,6 +99,8 @@ class SessionSummary(Struct, frozen=True):
     head_seq: int
     child_count: int
     closed_at: int | None = None
+    expires_at: int | None = None
+    touched_at: int = 0
 
     @property
     def key(self) -> SessionKey:
@@ -132,6 +144,16 @@ class PageRead(Struct, frozen=True):
 def closed_at_of(header: SessionHeader) -> int | None:
     """The header's ``closedAt``, or ``None`` while the session is open."""
     return None if header.closedAt is UNSET else header.closedAt
+
+
+def expires_at_of(header: SessionHeader) -> int | None:
+    """The header's ``expiresAt``, or ``None`` when its creator set none."""
+    return None if header.expiresAt is UNSET else header.expiresAt
+
+
+def now_ms() -> int:
+    """The store's clock, in epoch ms: what ``touched_at`` records."""
+    return time.time_ns() // 1_000_000
 
 
 def incarnated(header: SessionHeader) -> SessionHeader:
@@ -265,6 +287,21 @@ class HistoryStore(ABC):
         Ids compare by code point, as Python compares ``str``, in every backend.
         """
 
+    @abstractmethod
+    async def expired(self, *, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
+        """Up to ``limit`` (``None``: all) ids of sessions expired at ``now`` (`persistence.rules.expiry`).
+
+        In no particular order; a child may be listed apart from its parent. Reads only the
+        sessions' rows, headers or file times, never their records.
+        """
+
+    def sweeping(self) -> AbstractAsyncContextManager[bool]:
+        """Whether this process may sweep expired sessions now: ``True`` unless another sweeps (`expired`).
+
+        A store that several processes share holds a lock for as long as the context is open.
+        """
+        return sole_sweeper()
+
     async def read_page(
         self,
         session_id: str,
@@ -331,3 +368,9 @@ class HistoryStore(ABC):
             await self.get_session(session_id)
             return []
         return events_in(await self.read_stored(session_id, from_seq, to_seq), from_seq, to_seq)
+
+
+@contextlib.asynccontextmanager
+async def sole_sweeper() -> AsyncIterator[bool]:
+    """`HistoryStore.sweeping` of a store that one process writes: it may always sweep."""
+    yield True

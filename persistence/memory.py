@@ -18,16 +18,18 @@ from persistence.base import (
     SessionSummary,
     closed_at_of,
     events_in,
+    expires_at_of,
     in_listing,
     incarnated,
     newest_first,
+    now_ms,
     subagent_parent,
     subtree,
 )
 from persistence.batch import prepare_batch
 from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
-from persistence.rules import confirm_resend, plan_batch
+from persistence.rules import confirm_resend, expiry, plan_batch
 from persistence.sealing import next_open_run, plan_append
 
 __all__ = ["MemoryStore", "RecordIndex"]
@@ -71,6 +73,11 @@ class _Session:
         self.header = header
         self.owner = owner
         self.index = RecordIndex()
+        self.touched = now_ms()
+
+    @property
+    def info(self) -> SessionInfo:
+        return SessionInfo(self.header, self.owner, self.index.head, self.touched)
 
     @property
     def closed(self) -> bool:
@@ -93,12 +100,11 @@ class MemoryStore(HistoryStore):
         if header.id in self._sessions:
             raise SessionExistsError(header.id)
         header = incarnated(header)
-        self._sessions[header.id] = _Session(header, owner)
-        return SessionInfo(header, owner, -1)
+        session = self._sessions[header.id] = _Session(header, owner)
+        return session.info
 
     async def get_session(self, session_id: str) -> SessionInfo:
-        session = self._session(session_id)
-        return SessionInfo(session.header, session.owner, session.index.head)
+        return self._session(session_id).info
 
     async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
         session = self._session(session_id)
@@ -114,13 +120,15 @@ class MemoryStore(HistoryStore):
             keep, records = plan_append(tail, batch.records, list)
             index.add(len(index.records) - len(tail) + keep, records, batch.messages, batch.hidden)
             index.open = next_open_run(tail[:keep], records)
+            session.touched = now_ms()
         return AppendResult.of(plan)
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         session = self._session(session_id)
         if not session.closed:
             session.header = msgspec.structs.replace(session.header, closedAt=closed_at)
-        return SessionInfo(session.header, session.owner, session.index.head)
+            session.touched = now_ms()
+        return session.info
 
     async def delete_session(self, session_id: str) -> list[str]:
         self._session(session_id)
@@ -168,9 +176,21 @@ class MemoryStore(HistoryStore):
                 self._sessions[header.id].index.head,
                 parents[header.id],
                 closed_at_of(header),
+                expires_at_of(header),
+                self._sessions[header.id].touched,
             )
             for header in newest_first(mine, limit=limit, before=before)
         ]
+
+    async def expired(self, *, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
+        found: list[str] = []
+        for session in self._sessions.values():
+            if len(found) == limit:
+                break
+            at = expiry(expires_at_of(session.header), session.touched, retention_ms)
+            if at is not None and at <= now:
+                found.append(session.header.id)
+        return found
 
     async def check_ready(self) -> None:
         # Memory is there for as long as the process is.

@@ -5,7 +5,8 @@
 * `confirm_resend`: the resend check, which says whether a re-send is exactly the events
   stored at its seqs;
 * `page_span`: a page's exclusive end, whether it is empty, and whether its ``through`` is
-  past the head.
+  past the head;
+* `expiry`: when a session expires, from its own ``expiresAt`` and the store-wide retention.
 
 The sealing plan is `persistence.sealing.plan_append`. Backends execute what these return,
 and the service and the CLI act on it; none of them checks again.
@@ -20,7 +21,7 @@ from msgspec import Struct
 from codec import Event, encode
 from persistence.errors import SeqConflictError, SessionClosedError
 
-__all__ = ["BatchPlan", "PageSpan", "confirm_resend", "dense_gap", "page_span", "plan_batch"]
+__all__ = ["BatchPlan", "PageSpan", "confirm_resend", "dense_gap", "expiry", "page_span", "plan_batch"]
 
 
 class BatchPlan(Struct, frozen=True):
@@ -133,3 +134,16 @@ def page_span(head_seq: int, through: int | None, before: int | None) -> PageSpa
     if before is not None:
         to_seq = min(to_seq, before)
     return PageSpan(to_seq, beyond_head=through is not None and through > head_seq)
+
+
+def expiry(expires_at: int | None, touched_at: int, retention_ms: int | None) -> int | None:
+    """When a session expires (docs/protocol.md §6.5), in epoch ms; ``None``: never.
+
+    The sooner of its own ``expiresAt`` and ``retention_ms`` after its last write
+    (``touched_at``: its creation, its last append, or its close). The retention is the
+    store's ceiling: a session may ask to go sooner, never to stay longer.
+    """
+    kept = None if retention_ms is None else touched_at + retention_ms
+    if expires_at is None:
+        return kept
+    return expires_at if kept is None else min(expires_at, kept)

@@ -30,6 +30,7 @@ __all__ = [
     "open_root",
     "read_marker",
     "recheck_closed",
+    "touched_at",
     "with_closed",
 ]
 
@@ -55,6 +56,19 @@ def closed_at(directory: Path) -> int | None:
         return int(text)
     except ValueError:
         raise CorruptLogError(f"{directory / CLOSED_NAME}: not a closedAt time: {text[:40]!r}") from None
+
+
+def touched_at(directory: Path) -> int:
+    """When the session was last written, in epoch ms: its index's time (created or appended to), or its close's.
+
+    Raises ``FileNotFoundError`` when the directory is gone (deleted meanwhile).
+    """
+    touched = (directory / INDEX_NAME).stat().st_mtime_ns
+    try:
+        touched = max(touched, (directory / CLOSED_NAME).stat().st_mtime_ns)
+    except FileNotFoundError:
+        pass
+    return touched // 1_000_000
 
 
 def with_closed(header: SessionHeader, at: int | None) -> SessionHeader:

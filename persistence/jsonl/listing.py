@@ -18,14 +18,24 @@ from persistence.base import (
     SessionKey,
     SessionSummary,
     closed_at_of,
+    expires_at_of,
     in_listing,
     newest_first,
     subagent_parent,
 )
 from persistence.errors import CorruptLogError, SessionNotFoundError
 from persistence.jsonl.index import IndexedSession, last_seq, read_last_entry
-from persistence.jsonl.layout import INDEX_NAME, OWNER_NAME, closed_at, encode_segment, named_for, with_closed
+from persistence.jsonl.layout import (
+    INDEX_NAME,
+    OWNER_NAME,
+    closed_at,
+    encode_segment,
+    named_for,
+    touched_at,
+    with_closed,
+)
 from persistence.jsonl.recovery import Loader
+from persistence.rules import expiry
 from persistence.state import Lru
 
 __all__ = ["Listing"]
@@ -79,15 +89,40 @@ class Listing:
         for header in newest_first(mine, limit=len(mine), before=before):
             try:
                 head = self._listed_head(header.id)
-            except (CorruptLogError, SessionNotFoundError) as exc:
+                touched = touched_at(self._root / encode_segment(header.id))
+            except (CorruptLogError, SessionNotFoundError, FileNotFoundError) as exc:
                 # One unreadable log must not hide the owner's other sessions; reads of it still fail.
                 # An OS failure is the store's, not the log's: the listing fails with it (503).
                 logger.error("listing skips session %r: %s", header.id, exc)
                 continue
             children = child_counts[header.id]
-            found.append(SessionSummary(header.id, header.createdAt, head, children, closed_at_of(header)))
+            found.append(
+                SessionSummary(
+                    header.id,
+                    header.createdAt,
+                    head,
+                    children,
+                    closed_at_of(header),
+                    expires_at_of(header),
+                    touched,
+                )
+            )
             if len(found) == limit:
                 break
+        return found
+
+    def expired(self, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
+        """`HistoryStore.expired`: each directory's header (cached) and file times, never its log."""
+        found: list[str] = []
+        for name, header in self._peeked():
+            if len(found) == limit:
+                break
+            try:
+                at = expiry(expires_at_of(header), touched_at(self._root / name), retention_ms)
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            if at is not None and at <= now and named_for(name, header):
+                found.append(header.id)
         return found
 
     def _peeked(self) -> Iterator[tuple[str, SessionHeader]]:

@@ -44,15 +44,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from codec import (
-    Event,
-    SessionHeader,
-    StoredRecord,
-    decode_json,
-    encode,
-    incarnation_of,
-    record_from_value,
-)
+from codec import Event, SessionHeader, StoredRecord, decode_json, encode, incarnation_of, record_from_value
 from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
@@ -68,11 +60,7 @@ from persistence.base import (
     subtree,
 )
 from persistence.batch import PreparedBatch, prepared
-from persistence.errors import (
-    SessionExistsError,
-    SessionNotFoundError,
-    StoreError,
-)
+from persistence.errors import SessionExistsError, SessionNotFoundError, StoreError
 from persistence.group_commit import GroupCommit, unavailable
 from persistence.jsonl import journal as jsonl_journal
 from persistence.jsonl.deletion import Doomed, delete_directories, finish_deletes, tree_size
@@ -113,6 +101,7 @@ from persistence.jsonl.layout import (
     open_root,
     read_marker,
     recheck_closed,
+    touched_at,
 )
 from persistence.jsonl.listing import Listing
 from persistence.jsonl.recovery import Loader
@@ -213,13 +202,21 @@ class JsonlStore(HistoryStore):
                 for child in staging.iterdir():
                     child.unlink()
                 staging.rmdir()
-        return SessionInfo(header, owner, -1)
+        return SessionInfo(header, owner, -1, touched_at(directory))
 
     async def get_session(self, session_id: str) -> SessionInfo:
         state = self._fresh(session_id)
         if state is None:
             state = await self._run(self._state, session_id)
-        return SessionInfo(state.header, state.owner, state.head)
+        return self._info(state)
+
+    @staticmethod
+    def _info(state: IndexedSession) -> SessionInfo:
+        try:
+            touched = touched_at(state.directory)  # two stats, as `_fresh` makes one: on the loop
+        except FileNotFoundError:
+            raise SessionNotFoundError(state.header.id) from None  # deleted by another process meanwhile
+        return SessionInfo(state.header, state.owner, state.head, touched)
 
     def _fresh(self, session_id: str) -> IndexedSession | None:
         """The loaded state when its index has not grown since, found without leaving the event loop; else ``None``."""
@@ -236,6 +233,9 @@ class JsonlStore(HistoryStore):
         self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
     ) -> list[SessionSummary]:
         return await self._run(self._listing.sessions, owner, limit, before, closed)
+
+    async def expired(self, *, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
+        return await self._run(self._listing.expired, now, retention_ms, limit)
 
     # Loading and recovery.
 
@@ -334,7 +334,7 @@ class JsonlStore(HistoryStore):
             write_atomic(state.directory / CLOSED_NAME, str(at).encode())
             found = at
         learn_closed(state, found)
-        return SessionInfo(state.header, state.owner, state.head)
+        return self._info(state)
 
     async def _write_lock(self, session_id: str) -> SessionLock:
         """The session's lock, exclusively: taken before the append joins a group, so no group waits on it.
@@ -543,7 +543,7 @@ class JsonlStore(HistoryStore):
         limit: int | None,
     ) -> PageRead | None:
         """The page's read from a state the caller holds the lock on; ``None`` if its records pass ``limit`` bytes."""
-        info = SessionInfo(state.header, state.owner, state.head)
+        info = self._info(state)
         window = page_span(state.head, through, before)
         if not window.reads:
             return PageRead.unread(info, window)

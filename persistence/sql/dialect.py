@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import Delete, Select, Update
 
 from codec import StoredRecord
-from persistence.base import PageRead, SessionInfo
+from persistence.base import PageRead, SessionInfo, sole_sweeper
 from persistence.notify import HeadListener
 from persistence.sql.groups import SqlGroups
 
@@ -172,6 +172,10 @@ class Dialect(ABC):
     @abstractmethod
     def vacuum_statements(self) -> tuple[str, ...]:
         """What gives back the space deleted sessions freed, run outside any transaction (`persistence.sql.space`)."""
+
+    def sweeping(self, engine: Engine) -> AbstractAsyncContextManager[bool]:
+        """`HistoryStore.sweeping`: always, on a database that one process writes."""
+        return sole_sweeper()
 
     @abstractmethod
     async def check_ready(self, store: SqlStore) -> None:

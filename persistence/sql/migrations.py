@@ -1,4 +1,4 @@
-"""The schema version in ``history_meta``, and the upgrades from versions 1, 2 and 3 to the current one.
+"""The schema version in ``history_meta``, and the upgrades from versions 1 to 4 to the current one.
 
 An older database is upgraded in place when opened; an unknown version refuses to open.
 """
@@ -12,11 +12,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from codec import CodecError, SessionHeader, decode_storage_line, stored_record
+from persistence.base import now_ms
 from persistence.errors import CorruptLogError, SchemaVersionError
 from persistence.sql.dialect import Dialect
 from persistence.sql.schema import (
     JOIN_COLUMNS,
     SCHEMA_VERSION,
+    expiry_indexes,
     listing_index,
     meta_table,
     metadata,
@@ -55,6 +57,9 @@ def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) 
         version = "3"
     if version == "3":
         _upgrade_from_3(conn)
+        version = "4"
+    if version == "4":
+        _upgrade_from_4(conn)
         return None
     return version
 
@@ -64,7 +69,7 @@ def refuse(version: str | None) -> None:
     if version is not None and version != str(SCHEMA_VERSION):
         raise SchemaVersionError(
             f"the database has history schema version {version!r}; "
-            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1, 2 and 3"
+            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 4"
         )
 
 
@@ -144,6 +149,21 @@ def _upgrade_from_3(conn: Connection) -> None:
     """Version 4 adds ``closed_at`` to ``history_sessions``: every session of an older database is open."""
     conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN closed_at BIGINT")
     _set_version(conn, "4")
+
+
+def _upgrade_from_4(conn: Connection) -> None:
+    """Version 5 adds ``expires_at`` and ``touched_at``, for retention (docs/protocol.md §6.5).
+
+    No older header holds an ``expiresAt``. A session's last write before the upgrade is not on
+    record (a plain record keeps no time of its own), so each counts as written at the upgrade:
+    a retention then never deletes an older session sooner than a whole period after it.
+    """
+    conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN expires_at BIGINT")
+    conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN touched_at BIGINT NOT NULL DEFAULT 0")
+    conn.execute(sa.update(sessions_table).values(touched_at=now_ms()))
+    for index in expiry_indexes:
+        index.create(conn)
+    _set_version(conn, "5")
 
 
 def _set_version(conn: Connection, version: str) -> None:

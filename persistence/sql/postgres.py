@@ -10,8 +10,9 @@ connection that answers nothing); the connection is then replaced.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar, cast
 
@@ -24,7 +25,7 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
-from persistence.base import AppendResult, PageRead, SessionInfo
+from persistence.base import AppendResult, PageRead, SessionInfo, now_ms
 from persistence.errors import SessionNotFoundError, StoreError
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
@@ -35,7 +36,7 @@ from persistence.sql.groups import Append, SessionUnit, SqlGroups
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
 from persistence.sql.pg_timeouts import Watchdog, connect_options
-from persistence.sql.schema import PROBE, CodePointOrder, bounded_rows, metadata
+from persistence.sql.schema import PROBE, CodePointOrder, bounded_rows, metadata, stored_header
 from persistence.state import Lru
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ _GROUP_APPEND: Final = """
 WITH locked AS MATERIALIZED (
     SELECT id FROM history_sessions WHERE id = ANY(%(locks)b::text[]) ORDER BY id COLLATE "C" FOR UPDATE
 ), moved AS (
-    UPDATE history_sessions s SET head_seq = u.head
+    UPDATE history_sessions s SET head_seq = u.head, touched_at = %(touched)s
     FROM unnest(%(sessions)b::text[], %(expected)b::bigint[], %(heads)b::bigint[], %(notices)b::text[])
         AS u(session, expected, head, notice)
     WHERE s.id = u.session AND s.head_seq = u.expected AND s.closed_at IS NULL AND s.id IN (SELECT id FROM locked)
@@ -117,7 +118,7 @@ SELECT id FROM moved
 # The page's head read: the session row, its hidden ranges and its newest
 # messages (a page of them) below the page's bound, as arrays, in one round trip.
 _PAGE_HEAD: Final = """
-SELECT s.header, s.owner, s.head_seq,
+SELECT s.header, s.owner, s.head_seq, s.touched_at,
     ARRAY(
         SELECT ARRAY[h.seq, h.start, h."end"] FROM history_hidden h
         WHERE h.session_id = s.id AND h.seq < %(bound)s ORDER BY h.seq
@@ -129,6 +130,8 @@ SELECT s.header, s.owner, s.head_seq,
 FROM history_sessions s WHERE s.id = %(id)s
 """
 _NO_BOUND: Final = 1 << 62
+# The advisory lock the sweeper holds (`PostgresDialect.sweeping`): "hstswp" in ASCII.
+SWEEP_LOCK: Final = 0x687374737770
 
 
 def _head_params(session_id: str, through: int | None, before: int | None) -> dict[str, Any]:
@@ -265,7 +268,7 @@ class PostgresGroups(SqlGroups):
 
     def _params(self, pending: Iterable[_Planned], locks: list[str]) -> dict[str, Any]:
         store = self._store
-        params: dict[str, Any] = {"locks": locks, "channel": NOTIFY_CHANNEL}
+        params: dict[str, Any] = {"locks": locks, "channel": NOTIFY_CHANNEL, "touched": now_ms()}
         for name in _GROUP_ARRAYS:
             params[name] = []
         for planned in pending:
@@ -362,6 +365,29 @@ class PostgresDialect(Dialect):
 
     def autocommit(self, connection: Any) -> None:
         connection.autocommit = True
+
+    @contextlib.asynccontextmanager
+    async def sweeping(self, engine: Engine) -> AsyncIterator[bool]:
+        # A session-level advisory lock, on a connection of its own: one sweeper in the whole
+        # cluster, and a process that dies lets another take over as its connection closes.
+        conn = await anyio.to_thread.run_sync(engine.connect)
+        try:
+            mine = await anyio.to_thread.run_sync(self._try_lock, conn, "pg_try_advisory_lock")
+            try:
+                yield mine
+            finally:
+                if mine:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self._try_lock, conn, "pg_advisory_unlock")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(conn.close)
+
+    @staticmethod
+    def _try_lock(conn: Connection, function: str) -> bool:
+        taken = bool(conn.execute(sa.select(getattr(sa.func, function)(SWEEP_LOCK))).scalar_one())
+        conn.commit()  # the lock is the session's: no transaction stays open while it is held
+        return taken
 
     def vacuum_statements(self) -> tuple[str, ...]:
         return ("VACUUM " + ", ".join(table.name for table in TABLES),)
@@ -464,8 +490,8 @@ class PostgresDialect(Dialect):
         """A `_PAGE_HEAD` row as the session, the page's end, hidden ranges, newest messages, and if more exist."""
         if row is None:
             raise SessionNotFoundError(session_id)
-        header, owner, head, hidden_rows, message_rows = row
-        info = SessionInfo(store._header(header, session_id), owner, head)
+        header, owner, head, touched, hidden_rows, message_rows = row
+        info = SessionInfo(stored_header(header, session_id), owner, head, touched)
         span = page_span(head, through, before)
         if not span.reads:
             return PageRead.unread(info, span)

@@ -3,8 +3,11 @@
 Tables, keyed ``(session_id, seq)``:
 
 * ``history_sessions``: header (canonical JSON), owner, parent (for subagent children), the
-  header's ``createdAt`` (for listings, indexed by owner), head seq, and ``closed_at``, the
-  header's ``closedAt`` once the session is closed (NULL while it is open), which an append checks;
+  header's ``createdAt`` (for listings, indexed by owner), head seq, ``closed_at``, the
+  header's ``closedAt`` once the session is closed (NULL while it is open), which an append checks,
+  and for the sweeper (docs/protocol.md §6.5), both indexed: ``expires_at``, the header's
+  ``expiresAt`` (NULL when it has none), and ``touched_at``, when the row was last written
+  (created, appended to or closed), by the store's clock;
 * ``history_records``: one row per stored record (`codec.StoredRecord`), a packed row at its
   ``seq0``: its member count, its canonical JSON line in ``data``, and the join columns
   ``kind``, ``key``, ``time0`` and ``time1``. A line of at least 4 KiB is zstd-compressed
@@ -26,11 +29,13 @@ import sqlalchemy as sa
 import zstandard
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from codec import StoredRecord
+from codec import CodecError, SessionHeader, StoredRecord, decode_header
+from persistence.errors import CorruptLogError
 from persistence.page_bound import bounded_cuts, floor_sizes
 
 __all__ = [
     "COMPRESS_AT",
+    "expiry_indexes",
     "CodePointOrder",
     "FRAME_HEADER",
     "JOIN_COLUMNS",
@@ -45,9 +50,10 @@ __all__ = [
     "metadata",
     "records_table",
     "sessions_table",
+    "stored_header",
 ]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 COMPRESS_AT: Final = 4096
 
 
@@ -79,6 +85,19 @@ sessions_table = sa.Table(
     sa.Column("head_seq", sa.BigInteger, nullable=False),
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("closed_at", sa.BigInteger, nullable=True),
+    sa.Column("expires_at", sa.BigInteger, nullable=True),
+    sa.Column("touched_at", sa.BigInteger, nullable=False),
+)
+# The sweeper's two reads (`persistence.rules.expiry`): sessions past their own expiresAt, and
+# sessions last written before the retention's cutoff; each a range scan that stops at its limit.
+expiry_indexes = (
+    sa.Index(
+        "ix_history_sessions_expires",
+        sessions_table.c.expires_at,
+        sqlite_where=sessions_table.c.expires_at.is_not(None),
+        postgresql_where=sessions_table.c.expires_at.is_not(None),
+    ),
+    sa.Index("ix_history_sessions_touched", sessions_table.c.touched_at),
 )
 # A listing reads one owner's top-level sessions newest first: a backward range scan of this
 # index that never visits a child's entry, so a page costs its length, not the owner's sessions.
@@ -106,6 +125,14 @@ records_table = sa.Table(
 JOIN_COLUMNS: Final = ("kind", "key", "time0", "time1")
 # The longest zstd frame header: magic, descriptor, window, dictionary id and content size.
 FRAME_HEADER: Final = 18
+
+
+def stored_header(data: bytes, session_id: str) -> SessionHeader:
+    """A ``header`` column's session header; `CorruptLogError` when it does not decode."""
+    try:
+        return decode_header(data)
+    except CodecError as exc:
+        raise CorruptLogError(f"session {session_id!r}: stored header is corrupt: {exc}") from exc
 
 
 def line_size(stored: int, frame: bytes | None) -> int:

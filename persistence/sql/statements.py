@@ -23,7 +23,7 @@ from persistence.sql.schema import (
     sessions_table,
 )
 
-__all__ = ["Statements", "listing"]
+__all__ = ["Statements", "expired", "listing"]
 
 
 def listing(owner: str, limit: int, before: SessionKey | None, closed: bool | None = None) -> Select[Any]:
@@ -33,7 +33,9 @@ def listing(owner: str, limit: int, before: SessionKey | None, closed: bool | No
     # Counted per listed row through the parent_id index, never by reading headers.
     child_count = sa.select(sa.func.count()).where(child.parent_id == s.id).scalar_subquery()
     query = (
-        sa.select(s.id, s.created_at, s.head_seq, child_count.label("child_count"), s.closed_at)
+        sa.select(
+            s.id, s.created_at, s.head_seq, child_count.label("child_count"), s.closed_at, s.expires_at, s.touched_at
+        )
         .where(s.owner == owner, s.parent_id.is_(None))
         .order_by(s.created_at.desc(), order_id.desc())
         .limit(limit)
@@ -46,6 +48,15 @@ def listing(owner: str, limit: int, before: SessionKey | None, closed: bool | No
     return query
 
 
+def expired(now: int, retention_ms: int | None, limit: int | None) -> Select[Any]:
+    """The ids of up to ``limit`` sessions expired at ``now`` (`HistoryStore.expired`), through the expiry indexes."""
+    s = sessions_table.c
+    gone = s.expires_at <= now
+    if retention_ms is not None:
+        gone = sa.or_(gone, s.touched_at <= now - retention_ms)
+    return sa.select(s.id).where(gone).limit(limit)
+
+
 class Statements:
     """The hot path's statements, compiled once for the engine's dialect."""
 
@@ -56,18 +67,19 @@ class Statements:
         def prepared(statement: ClauseElement) -> Prepared:
             return Prepared(statement, dialect)
 
-        self.session = prepared(sa.select(s.header, s.owner, s.head_seq).where(s.id == b("id")))
+        self.session = prepared(sa.select(s.header, s.owner, s.head_seq, s.touched_at).where(s.id == b("id")))
         self.exists = prepared(sa.select(s.id).where(s.id == b("id")))
         head = sa.select(s.head_seq, s.closed_at).where(s.id == b("id"))
         self.head_for_update = prepared(ways.lock_head(head))
         self.session_for_update = prepared(
-            ways.lock_head(sa.select(s.header, s.owner, s.head_seq, s.closed_at).where(s.id == b("id")))
+            ways.lock_head(sa.select(s.header, s.owner, s.head_seq, s.closed_at, s.touched_at).where(s.id == b("id")))
         )
         # A closed session's head never moves: an append to it is then refused under the row's lock.
         advance = sa.update(sessions_table).where(s.id == b("id"), s.head_seq == b("expected"), s.closed_at.is_(None))
-        self.advance = prepared(ways.advance(advance.values(head_seq=b("new_head"))))
+        self.advance = prepared(ways.advance(advance.values(head_seq=b("new_head"), touched_at=b("touched"))))
         close = sa.update(sessions_table).where(s.id == b("id"), s.closed_at.is_(None))
-        self.close = prepared(ways.advance(close.values(header=b("closed_header"), closed_at=b("at"))))
+        closing = close.values(header=b("closed_header"), closed_at=b("at"), touched_at=b("at"))
+        self.close = prepared(ways.advance(closing))
         self.create = prepared(sa.insert(sessions_table))
         self.tail = prepared(
             sa.select(r.seq, r.members, *(r[name] for name in JOIN_COLUMNS))

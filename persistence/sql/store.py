@@ -22,7 +22,7 @@ import sqlalchemy as sa
 import zstandard
 from sqlalchemy.engine import Connection, Engine
 
-from codec import CodecError, Event, SessionHeader, StoredRecord, decode_header, encode
+from codec import Event, SessionHeader, StoredRecord, encode
 from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
@@ -35,7 +35,9 @@ from persistence.base import (
     SessionKey,
     SessionSummary,
     events_in,
+    expires_at_of,
     incarnated,
+    now_ms,
     subagent_parent,
 )
 from persistence.batch import PreparedBatch, prepared
@@ -61,9 +63,9 @@ from persistence.sql.dialect import (
 from persistence.sql.groups import Append, SessionUnit
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresDialect
-from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, bounded_rows, sessions_table
+from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, bounded_rows, sessions_table, stored_header
 from persistence.sql.sqlite import SqliteDialect
-from persistence.sql.statements import Statements, listing
+from persistence.sql.statements import Statements, expired, listing
 from persistence.state import Lru
 
 __all__ = ["INLINE_BYTES", "SCHEMA_VERSION", "SqlStore"]
@@ -143,7 +145,7 @@ class SqlStore(HistoryStore):
 
     def _migrate(self) -> None:
         with self._write() as conn:
-            found = migrate(conn, self._dialect, self._header, self._unpack_line)
+            found = migrate(conn, self._dialect, stored_header, self._unpack_line)
         refuse(found)
 
     # Connections.
@@ -254,9 +256,11 @@ class SqlStore(HistoryStore):
             "head_seq": -1,
             "created_at": header.createdAt,
             "closed_at": None,
+            "expires_at": expires_at_of(header),
+            "touched_at": (touched := now_ms()),
         }
         await self._writer.run(lambda cursor: self._create_unit(cursor, row), header.id)
-        return SessionInfo(header, owner, -1)
+        return SessionInfo(header, owner, -1, touched)
 
     def _create_unit(self, cursor: Any, row: dict[str, Any]) -> None:
         self._tails.pop(row["id"])  # what it kept of an earlier incarnation of the id
@@ -282,51 +286,47 @@ class SqlStore(HistoryStore):
         row = self._sql.session_for_update.run(cursor, id=session_id).fetchone()
         if row is None:
             raise SessionNotFoundError(session_id)
-        header, owner, head = self._header(row[0], session_id), row[1], row[2]
+        header, owner, head, touched = stored_header(row[0], session_id), row[1], row[2], row[4]
         if row[3] is None:
-            header = msgspec.structs.replace(header, closedAt=closed_at)
+            header, touched = msgspec.structs.replace(header, closedAt=closed_at), closed_at
             extra = self._dialect.advance_params(session_id, head, closed=True)
             self._sql.close.run(cursor, id=session_id, closed_header=encode(header), at=closed_at, **extra)
-        return SessionInfo(header, owner, head)
+        return SessionInfo(header, owner, head, touched)
 
     def _info(self, cursor: Any, session_id: str) -> SessionInfo:
         row = self._sql.session.run(cursor, id=session_id).fetchone()
         if row is None:
             raise SessionNotFoundError(session_id)
-        return SessionInfo(self._header(row[0], session_id), row[1], row[2])
-
-    @staticmethod
-    def _header(data: bytes, session_id: str) -> SessionHeader:
-        try:
-            return decode_header(data)
-        except CodecError as exc:
-            raise CorruptLogError(f"session {session_id!r}: stored header is corrupt: {exc}") from exc
+        return SessionInfo(stored_header(row[0], session_id), row[1], row[2], row[3])
 
     async def children(self, parent_id: str) -> list[SessionHeader]:
-        return await anyio.to_thread.run_sync(self._children_sync, parent_id)
+        s = sessions_table.c
+        rows = await self._rows(sa.select(s.id, s.header).where(s.parent_id == parent_id).order_by(s.id))
+        return [stored_header(row.header, row.id) for row in rows]
 
-    def _children_sync(self, parent_id: str) -> list[SessionHeader]:
+    async def _rows(self, query: sa.Select[Any]) -> Sequence[sa.Row[Any]]:
+        return await anyio.to_thread.run_sync(self._rows_sync, query)
+
+    def _rows_sync(self, query: sa.Select[Any]) -> Sequence[sa.Row[Any]]:
         with self._read() as conn:
-            rows = conn.execute(
-                sa.select(sessions_table.c.id, sessions_table.c.header)
-                .where(sessions_table.c.parent_id == parent_id)
-                .order_by(sessions_table.c.id)
-            ).all()
-        return [self._header(row.header, row.id) for row in rows]
+            return conn.execute(query).all()
 
     async def list_sessions(
         self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
     ) -> list[SessionSummary]:
         if limit < 1:
             return []
-        return await anyio.to_thread.run_sync(self._list_sync, owner, limit, before, closed)
+        rows = await self._rows(listing(owner, limit, before, closed))
+        return [
+            SessionSummary(r.id, r.created_at, r.head_seq, r.child_count, r.closed_at, r.expires_at, r.touched_at)
+            for r in rows
+        ]
 
-    def _list_sync(
-        self, owner: str, limit: int, before: SessionKey | None, closed: bool | None
-    ) -> list[SessionSummary]:
-        with self._read() as conn:
-            rows = conn.execute(listing(owner, limit, before, closed)).all()
-        return [SessionSummary(row.id, row.created_at, row.head_seq, row.child_count, row.closed_at) for row in rows]
+    async def expired(self, *, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
+        return [row.id for row in await self._rows(expired(now, retention_ms, limit))]
+
+    def sweeping(self) -> contextlib.AbstractAsyncContextManager[bool]:
+        return self._dialect.sweeping(self._engine)
 
     # Appends.
 
@@ -378,7 +378,7 @@ class SqlStore(HistoryStore):
     def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int) -> bool:
         """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""
         extra = self._dialect.advance_params(session_id, new_head)
-        self._sql.advance.run(cursor, id=session_id, expected=expected, new_head=new_head, **extra)
+        self._sql.advance.run(cursor, id=session_id, expected=expected, new_head=new_head, touched=now_ms(), **extra)
         return bool(cursor.rowcount == 1)
 
     def _insert(self, cursor: Any, session_id: str, batch: PreparedBatch) -> None:

@@ -36,6 +36,20 @@ def test_seconds_are_more_than_zero() -> None:
             cli_args.seconds(bad)
 
 
+def test_durations_take_a_unit_and_are_more_than_zero() -> None:
+    assert [cli_args.duration_ms(text) for text in ("30d", "12h", "15m", "90s", "500ms", " 1d ")] == [
+        30 * 86_400_000,
+        12 * 3_600_000,
+        15 * 60_000,
+        90_000,
+        500,
+        86_400_000,
+    ]
+    for bad in ("0d", "30", "-1d", "1.5h", "d", "1w", "1 d", "1000000000000d"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a duration such as 30d"):
+            cli_args.duration_ms(bad)
+
+
 def test_discard_points_the_descriptor_at_dev_null(tmp_path: Path) -> None:
     cli_args.discard(io.StringIO())  # not a file: nothing to do
     path = tmp_path / "out"

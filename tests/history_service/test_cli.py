@@ -173,6 +173,45 @@ def test_delete_asks_first_unless_yes_and_takes_the_tree(
     assert run_all("delete", "--store", url, "nope", "--yes")[0] != 0
 
 
+@pytest.mark.parametrize("store", ["sqlite", "jsonl"])
+def test_purge_deletes_the_expired_sessions_and_a_dry_run_only_names_them(tmp_path: Path, store: str) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}" if store == "sqlite" else f"jsonl:///{tmp_path / 'logs'}"
+
+    async def create() -> None:
+        opened = await open_store(url, create=True)
+        try:
+            # Through the store: the service refuses an expiresAt already past.
+            await opened.create_session(SessionHeader(id="gone", createdAt=1, expiresAt=1_000))
+            kid = SessionHeader(id="gone.kid", createdAt=2, parentSession="gone", origin="subagent")
+            await opened.create_session(kid)
+            await opened.create_session(SessionHeader(id="kept", createdAt=3))
+        finally:
+            await opened.close()
+
+    anyio.run(create)
+    status, out = run("purge", "--store", url, "--dry-run")
+    assert status == 0 and json.loads(out) == {"expired": ["gone"]}
+    status, out = run("purge", "--store", url)
+    assert status == 0 and json.loads(out) == {"deleted": ["gone", "gone.kid"]}
+    assert run("purge", "--store", url)[1] == '{"deleted":[]}\n'
+    assert json.loads(run("list", "--store", url)[1].splitlines()[0])["id"] == "kept"
+    # Written longer ago than --older-than: the retention a cron job gives.
+    status, out = run("purge", "--store", url, "--older-than", "90d")
+    assert status == 0 and json.loads(out) == {"deleted": []}
+    status, out = run("purge", "--store", url, "--older-than", "1ms")
+    assert status == 0 and json.loads(out) == {"deleted": ["kept"]}
+    with pytest.raises(SystemExit) as refused:
+        run("purge", "--store", url, "--older-than", "soon")
+    assert refused.value.code == 2
+
+
+def test_purge_says_what_it_does_in_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["purge", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--older-than DURATION" in shown and "--dry-run" in shown and "HISTORY_RETENTION" in shown
+
+
 def test_vacuum_gives_back_what_deletes_freed_in_a_sqlite_file(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'h.db'}"
     assert run("import", "--store", url, "--id", "big", str(GOLDEN / "text-turn.events.jsonl"))[0] == 0

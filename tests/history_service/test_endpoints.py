@@ -4,14 +4,19 @@ under the same rules as pages."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
+import anyio
 import httpx
+import msgspec
 import pytest
 
 from history_service.app import create_app
+from history_service.service import HistoryService
 from history_service.settings import Settings
-from persistence import HistoryStore
+from persistence import HistoryStore, SessionNotFoundError, now_ms
 from testing.asgi import serving
+from testing.events import plain
 
 pytestmark = pytest.mark.anyio
 
@@ -294,3 +299,105 @@ async def test_a_create_may_not_name_its_incarnation(api: httpx.AsyncClient) -> 
     body = {"id": "e", "createdAt": 1, "incarnation": "abc"}
     created = await api.post("/v1/sessions", json=body, headers=who("alice"))
     assert created.status_code == 422 and created.json()["error"]["code"] == "invalid_header"
+
+
+# Expiry (docs/protocol.md §6.5).
+
+
+async def past(at: int) -> None:
+    """Wait until the service's clock (and a file system's coarser one) has passed ``at``."""
+    while now_ms() <= at + 20:
+        await anyio.sleep(0.005)
+
+
+@pytest.fixture
+async def expiring(store: HistoryStore) -> AsyncIterator[httpx.AsyncClient]:
+    # No sweep of its own: each test sweeps when it says so.
+    settings = Settings(auth="token", tokens=("t",), sweep_interval=0, sweep_batch=2, retention_ms=30 * 86_400_000)
+    async with serving(create_app(settings, store=store)) as client:
+        yield client
+
+
+def service_of(client: httpx.AsyncClient) -> HistoryService:
+    service: HistoryService = client.app_state["service"]  # type: ignore[attr-defined]
+    return service
+
+
+async def create(client: httpx.AsyncClient, body: dict[str, Any], **params: str) -> httpx.Response:
+    return await client.post("/v1/sessions", json=body, params=params, headers=who("alice"))
+
+
+async def test_a_session_expires_at_its_own_time_and_answers_as_unknown_before_the_sweep(
+    expiring: httpx.AsyncClient,
+) -> None:
+    assert (await create(expiring, {"id": "gone", "createdAt": 1}, ttlMs="1")).status_code == 201
+    assert (await create(expiring, {"id": "kept", "createdAt": 2})).status_code == 201
+    service = service_of(expiring)
+    expires = (await service.store.get_session("gone")).header.expiresAt
+    assert isinstance(expires, int)
+    await past(expires)
+    state = (await expiring.get("/v1/sessions/kept", headers=who("alice"))).json()
+    # Kept by the store's retention: 30 days after its last write, its creation.
+    assert 30 * 86_400_000 <= state["expiresAt"] - now_ms() + 60_000
+    unknown = {"error": {"code": "session_not_found", "message": "no session 'gone'"}}
+    for method, path in [
+        ("GET", "/v1/sessions/gone"),
+        ("GET", "/v1/sessions/gone/page"),
+        ("GET", "/v1/sessions/gone/follow"),
+        ("POST", "/v1/sessions/gone/close"),
+        ("DELETE", "/v1/sessions/gone"),
+    ]:
+        response = await expiring.request(method, path, headers=who("alice"))
+        assert (response.status_code, response.json()) == (404, unknown), (method, path)
+    appended = await expiring.post(
+        "/v1/sessions/gone/events", json={"events": [msgspec.to_builtins(plain(0))]}, headers=who("alice")
+    )
+    assert (appended.status_code, appended.json()) == (404, unknown)
+    listed = (await expiring.get("/v1/sessions", headers=who("alice"))).json()["sessions"]
+    assert [s["id"] for s in listed] == ["kept"] and listed[0]["expiresAt"] == state["expiresAt"]
+    # The sweep then deletes it from the store, and counts it as expired.
+    assert await service.sweep() == 1
+    with pytest.raises(SessionNotFoundError):
+        await service.store.get_session("gone")
+    assert (await service.store.get_session("kept")).head_seq == -1
+    assert await service.sweep() == 0
+    assert (await expiring.delete("/v1/sessions/kept", headers=who("alice"))).status_code == 204
+    metrics = (await expiring.get("/metrics", headers=who("alice"))).text
+    assert 'history_sessions_deleted_total{reason="expired"} 1.0' in metrics
+    assert 'history_sessions_deleted_total{reason="request"} 1.0' in metrics
+
+
+async def test_the_sweep_deletes_in_batches_each_expired_session_with_its_tree(
+    expiring: httpx.AsyncClient,
+) -> None:
+    service = service_of(expiring)
+    expires = now_ms() + 60_000
+    for k in range(5):
+        assert (await create(expiring, {"id": f"s{k}", "createdAt": k, "expiresAt": expires})).status_code == 201
+    kid = {"id": "s0.kid", "createdAt": 9, "parentSession": "s0", "origin": "subagent"}
+    assert (await create(expiring, kid)).status_code == 201
+    assert (await create(expiring, {"id": "live", "createdAt": 9})).status_code == 201
+    listed = (await expiring.get("/v1/sessions", headers=who("alice"))).json()["sessions"]
+    assert {s["id"]: s["expiresAt"] for s in listed if s["id"] != "live"} == {f"s{k}": expires for k in range(5)}
+    # Not yet: their own time is a minute away, and the retention a month.
+    assert await service.sweep() == 0
+    # A process with a retention of 1 ms: every session is past it.
+    brief = HistoryService(Settings(sweep_interval=0, sweep_batch=2, retention_ms=1), service.store)
+    await past(now_ms())
+    assert await brief.sweep() == 7
+    assert await service.store.list_sessions("alice", limit=10) == []
+
+
+async def test_a_create_gives_expires_at_or_ttl_ms_and_never_a_past_time(expiring: httpx.AsyncClient) -> None:
+    both = await create(expiring, {"id": "a", "createdAt": 1, "expiresAt": now_ms() + 60_000}, ttlMs="5")
+    assert (both.status_code, both.json()["error"]["code"]) == (422, "invalid_header")
+    assert "not both" in both.json()["error"]["message"]
+    late = await create(expiring, {"id": "a", "createdAt": 1, "expiresAt": 5})
+    assert (late.status_code, late.json()["error"]["code"]) == (422, "invalid_header")
+    for bad in ("0", "-1", "x", "9007199254740992"):
+        response = await create(expiring, {"id": "a", "createdAt": 1}, ttlMs=bad)
+        assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_parameter"), bad
+    before = now_ms()
+    assert (await create(expiring, {"id": "a", "createdAt": 1}, ttlMs="60000")).status_code == 201
+    header = (await expiring.get("/v1/sessions/a", headers=who("alice"))).json()["header"]
+    assert before + 60_000 <= header["expiresAt"] <= now_ms() + 60_000

@@ -178,9 +178,33 @@ def _http_leniency(failure: Any, case: Case, response: Any) -> bool:
     return (coding is not None and coding not in CODINGS[1:] and coding.strip().lower() in CODINGS) or resume == ""
 
 
-# What no JSON Schema can state: a refusal that depends on the session's state or on a rule
-# between fields, and the leniency HTTP asks of a server.
-UNSTATABLE: Final = [_beyond_the_head, _integral_float, _between_fields, _http_leniency]
+# Sessions the fuzzer created with an expiry (§6.5): once it passes they answer as unknown ones.
+EXPIRING: Final[set[str]] = set()
+
+
+@schema.hook
+def after_call(context: Any, case: Case, response: Any) -> None:
+    created = case.operation.method.upper() == "POST" and case.operation.path == "/v1/sessions"
+    if created and response.status_code == 201:
+        body = case.body if isinstance(case.body, dict) else {}
+        if "ttlMs" in (case.query or {}) or "expiresAt" in body:
+            EXPIRING.add(json.loads(response.content)["id"])
+
+
+def _expired(failure: Any, case: Case, response: Any) -> bool:
+    # §6.5: a session created to expire answers as an unknown one from then on.
+    named = (case.path_parameters or {}).values()
+    return type(failure).__name__ == "EnsureResourceAvailability" and any(value in EXPIRING for value in named)
+
+
+def _expiry_in_time(failure: Any, case: Case, response: Any) -> bool:
+    # §6.1: an expiresAt is later than the service's clock, and never given with ttlMs.
+    return _refused(failure, response, "invalid_header", r"is not in the future|not both")
+
+
+# What no JSON Schema can state: a refusal that depends on the session's state, on the clock or
+# on a rule between fields, and the leniency HTTP asks of a server.
+UNSTATABLE: Final = [_beyond_the_head, _integral_float, _between_fields, _http_leniency, _expired, _expiry_in_time]
 
 
 @schema.parametrize()

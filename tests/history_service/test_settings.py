@@ -119,6 +119,20 @@ def test_every_variable_is_named_on_its_field_and_documented() -> None:
     assert documented_variables() == set(variables)
 
 
+def test_the_retention_is_a_duration_and_the_sweep_is_bounded() -> None:
+    settings = Settings.from_env({"HISTORY_RETENTION": "30d", "HISTORY_SWEEP_INTERVAL": "0"})
+    assert (settings.retention_ms, settings.sweep_interval, settings.sweep_batch) == (30 * 86_400_000, 0, 100)
+    assert Settings().retention_ms is None
+    with pytest.raises(ValueError, match=r"HISTORY_RETENTION='30' a duration such as 30d"):
+        Settings.from_env({"HISTORY_RETENTION": "30"})
+    with pytest.raises(ValueError, match="sweep_batch must be positive"):
+        Settings(sweep_batch=0)
+    with pytest.raises(ValueError, match="sweep_interval must not be negative"):
+        Settings(sweep_interval=-1)
+    with pytest.raises(ValueError, match="retention_ms must be positive"):
+        Settings(retention_ms=0)
+
+
 def test_each_field_reads_the_variable_it_names() -> None:
     server = ServerSettings.from_env(
         {"HISTORY_PORT": "9000", "HISTORY_WORKERS": "3", "HISTORY_STORE": "jsonl:///x", "HISTORY_METRICS": "0"},

@@ -24,7 +24,7 @@ from codec import (
 )
 from history_service.pages import choose_body
 from history_service.scenarios import compaction, multi_turn
-from persistence.base import DEFAULT_OWNER, HistoryStore, PageRead, SessionKey, SessionSummary
+from persistence.base import DEFAULT_OWNER, HistoryStore, PageRead, SessionKey, SessionSummary, now_ms
 from persistence.errors import SeqConflictError, SessionClosedError, SessionExistsError, SessionNotFoundError
 from testing.events import plain, text
 from testing.stores import page_records
@@ -146,6 +146,68 @@ async def test_exact_resend_is_idempotent(store: HistoryStore) -> None:
     older = await store.append("s1", events[10:20])
     assert older.idempotent and older.head_seq == 89
     assert await store.read_events("s1", 0, 90) == events[:90]
+
+
+# Expiry (docs/protocol.md §6.5): the store says which sessions have expired at a time it is given.
+
+HOUR = 3_600_000
+
+
+async def later_than(at: int) -> None:
+    """Wait until the store's clock (and a file system's coarser one) has passed ``at``."""
+    while now_ms() <= at + 20:
+        await anyio.sleep(0.005)
+
+
+async def test_expired_sessions_are_those_past_their_expires_at_or_the_retention(store: HistoryStore) -> None:
+    created = [
+        await store.create_session(header("soon", expiresAt=2_000_000_000_000)),
+        await store.create_session(header("late", expiresAt=2_000_000_500_000)),
+        await store.create_session(header("kept")),
+    ]
+    touched = [info.touched_at for info in created]
+    assert all(at > 0 for at in touched)
+    assert [(await store.get_session(info.header.id)).touched_at for info in created] == touched
+    assert await store.expired(now=1_999_999_999_999, retention_ms=None, limit=None) == []
+    assert await store.expired(now=2_000_000_000_000, retention_ms=None, limit=None) == ["soon"]
+    assert sorted(await store.expired(now=2_000_000_500_000, retention_ms=None, limit=None)) == ["late", "soon"]
+    # The retention counts from each session's last write; a session's own expiresAt wins when sooner.
+    assert await store.expired(now=min(touched) + HOUR - 1, retention_ms=HOUR, limit=None) == []
+    now = max(touched) + HOUR
+    assert sorted(await store.expired(now=now, retention_ms=HOUR, limit=None)) == ["kept", "late", "soon"]
+    assert len(await store.expired(now=now, retention_ms=HOUR, limit=2)) == 2
+    assert await store.expired(now=now, retention_ms=HOUR, limit=0) == []
+
+
+async def test_appends_and_closes_are_writes_that_the_retention_counts_from(store: HistoryStore) -> None:
+    created = await store.create_session(header("s1"))
+    await later_than(created.touched_at)
+    await store.append("s1", [plain(0)])
+    appended = (await store.get_session("s1")).touched_at
+    assert appended > created.touched_at
+    assert await store.expired(now=appended + HOUR - 1, retention_ms=HOUR, limit=None) == []
+    assert await store.expired(now=appended + HOUR, retention_ms=HOUR, limit=None) == ["s1"]
+    await later_than(appended)
+    closed = await store.close_session("s1", closed_at=now_ms())
+    assert closed.touched_at > appended and (await store.get_session("s1")).touched_at == closed.touched_at
+    assert await store.expired(now=appended + HOUR, retention_ms=HOUR, limit=None) == []
+    # A repeated close writes nothing.
+    assert (await store.close_session("s1", closed_at=now_ms() + 5)).touched_at == closed.touched_at
+    assert await store.expired(now=appended + HOUR, retention_ms=None, limit=None) == []
+
+
+async def test_an_expired_session_is_found_until_it_is_deleted_with_its_tree(store: HistoryStore) -> None:
+    await store.create_session(header("p", expiresAt=2_000_000_000_000))
+    await store.create_session(header("p.kid", parentSession="p", origin="subagent", expiresAt=2_000_000_000_000))
+    await store.create_session(header("other"))
+    listed = await store.list_sessions(DEFAULT_OWNER, limit=10)
+    assert [(s.id, s.expires_at) for s in listed] == [("p", 2_000_000_000_000), ("other", None)]
+    assert all(s.touched_at > 0 for s in listed)
+    now = 2_000_000_000_000
+    assert sorted(await store.expired(now=now, retention_ms=None, limit=None)) == ["p", "p.kid"]
+    assert await store.delete_session("p") == ["p", "p.kid"]
+    assert await store.expired(now=now, retention_ms=None, limit=None) == []
+    assert [s.id for s in await store.list_sessions(DEFAULT_OWNER, limit=10)] == ["other"]
 
 
 # Incarnations and deletes (docs/protocol.md §2.5, §6.4).
@@ -700,7 +762,7 @@ async def test_listing_is_newest_first_with_ties_broken_by_id(store: HistoryStor
         ("a2", 199),
         ("old", 100),
     ]
-    assert listed[0] == SessionSummary("new", EPOCH + 300, -1, 0)
+    assert msgspec.structs.replace(listed[0], touched_at=0) == SessionSummary("new", EPOCH + 300, -1, 0)
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3, 7, 50])

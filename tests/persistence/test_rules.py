@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from persistence import SeqConflictError, SessionClosedError
-from persistence.rules import BatchPlan, PageSpan, confirm_resend, dense_gap, page_span, plan_batch
+from persistence.rules import BatchPlan, PageSpan, confirm_resend, dense_gap, expiry, page_span, plan_batch
 from testing.events import plain, text
 
 heads = st.integers(min_value=-1, max_value=40)
@@ -108,3 +108,20 @@ def test_a_differing_resend_to_a_closed_session_is_refused_as_closed() -> None:
         confirm_resend("s", sent, stored, 5, closed=True)
     with pytest.raises(SeqConflictError):
         confirm_resend("s", sent, stored, 5)
+
+
+times = st.integers(min_value=0, max_value=2**52)
+
+
+@given(st.none() | times, times, st.none() | st.integers(min_value=1, max_value=2**50))
+def test_a_session_expires_at_the_sooner_of_its_own_time_and_the_retention(
+    expires_at: int | None, touched_at: int, retention_ms: int | None
+) -> None:
+    at = expiry(expires_at, touched_at, retention_ms)
+    candidates = [t for t in (expires_at, None if retention_ms is None else touched_at + retention_ms) if t is not None]
+    assert at == (min(candidates) if candidates else None)
+    if retention_ms is not None and at is not None:
+        # A later write never brings the expiry sooner; a session's own time is a ceiling it never passes.
+        later = expiry(expires_at, touched_at + 1, retention_ms)
+        assert later is not None and later >= at
+        assert expires_at is None or later <= expires_at

@@ -28,7 +28,7 @@ from codec import (
     stored_record,
 )
 from history_service.scenarios import multi_turn
-from persistence.base import SessionKey, SessionSummary
+from persistence.base import SessionKey, SessionSummary, now_ms
 from persistence.errors import CorruptLogError, SchemaVersionError, StoreError
 from persistence.sql import SqlStore, meta_table, records_table, sessions_table
 from persistence.url import open_store
@@ -119,7 +119,7 @@ async def test_unknown_schema_version_refuses_to_open(tmp_path: Path) -> None:
         conn.execute(sa.update(meta_table).values(value="99"))
     engine.dispose()
     with pytest.raises(
-        SchemaVersionError, match="schema version '99'; this build reads version 4 and upgrades versions 1, 2 and 3"
+        SchemaVersionError, match="schema version '99'; this build reads version 5 and upgrades versions 1 to 4"
     ):
         await SqlStore.open(url)
 
@@ -186,13 +186,30 @@ def schema_of(url: str) -> tuple[str | None, set[str], set[str | None]]:
 JOIN_COLUMNS = ("kind", "key", "time0", "time1")
 
 
+EXPIRY_INDEXES = {"ix_history_sessions_expires", "ix_history_sessions_touched"}
+VERSION_4_COLUMNS = {"id", "header", "owner", "parent_id", "head_seq", "created_at", "closed_at"}
+COLUMNS = VERSION_4_COLUMNS | {"expires_at", "touched_at"}
+
+
+def to_version_4(url: str) -> None:
+    """Turn a version-5 database into the version-4 shape: sessions without ``expires_at`` and ``touched_at``."""
+    execute(
+        url,
+        *(f"DROP INDEX {name}" for name in sorted(EXPIRY_INDEXES)),
+        "ALTER TABLE history_sessions DROP COLUMN expires_at",
+        "ALTER TABLE history_sessions DROP COLUMN touched_at",
+        sa.update(meta_table).values(value="4"),
+    )
+
+
 def to_version_3(url: str) -> None:
-    """Turn a version-4 database into the version-3 shape: sessions without ``closed_at``."""
+    """Turn a version-5 database into the version-3 shape: sessions without ``closed_at``."""
+    to_version_4(url)
     execute(url, "ALTER TABLE history_sessions DROP COLUMN closed_at", sa.update(meta_table).values(value="3"))
 
 
 def to_version_2(url: str) -> None:
-    """Turn a version-4 database into the version-2 shape: records without their join columns."""
+    """Turn a version-5 database into the version-2 shape: records without their join columns."""
     to_version_3(url)
     execute(
         url,
@@ -202,7 +219,7 @@ def to_version_2(url: str) -> None:
 
 
 def to_version_1(url: str) -> None:
-    """Turn a version-4 database into the version-1 shape: no join columns, no created_at, no listing index."""
+    """Turn a version-5 database into the version-1 shape: no join columns, no created_at, no listing index."""
     to_version_2(url)
     execute(
         url,
@@ -228,13 +245,13 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
     await store.close()
     to_version_1(sql_url)
 
+    upgraded = now_ms()
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url) == (
-        "4",
-        {"id", "header", "owner", "parent_id", "head_seq", "created_at", "closed_at"},
-        {"ix_history_sessions_parent_id", LISTING_INDEX},
-    )
-    assert await store.list_sessions("alice", limit=10) == [
+    assert schema_of(sql_url) == ("5", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    listed = await store.list_sessions("alice", limit=10)
+    # An older session's last write is not on record: it counts as written at the upgrade.
+    assert all(upgraded <= s.touched_at <= now_ms() for s in listed)
+    assert [msgspec.structs.replace(s, touched_at=0) for s in listed] == [
         SessionSummary("tie-b", 200, -1, 0),
         SessionSummary("tie-a", 200, -1, 1),
         SessionSummary("old", 100, 1, 0),
@@ -247,7 +264,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
     ]
     await store.close()
     await (await SqlStore.open(sql_url)).close()
-    assert schema_of(sql_url)[0] == "4"
+    assert schema_of(sql_url)[0] == "5"
 
 
 async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url: str) -> None:
@@ -264,7 +281,7 @@ async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url
     to_version_2(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[0] == "4"
+    assert schema_of(sql_url)[0] == "5"
     assert await store.read_stored("s", 0, len(events)) == before
     assert await page_records(store, "s", 0, len(events)) == [encode(r) for r in pack_page(events)]
     await store.append("s", [plain(len(events))])
@@ -279,11 +296,32 @@ async def test_version_3_sessions_are_open_and_can_be_closed(sql_url: str) -> No
     to_version_3(sql_url)
 
     store = await SqlStore.open(sql_url)
-    columns = {"id", "header", "owner", "parent_id", "head_seq", "created_at", "closed_at"}
-    assert schema_of(sql_url)[:2] == ("4", columns)
+    assert schema_of(sql_url)[:2] == ("5", COLUMNS)
     assert not (await store.get_session("s")).closed
     await store.append("s", [plain(1)])
     assert (await store.close_session("s", closed_at=7)).header.closedAt == 7
+    await store.close()
+
+
+async def test_version_4_sessions_count_as_written_at_the_upgrade_and_can_expire(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    for session_id in ("empty", "written", "closed"):
+        await store.create_session(SessionHeader(id=session_id, createdAt=100))
+    await store.append("written", [plain(0)])
+    await store.close_session("closed", closed_at=9_000)
+    await store.close()
+    to_version_4(sql_url)
+
+    upgraded = now_ms()
+    store = await SqlStore.open(sql_url)
+    assert schema_of(sql_url) == ("5", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    touched = {(await store.get_session(s)).touched_at for s in ("empty", "written", "closed")}
+    (at,) = touched
+    assert upgraded <= at <= now_ms()
+    assert (await store.get_session("closed")).header.closedAt == 9_000
+    assert await store.expired(now=at + 999, retention_ms=1_000, limit=None) == []
+    assert sorted(await store.expired(now=at + 1_000, retention_ms=1_000, limit=None)) == ["closed", "empty", "written"]
+    assert await store.expired(now=at + 1_000, retention_ms=None, limit=None) == []
     await store.close()
 
 

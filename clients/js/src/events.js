@@ -29,7 +29,7 @@ const SESSION_ID = /^[A-Za-z0-9._:@~{}-]{1,200}$/;
  * @typedef {{
  *   type: "session", version: 0, id: string, createdAt: number, cwd?: string, parentSession?: string,
  *   seedLength?: number, origin?: string, delegationDepth?: number, agentPreset?: string, meta?: Record<string, any>,
- *   closedAt?: number, incarnation?: string
+ *   expiresAt?: number, closedAt?: number, incarnation?: string
  * }} SessionHeader
  */
 
@@ -348,6 +348,7 @@ export const HEADER_FIELDS = [
   "delegationDepth",
   "agentPreset",
   "meta",
+  "expiresAt",
   "closedAt",
   "incarnation",
 ];
@@ -379,6 +380,7 @@ export function validateHeader(value, where = "header") {
         checkString(EventValidationError, value, key, 1, MAX_HEADER_ID, at);
         break;
       case "createdAt":
+      case "expiresAt":
       case "closedAt":
         checkInt(EventValidationError, value, key, -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, at);
         break;

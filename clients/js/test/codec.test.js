@@ -475,6 +475,16 @@ describe("event validation", () => {
     }
   });
 
+  test("a header keeps its expiresAt between meta and closedAt, as a safe integer", () => {
+    const sent = { closedAt: 9, expiresAt: 1_800_000_000_000, meta: {}, createdAt: 1, id: "s1" };
+    // Byte for byte what codec/event_json.py decode_header and encode give for the same header.
+    const canonical = '{"type":"session","version":0,"id":"s1","createdAt":1,"meta":{},"expiresAt":1800000000000,"closedAt":9}';
+    assert.equal(encodeRecord(validateHeader(sent)), canonical);
+    for (const expiresAt of ["1", 1.5, 2 ** 53, null]) {
+      assert.throws(() => validateHeader({ id: "s1", createdAt: 1, expiresAt }), EventValidationError, String(expiresAt));
+    }
+  });
+
   test("a header keeps the incarnation the service sets, last, in canonical order", () => {
     const sent = { incarnation: "0af", closedAt: 9, meta: {}, createdAt: 1, id: "s1" };
     // Byte for byte what codec/event_json.py decode_header and encode give for the same header.
@@ -494,7 +504,8 @@ describe("event validation", () => {
     [{ incarnation: "a-b" }, "header.incarnation: expected `str` matching regex '^[0-9a-z]{1,32}$'"],
     [{ incarnation: 5 }, "header.incarnation: expected `str`, got `int`"],
     [{ ttlMs: 1 }, "header: object contains unknown field `ttlMs`"],
-    [{ expiresAt: 5 }, "header: object contains unknown field `expiresAt`"],
+    [{ expiresAt: "5" }, "header.expiresAt: expected `int`, got `str`"],
+    [{ expiresAt: 1.5 }, "header.expiresAt: expected `int`, got `float`"],
     [{ owner: "me" }, "header: object contains unknown field `owner`"],
     [{ incarnation: "0af", generation: 1 }, "header: object contains unknown field `generation`"],
   ];

@@ -182,3 +182,63 @@ async def test_sealing_appends_join_the_statement_and_store_what_the_unit_by_uni
             assert await store.read_stored(session, 0, 30) == expected
     finally:
         await reference.close()
+
+
+# The sweeper (docs/protocol.md §6.5): one at a time in the whole deployment.
+
+
+async def test_one_store_at_a_time_may_sweep(store: SqlStore) -> None:
+    assert PG_URL
+    other = await SqlStore.open(PG_URL)
+    try:
+        async with store.sweeping() as first:
+            async with other.sweeping() as second:
+                assert (first, second) == (True, False)
+        async with other.sweeping() as after:
+            assert after
+    finally:
+        await other.close()
+
+
+async def test_two_services_sweeping_at_once_never_delete_at_once(store: SqlStore) -> None:
+    from history_service.service import HistoryService
+    from history_service.settings import Settings
+
+    assert PG_URL
+    other = await SqlStore.open(PG_URL)
+    for k in range(12):
+        await store.create_session(SessionHeader(id=f"s{k}", createdAt=k, expiresAt=1_000))
+    deleting, overlaps = 0, 0
+
+    def counted(opened: SqlStore) -> None:
+        delete = opened.delete_session
+
+        async def delete_session(session_id: str) -> list[str]:
+            nonlocal deleting, overlaps
+            deleting += 1
+            overlaps += deleting > 1
+            try:
+                await anyio.sleep(0.01)  # long enough for the other sweeper to meet it, were it let in
+                return await delete(session_id)
+            finally:
+                deleting -= 1
+
+        opened.delete_session = delete_session  # type: ignore[method-assign]
+
+    counted(store)
+    counted(other)
+    settings = Settings(sweep_interval=0, sweep_batch=3)
+    services = [HistoryService(settings, opened) for opened in (store, other)]
+    swept: list[int] = []
+    try:
+
+        async def sweep(service: HistoryService) -> None:
+            swept.append(await service.sweep())
+
+        async with anyio.create_task_group() as tasks:
+            for service in services:
+                tasks.start_soon(sweep, service)
+    finally:
+        await other.close()
+    assert overlaps == 0 and sum(swept) == 12 and sorted(swept)[0] in (0, 12)
+    assert await store.expired(now=2_000, retention_ms=None, limit=None) == []
