@@ -6,7 +6,9 @@ Prints ``HISTORY_LIFECYCLE_RESULT {json}``:
   and after ``vacuum``;
 * ``big_delete``: per store, the time to delete one session of about 100 MB of event
   lines (random text, so compression does not shrink it away), and the latency of 1-event
-  appends to 50 other sessions, one writer each, while it runs and for as long without it.
+  appends to 50 other sessions, one writer each, while it runs and for as long without it;
+* ``sweep``: SQLite, the service's sweep (§6.5) of 100,000 expired small sessions, its rate,
+  and the same appends' latency while it runs and for as long without it.
 
 ``HISTORY_BENCH_SMOKE=1`` runs it small. Asserts structure only, never time.
 """
@@ -29,10 +31,13 @@ import pytest
 from bench.machine import emit, machine
 from bench.stores import BACKENDS, reset, url_for
 from codec import Event, SessionHeader
+from history_service.service import HistoryService
+from history_service.settings import Settings
 from persistence import HistoryStore, SessionNotFoundError, open_store
 
 SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
 SESSIONS = 200 if SMOKE else 10_000
+EXPIRED = 2_000 if SMOKE else 100_000
 BIG_BYTES = (2 if SMOKE else 100) << 20
 WRITERS = 50
 
@@ -165,3 +170,60 @@ async def big_delete(url: str) -> dict[str, Any]:
 def test_deleting_a_100_mb_session_beside_live_appends(tmp_path: Path, backend: str, results: dict[str, Any]) -> None:
     url = "memory://" if backend == "memory" else url_for(backend, tmp_path)
     results.setdefault("big_delete", {})[backend] = anyio.run(big_delete, url)
+
+
+async def sweep(path: Path) -> dict[str, Any]:
+    store = await open_store(f"sqlite:///{path}", create=True)
+    try:
+        rand = random.Random(3)
+
+        async def create(first: int) -> None:
+            for k in range(first, min(first + 1000, EXPIRED)):
+                await store.create_session(SessionHeader(id=f"x{k}", createdAt=k, expiresAt=1))
+                await store.append(f"x{k}", small(3, rand))
+
+        # Created in parallel, so that group commit shares their fsyncs.
+        async with anyio.create_task_group() as tasks:
+            for first in range(0, EXPIRED, 1000):
+                tasks.start_soon(create, first)
+        heads = {f"w{k}": -1 for k in range(WRITERS)}
+        for session_id in heads:
+            await store.create_session(SessionHeader(id=session_id, createdAt=1))
+        service = HistoryService(Settings(sweep_interval=0), store)
+        took: dict[str, float] = {}
+        swept: list[int] = []
+
+        async def sweeping() -> None:
+            took["start"] = time.perf_counter()
+            swept.append(await service.sweep())
+            took["end"] = time.perf_counter()
+
+        warm = await appends_for(store, 0.5, heads)
+        alone = await appends_for(store, 3.0, heads)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(sweeping)
+            during = await appends_for(store, 3.0, heads)
+        # The appends that ran while the sweep did: it may outlast the window, or end inside it.
+        overlapping = [ms for started, ms in during if started < took["end"] and started + ms / 1000 > took["start"]]
+        apart = [ms for _, ms in alone]
+        assert warm and apart and overlapping and swept == [EXPIRED]
+        assert await store.expired(now=2, retention_ms=None, limit=None) == []
+        seconds = took["end"] - took["start"]
+        return {
+            "sessions": EXPIRED,
+            "sweep_seconds": seconds,
+            "sessions_per_second": EXPIRED / seconds,
+            "appends_alone": len(apart),
+            "appends_during_sweep": len(overlapping),
+            "p99_ms_alone": p99(apart),
+            "p99_ms_during": p99(overlapping),
+            "p99_ratio": p99(overlapping) / p99(apart),
+            "median_ms_alone": statistics.median(apart),
+            "median_ms_during": statistics.median(overlapping),
+        }
+    finally:
+        await store.close()
+
+
+def test_sweeping_100k_expired_sessions_beside_live_appends(tmp_path: Path, results: dict[str, Any]) -> None:
+    results["sweep"] = anyio.run(sweep, tmp_path / "sweep.db")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
+from typing import Final
 
 import anyio
 import msgspec
@@ -57,6 +58,8 @@ from persistence import (
 __all__ = ["HistoryService"]
 
 logger = logging.getLogger(__name__)
+# How many expired sessions a sweep deletes at once.
+SWEEP_DELETES: Final = 8
 
 
 def _check_visible(principal: str, session_id: str, child: str | None, info: SessionInfo) -> None:
@@ -326,17 +329,28 @@ class HistoryService:
         are told. Nothing is done while another process sweeps the same store (`HistoryStore.sweeping`).
         """
         batch, swept = self.settings.sweep_batch, 0
+        # A few at once, so that they share the store's commits, and appends still pass between them.
+        limiter = anyio.CapacityLimiter(SWEEP_DELETES)
+
+        async def expire(session_id: str) -> None:
+            nonlocal swept
+            async with limiter:
+                try:
+                    deleted = await self._delete(session_id, "expired", unless_live=True)
+                except SessionNotFoundError:
+                    return  # in the tree of a session deleted before it
+                except CorruptLogError as exc:
+                    logger.error("the sweep cannot delete session %r: %s", session_id, exc)
+                else:
+                    swept += len(deleted)  # after the await: read before it, another task's count would be lost
+
         async with self.store.sweeping() as mine:
             while mine:
                 found = await self.store.expired(now=now_ms(), retention_ms=self.settings.retention_ms, limit=batch)
                 before = swept
-                for session_id in found:
-                    try:
-                        swept += len(await self._delete(session_id, "expired", unless_live=True))
-                    except SessionNotFoundError:
-                        pass  # in the tree of a session deleted before it
-                    except CorruptLogError as exc:
-                        logger.error("the sweep cannot delete session %r: %s", session_id, exc)
+                async with anyio.create_task_group() as tasks:
+                    for session_id in found:
+                        tasks.start_soon(expire, session_id)
                 # A batch that deleted nothing (written meanwhile, or unreadable) would come back as it was.
                 if len(found) < batch or swept == before:
                     break

@@ -208,25 +208,25 @@ async def test_two_services_sweeping_at_once_never_delete_at_once(store: SqlStor
     other = await SqlStore.open(PG_URL)
     for k in range(12):
         await store.create_session(SessionHeader(id=f"s{k}", createdAt=k, expiresAt=1_000))
-    deleting, overlaps = 0, 0
+    deleting, overlaps = {"store": 0, "other": 0}, 0
 
-    def counted(opened: SqlStore) -> None:
+    def counted(opened: SqlStore, name: str) -> None:
         delete = opened.delete_session
 
         async def delete_session(session_id: str) -> list[str]:
-            nonlocal deleting, overlaps
-            deleting += 1
-            overlaps += deleting > 1
+            nonlocal overlaps
+            deleting[name] += 1
+            overlaps += all(deleting.values())
             try:
                 await anyio.sleep(0.01)  # long enough for the other sweeper to meet it, were it let in
                 return await delete(session_id)
             finally:
-                deleting -= 1
+                deleting[name] -= 1
 
         opened.delete_session = delete_session  # type: ignore[method-assign]
 
-    counted(store)
-    counted(other)
+    counted(store, "store")
+    counted(other, "other")
     settings = Settings(sweep_interval=0, sweep_batch=3)
     services = [HistoryService(settings, opened) for opened in (store, other)]
     swept: list[int] = []
