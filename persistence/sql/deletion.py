@@ -1,27 +1,39 @@
-"""A delete on the SQL store (docs/protocol.md §6.4): a session and its subagent tree, in one transaction.
+"""A delete on the SQL store (docs/protocol.md §6.4): a session and its subagent tree, then its records.
 
-The rows go in the writer's transaction, so the delete is atomic: after a crash every
-session of the tree is whole or gone. The tree's rows are locked first, in code-point
-order, as a group's appends lock theirs. On PostgreSQL each session's row leaves with a
-notice saying that incarnation was deleted, delivered at commit.
+The session rows, message index and hidden ranges go in one unit of the writer's
+transaction, so the delete is atomic: after a crash every session of the tree is whole or
+gone. The tree's rows are locked first, in code-point order, as a group's appends lock
+theirs. On PostgreSQL each session's row leaves with a notice saying that incarnation was
+deleted, delivered at commit.
+
+The records, which may be a hundred megabytes, stay behind the gone rows, and no read sees
+them (every read of records asks for its session's row in the same statement). The same unit
+names each id in ``history_purges``; then `Deletion.purge_some` removes their records a
+bounded batch per unit, so appends to other sessions commit between the batches. A create of
+a purged id removes what is left at once, and opening the store finishes any purge a crash cut.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect as SaDialect
+from sqlalchemy.engine import Connection, Dialect as SaDialect
 
 from codec import decode_header, incarnation_of
 from persistence.base import subtree
 from persistence.errors import SessionNotFoundError
 from persistence.sql.dialect import Dialect
 from persistence.sql.prepared import Prepared
-from persistence.sql.schema import hidden_table, messages_table, records_table, sessions_table
+from persistence.sql.schema import hidden_table, messages_table, purges_table, records_table, sessions_table
 
-__all__ = ["Deletion"]
+__all__ = ["PURGE_PAUSE", "PURGE_ROWS", "Deletion", "finish_purges"]
+
+# Records removed per unit of a purge (half a megabyte of 8 KiB events), and the seconds it
+# waits before the next: a purge is background work, and leaves the writer to appends between.
+PURGE_ROWS: Final = 64
+PURGE_PAUSE: Final = 0.01
 
 
 class Deletion:
@@ -35,9 +47,16 @@ class Deletion:
         self._children = Prepared(sa.select(s.id).where(s.parent_id == b("id")), dialect)
         self._rows = [
             Prepared(sa.delete(table).where(table.c.session_id == b("id")), dialect)
-            for table in (records_table, messages_table, hidden_table)
+            for table in (messages_table, hidden_table)
         ]
         self._session = Prepared(ways.advance(sa.delete(sessions_table).where(s.id == b("id"))), dialect)
+        p, r = purges_table.c, records_table.c
+        self._purging = Prepared(ways.lock_head(sa.select(p.session_id).where(p.session_id == b("id"))), dialect)
+        self._name = Prepared(sa.insert(purges_table), dialect)
+        self._unname = Prepared(sa.delete(purges_table).where(p.session_id == b("id")), dialect)
+        first = sa.select(r.seq).where(r.session_id == b("id")).order_by(r.seq).limit(b("rows"))
+        self._purge = Prepared(sa.delete(records_table).where(r.session_id == b("id"), r.seq.in_(first)), dialect)
+        self._purge_all = Prepared(sa.delete(records_table).where(r.session_id == b("id")), dialect)
 
     def tree(self, cursor: Any, session_id: str) -> list[str]:
         """``session_id`` and every session below it, parents first; `SessionNotFoundError` if it is unknown."""
@@ -45,8 +64,11 @@ class Deletion:
             raise SessionNotFoundError(session_id)
         return subtree(session_id, lambda parent: [row[0] for row in self._children.run(cursor, id=parent).fetchall()])
 
-    def run(self, cursor: Any, session_id: str, forget: Callable[[str], object]) -> list[str]:
-        """Delete ``session_id`` and the sessions below it; the ids deleted. ``forget(id)`` drops the writer's state.
+    def run(self, cursor: Any, session_id: str, forget: Callable[[str], object]) -> tuple[list[str], list[str]]:
+        """Delete ``session_id`` and the sessions below it: the ids deleted, and those with records left to purge.
+
+        ``forget(id)`` drops the writer's state. The first `PURGE_ROWS` records of each go at once,
+        so a small session is gone whole in this one unit.
 
         Every row of the tree is locked first, in code-point order, as a group locks its appends'
         (`persistence.sql.postgres`), so a delete and a group that appends to the tree never wait on each other.
@@ -66,5 +88,34 @@ class Deletion:
                 rows.run(cursor, id=gone)
             told = self._ways.advance_params(gone, -1, deleted=True, incarnation=incarnations[gone])
             self._session.run(cursor, id=gone, **told)
+            if self._purging.run(cursor, id=gone).fetchone() is None:
+                self._name.run(cursor, session_id=gone)
             forget(gone)
-        return tree
+        return tree, [gone for gone in tree if self.purge_some(cursor, gone)]
+
+    def purge_some(self, cursor: Any, session_id: str) -> bool:
+        """Remove up to `PURGE_ROWS` records of a deleted session; whether any remain to remove.
+
+        Nothing when the id is no longer named for a purge: it was created again, which purged it.
+        """
+        if self._purging.run(cursor, id=session_id).fetchone() is None:
+            return False
+        self._purge.run(cursor, id=session_id, rows=PURGE_ROWS)
+        if cursor.rowcount == PURGE_ROWS:
+            return True
+        self._unname.run(cursor, id=session_id)
+        return False
+
+    def before_create(self, cursor: Any, session_id: str) -> None:
+        """Before ``session_id`` is created again: remove whatever a purge of its last incarnation has left."""
+        if self._purging.run(cursor, id=session_id).fetchone() is not None:
+            self._purge_all.run(cursor, id=session_id)
+            self._unname.run(cursor, id=session_id)
+
+
+def finish_purges(conn: Connection) -> None:
+    """Every purge a crash cut, whole: at open, in the opening's write transaction."""
+    p, r = purges_table.c, records_table.c
+    for session_id in conn.execute(sa.select(p.session_id)).scalars().all():
+        conn.execute(sa.delete(records_table).where(r.session_id == session_id))
+    conn.execute(sa.delete(purges_table))

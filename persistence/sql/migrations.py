@@ -22,6 +22,7 @@ from persistence.sql.schema import (
     listing_index,
     meta_table,
     metadata,
+    purges_table,
     records_table,
     sessions_table,
 )
@@ -152,7 +153,8 @@ def _upgrade_from_3(conn: Connection) -> None:
 
 
 def _upgrade_from_4(conn: Connection) -> None:
-    """Version 5 adds ``expires_at`` and ``touched_at``, for retention (docs/protocol.md §6.5).
+    """Version 5 adds ``expires_at`` and ``touched_at``, for retention (docs/protocol.md §6.5), and
+    ``history_purges``, for deletes that remove a session's records after its row.
 
     No older header holds an ``expiresAt``. A session's last write before the upgrade is not on
     record (a plain record keeps no time of its own), so each counts as written at the upgrade:
@@ -161,6 +163,11 @@ def _upgrade_from_4(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN expires_at BIGINT")
     conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN touched_at BIGINT NOT NULL DEFAULT 0")
     conn.execute(sa.update(sessions_table).values(touched_at=now_ms()))
+    # A delete now leaves its records to be purged after the session row (`persistence.sql.deletion`).
+    purges_table.create(conn, checkfirst=True)
+    for key in sa.inspect(conn).get_foreign_keys(records_table.name):
+        if key["name"]:  # SQLite's have none, and cannot be dropped: its connections do not enforce them
+            conn.exec_driver_sql(f'ALTER TABLE {records_table.name} DROP CONSTRAINT "{key["name"]}"')
     for index in expiry_indexes:
         index.create(conn)
     _set_version(conn, "5")

@@ -15,6 +15,10 @@ Tables, keyed ``(session_id, seq)``:
   either way (decompressing offsets reading five times the bytes), and the file is a
   fifth of the size.
 * ``history_messages`` and ``history_hidden``: the message index and ``conversationOp`` ranges;
+* ``history_purges``: the ids of deleted sessions whose records are still being removed
+  (`persistence.sql.deletion`). A record's session row may be gone before it, so no foreign
+  key ties ``history_records`` to ``history_sessions``, and every read of records asks that
+  its session row exists, in the same statement;
 * ``history_meta``: the schema version (`persistence.sql.migrations`).
 
 Each dialect module compiles `CodePointOrder` for its database.
@@ -40,6 +44,7 @@ __all__ = [
     "FRAME_HEADER",
     "JOIN_COLUMNS",
     "PROBE",
+    "purges_table",
     "SCHEMA_VERSION",
     "bounded_rows",
     "hidden_table",
@@ -112,7 +117,7 @@ listing_index = sa.Index(
 records_table = sa.Table(
     "history_records",
     metadata,
-    sa.Column("session_id", sa.String, sa.ForeignKey("history_sessions.id"), primary_key=True),
+    sa.Column("session_id", sa.String, primary_key=True),
     sa.Column("seq", sa.BigInteger, primary_key=True),
     sa.Column("members", sa.Integer, nullable=False),
     sa.Column("compressed", sa.Boolean, nullable=False),
@@ -123,6 +128,7 @@ records_table = sa.Table(
     sa.Column("time1", sa.BigInteger, nullable=False),
 )
 JOIN_COLUMNS: Final = ("kind", "key", "time0", "time1")
+purges_table = sa.Table("history_purges", metadata, sa.Column("session_id", sa.String, primary_key=True))
 # The longest zstd frame header: magic, descriptor, window, dictionary id and content size.
 FRAME_HEADER: Final = 18
 

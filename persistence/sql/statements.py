@@ -100,7 +100,9 @@ class Statements:
         # probe), in one statement: a seal that commits between two statements would move it.
         covering = sa.select(sa.func.max(r.seq)).where(r.session_id == b("id"), r.seq <= b("from_seq"))
         start = sa.func.coalesce(covering.scalar_subquery(), b("from_seq"))
-        where = (r.session_id == b("id"), r.seq >= start, r.seq < b("to_seq"))
+        # Only a session row's records: a deleted session's wait to be purged (`persistence.sql.deletion`).
+        alive = sa.exists().where(s.id == b("id"))
+        where = (r.session_id == b("id"), r.seq >= start, r.seq < b("to_seq"), alive)
         self.stored = prepared(
             sa.select(r.seq, r.members, r.compressed, r.data, *(r[name] for name in JOIN_COLUMNS))
             .where(*where)

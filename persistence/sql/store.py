@@ -48,7 +48,7 @@ from persistence.notify import HeadListener
 from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
 from persistence.sql import space
-from persistence.sql.deletion import Deletion
+from persistence.sql.deletion import PURGE_PAUSE, Deletion, finish_purges
 from persistence.sql.dialect import (
     INLINE_BYTES,
     MESSAGE_PAGE,
@@ -105,8 +105,7 @@ class SqlStore(HistoryStore):
         self._integrity_error: type[Exception] = dbapi.IntegrityError
         # zstd contexts are not thread-safe, and the store's work runs in several threads.
         self._zstd = ZstdContexts(level=3)
-        # Each session's open run as of the head this process last wrote (the lines it wrote, others b"");
-        # only the writer thread touches it.
+        # Each session's open run at the head this process last wrote (its lines; others b""); writer thread only.
         self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
         # Kept reader connections, each with the busy timeout (ms) it has now (SQLite's; unused on PostgreSQL).
         self._readers: list[tuple[Any, int]] = []
@@ -118,10 +117,7 @@ class SqlStore(HistoryStore):
     async def open(
         cls, url: str, *, session_cache: int = DEFAULT_SESSION_CACHE, timeout: float = DEFAULT_STORE_TIMEOUT
     ) -> SqlStore:
-        """Connect, create the schema on an empty database, and refuse an unknown schema version.
-
-        ``timeout`` (seconds, positive) bounds every call of the store (see `SqlStore`).
-        """
+        """Connect, create the schema on an empty database, refuse an unknown version; ``timeout`` bounds each call."""
         if not timeout > 0:
             raise ValueError(f"the store timeout must be positive, got {timeout!r}")
         return await anyio.to_thread.run_sync(cls._open_sync, url, session_cache, timeout)
@@ -145,7 +141,8 @@ class SqlStore(HistoryStore):
 
     def _migrate(self) -> None:
         with self._write() as conn:
-            found = migrate(conn, self._dialect, stored_header, self._unpack_line)
+            if (found := migrate(conn, self._dialect, stored_header, self._unpack_line)) in (None, str(SCHEMA_VERSION)):
+                finish_purges(conn)
         refuse(found)
 
     # Connections.
@@ -264,6 +261,7 @@ class SqlStore(HistoryStore):
 
     def _create_unit(self, cursor: Any, row: dict[str, Any]) -> None:
         self._tails.pop(row["id"])  # what it kept of an earlier incarnation of the id
+        self._deletion.before_create(cursor, row["id"])
         try:
             self._sql.create.run(cursor, **row)
         except self._integrity_error as exc:
@@ -275,7 +273,13 @@ class SqlStore(HistoryStore):
     async def delete_session(self, session_id: str) -> list[str]:
         tree = await self._dialect.read(self, self._deletion.tree, session_id)
         unit = SessionUnit(session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop), tree)
-        return await self._writer.run(unit, session_id)
+        deleted: list[str]
+        deleted, left = await self._writer.run(unit, session_id)
+        for gone in left:  # gone now; their records go a batch per unit, so other writes pass between
+            purge = SessionUnit(gone, functools.partial(self._deletion.purge_some, session_id=gone))
+            while await self._writer.run(purge, gone):
+                await anyio.sleep(PURGE_PAUSE)
+        return deleted
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         # Through the writer, so that it is ordered with the session's appends and durable when it returns.

@@ -192,12 +192,13 @@ COLUMNS = VERSION_4_COLUMNS | {"expires_at", "touched_at"}
 
 
 def to_version_4(url: str) -> None:
-    """Turn a version-5 database into the version-4 shape: sessions without ``expires_at`` and ``touched_at``."""
+    """Turn a version-5 database into the version-4 shape: no ``expires_at``, ``touched_at`` or purges table."""
     execute(
         url,
         *(f"DROP INDEX {name}" for name in sorted(EXPIRY_INDEXES)),
         "ALTER TABLE history_sessions DROP COLUMN expires_at",
         "ALTER TABLE history_sessions DROP COLUMN touched_at",
+        "DROP TABLE history_purges",
         sa.update(meta_table).values(value="4"),
     )
 
@@ -311,6 +312,10 @@ async def test_version_4_sessions_count_as_written_at_the_upgrade_and_can_expire
     await store.close_session("closed", closed_at=9_000)
     await store.close()
     to_version_4(sql_url)
+    if not sql_url.startswith("sqlite"):
+        # Version 4 tied records to their session row, which a delete now removes first.
+        fk = "FOREIGN KEY (session_id) REFERENCES history_sessions (id)"
+        execute(sql_url, f"ALTER TABLE history_records ADD CONSTRAINT history_records_session_id_fkey {fk}")
 
     upgraded = now_ms()
     store = await SqlStore.open(sql_url)
@@ -322,7 +327,12 @@ async def test_version_4_sessions_count_as_written_at_the_upgrade_and_can_expire
     assert await store.expired(now=at + 999, retention_ms=1_000, limit=None) == []
     assert sorted(await store.expired(now=at + 1_000, retention_ms=1_000, limit=None)) == ["closed", "empty", "written"]
     assert await store.expired(now=at + 1_000, retention_ms=None, limit=None) == []
+    assert await store.delete_session("written") == ["written"]
     await store.close()
+    engine = sa.create_engine(sql_url)
+    with engine.connect() as conn:
+        assert sa.inspect(conn).get_foreign_keys("history_records") == []
+    engine.dispose()
 
 
 def rows_of(url: str) -> list[Any]:
