@@ -195,7 +195,8 @@ async def sweep(path: Path) -> dict[str, Any]:
 
         async def sweeping() -> None:
             took["start"] = time.perf_counter()
-            swept.append(await service.sweep())
+            done = await service.sweep()
+            swept.append(0 if done is None else len(done.deleted))
             took["end"] = time.perf_counter()
 
         warm = await appends_for(store, 0.5, heads)

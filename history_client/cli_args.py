@@ -10,8 +10,10 @@ import os
 import re
 from typing import Final, TextIO
 
-__all__ = ["count", "discard", "duration_ms", "port", "positive", "seconds"]
+__all__ = ["MOST_MS", "count", "discard", "duration_ms", "port", "positive", "seconds"]
 
+# 100 years: a time that far ahead is still a safe integer (2^53 ms is 285,000 years).
+MOST_MS: Final = 36_500 * 86_400_000
 _UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION: Final = re.compile(r"([0-9]{1,12})(ms|s|m|h|d)")
 
@@ -49,10 +51,12 @@ def seconds(text: str) -> float:
 
 
 def duration_ms(text: str) -> int:
-    """A duration such as ``30d``, ``12h``, ``15m``, ``90s`` or ``500ms``, more than 0, in ms."""
+    """A duration such as ``30d``, ``12h``, ``15m``, ``90s`` or ``500ms``, more than 0 and at most 100 years, in ms."""
     found = _DURATION.fullmatch(text.strip())
-    if found is None or int(found[1]) == 0:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 30d, 12h, 15m, 90s or 500ms, not {text!r}")
+    if found is None or not 0 < int(found[1]) * _UNITS[found[2]] <= MOST_MS:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 30d, 12h, 15m, 90s or 500ms, at most 36500d, not {text!r}"
+        )
     return int(found[1]) * _UNITS[found[2]]
 
 

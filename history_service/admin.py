@@ -20,8 +20,9 @@ from history_service.errors import ThroughBeyondHead
 from history_service.importer import ImportOptions, find_logs, import_logs
 from history_service.pages import PageQuery, PageReader
 from history_service.params import MAX_MESSAGES
+from history_service.service import HistoryService
 from history_service.settings import Settings
-from persistence import HistoryStore, SessionNotFoundError, now_ms, open_store
+from persistence import HistoryStore, open_store
 
 __all__ = ["EXPORT_WINDOW", "run"]
 
@@ -153,24 +154,20 @@ async def _delete(store: HistoryStore, args: argparse.Namespace, err: TextIO, ou
 
 
 async def _purge(store: HistoryStore, args: argparse.Namespace, settings: Settings, out: TextIO) -> None:
+    # The service's own sweep, so a session kept by a live one below it stays here too (§6.5).
+    service = HistoryService(settings, store)
     retention = args.older_than if args.older_than is not None else settings.retention_ms
-    now = now_ms()
     if args.dry_run:
-        found = await store.expired(now=now, retention_ms=retention, limit=None)
-        out.write(encode({"expired": sorted(found)}).decode() + "\n")
+        out.write(encode({"expired": await service.expired_now(retention)}).decode() + "\n")
         return
-    deleted: list[str] = []
-    while True:
-        found = await store.expired(now=now, retention_ms=retention, limit=settings.sweep_batch)
-        before = len(deleted)
-        for session_id in found:
-            try:
-                deleted += await store.delete_session(session_id)
-            except SessionNotFoundError:
-                pass  # in the tree of a session deleted before it
-        if len(found) < settings.sweep_batch or len(deleted) == before:
-            break
-    out.write(encode({"deleted": deleted}).decode() + "\n")
+    swept = await service.sweep(retention)
+    if swept is None:
+        raise CommandError("another process is sweeping this store now: nothing was deleted; try again later")
+    out.write(encode({"deleted": swept.deleted}).decode() + "\n")
+    if swept.failed:
+        raise CommandError(
+            f"could not delete {len(swept.failed)} expired sessions: {', '.join(map(repr, swept.failed))}"
+        )
 
 
 async def _vacuum(store: HistoryStore, out: TextIO) -> None:

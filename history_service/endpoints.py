@@ -114,7 +114,7 @@ async def get_session(request: Request) -> Response:
     who = principal(request, service.settings)
     no_params(request)
     info = await service.readable(who, *address(request))
-    return _json(bodies.SessionState.of(info, service.expires_at(info.header, info.touched_at)))
+    return _json(bodies.SessionState.of(info, await service.tree_expires_at(info.header, info.touched_at)))
 
 
 async def create_session(request: Request) -> Response:

@@ -17,6 +17,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from codec import INCARNATION_PATTERN, MAX_SAFE_INTEGER
+from history_client.cli_args import MOST_MS
 from history_service.encoding import Coding, spoken
 
 __all__ = [
@@ -45,8 +46,8 @@ MAX_MESSAGES: Final = 1000
 DEFAULT_MAX_MESSAGES: Final = 50
 # The most sessions one listing answers, and how many it answers by default.
 MAX_LISTED: Final = 1000
-# The longest ttlMs: 100 years, so the expiresAt it gives stays a safe integer for millennia.
-MAX_TTL_MS: Final = 100 * 365 * 86_400_000
+# The longest ttlMs: 100 years, as for HISTORY_RETENTION, so the expiresAt it gives stays a safe integer.
+MAX_TTL_MS: Final = MOST_MS
 DEFAULT_LISTED: Final = 50
 MaxMessages = Annotated[int, Meta(ge=1, le=MAX_MESSAGES, description="Most counted messages (§4.3).")]
 # A follow's resume cursor: a seq, or -1 for "from the start".

@@ -11,10 +11,11 @@ at the edge, in one table (`history_service.errors.ERRORS`).
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 import anyio
 import msgspec
@@ -36,11 +37,11 @@ from history_service.responses import SEND_SIZE
 from history_service.settings import Settings
 from persistence import (
     AppendResult,
-    CorruptLogError,
     HistoryStore,
     KeyedLocks,
     Lru,
     SeqConflictError,
+    SessionExistsError,
     SessionInfo,
     SessionKey,
     SessionNotFoundError,
@@ -55,11 +56,31 @@ from persistence import (
     subagent_parent,
 )
 
-__all__ = ["HistoryService"]
+__all__ = ["HistoryService", "Swept"]
 
 logger = logging.getLogger(__name__)
+
+
+class Default(enum.Enum):
+    """The settings' value, where ``None`` means something else."""
+
+    DEFAULT = enum.auto()
+
+
+DEFAULT: Final = Default.DEFAULT
+
+
+class Swept(NamedTuple):
+    """What a sweep did: the ids it deleted (each tree whole), and those it could not."""
+
+    deleted: list[str]
+    failed: list[str]
+
+
 # How many expired sessions a sweep deletes at once.
 SWEEP_DELETES: Final = 8
+# The least a listing reads of the store at once.
+LISTING_READ: Final = 100
 
 
 def _check_visible(principal: str, session_id: str, child: str | None, info: SessionInfo) -> None:
@@ -130,9 +151,32 @@ class HistoryService:
         at = self.expires_at(header, touched_at)
         return at is not None and at <= now_ms()
 
-    def _live(self, info: SessionInfo) -> SessionInfo:
+    async def tree_expires_at(
+        self, header: SessionHeader, touched_at: int, retention_ms: int | None | Default = DEFAULT
+    ) -> int | None:
+        """When a session expires with its subagent tree (§6.5): a session stays while any session below it does.
+
+        Its own time while that is to come; once past, the latest time still to come below it, else its own.
+        Only a session whose own time has passed costs store reads.
+        """
+        retention = self.settings.retention_ms if isinstance(retention_ms, Default) else retention_ms
+        own = expiry(expires_at_of(header), touched_at, retention)
+        if own is None or own > now_ms():
+            return own
+        for child in await self.store.children(header.id):
+            try:
+                info = await self.store.get_session(child.id)
+            except SessionNotFoundError:
+                continue  # deleted meanwhile
+            below = await self.tree_expires_at(info.header, info.touched_at, retention)
+            if below is None or below > now_ms():
+                return below
+        return own
+
+    async def _live(self, info: SessionInfo) -> SessionInfo:
         """``info``, unless the session has expired: then it answers as unknown (§6.5), swept or not."""
-        if self._expired(info.header, info.touched_at):
+        at = await self.tree_expires_at(info.header, info.touched_at)
+        if at is not None and at <= now_ms():
             raise SessionNotFoundError(info.header.id)
         return info
 
@@ -144,7 +188,7 @@ class HistoryService:
         """
         known = self._owners.get(session_id)
         if known is None or self._expired(known[1], known[2]):
-            info = self._live(await self.store.get_session(session_id))
+            info = await self._live(await self.store.get_session(session_id))
             self._learn(info)
             return info.owner, info.header
         return known[0], known[1]
@@ -176,7 +220,7 @@ class HistoryService:
             if owner != principal:
                 raise NotOwner(session_id)
             return SessionInfo(header, owner, -1)
-        info = self._live(await self.store.get_session(session_id))
+        info = await self._live(await self.store.get_session(session_id))
         if info.owner != principal:
             raise NotOwner(session_id)
         self._learn(info)
@@ -191,7 +235,7 @@ class HistoryService:
         """
         if child is not None:
             await self._owned(principal, session_id, need_head=False)
-        info = self._live(await self.store.get_session(child or session_id))
+        info = await self._live(await self.store.get_session(child or session_id))
         self._learn(info)
         _check_visible(principal, session_id, child, info)
         if incarnation is not None and incarnation != info.incarnation:
@@ -208,20 +252,29 @@ class HistoryService:
         """
         listed: list[SessionSummary] = []
         while len(listed) < limit:
-            wanted = limit - len(listed)
+            # A page of at least `LISTING_READ`: expired sessions the sweep has not reached cost few reads.
+            wanted = max(limit - len(listed), LISTING_READ)
             found = await self.store.list_sessions(principal, limit=wanted, before=before, closed=closed)
-            listed += [summary for summary in map(self._expiring, found) if summary is not None]
+            for summary in found:
+                if (kept := await self._expiring(summary)) is not None:
+                    listed.append(kept)
             if len(found) < wanted:
                 break
             before = found[-1].key
-        return listed
+        return listed[:limit]
 
-    def _expiring(self, summary: SessionSummary) -> SessionSummary | None:
+    async def _expiring(self, summary: SessionSummary) -> SessionSummary | None:
         """``summary`` with ``expires_at`` when the session expires, or ``None`` once it has."""
-        at = expiry(summary.expires_at, summary.touched_at, self.settings.retention_ms)
-        if at is not None and at <= now_ms():
-            return None
-        return msgspec.structs.replace(summary, expires_at=at)
+        own = expiry(summary.expires_at, summary.touched_at, self.settings.retention_ms)
+        if own is not None and own <= now_ms():
+            try:
+                info = await self.store.get_session(summary.id)
+            except SessionNotFoundError:
+                return None  # swept meanwhile
+            own = await self.tree_expires_at(info.header, info.touched_at)
+            if own is not None and own <= now_ms():
+                return None
+        return msgspec.structs.replace(summary, expires_at=own)
 
     async def subagents(
         self, principal: str, session_id: str, limit: int, before: SessionKey | None, closed: bool | None = None
@@ -231,12 +284,16 @@ class HistoryService:
         A harness need not name a child in the parent's events, so this listing is how a reader finds them all.
         """
         await self._owned(principal, session_id, need_head=False)
-        listed = []
+        listed: list[SessionSummary] = []
         children = [child for child in await self.store.children(session_id) if in_listing(child, closed)]
-        for child in newest_first(children, limit=limit, before=before):
-            info = await self.store.get_session(child.id)
+        # Newest first, until the page is full of live ones: an expired child does not end the listing early.
+        for child in newest_first(children, limit=len(children), before=before):
+            try:
+                info = await self.store.get_session(child.id)
+            except SessionNotFoundError:
+                continue  # deleted meanwhile
             grandchildren = await self.store.children(child.id)
-            summary = self._expiring(
+            summary = await self._expiring(
                 SessionSummary(
                     child.id,
                     child.createdAt,
@@ -249,6 +306,8 @@ class HistoryService:
             )
             if summary is not None:
                 listed.append(summary)
+                if len(listed) == limit:
+                    break
         return listed
 
     async def create(self, principal: str, header: SessionHeader, *, ttl_ms: int | None = None) -> SessionInfo:
@@ -266,7 +325,13 @@ class HistoryService:
                 await self._owned(principal, parent)
             except (SessionNotFoundError, NotOwner):
                 raise InvalidParent(parent) from None
-        info = await self.store.create_session(header, owner=principal)
+        try:
+            info = await self.store.create_session(header, owner=principal)
+        except SessionExistsError:
+            # An expired session the sweep has not reached is gone already (§6.5): its id is free.
+            if not await self._expire_now(header.id):
+                raise
+            info = await self.store.create_session(header, owner=principal)
         self._learn(info)
         return info
 
@@ -306,14 +371,18 @@ class HistoryService:
         await self._owned(principal, session_id)
         return await self._delete(session_id, reason)
 
-    async def _delete(self, session_id: str, reason: str, *, unless_live: bool = False) -> list[str]:
+    async def _delete(
+        self, session_id: str, reason: str, *, unless_live: bool = False, retention_ms: int | None | Default = DEFAULT
+    ) -> list[str]:
         # Shielded: once the store has the delete, this process is told of it, whatever becomes of the request.
         with anyio.CancelScope(shield=True):
             async with self._append_locks.hold(session_id):
                 if unless_live:
-                    # Read again under the append lock: an append of this process since the sweep's read keeps it.
+                    # Read again under the append lock: an append of this process since the sweep's read keeps it,
+                    # and so does a session below it that is still live.
                     info = await self.store.get_session(session_id)
-                    if not self._expired(info.header, info.touched_at):
+                    at = await self.tree_expires_at(info.header, info.touched_at, retention_ms)
+                    if at is None or at > now_ms():
                         return []
                 deleted = await self.store.delete_session(session_id)
             for gone in deleted:
@@ -322,50 +391,81 @@ class HistoryService:
             self.metrics.sessions_deleted(len(deleted), reason)
         return deleted
 
-    async def sweep(self) -> int:
-        """Delete the expired sessions (§6.5), a batch of ``settings.sweep_batch`` at a time; how many went.
+    async def _expire_now(self, session_id: str) -> bool:
+        """Delete ``session_id`` now if it has expired, as the sweep would; whether it is gone."""
+        try:
+            return bool(
+                await self._delete(session_id, "expired", unless_live=True, retention_ms=self.settings.retention_ms)
+            )
+        except SessionNotFoundError:
+            return True
 
-        Each session is deleted with its subagent tree, as a request would delete it, so its followers
-        are told. Nothing is done while another process sweeps the same store (`HistoryStore.sweeping`).
+    async def expired_now(self, retention_ms: int | None) -> list[str]:
+        """The ids a sweep with ``retention_ms`` would delete now, each with its tree (§6.5), by id."""
+        found = await self.store.expired(now=now_ms(), retention_ms=retention_ms, limit=None)
+        gone = []
+        for session_id in sorted(found):
+            try:
+                info = await self.store.get_session(session_id)
+            except SessionNotFoundError:
+                continue
+            at = await self.tree_expires_at(info.header, info.touched_at, retention_ms)
+            if at is not None and at <= now_ms():
+                gone.append(session_id)
+        return gone
+
+    async def sweep(self, retention_ms: int | None | Default = DEFAULT) -> Swept | None:
+        """Delete the expired sessions (§6.5), a batch of ``settings.sweep_batch`` at a time.
+
+        ``retention_ms`` stands for the settings' (``purge --older-than``). Each session is deleted
+        with its subagent tree, as a request would delete it, so its followers are told. A session
+        it could not delete (kept by a live session below it, or failing) is not asked for again in
+        this sweep, so it never holds the others back. ``None`` while another process sweeps the
+        same store (`HistoryStore.sweeping`).
         """
-        batch, swept = self.settings.sweep_batch, 0
+        retention = self.settings.retention_ms if isinstance(retention_ms, Default) else retention_ms
+        batch, swept = self.settings.sweep_batch, Swept([], [])
+        passed: set[str] = set()
         # A few at once, so that they share the store's commits, and appends still pass between them.
         limiter = anyio.CapacityLimiter(SWEEP_DELETES)
 
         async def expire(session_id: str) -> None:
-            nonlocal swept
             async with limiter:
                 try:
-                    deleted = await self._delete(session_id, "expired", unless_live=True)
+                    deleted = await self._delete(session_id, "expired", unless_live=True, retention_ms=retention)
                 except SessionNotFoundError:
                     return  # in the tree of a session deleted before it
-                except CorruptLogError as exc:
+                except StoreError as exc:
+                    passed.add(session_id)
+                    swept.failed.append(session_id)
                     logger.error("the sweep cannot delete session %r: %s", session_id, exc)
-                else:
-                    swept += len(deleted)  # after the await: read before it, another task's count would be lost
+                    return
+                if not deleted:
+                    passed.add(session_id)
+                swept.deleted.extend(deleted)
 
         async with self.store.sweeping() as mine:
-            while mine:
-                found = await self.store.expired(now=now_ms(), retention_ms=self.settings.retention_ms, limit=batch)
-                before = swept
+            if not mine:
+                return None
+            while True:
+                found = await self.store.expired(now=now_ms(), retention_ms=retention, limit=batch, skip=passed)
                 async with anyio.create_task_group() as tasks:
                     for session_id in found:
                         tasks.start_soon(expire, session_id)
-                # A batch that deleted nothing (written meanwhile, or unreadable) would come back as it was.
-                if len(found) < batch or swept == before:
-                    break
-        return swept
+                if len(found) < batch:
+                    return swept
 
     async def sweeper(self) -> None:
-        """Sweep every ``settings.sweep_interval`` seconds, until cancelled; a store failure waits for the next."""
+        """Sweep every ``settings.sweep_interval`` seconds, until cancelled; a failure waits for the next."""
         while True:
             try:
                 swept = await self.sweep()
-            except StoreError as exc:
-                logger.warning("the sweep of expired sessions failed: %s", exc)
+            except Exception:
+                # Background work: whatever it met, the service serves on, and the next sweep tries again.
+                logger.exception("the sweep of expired sessions failed")
             else:
-                if swept:
-                    logger.info("swept %d expired sessions", swept)
+                if swept is not None and swept.deleted:
+                    logger.info("swept %d expired sessions", len(swept.deleted))
             await anyio.sleep(self.settings.sweep_interval)
 
     async def page(

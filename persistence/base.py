@@ -13,7 +13,7 @@ import contextlib
 import heapq
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Final
 
@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_OWNER",
     "DEFAULT_SESSION_CACHE",
     "DEFAULT_STORE_TIMEOUT",
+    "TOUCH_MS",
     "AppendResult",
     "HistoryStore",
     "PageRead",
@@ -51,6 +52,9 @@ __all__ = [
 DEFAULT_OWNER: Final = "local"
 # How many idle sessions' state a store or service keeps by default (see `persistence.state.Lru`).
 DEFAULT_SESSION_CACHE: Final = 10_000
+# How far ``touched_at`` may lag a session's last write, in ms: a store may skip rewriting it
+# sooner (PostgreSQL then updates an appended row in place, without touching its indexes).
+TOUCH_MS: Final = 1000
 # Seconds a store call may take by default before it fails with `StoreError` (the SQL store's bound).
 DEFAULT_STORE_TIMEOUT: Final = 5.0
 
@@ -59,8 +63,9 @@ class SessionInfo(Struct, frozen=True):
     """A session's header, owner principal and head seq (-1 when empty).
 
     A closed session's header holds its ``closedAt`` (`HistoryStore.close_session`).
-    ``touched_at`` is when it was last written, in epoch ms by the store's clock: created,
-    appended to, or closed (0 where the reader did not ask the store).
+    ``touched_at`` is when it was last written, in epoch ms by the writing process's clock:
+    created, appended to, or closed, at most `TOUCH_MS` before the last append (0 where the
+    reader did not ask the store).
     """
 
     header: SessionHeader
@@ -288,11 +293,13 @@ class HistoryStore(ABC):
         """
 
     @abstractmethod
-    async def expired(self, *, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
+    async def expired(
+        self, *, now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()
+    ) -> list[str]:
         """Up to ``limit`` (``None``: all) ids of sessions expired at ``now`` (`persistence.rules.expiry`).
 
-        In no particular order; a child may be listed apart from its parent. Reads only the
-        sessions' rows, headers or file times, never their records.
+        None of ``skip``, in no particular order; a child may be listed apart from its parent.
+        Reads only the sessions' rows, headers or file times, never their records.
         """
 
     def sweeping(self) -> AbstractAsyncContextManager[bool]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import msgspec
 
@@ -182,13 +182,15 @@ class MemoryStore(HistoryStore):
             for header in newest_first(mine, limit=limit, before=before)
         ]
 
-    async def expired(self, *, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
+    async def expired(
+        self, *, now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()
+    ) -> list[str]:
         found: list[str] = []
         for session in self._sessions.values():
             if len(found) == limit:
                 break
             at = expiry(expires_at_of(session.header), session.touched, retention_ms)
-            if at is not None and at <= now:
+            if at is not None and at <= now and session.header.id not in skip:
                 found.append(session.header.id)
         return found
 

@@ -111,7 +111,7 @@ class Listing:
                 break
         return found
 
-    def expired(self, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
+    def expired(self, now: int, retention_ms: int | None, limit: int | None, skip: frozenset[str]) -> list[str]:
         """`HistoryStore.expired`: each directory's header (cached) and file times, never its log."""
         found: list[str] = []
         for name, header in self._peeked():
@@ -121,7 +121,7 @@ class Listing:
                 at = expiry(expires_at_of(header), touched_at(self._root / name), retention_ms)
             except FileNotFoundError:
                 continue  # deleted meanwhile
-            if at is not None and at <= now and named_for(name, header):
+            if at is not None and at <= now and named_for(name, header) and header.id not in skip:
                 found.append(header.id)
         return found
 

@@ -36,7 +36,7 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -115,6 +115,7 @@ logger = logging.getLogger(__name__)
 
 INLINE_BYTES: Final = 256 * 1024
 T = TypeVar("T")
+Ids = Collection[str]
 
 
 class JsonlStore(HistoryStore):
@@ -234,10 +235,8 @@ class JsonlStore(HistoryStore):
     ) -> list[SessionSummary]:
         return await self._run(self._listing.sessions, owner, limit, before, closed)
 
-    async def expired(self, *, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
-        return await self._run(self._listing.expired, now, retention_ms, limit)
-
-    # Loading and recovery.
+    async def expired(self, *, now: int, retention_ms: int | None, limit: int | None, skip: Ids = ()) -> list[str]:
+        return await self._run(self._listing.expired, now, retention_ms, limit, frozenset(skip))
 
     def _state(self, session_id: str, *, holding_lock: bool = False) -> IndexedSession:
         """The session's state, loaded on first use and reloaded when another writer grew the index.

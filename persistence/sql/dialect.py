@@ -173,6 +173,10 @@ class Dialect(ABC):
     def vacuum_statements(self) -> tuple[str, ...]:
         """What gives back the space deleted sessions freed, run outside any transaction (`persistence.sql.space`)."""
 
+    @abstractmethod
+    def drop_default(self, conn: Connection, table: str, column: str) -> None:
+        """Drop a column's default, where the database can (SQLite cannot: there it stays)."""
+
     def sweeping(self, engine: Engine) -> AbstractAsyncContextManager[bool]:
         """`HistoryStore.sweeping`: always, on a database that one process writes."""
         return sole_sweeper()

@@ -60,7 +60,7 @@ def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) 
         _upgrade_from_3(conn)
         version = "4"
     if version == "4":
-        _upgrade_from_4(conn)
+        _upgrade_from_4(conn, dialect)
         return None
     return version
 
@@ -152,7 +152,7 @@ def _upgrade_from_3(conn: Connection) -> None:
     _set_version(conn, "4")
 
 
-def _upgrade_from_4(conn: Connection) -> None:
+def _upgrade_from_4(conn: Connection, dialect: Dialect) -> None:
     """Version 5 adds ``expires_at`` and ``touched_at``, for retention (docs/protocol.md §6.5), and
     ``history_purges``, for deletes that remove a session's records after its row.
 
@@ -161,8 +161,9 @@ def _upgrade_from_4(conn: Connection) -> None:
     a retention then never deletes an older session sooner than a whole period after it.
     """
     conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN expires_at BIGINT")
-    conn.exec_driver_sql("ALTER TABLE history_sessions ADD COLUMN touched_at BIGINT NOT NULL DEFAULT 0")
-    conn.execute(sa.update(sessions_table).values(touched_at=now_ms()))
+    # A constant default: PostgreSQL adds the column without rewriting the table, and nothing is updated.
+    conn.exec_driver_sql(f"ALTER TABLE history_sessions ADD COLUMN touched_at BIGINT NOT NULL DEFAULT {now_ms()}")
+    dialect.drop_default(conn, sessions_table.name, "touched_at")
     # A delete now leaves its records to be purged after the session row (`persistence.sql.deletion`).
     purges_table.create(conn, checkfirst=True)
     for key in sa.inspect(conn).get_foreign_keys(records_table.name):

@@ -25,7 +25,7 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
-from persistence.base import AppendResult, PageRead, SessionInfo, now_ms
+from persistence.base import TOUCH_MS, AppendResult, PageRead, SessionInfo, now_ms
 from persistence.errors import SessionNotFoundError, StoreError
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
@@ -72,7 +72,8 @@ _GROUP_APPEND: Final = """
 WITH locked AS MATERIALIZED (
     SELECT id FROM history_sessions WHERE id = ANY(%(locks)b::text[]) ORDER BY id COLLATE "C" FOR UPDATE
 ), moved AS (
-    UPDATE history_sessions s SET head_seq = u.head, touched_at = %(touched)s
+    UPDATE history_sessions s SET head_seq = u.head,
+        touched_at = CASE WHEN s.touched_at < %(touched)s - %(touch_ms)s THEN %(touched)s ELSE s.touched_at END
     FROM unnest(%(sessions)b::text[], %(expected)b::bigint[], %(heads)b::bigint[], %(notices)b::text[])
         AS u(session, expected, head, notice)
     WHERE s.id = u.session AND s.head_seq = u.expected AND s.closed_at IS NULL AND s.id IN (SELECT id FROM locked)
@@ -268,7 +269,7 @@ class PostgresGroups(SqlGroups):
 
     def _params(self, pending: Iterable[_Planned], locks: list[str]) -> dict[str, Any]:
         store = self._store
-        params: dict[str, Any] = {"locks": locks, "channel": NOTIFY_CHANNEL, "touched": now_ms()}
+        params: dict[str, Any] = {"locks": locks, "channel": NOTIFY_CHANNEL, "touched": now_ms(), "touch_ms": TOUCH_MS}
         for name in _GROUP_ARRAYS:
             params[name] = []
         for planned in pending:
@@ -366,18 +367,26 @@ class PostgresDialect(Dialect):
     def autocommit(self, connection: Any) -> None:
         connection.autocommit = True
 
+    def drop_default(self, conn: Connection, table: str, column: str) -> None:
+        conn.exec_driver_sql(f"ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT")
+
     @contextlib.asynccontextmanager
     async def sweeping(self, engine: Engine) -> AsyncIterator[bool]:
         # A session-level advisory lock, on a connection of its own: one sweeper in the whole
         # cluster, and a process that dies lets another take over as its connection closes.
-        conn = await anyio.to_thread.run_sync(engine.connect)
+        # (So not through a pooler in transaction mode, which may hand the unlock another backend.)
+        try:
+            conn = await anyio.to_thread.run_sync(engine.connect)
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"store unavailable: {exc.orig}") from exc
         try:
             mine = await anyio.to_thread.run_sync(self._try_lock, conn, "pg_try_advisory_lock")
             try:
                 yield mine
             finally:
                 if mine:
-                    with anyio.CancelScope(shield=True):
+                    with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+                        # Failing, the connection is gone, and the lock with it.
                         await anyio.to_thread.run_sync(self._try_lock, conn, "pg_advisory_unlock")
         finally:
             with anyio.CancelScope(shield=True):
@@ -385,8 +394,11 @@ class PostgresDialect(Dialect):
 
     @staticmethod
     def _try_lock(conn: Connection, function: str) -> bool:
-        taken = bool(conn.execute(sa.select(getattr(sa.func, function)(SWEEP_LOCK))).scalar_one())
-        conn.commit()  # the lock is the session's: no transaction stays open while it is held
+        try:
+            taken = bool(conn.execute(sa.select(getattr(sa.func, function)(SWEEP_LOCK))).scalar_one())
+            conn.commit()  # the lock is the session's: no transaction stays open while it is held
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"store unavailable: {exc.orig}") from exc
         return taken
 
     def vacuum_statements(self) -> tuple[str, ...]:

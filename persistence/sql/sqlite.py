@@ -125,6 +125,9 @@ class SqliteDialect(Dialect):
     def before_migration(self, conn: Connection) -> None:
         pass
 
+    def drop_default(self, conn: Connection, table: str, column: str) -> None:
+        pass  # SQLite alters no column: the default stays, and every insert names the column anyway
+
     def lock_head(self, head: Select[Any]) -> Select[Any]:
         # BEGIN IMMEDIATE already holds the write lock.
         return head

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import sqlalchemy as sa
@@ -9,7 +10,7 @@ from sqlalchemy.engine import Dialect as SaDialect
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ClauseElement
 
-from persistence.base import SessionKey
+from persistence.base import TOUCH_MS, SessionKey
 from persistence.sealing import MAX_TAIL
 from persistence.sql.dialect import MESSAGE_PAGE, Dialect
 from persistence.sql.prepared import Prepared
@@ -48,13 +49,14 @@ def listing(owner: str, limit: int, before: SessionKey | None, closed: bool | No
     return query
 
 
-def expired(now: int, retention_ms: int | None, limit: int | None) -> Select[Any]:
+def expired(now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()) -> Select[Any]:
     """The ids of up to ``limit`` sessions expired at ``now`` (`HistoryStore.expired`), through the expiry indexes."""
     s = sessions_table.c
     gone = s.expires_at <= now
     if retention_ms is not None:
         gone = sa.or_(gone, s.touched_at <= now - retention_ms)
-    return sa.select(s.id).where(gone).limit(limit)
+    query = sa.select(s.id).where(gone).limit(limit)
+    return query.where(s.id.not_in(skip)) if skip else query
 
 
 class Statements:
@@ -76,7 +78,9 @@ class Statements:
         )
         # A closed session's head never moves: an append to it is then refused under the row's lock.
         advance = sa.update(sessions_table).where(s.id == b("id"), s.head_seq == b("expected"), s.closed_at.is_(None))
-        self.advance = prepared(ways.advance(advance.values(head_seq=b("new_head"), touched_at=b("touched"))))
+        # The time only once it is `TOUCH_MS` old: appends in between leave every indexed column as it was.
+        touched = sa.case((s.touched_at < b("touched") - TOUCH_MS, b("touched")), else_=s.touched_at)
+        self.advance = prepared(ways.advance(advance.values(head_seq=b("new_head"), touched_at=touched)))
         close = sa.update(sessions_table).where(s.id == b("id"), s.closed_at.is_(None))
         closing = close.values(header=b("closed_header"), closed_at=b("at"), touched_at=b("at"))
         self.close = prepared(ways.advance(closing))

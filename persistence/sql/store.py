@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
@@ -103,8 +103,7 @@ class SqlStore(HistoryStore):
         dbapi = engine.dialect.loaded_dbapi
         self._driver_error: type[Exception] = dbapi.Error
         self._integrity_error: type[Exception] = dbapi.IntegrityError
-        # zstd contexts are not thread-safe, and the store's work runs in several threads.
-        self._zstd = ZstdContexts(level=3)
+        self._zstd = ZstdContexts(level=3)  # zstd contexts are not thread-safe; the store's work runs in several
         # Each session's open run at the head this process last wrote (its lines; others b""); writer thread only.
         self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
         # Kept reader connections, each with the busy timeout (ms) it has now (SQLite's; unused on PostgreSQL).
@@ -326,8 +325,10 @@ class SqlStore(HistoryStore):
             for r in rows
         ]
 
-    async def expired(self, *, now: int, retention_ms: int | None, limit: int | None) -> list[str]:
-        return [row.id for row in await self._rows(expired(now, retention_ms, limit))]
+    async def expired(
+        self, *, now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()
+    ) -> list[str]:
+        return [row.id for row in await self._rows(expired(now, retention_ms, limit, skip))]
 
     def sweeping(self) -> contextlib.AbstractAsyncContextManager[bool]:
         return self._dialect.sweeping(self._engine)
@@ -568,8 +569,6 @@ class SqlStore(HistoryStore):
             if len(rows) < MESSAGE_PAGE:
                 return
             below = rows[-1][0]
-
-    # Readiness.
 
     async def check_ready(self) -> None:
         """Read the sessions table through a connection that works now (the dialect says which)."""

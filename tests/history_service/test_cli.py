@@ -182,7 +182,7 @@ def test_purge_deletes_the_expired_sessions_and_a_dry_run_only_names_them(tmp_pa
         try:
             # Through the store: the service refuses an expiresAt already past.
             await opened.create_session(SessionHeader(id="gone", createdAt=1, expiresAt=1_000))
-            kid = SessionHeader(id="gone.kid", createdAt=2, parentSession="gone", origin="subagent")
+            kid = SessionHeader(id="gone.kid", createdAt=2, parentSession="gone", origin="subagent", expiresAt=1)
             await opened.create_session(kid)
             await opened.create_session(SessionHeader(id="kept", createdAt=3))
         finally:
@@ -190,9 +190,9 @@ def test_purge_deletes_the_expired_sessions_and_a_dry_run_only_names_them(tmp_pa
 
     anyio.run(create)
     status, out = run("purge", "--store", url, "--dry-run")
-    assert status == 0 and json.loads(out) == {"expired": ["gone"]}
+    assert status == 0 and json.loads(out) == {"expired": ["gone", "gone.kid"]}
     status, out = run("purge", "--store", url)
-    assert status == 0 and json.loads(out) == {"deleted": ["gone", "gone.kid"]}
+    assert status == 0 and sorted(json.loads(out)["deleted"]) == ["gone", "gone.kid"]
     assert run("purge", "--store", url)[1] == '{"deleted":[]}\n'
     assert json.loads(run("list", "--store", url)[1].splitlines()[0])["id"] == "kept"
     # Written longer ago than --older-than: the retention a cron job gives.

@@ -11,10 +11,11 @@ import httpx
 import msgspec
 import pytest
 
+from codec import SessionHeader
 from history_service.app import create_app
-from history_service.service import HistoryService
+from history_service.service import HistoryService, Swept
 from history_service.settings import Settings
-from persistence import HistoryStore, SessionNotFoundError, now_ms
+from persistence import HistoryStore, SessionNotFoundError, StoreError, now_ms
 from testing.asgi import serving
 from testing.events import plain
 
@@ -356,11 +357,11 @@ async def test_a_session_expires_at_its_own_time_and_answers_as_unknown_before_t
     listed = (await expiring.get("/v1/sessions", headers=who("alice"))).json()["sessions"]
     assert [s["id"] for s in listed] == ["kept"] and listed[0]["expiresAt"] == state["expiresAt"]
     # The sweep then deletes it from the store, and counts it as expired.
-    assert await service.sweep() == 1
+    assert await service.sweep() == Swept(["gone"], [])
     with pytest.raises(SessionNotFoundError):
         await service.store.get_session("gone")
     assert (await service.store.get_session("kept")).head_seq == -1
-    assert await service.sweep() == 0
+    assert await service.sweep() == Swept([], [])
     assert (await expiring.delete("/v1/sessions/kept", headers=who("alice"))).status_code == 204
     metrics = (await expiring.get("/metrics", headers=who("alice"))).text
     assert 'history_sessions_deleted_total{reason="expired"} 1.0' in metrics
@@ -380,11 +381,12 @@ async def test_the_sweep_deletes_in_batches_each_expired_session_with_its_tree(
     listed = (await expiring.get("/v1/sessions", headers=who("alice"))).json()["sessions"]
     assert {s["id"]: s["expiresAt"] for s in listed if s["id"] != "live"} == {f"s{k}": expires for k in range(5)}
     # Not yet: their own time is a minute away, and the retention a month.
-    assert await service.sweep() == 0
+    assert await service.sweep() == Swept([], [])
     # A process with a retention of 1 ms: every session is past it.
     brief = HistoryService(Settings(sweep_interval=0, sweep_batch=2, retention_ms=1), service.store)
     await past(now_ms())
-    assert await brief.sweep() == 7
+    swept = await brief.sweep()
+    assert swept is not None and sorted(swept.deleted) == ["live", "s0", "s0.kid", "s1", "s2", "s3", "s4"]
     assert await service.store.list_sessions("alice", limit=10) == []
 
 
@@ -401,3 +403,77 @@ async def test_a_create_gives_expires_at_or_ttl_ms_and_never_a_past_time(expirin
     assert (await create(expiring, {"id": "a", "createdAt": 1}, ttlMs="60000")).status_code == 201
     header = (await expiring.get("/v1/sessions/a", headers=who("alice"))).json()["header"]
     assert before + 60_000 <= header["expiresAt"] <= now_ms() + 60_000
+
+
+async def test_a_session_stays_while_a_session_below_it_is_live(expiring: httpx.AsyncClient) -> None:
+    expires = now_ms() + 300
+    assert (await create(expiring, {"id": "p", "createdAt": 1, "expiresAt": expires})).status_code == 201
+    kid = {"id": "p.kid", "createdAt": 2, "parentSession": "p", "origin": "subagent"}
+    assert (await create(expiring, kid)).status_code == 201
+    await past(expires)
+    # The parent's own time has passed, but its child is written to and read as before: the tree stays.
+    appended = await expiring.post(
+        "/v1/sessions/p.kid/events", json={"events": [msgspec.to_builtins(plain(0))]}, headers=who("alice")
+    )
+    assert appended.status_code == 201
+    assert (await expiring.get("/v1/sessions/p/subagents/p.kid/page", headers=who("alice"))).status_code == 200
+    state = (await expiring.get("/v1/sessions/p", headers=who("alice"))).json()
+    assert state["expiresAt"] > now_ms()  # the child's: a month after its last write
+    service = service_of(expiring)
+    assert await service.sweep() == Swept([], [])
+    assert (await service.store.get_session("p.kid")).head_seq == 0
+
+
+async def test_a_childrens_listing_pages_past_expired_children(expiring: httpx.AsyncClient) -> None:
+    assert (await create(expiring, {"id": "p", "createdAt": 1})).status_code == 201
+    soon = now_ms() + 300
+    for k in range(5):
+        body = {"id": f"p.c{k}", "createdAt": 10 + k, "parentSession": "p", "origin": "subagent"}
+        if k >= 3:
+            body["expiresAt"] = soon  # the two newest
+        assert (await create(expiring, body)).status_code == 201
+    await past(soon)
+    seen, cursor = [], None
+    while True:
+        params = {"limit": "2", **({"cursor": cursor} if cursor else {})}
+        body = (await expiring.get("/v1/sessions/p/subagents", params=params, headers=who("alice"))).json()
+        seen += [s["id"] for s in body["sessions"]]
+        cursor = body["nextCursor"]
+        if cursor is None:
+            break
+    assert seen == ["p.c2", "p.c1", "p.c0"]
+
+
+async def test_an_expired_id_not_yet_swept_may_be_created_again(expiring: httpx.AsyncClient) -> None:
+    assert (await create(expiring, {"id": "s", "createdAt": 1}, ttlMs="1")).status_code == 201
+    service = service_of(expiring)
+    first = await service.store.get_session("s")
+    assert isinstance(first.header.expiresAt, int)
+    await past(first.header.expiresAt)
+    created = await create(expiring, {"id": "s", "createdAt": 2})
+    assert created.status_code == 201 and created.json()["incarnation"] != first.incarnation
+    assert (await expiring.get("/v1/sessions/s", headers=who("alice"))).json()["header"]["createdAt"] == 2
+
+
+async def test_a_sweep_that_cannot_delete_one_session_deletes_the_others_and_the_service_serves_on(
+    store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(sweep_interval=0.01, sweep_batch=2)
+    for k in range(5):
+        await store.create_session(SessionHeader(id=f"s{k}", createdAt=k, expiresAt=1_000))
+    delete = store.delete_session
+
+    async def failing(session_id: str) -> list[str]:
+        if session_id == "s1":
+            raise StoreError("store unavailable: the disk is gone")
+        return await delete(session_id)
+
+    monkeypatch.setattr(store, "delete_session", failing)
+    service = HistoryService(settings, store)
+    swept = await service.sweep()
+    assert swept is not None and swept.failed == ["s1"] and sorted(swept.deleted) == ["s0", "s2", "s3", "s4"]
+    # The sweeper in an app: a failure of its own is logged, and the app goes on answering.
+    async with serving(create_app(settings, store=store)) as client:
+        await anyio.sleep(0.1)
+        assert (await client.get("/healthz")).status_code == 200
+        assert (await client.get("/v1/sessions/s1")).status_code == 404

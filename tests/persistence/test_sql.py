@@ -7,7 +7,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -146,21 +145,6 @@ async def test_unreachable_database_is_a_store_error(tmp_path: Path) -> None:
 # Schema version 2: the upgrade of a version-1 database, and the listing's query plan.
 
 LISTING_INDEX = "ix_history_sessions_listing"
-
-
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgresql", marks=pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set")),
-    ]
-)
-async def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'h.db'}"
-    else:
-        assert PG_URL
-        await empty_postgres(PG_URL)
-        yield PG_URL
 
 
 def execute(url: str, *statements: Any) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,24 +12,8 @@ from persistence.errors import SessionNotFoundError
 from persistence.sql import SqlStore, records_table
 from persistence.sql.deletion import PURGE_ROWS, Deletion
 from persistence.sql.schema import purges_table
-from testing.postgres import PG_URL, empty_postgres
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgresql", marks=pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set")),
-    ]
-)
-async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'h.db'}"
-    else:
-        assert PG_URL
-        await empty_postgres(PG_URL)
-        yield PG_URL
 
 
 def notes(first: int, count: int) -> list[Event]:
@@ -54,9 +36,9 @@ async def big(store: SqlStore, session_id: str, count: int) -> None:
 
 
 async def test_a_delete_removes_the_records_in_batches_after_the_session(
-    url: str, monkeypatch: pytest.MonkeyPatch
+    sql_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = await SqlStore.open(url)
+    store = await SqlStore.open(sql_url)
     count = PURGE_ROWS * 3 + 7
     await big(store, "big", count)
     await big(store, "other", 5)
@@ -75,17 +57,17 @@ async def test_a_delete_removes_the_records_in_batches_after_the_session(
         assert await store.read_events("other", 0, 5) == notes(0, 5)
     finally:
         await store.close()
-    assert {row.session_id for row in rows(url, records_table)} == {"other"}
-    assert rows(url, purges_table) == []
+    assert {row.session_id for row in rows(sql_url, records_table)} == {"other"}
+    assert rows(sql_url, purges_table) == []
 
 
-async def test_records_a_crash_left_behind_are_never_read_and_go_when_the_store_opens(url: str) -> None:
-    store = await SqlStore.open(url)
+async def test_records_a_crash_left_behind_are_never_read_and_go_when_the_store_opens(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
     await big(store, "cut", 300)
     await big(store, "again", 300)
     await store.close()
     # As a crash between the delete's unit and the end of its purge leaves them: rows gone, records named.
-    engine = sa.create_engine(url)
+    engine = sa.create_engine(sql_url)
     with engine.begin() as conn:
         for session_id in ("cut", "again"):
             conn.execute(
@@ -96,32 +78,32 @@ async def test_records_a_crash_left_behind_are_never_read_and_go_when_the_store_
             conn.execute(sa.delete(sa.table("history_sessions", sa.column("id"))).where(sa.column("id") == session_id))
             conn.execute(sa.insert(purges_table).values(session_id=session_id))
     engine.dispose()
-    assert len(rows(url, records_table)) == 600
+    assert len(rows(sql_url, records_table)) == 600
 
-    store = await SqlStore.open(url)
+    store = await SqlStore.open(sql_url)
     try:
-        assert rows(url, purges_table) == [] and rows(url, records_table) == []
+        assert rows(sql_url, purges_table) == [] and rows(sql_url, records_table) == []
         with pytest.raises(SessionNotFoundError):
             await store.read_stored("cut", 0, 10)
     finally:
         await store.close()
 
 
-async def test_an_id_created_again_never_reads_the_records_its_last_incarnation_left(url: str) -> None:
-    store = await SqlStore.open(url)
+async def test_an_id_created_again_never_reads_the_records_its_last_incarnation_left(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
     try:
         await big(store, "s", 300)
         # The delete's own unit alone, as if its purge were still to come (or another process ran it).
         tree = ["s"]
         await store._writer.run(lambda cursor: store._deletion.run(cursor, "s", store._tails.pop), "s")
         # Its unit removed the first batch of records; the rest wait for the purge.
-        assert len(rows(url, records_table)) == 300 - PURGE_ROWS and rows(url, purges_table) == [("s",)]
+        assert len(rows(sql_url, records_table)) == 300 - PURGE_ROWS and rows(sql_url, purges_table) == [("s",)]
         with pytest.raises(SessionNotFoundError):
             await store.read_stored("s", 0, 300)
         with pytest.raises(SessionNotFoundError):
             await store.read_page("s", through=None, before=None, max_messages=5)
         await store.create_session(SessionHeader(id="s", createdAt=2))
-        assert await store.read_stored("s", 0, 300) == [] and rows(url, purges_table) == []
+        assert await store.read_stored("s", 0, 300) == [] and rows(sql_url, purges_table) == []
         await store.append("s", notes(0, 3))
         assert await store.read_events("s", 0, 300) == notes(0, 3)
         # A purge that comes late finds the id no longer named, and leaves the new incarnation alone.
