@@ -78,7 +78,7 @@ class Swept(NamedTuple):
 
 
 # How many expired sessions a sweep deletes at once.
-SWEEP_DELETES: Final = 8
+SWEEP_DELETES: Final = 2
 # The least a listing reads of the store at once.
 LISTING_READ: Final = 100
 

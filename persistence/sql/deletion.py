@@ -83,15 +83,20 @@ class Deletion:
         if self.tree(cursor, session_id) != tree:
             # A child was created meanwhile: it too is locked, as the group order allows, then deleted.
             return self.run(cursor, session_id, forget)
+        left = []
         for gone in reversed(tree):
+            self._purge.run(cursor, id=gone, rows=PURGE_ROWS)
+            if cursor.rowcount == PURGE_ROWS:
+                # More than one batch: the rest go after this unit (`purge_some`), and the id is named meanwhile.
+                if self._purging.run(cursor, id=gone).fetchone() is None:
+                    self._name.run(cursor, session_id=gone)
+                left.append(gone)
             for rows in self._rows:
                 rows.run(cursor, id=gone)
             told = self._ways.advance_params(gone, -1, deleted=True, incarnation=incarnations[gone])
             self._session.run(cursor, id=gone, **told)
-            if self._purging.run(cursor, id=gone).fetchone() is None:
-                self._name.run(cursor, session_id=gone)
             forget(gone)
-        return tree, [gone for gone in tree if self.purge_some(cursor, gone)]
+        return tree, left
 
     def purge_some(self, cursor: Any, session_id: str) -> bool:
         """Remove up to `PURGE_ROWS` records of a deleted session; whether any remain to remove.

@@ -71,6 +71,7 @@ class Statements:
 
         self.session = prepared(sa.select(s.header, s.owner, s.head_seq, s.touched_at).where(s.id == b("id")))
         self.exists = prepared(sa.select(s.id).where(s.id == b("id")))
+        self.children = prepared(sa.select(s.id, s.header).where(s.parent_id == b("id")).order_by(s.id))
         head = sa.select(s.head_seq, s.closed_at).where(s.id == b("id"))
         self.head_for_update = prepared(ways.lock_head(head))
         self.session_for_update = prepared(

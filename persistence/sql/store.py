@@ -63,7 +63,7 @@ from persistence.sql.dialect import (
 from persistence.sql.groups import Append, SessionUnit
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresDialect
-from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, bounded_rows, sessions_table, stored_header
+from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, bounded_rows, stored_header
 from persistence.sql.sqlite import SqliteDialect
 from persistence.sql.statements import Statements, expired, listing
 from persistence.state import Lru
@@ -125,7 +125,9 @@ class SqlStore(HistoryStore):
     def _open_sync(cls, url: str, session_cache: int, timeout: float) -> SqlStore:
         try:
             dialect = _dialect_for(sa.make_url(url).get_backend_name())
-            engine = sa.create_engine(url, connect_args=dialect.connect_args(timeout))
+            # Pinged at checkout: a pooled connection the database dropped meanwhile (the sweep's, a listing's)
+            # is replaced, not handed to a read.
+            engine = sa.create_engine(url, connect_args=dialect.connect_args(timeout), pool_pre_ping=True)
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise StoreError(f"not a usable database URL: {exc}") from exc
         dialect.prepare_engine(engine, busy_ms(timeout))
@@ -303,9 +305,8 @@ class SqlStore(HistoryStore):
         return SessionInfo(stored_header(row[0], session_id), row[1], row[2], row[3])
 
     async def children(self, parent_id: str) -> list[SessionHeader]:
-        s = sessions_table.c
-        rows = await self._rows(sa.select(s.id, s.header).where(s.parent_id == parent_id).order_by(s.id))
-        return [stored_header(row.header, row.id) for row in rows]
+        rows = await self._dialect.read(self, lambda cursor: self._sql.children.run(cursor, id=parent_id).fetchall())
+        return [stored_header(data, child_id) for child_id, data in rows]
 
     async def _rows(self, query: sa.Select[Any]) -> Sequence[sa.Row[Any]]:
         return await anyio.to_thread.run_sync(self._rows_sync, query)

@@ -52,8 +52,8 @@ async def test_a_delete_removes_the_records_in_batches_after_the_session(
     monkeypatch.setattr(Deletion, "purge_some", counted)
     try:
         assert await store.delete_session("big") == ["big"]
-        # Three full batches, then the rest: each its own unit of the writer.
-        assert batches == [True, True, True, False]
+        # A first batch in the delete's own unit, two more full ones, then the rest: each its own unit.
+        assert batches == [True, True, False]
         assert await store.read_events("other", 0, 5) == notes(0, 5)
     finally:
         await store.close()
