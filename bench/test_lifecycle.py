@@ -20,7 +20,7 @@ import random
 import statistics
 import string
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,30 @@ async def appends_for(store: HistoryStore, seconds: float, heads: dict[str, int]
     return latencies
 
 
+async def beside(
+    store: HistoryStore, heads: dict[str, int], window: float, work: Callable[[], Awaitable[object]]
+) -> tuple[list[float], list[float], float]:
+    """Appends alone for ``window`` seconds, then as long again with ``work`` running from their start.
+
+    The latencies alone, those of the appends that ran while ``work`` did (the rest of the window
+    would dilute them; it may outlast the window, or end inside it), and how long ``work`` took.
+    """
+    took: dict[str, float] = {}
+
+    async def timed() -> None:
+        took["start"] = time.perf_counter()
+        await work()
+        took["end"] = time.perf_counter()
+
+    assert await appends_for(store, 0.5, heads)  # warm
+    alone = await appends_for(store, window, heads)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(timed)
+        during = await appends_for(store, window, heads)
+    overlapping = [ms for started, ms in during if started < took["end"] and started + ms / 1000 > took["start"]]
+    return [ms for _, ms in alone], overlapping, took["end"] - took["start"]
+
+
 def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) >= 100 else max(values)
 
@@ -128,32 +152,17 @@ async def big_delete(url: str) -> dict[str, Any]:
         for session_id in heads:
             await store.create_session(SessionHeader(id=session_id, createdAt=1))
         size = await store.size()
-        took: dict[str, float] = {}
-
-        async def delete() -> None:
-            took["start"] = time.perf_counter()
-            await store.delete_session("big")
-            took["end"] = time.perf_counter()
-
-        # Appends alone first, then the same appends with the delete running from their start.
-        warm = await appends_for(store, 0.5, heads)
-        alone = await appends_for(store, 2.0, heads)
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(delete)
-            during = await appends_for(store, 2.0, heads)
+        apart, overlapping, seconds = await beside(store, heads, 2.0, lambda: store.delete_session("big"))
         try:
             await store.get_session("big")
             raise AssertionError("the big session is still there")
         except SessionNotFoundError:
             pass
-        # Only the appends that ran while the delete did: the rest of the window would dilute it.
-        overlapping = [ms for started, ms in during if started < took["end"] and started + ms / 1000 > took["start"]]
-        apart = [ms for _, ms in alone]
-        assert warm and apart
+        assert apart
         during_p99 = p99(overlapping) if overlapping else None  # None: over before any append began beside it
         return {
             "store_bytes_before": size,
-            "delete_seconds": took["end"] - took["start"],
+            "delete_seconds": seconds,
             "appends_alone": len(apart),
             "appends_during_delete": len(overlapping),
             "p99_ms_alone": p99(apart),
@@ -190,26 +199,15 @@ async def sweep(path: Path) -> dict[str, Any]:
         for session_id in heads:
             await store.create_session(SessionHeader(id=session_id, createdAt=1))
         service = HistoryService(Settings(sweep_interval=0), store)
-        took: dict[str, float] = {}
         swept: list[int] = []
 
         async def sweeping() -> None:
-            took["start"] = time.perf_counter()
             done = await service.sweep()
             swept.append(0 if done is None else len(done.deleted))
-            took["end"] = time.perf_counter()
 
-        warm = await appends_for(store, 0.5, heads)
-        alone = await appends_for(store, 3.0, heads)
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(sweeping)
-            during = await appends_for(store, 3.0, heads)
-        # The appends that ran while the sweep did: it may outlast the window, or end inside it.
-        overlapping = [ms for started, ms in during if started < took["end"] and started + ms / 1000 > took["start"]]
-        apart = [ms for _, ms in alone]
-        assert warm and apart and overlapping and swept == [EXPIRED]
+        apart, overlapping, seconds = await beside(store, heads, 3.0, sweeping)
+        assert apart and overlapping and swept == [EXPIRED]
         assert await store.expired(now=2, retention_ms=None, limit=None) == []
-        seconds = took["end"] - took["start"]
         return {
             "sessions": EXPIRED,
             "sweep_seconds": seconds,
