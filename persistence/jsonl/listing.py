@@ -1,16 +1,22 @@
 """Listings of a JSONL root: its sessions' headers and owners, read once each, and a head seq that costs one read.
 
 A header and an owner never change once a session's directory appears, so both are cached
-by directory name; only ``closedAt`` (the `CLOSED_NAME` file) is read afresh.
+by directory name; only ``closedAt`` (the `CLOSED_NAME` file) is read afresh. Which
+session each directory is a subagent of is kept apart, for many more directories, with
+the directory's inode and change time: a directory made again under the same name (by
+another process) gets a new change time, even where the file system reuses the inode, and
+is read again. So a delete finds its tree in one scan of the root that reads no header it
+has seen (§6.5).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Final
 
 from codec import SessionHeader
 from persistence.base import (
@@ -22,6 +28,7 @@ from persistence.base import (
     in_listing,
     newest_first,
     subagent_parent,
+    subtree,
 )
 from persistence.errors import CorruptLogError, SessionNotFoundError
 from persistence.jsonl.index import IndexedSession, last_seq, read_last_entry
@@ -41,6 +48,9 @@ from persistence.state import Lru
 __all__ = ["Listing"]
 
 logger = logging.getLogger(__name__)
+
+# Directories whose parent is kept: about 250 bytes each, so some 64 MB at most.
+PARENTS_KEPT: Final = 1 << 18
 
 
 class Listing:
@@ -63,14 +73,57 @@ class Listing:
         self._zstd = loader.zstd
         self._headers = headers
         self._owners = owners
+        self._parents: Lru[str, tuple[tuple[int, int], str | None, str | None]] = Lru(PARENTS_KEPT)
 
     def children(self, parent_id: str) -> list[SessionHeader]:
-        found = [
-            with_closed(header, closed_at(self._root / name))
-            for name, header in self._peeked()
-            if subagent_parent(header) == parent_id
-        ]
+        found = []
+        for name, _, parent in self._parented():
+            if parent == parent_id:
+                header = self._header(name, self._root / name)
+                if header is not None:
+                    found.append(with_closed(header, closed_at(self._root / name)))
         return sorted(found, key=lambda header: header.id)
+
+    def tree(self, session_id: str) -> list[str]:
+        """``session_id`` and every session below it, parents first (`subtree`), from one scan of the root."""
+        below: defaultdict[str, list[str]] = defaultdict(list)
+        for _, child, parent in self._parented():
+            if parent is not None and child is not None:
+                below[parent].append(child)
+        return subtree(session_id, lambda parent: sorted(below.get(parent, ())))
+
+    def forget(self, name: str) -> None:
+        """Drop what is kept of a directory this process removed."""
+        self._headers.pop(name)
+        self._owners.pop(name)
+        self._parents.pop(name)
+
+    def _parented(self) -> Iterator[tuple[str, str | None, str | None]]:
+        """Each session directory's name, its session's id, and the id it is a subagent of (or ``None``)."""
+        with os.scandir(self._root) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.is_dir():
+                    continue
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # deleted meanwhile
+                made = (stat.st_ino, stat.st_ctime_ns)
+                known = self._parents.get(entry.name)
+                if known is None or known[0] != made:
+                    if known is not None:  # perhaps made again: its header and owner may differ
+                        self.forget(entry.name)
+                    header = self._header(entry.name, Path(entry.path))
+                    known = (made, None, None) if header is None else (made, header.id, subagent_parent(header))
+                    self._parents.put(entry.name, known)
+                yield entry.name, known[1], known[2]
+
+    def _header(self, name: str, path: Path) -> SessionHeader | None:
+        known = self._headers.get(name)
+        if known is None:
+            known = (self._loader.peek_header(path),)
+            self._headers.put(name, known)
+        return known[0]
 
     def sessions(self, owner: str, limit: int, before: SessionKey | None, closed: bool | None) -> list[SessionSummary]:
         child_counts: Counter[str] = Counter()
@@ -126,18 +179,11 @@ class Listing:
         return found
 
     def _peeked(self) -> Iterator[tuple[str, SessionHeader]]:
-        """Each session directory's name and header: a header is peeked once, then cached (it never changes)."""
-        with os.scandir(self._root) as entries:
-            for entry in entries:
-                if entry.name.startswith(".") or not entry.is_dir():
-                    continue
-                known = self._headers.get(entry.name)
-                if known is None:
-                    known = (self._loader.peek_header(Path(entry.path)),)
-                    self._headers.put(entry.name, known)
-                header = known[0]
-                if header is not None:
-                    yield entry.name, header
+        """Each session directory's name and header: peeked once, then kept while the directory is the same."""
+        for name, session_id, _ in self._parented():
+            header = self._header(name, self._root / name) if session_id is not None else None
+            if header is not None:
+                yield name, header
 
     def _owner(self, name: str) -> str:
         owner = self._owners.get(name)

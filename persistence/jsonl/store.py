@@ -57,7 +57,6 @@ from persistence.base import (
     SessionSummary,
     events_in,
     incarnated,
-    subtree,
 )
 from persistence.batch import PreparedBatch, prepared
 from persistence.errors import SessionExistsError, SessionNotFoundError, StoreError
@@ -294,7 +293,7 @@ class JsonlStore(HistoryStore):
         # Its header alone: a session whose log is corrupt can be deleted too.
         if self._loader.peek_header(self._directory(session_id)) is None:
             raise SessionNotFoundError(session_id)
-        return subtree(session_id, lambda parent: [child.id for child in self._listing.children(parent)])
+        return self._listing.tree(session_id)
 
     def _delete_sync(self, session_id: str) -> list[str]:
         """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`)."""
@@ -313,8 +312,7 @@ class JsonlStore(HistoryStore):
 
     def _forget(self, session_id: str) -> None:
         self._states.pop(session_id)
-        self._headers.pop(encode_segment(session_id))
-        self._owners.pop(encode_segment(session_id))
+        self._listing.forget(encode_segment(session_id))
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         self._check_writable()

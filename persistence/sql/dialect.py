@@ -19,7 +19,7 @@ from sqlalchemy.sql import Delete, Select, Update
 from codec import StoredRecord
 from persistence.base import PageRead, SessionInfo, sole_sweeper
 from persistence.notify import HeadListener
-from persistence.sql.groups import SqlGroups
+from persistence.sql.groups import SessionUnit, SqlGroups
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore
@@ -176,6 +176,13 @@ class Dialect(ABC):
     @abstractmethod
     def drop_default(self, conn: Connection, table: str, column: str) -> None:
         """Drop a column's default, where the database can (SQLite cannot: there it stays)."""
+
+    async def purge(self, store: SqlStore, session_id: str, work: Callable[[Any], bool]) -> bool:
+        """One batch of a deleted session's records (`Deletion.purge_some` as ``work``); whether more remain.
+
+        Here, a unit of the writer's between groups of appends: a database with one writer has no other place.
+        """
+        return bool(await store._writer.run(SessionUnit(session_id, work), session_id))
 
     def sweeping(self, engine: Engine) -> AbstractAsyncContextManager[bool]:
         """`HistoryStore.sweeping`: always, on a database that one process writes."""

@@ -350,6 +350,7 @@ class PostgresDialect(Dialect):
 
     def __init__(self, engine: Engine, timeout: float, origin: str) -> None:
         self._engine = engine
+        self._timeout = timeout
         self._origin = origin
         self._watchdog = Watchdog(timeout, name="history-sql-watchdog")
         self._listener: HeadListener | None = None
@@ -391,6 +392,25 @@ class PostgresDialect(Dialect):
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(conn.close)
+
+    async def purge(self, store: SqlStore, session_id: str, work: Callable[[Any], bool]) -> bool:
+        # Beside the writer, in a transaction of its own: no group of appends waits on a purge's
+        # statements, which touch only rows no read sees. Its commit need not reach the disk
+        # first: a purge a crash cuts is still named, and the next open finishes it.
+        return await anyio.to_thread.run_sync(self._purge_apart, work)
+
+    def _purge_apart(self, work: Callable[[Any], bool]) -> bool:
+        try:
+            with self._engine.begin() as conn:
+                conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, round(self._timeout * 1000))}")
+                cursor = conn.connection.cursor()
+                try:
+                    return work(cursor)
+                finally:
+                    cursor.close()
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"store unavailable: {exc.orig}") from exc
 
     @staticmethod
     def _try_lock(conn: Connection, function: str) -> bool:

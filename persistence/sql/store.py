@@ -276,9 +276,8 @@ class SqlStore(HistoryStore):
         unit = SessionUnit(session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop), tree)
         deleted: list[str]
         deleted, left = await self._writer.run(unit, session_id)
-        for gone in left:  # gone now; their records go a batch per unit, so other writes pass between
-            purge = SessionUnit(gone, functools.partial(self._deletion.purge_some, session_id=gone))
-            while await self._writer.run(purge, gone):
+        for gone in left:  # gone now; their records go a batch at a time, so other writes pass between
+            while await self._dialect.purge(self, gone, functools.partial(self._deletion.purge_some, session_id=gone)):
                 await anyio.sleep(PURGE_PAUSE)
         return deleted
 
