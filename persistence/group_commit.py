@@ -94,6 +94,10 @@ class GroupCommit:
                 self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                 self._thread.start()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         """Finish the units already queued, then stop the thread."""
         self._closed = True

@@ -23,9 +23,20 @@ from typing import Final
 
 import msgspec
 
-from persistence.jsonl.files import fsync_dir, write_atomic
+from codec import SessionHeader, incarnation_of
+from persistence.base import subagent_parent
+from persistence.jsonl.files import fsync_dir, locked, write_atomic
+from persistence.jsonl.layout import encode_segment
 
-__all__ = ["INTENT_PREFIX", "TRASH_PREFIX", "Doomed", "delete_directories", "finish_deletes", "tree_size"]
+__all__ = [
+    "INTENT_PREFIX",
+    "TRASH_PREFIX",
+    "Doomed",
+    "delete_directories",
+    "delete_tree",
+    "finish_deletes",
+    "tree_size",
+]
 
 INTENT_PREFIX: Final = ".deleting-"
 TRASH_PREFIX: Final = ".deleted-"
@@ -39,6 +50,37 @@ class Doomed(msgspec.Struct, frozen=True, array_like=True):
 
 
 _INTENT: Final = msgspec.json.Decoder(list[Doomed])
+
+
+def delete_tree(
+    root: Path,
+    session_id: str,
+    tree: Callable[[str], list[str]],
+    peek: Callable[[Path], SessionHeader | None],
+    stale: Callable[[str], object],
+) -> list[str]:
+    """Delete ``session_id`` and the sessions below it (``tree``), under their locks; the ids deleted.
+
+    The locks are taken in directory-name order (§7.2), as every deleter takes them. Under its
+    lock each session below must still be a subagent in the tree: one made again elsewhere
+    since ``tree`` looked, in another tree, is ``stale(id)`` (its kept header dropped), and the
+    tree is looked up again.
+    """
+    while True:
+        members = tree(session_id)
+        with contextlib.ExitStack() as held:
+            doomed = []
+            for gone in sorted(members, key=encode_segment):
+                directory = root / encode_segment(gone)
+                held.enter_context(locked(directory, gone))
+                header = peek(directory)
+                if gone != session_id and (header is None or subagent_parent(header) not in members):
+                    stale(gone)
+                    break
+                doomed.append(Doomed(directory.name, "" if header is None else incarnation_of(header)))
+            else:
+                delete_directories(root, doomed)
+                return members
 
 
 def delete_directories(root: Path, doomed: list[Doomed]) -> None:

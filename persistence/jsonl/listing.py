@@ -5,8 +5,8 @@ by directory name; only ``closedAt`` (the `CLOSED_NAME` file) is read afresh. Wh
 session each directory is a subagent of is kept apart, for many more directories, with
 the directory's inode and change time: a directory made again under the same name (by
 another process) gets a new change time, even where the file system reuses the inode, and
-is read again. So a delete finds its tree in one scan of the root that reads no header it
-has seen (§6.5).
+is read again. So a delete finds its tree in a scan of the root that reads only the headers
+of directories that changed (§6.5).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ __all__ = ["Listing"]
 
 logger = logging.getLogger(__name__)
 
-# Directories whose parent is kept: about 250 bytes each, so some 64 MB at most.
-PARENTS_KEPT: Final = 1 << 18
+# Directories whose parent is kept: about 500 bytes each, so some 64 MB at most.
+PARENTS_KEPT: Final = 1 << 17
 
 
 class Listing:
@@ -80,7 +80,7 @@ class Listing:
         for name, _, parent in self._parented():
             if parent == parent_id:
                 header = self._header(name, self._root / name)
-                if header is not None:
+                if header is not None and subagent_parent(header) == parent_id:
                     found.append(with_closed(header, closed_at(self._root / name)))
         return sorted(found, key=lambda header: header.id)
 
@@ -92,8 +92,13 @@ class Listing:
                 below[parent].append(child)
         return subtree(session_id, lambda parent: sorted(below.get(parent, ())))
 
+    def clear(self) -> None:
+        self._headers.clear()
+        self._owners.clear()
+        self._parents.clear()
+
     def forget(self, name: str) -> None:
-        """Drop what is kept of a directory this process removed."""
+        """Drop what is kept of a directory (this process removed it, or it may have changed)."""
         self._headers.pop(name)
         self._owners.pop(name)
         self._parents.pop(name)
@@ -111,8 +116,9 @@ class Listing:
                 made = (stat.st_ino, stat.st_ctime_ns)
                 known = self._parents.get(entry.name)
                 if known is None or known[0] != made:
-                    if known is not None:  # perhaps made again: its header and owner may differ
-                        self.forget(entry.name)
+                    self.forget(
+                        entry.name
+                    )  # perhaps made again (or not seen for long): its header and owner may differ
                     header = self._header(entry.name, Path(entry.path))
                     known = (made, None, None) if header is None else (made, header.id, subagent_parent(header))
                     self._parents.put(entry.name, known)

@@ -62,7 +62,7 @@ from persistence.batch import PreparedBatch, prepared
 from persistence.errors import SessionExistsError, SessionNotFoundError, StoreError
 from persistence.group_commit import GroupCommit, unavailable
 from persistence.jsonl import journal as jsonl_journal
-from persistence.jsonl.deletion import Doomed, delete_directories, finish_deletes, tree_size
+from persistence.jsonl.deletion import delete_tree, finish_deletes, tree_size
 from persistence.jsonl.file_groups import FileGroup, FileGroups, Staged, Step
 from persistence.jsonl.files import (
     SessionLock,
@@ -297,15 +297,7 @@ class JsonlStore(HistoryStore):
 
     def _delete_sync(self, session_id: str) -> list[str]:
         """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`)."""
-        tree = self._tree(session_id)
-        with contextlib.ExitStack() as held:
-            doomed = []
-            for gone in sorted(tree, key=encode_segment):  # in directory-name order (§7.2), as every deleter
-                directory = self._directory(gone)
-                held.enter_context(locked(directory, gone))
-                header = self._loader.peek_header(directory)
-                doomed.append(Doomed(directory.name, "" if header is None else incarnation_of(header)))
-            delete_directories(self._root, doomed)
+        tree = delete_tree(self._root, session_id, self._tree, self._loader.peek_header, self._forget)
         for gone in tree:
             self._forget(gone)
         return tree
@@ -586,8 +578,7 @@ class JsonlStore(HistoryStore):
         await anyio.to_thread.run_sync(self._writer.close)
         self._groups.close()
         self._states.clear()
-        self._headers.clear()
-        self._owners.clear()
+        self._listing.clear()
 
 
 def _translated(fn: Callable[..., T], *args: Any) -> T:

@@ -8,30 +8,36 @@ deleted, delivered at commit.
 
 The records, which may be a hundred megabytes, stay behind the gone rows, and no read sees
 them (every read of records asks for its session's row in the same statement). The same unit
-names each id in ``history_purges``; then `Deletion.purge_some` removes their records a
-bounded batch per unit, so appends to other sessions commit between the batches. A create of
+names each id in ``history_purges``; then `Deletion.purge` removes their records a bounded
+batch at a time (`Dialect.purge`: a unit of SQLite's writer, or a transaction of its own
+beside PostgreSQL's), so appends to other sessions commit between the batches. A create of
 a purged id removes what is left at once, and opening the store finishes any purge a crash cut.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import anyio
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect as SaDialect
 
 from codec import decode_header, incarnation_of
 from persistence.base import subtree
-from persistence.errors import SessionNotFoundError
+from persistence.errors import SessionNotFoundError, StoreError
 from persistence.sql.dialect import Dialect
 from persistence.sql.prepared import Prepared
 from persistence.sql.schema import hidden_table, messages_table, purges_table, records_table, sessions_table
 
 __all__ = ["PURGE_PAUSE", "PURGE_ROWS", "Deletion", "finish_purges"]
 
-# Records removed per unit of a purge (half a megabyte of 8 KiB events), and the seconds it
-# waits before the next: a purge is background work, and leaves the writer to appends between.
+logger = logging.getLogger(__name__)
+
+# Records removed per batch of a purge (half a megabyte of 8 KiB events), and the seconds it
+# waits before the next: a purge is background work, and leaves the store to appends between.
 PURGE_ROWS: Final = 64
 PURGE_PAUSE: Final = 0.01
 
@@ -111,6 +117,19 @@ class Deletion:
         self._unname.run(cursor, id=session_id)
         return False
 
+    async def purge(self, left: list[str], batch: Callable[[str, Callable[[Any], bool]], Awaitable[bool]]) -> None:
+        """Remove the records of the deleted sessions ``left``, a batch (`purge_some`) at a time, a pause between.
+
+        ``batch(id, work)`` runs one (`Dialect.purge`). The delete itself is durable by now: a
+        batch that fails is logged, and what is left stays named, for `finish_purges`.
+        """
+        try:
+            for gone in left:
+                while await batch(gone, functools.partial(self.purge_some, session_id=gone)):
+                    await anyio.sleep(PURGE_PAUSE)
+        except StoreError as exc:
+            logger.error("the records of deleted sessions %r are not purged yet: %s", left, exc)
+
     def before_create(self, cursor: Any, session_id: str) -> None:
         """Before ``session_id`` is created again: remove whatever a purge of its last incarnation has left."""
         if self._purging.run(cursor, id=session_id).fetchone() is not None:
@@ -119,8 +138,14 @@ class Deletion:
 
 
 def finish_purges(conn: Connection) -> None:
-    """Every purge a crash cut, whole: at open, in the opening's write transaction."""
+    """Every purge a crash cut, whole: at open, in the opening's write transaction.
+
+    A purge another process is carrying out holds its name's row, and is left to it (on
+    PostgreSQL; SQLite has one writer): waiting for it, in the order opposite to its own,
+    could deadlock the two.
+    """
     p, r = purges_table.c, records_table.c
-    for session_id in conn.execute(sa.select(p.session_id)).scalars().all():
+    named = sa.select(p.session_id).with_for_update(skip_locked=True)
+    for session_id in conn.execute(named).scalars().all():
         conn.execute(sa.delete(records_table).where(r.session_id == session_id))
-    conn.execute(sa.delete(purges_table))
+        conn.execute(sa.delete(purges_table).where(p.session_id == session_id))

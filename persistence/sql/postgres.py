@@ -27,6 +27,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from codec import StoredRecord
 from persistence.base import TOUCH_MS, AppendResult, PageRead, SessionInfo, now_ms
 from persistence.errors import SessionNotFoundError, StoreError
+from persistence.group_commit import unavailable
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
 from persistence.rules import BatchPlan, dense_gap, page_span, plan_batch
@@ -350,7 +351,6 @@ class PostgresDialect(Dialect):
 
     def __init__(self, engine: Engine, timeout: float, origin: str) -> None:
         self._engine = engine
-        self._timeout = timeout
         self._origin = origin
         self._watchdog = Watchdog(timeout, name="history-sql-watchdog")
         self._listener: HeadListener | None = None
@@ -394,23 +394,28 @@ class PostgresDialect(Dialect):
                 await anyio.to_thread.run_sync(conn.close)
 
     async def purge(self, store: SqlStore, session_id: str, work: Callable[[Any], bool]) -> bool:
-        # Beside the writer, in a transaction of its own: no group of appends waits on a purge's
-        # statements, which touch only rows no read sees. Its commit need not reach the disk
-        # first: a purge a crash cuts is still named, and the next open finishes it.
-        return await anyio.to_thread.run_sync(self._purge_apart, work)
+        # Beside the writer, in a bounded transaction of its own: no group of appends waits on a
+        # purge's statements, which touch only rows no read sees (a create of the same id waits
+        # for one batch). Its commit need not reach the disk first: a batch a crash loses leaves
+        # the id named, and whatever finishes purges (§7.3) removes the rest.
+        if store._writer.closed:
+            raise StoreError("the store is closed")
+        return await anyio.to_thread.run_sync(self._purge_apart, store, work)
 
-    def _purge_apart(self, work: Callable[[Any], bool]) -> bool:
+    @staticmethod
+    def _purge_apart(store: SqlStore, work: Callable[[Any], bool]) -> bool:
         try:
-            with self._engine.begin() as conn:
-                conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
-                conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, round(self._timeout * 1000))}")
+            with store._read() as conn:
+                conn.exec_driver_sql("SELECT set_config('synchronous_commit', 'off', true)")
                 cursor = conn.connection.cursor()
                 try:
                     return work(cursor)
                 finally:
                     cursor.close()
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(f"store unavailable: {exc.orig}") from exc
+        except StoreError:
+            raise
+        except Exception as exc:  # the driver's, raised on its own cursor, which SQLAlchemy does not wrap
+            raise unavailable(exc) from exc
 
     @staticmethod
     def _try_lock(conn: Connection, function: str) -> bool:

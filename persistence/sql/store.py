@@ -48,7 +48,7 @@ from persistence.notify import HeadListener
 from persistence.rules import confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
 from persistence.sql import space
-from persistence.sql.deletion import PURGE_PAUSE, Deletion, finish_purges
+from persistence.sql.deletion import Deletion, finish_purges
 from persistence.sql.dialect import (
     INLINE_BYTES,
     MESSAGE_PAGE,
@@ -276,9 +276,7 @@ class SqlStore(HistoryStore):
         unit = SessionUnit(session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop), tree)
         deleted: list[str]
         deleted, left = await self._writer.run(unit, session_id)
-        for gone in left:  # gone now; their records go a batch at a time, so other writes pass between
-            while await self._dialect.purge(self, gone, functools.partial(self._deletion.purge_some, session_id=gone)):
-                await anyio.sleep(PURGE_PAUSE)
+        await self._deletion.purge(left, lambda gone, work: self._dialect.purge(self, gone, work))
         return deleted
 
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:

@@ -1,4 +1,4 @@
-"""A SQL delete (persistence/sql/deletion.py): the session goes at once, its records a batch per unit after it."""
+"""A SQL delete (persistence/sql/deletion.py): the session goes at once, its records a batch at a time after it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from codec import Event, SessionHeader
-from persistence.errors import SessionNotFoundError
+from persistence.errors import SessionNotFoundError, StoreError
 from persistence.sql import SqlStore, records_table
 from persistence.sql.deletion import PURGE_ROWS, Deletion
 from persistence.sql.schema import purges_table
@@ -52,7 +52,7 @@ async def test_a_delete_removes_the_records_in_batches_after_the_session(
     monkeypatch.setattr(Deletion, "purge_some", counted)
     try:
         assert await store.delete_session("big") == ["big"]
-        # A first batch in the delete's own unit, two more full ones, then the rest: each its own unit.
+        # A first batch in the delete's own unit, two more full ones, then the rest: each on its own.
         assert batches == [True, True, False]
         assert await store.read_events("other", 0, 5) == notes(0, 5)
     finally:
@@ -106,8 +106,38 @@ async def test_an_id_created_again_never_reads_the_records_its_last_incarnation_
         assert await store.read_stored("s", 0, 300) == [] and rows(sql_url, purges_table) == []
         await store.append("s", notes(0, 3))
         assert await store.read_events("s", 0, 300) == notes(0, 3)
-        # A purge that comes late finds the id no longer named, and leaves the new incarnation alone.
-        assert not await store._writer.run(lambda cursor: store._deletion.purge_some(cursor, "s"), "s")
+        # A purge that comes late, where this database runs it, finds the id no longer named and
+        # leaves the new incarnation alone.
+        assert not await store._dialect.purge(store, "s", lambda cursor: store._deletion.purge_some(cursor, "s"))
         assert await store.read_events("s", 0, 300) == notes(0, 3) and tree == ["s"]
+    finally:
+        await store.close()
+
+
+async def test_a_purge_that_fails_leaves_the_delete_done_and_the_rest_named_for_the_next_open(
+    sql_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await SqlStore.open(sql_url)
+    await big(store, "big", PURGE_ROWS * 3)
+    await big(store, "other", 5)
+
+    async def failing(*args: object) -> bool:
+        raise StoreError("store unavailable: the connection was cut")
+
+    monkeypatch.setattr(store._dialect, "purge", failing)
+    try:
+        # Durable at the delete's own unit: the answer is the tree, whatever its purge meets after.
+        assert await store.delete_session("big") == ["big"]
+        with pytest.raises(SessionNotFoundError):
+            await store.read_stored("big", 0, 10)
+        assert "not purged yet" in caplog.text
+    finally:
+        await store.close()
+    assert rows(sql_url, purges_table) == [("big",)]
+    store = await SqlStore.open(sql_url)
+    try:
+        assert rows(sql_url, purges_table) == [] and {row.session_id for row in rows(sql_url, records_table)} == {
+            "other"
+        }
     finally:
         await store.close()
