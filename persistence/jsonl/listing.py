@@ -116,9 +116,8 @@ class Listing:
                 made = (stat.st_ino, stat.st_ctime_ns)
                 known = self._parents.get(entry.name)
                 if known is None or known[0] != made:
-                    self.forget(
-                        entry.name
-                    )  # perhaps made again (or not seen for long): its header and owner may differ
+                    # Perhaps made again, or not seen for long: its header and owner may differ.
+                    self.forget(entry.name)
                     header = self._header(entry.name, Path(entry.path))
                     known = (made, None, None) if header is None else (made, header.id, subagent_parent(header))
                     self._parents.put(entry.name, known)

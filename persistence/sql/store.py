@@ -161,7 +161,7 @@ class SqlStore(HistoryStore):
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        """A SQLAlchemy read transaction, for the listings, which are off the hot path; bounded."""
+        """A bounded SQLAlchemy transaction, off the hot path: the listings' reads, and PostgreSQL's purge batches."""
         deadline: Deadline | None = None
         try:
             with self._engine.connect() as conn:
