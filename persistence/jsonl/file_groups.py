@@ -1,4 +1,4 @@
-"""Group commit for appends to files: every index entry of a group, one barrier, then every log write, another.
+"""Group commit for appends to files: a barrier for what must be durable first, then one for the rest.
 
 A JSONL append must make its index entry durable before its log bytes are written, so
 that a torn batch is found and cut whole (docs/protocol.md §7.2). Alone, that costs two
@@ -8,10 +8,10 @@ fsyncs those. Each barrier's fsyncs run concurrently, `SYNC_THREADS` at a time, 
 device can serve their flushes together: measured on this machine's ext4, 50 appends
 took 16.4 ms with their fsyncs one after the other, and 5.2 ms eight at a time.
 
-Each append is still its own: one whose write or fsync fails is undone and fails alone.
-A sealing rewrite stages two more barriers around those: its rollback journal before
-them, and the journal's clearing after. A unit that stages nothing (a conflict, a
-re-send) finishes inside its work function.
+A sealing rewrite fits the same two barriers: its rollback journal in the first, then its
+index entries and log bytes together in the second, since the journal can undo any part
+of them. Each append is still its own: one whose write or fsync fails is undone and fails
+alone. A unit that stages nothing (a conflict, a re-send) finishes inside its work function.
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ Step = Callable[[], int]
 
 
 class Staged(NamedTuple):
-    """One append's writes, one per barrier in order (``None`` to skip one), and what to do after them.
+    """One append's writes, the steps of each barrier in order (none to skip one), and what to do after them.
 
     ``durable`` runs once every write is synced; ``failed`` undoes what was written when one
     write or sync failed; ``name`` names the log in the error.
     """
 
-    steps: tuple[Step | None, ...]
+    steps: tuple[tuple[Step, ...], ...]
     name: Path
     durable: Callable[[], None]
     failed: Callable[[], None]
@@ -101,13 +101,13 @@ class FileGroups:
             handles: list[tuple[int, Staged, int]] = []
             try:
                 for number, append in staged:
-                    step = append.steps[barrier] if barrier < len(append.steps) else None
-                    if step is None or number in failed:
-                        continue
-                    try:
-                        handles.append((number, append, step()))
-                    except OSError as exc:
-                        failed[number] = StoreError(f"append to {append.name} failed: {exc}")
+                    for step in append.steps[barrier] if barrier < len(append.steps) else ():
+                        if number in failed:
+                            break
+                        try:
+                            handles.append((number, append, step()))
+                        except OSError as exc:
+                            failed[number] = StoreError(f"append to {append.name} failed: {exc}")
                 errors = self._syncs.map(_fsync, [handle for _, _, handle in handles])
                 for (number, append, _), error in zip(handles, errors, strict=True):
                     if error is not None:

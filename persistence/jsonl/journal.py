@@ -1,15 +1,17 @@
 """The rollback journal of a JSONL rewrite: sealing never loses a committed record.
 
 An append that seals the open run rewrites the log from the start of an earlier batch. It
-first saves, and fsyncs, a journal: the log bytes it will overwrite, the index's size, and
-the new bytes' length and CRC. Then it appends the index entry and overwrites the log. On
-open, a journal left behind is settled before anything else is read:
+first saves, and fsyncs, a journal: the log bytes it will overwrite, the index's size, the
+new bytes' length and CRC, and the index entries it appends. Then it appends those entries
+and overwrites the log, and fsyncs both at once; then it clears the journal, without an
+fsync. On open, a journal left behind is settled before anything else is read:
 
 * a journal that is torn or garbled was never complete, so nothing was overwritten yet;
 * a journal is stale when the index past its old size is not (a prefix of) the rewrite's own
-  entries: appends came after the rewrite ended, and only the journal's clearing was lost
-  (its fsync failed, then the power went), so it is cleared and not applied;
-* if the log holds the new bytes in full, the rewrite finished (old bytes past them are cut);
+  entries: appends came after the rewrite ended, and only its clearing did not reach the
+  disk, so it is cleared and not applied;
+* if the index holds the rewrite's entries and the log its new bytes, in full, the rewrite
+  finished (old bytes past them are cut);
 * otherwise the old log bytes are written back and the index cut to its old size.
 
 So the store is what it was before the append, or what it is after it, never between.
@@ -28,7 +30,6 @@ import msgspec
 from persistence.jsonl.files import fsync_dir, pread_path, truncate, write_at, write_file, write_unsynced
 
 __all__ = [
-    "Clearing",
     "JOURNAL_NAME",
     "Journal",
     "cleared",
@@ -37,6 +38,7 @@ __all__ = [
     "pending",
     "ready",
     "settle",
+    "undo",
     "written",
 ]
 
@@ -88,7 +90,7 @@ def written(directory: Path, journal: Journal) -> int:
 
 
 def cleared(directory: Path) -> int:
-    """Empty the journal (the rewrite is done) and return the open descriptor for the caller to sync."""
+    """Empty the journal (the rewrite is done) and return the open descriptor, for the caller to close."""
     # Opening it truncated: one call, where a write of nothing would stat the file and then cut it.
     return os.open(directory / JOURNAL_NAME, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
 
@@ -125,13 +127,25 @@ def journal_size(directory: Path) -> int | None:
 
 def settle(directory: Path, log_path: Path, index_path: Path) -> bool:
     """Finish or undo a rewrite a crash interrupted; ``True`` if the old bytes were put back."""
+    return _settle(directory, log_path, index_path, trust_done=True)
+
+
+def undo(directory: Path, log_path: Path, index_path: Path) -> bool:
+    """`settle` a rewrite that failed in this process: undone even if its files look done; ``True`` if undone.
+
+    A write whose fsync failed can look whole in the page cache and still be lost to a power loss.
+    """
+    return _settle(directory, log_path, index_path, trust_done=False)
+
+
+def _settle(directory: Path, log_path: Path, index_path: Path, *, trust_done: bool) -> bool:
     path = directory / JOURNAL_NAME
     if not pending(directory):
         return False
     journal = _read(path)
     restored = False
     if journal is not None and not _stale(index_path, journal):
-        if _done(log_path, journal):
+        if trust_done and _done(log_path, index_path, journal):
             # The crash may have come before the old bytes past the new end were cut.
             truncate(log_path, journal.log_at + journal.new_length)
         else:
@@ -142,33 +156,30 @@ def settle(directory: Path, log_path: Path, index_path: Path) -> bool:
     return restored
 
 
+def _after(index_path: Path, journal: Journal) -> bytes | None:
+    """The index past its old size, one byte longer than the rewrite's entries; ``None`` without an index."""
+    try:
+        return pread_path(index_path, journal.index_size, journal.index_size + len(journal.entries) + 1)
+    except FileNotFoundError:
+        return None
+
+
 def _stale(index_path: Path, journal: Journal) -> bool:
     if not journal.entries:
         return False
-    try:
-        # One byte more than the entries: an index that goes on past them was appended to later.
-        after = pread_path(index_path, journal.index_size, journal.index_size + len(journal.entries) + 1)
-    except FileNotFoundError:
+    after = _after(index_path, journal)
+    # An index that goes on past the entries was appended to later.
+    return after is not None and not journal.entries.startswith(after)
+
+
+def _done(log_path: Path, index_path: Path, journal: Journal) -> bool:
+    # The entries and the bytes share one barrier, so either may have reached the disk without the other.
+    # A journal without entries comes from a version that made the entries durable first; without an
+    # index, the log wins, as it does on every open.
+    after = _after(index_path, journal) if journal.entries else None
+    if after is not None and after != journal.entries:
         return False
-    return not journal.entries.startswith(after)
-
-
-def _done(log_path: Path, journal: Journal) -> bool:
     end = journal.log_at + journal.new_length
     if os.stat(log_path).st_size < end:
         return False
     return zlib.crc32(pread_path(log_path, journal.log_at, end)) == journal.new_crc
-
-
-class Clearing:
-    """The step that clears a rewrite's journal, which remembers that it was reached."""
-
-    __slots__ = ("directory", "started")
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.started = False
-
-    def __call__(self) -> int:
-        self.started = True
-        return cleared(self.directory)

@@ -26,7 +26,7 @@ def staging(path: Path, data: bytes, calls: list[str], done: list[str], undone: 
     def work(group: FileGroup) -> str:
         group.stage(
             Staged(
-                (step("first"), None, step("second")),
+                ((step("first"),), (), (step("second"),)),
                 path,
                 lambda: done.append(name),
                 lambda: undone.append(name),
@@ -75,6 +75,41 @@ def test_a_failed_write_fails_its_own_append_and_no_other(tmp_path: Path) -> Non
     assert good.read_bytes() == b"gsecond"
 
 
+def test_the_steps_of_one_barrier_are_all_synced_before_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def write(path: Path) -> Any:
+        def step() -> int:
+            calls.append(f"{path.name} after {sorted(synced)}")
+            return write_unsynced(path, 0, path.name.encode())
+
+        return step
+
+    paths = [tmp_path / name for name in ("journal", "index", "log")]
+    for path in paths:
+        path.write_bytes(b"")
+    journal, index, log = (write(path) for path in paths)
+
+    def work(group: FileGroup) -> None:
+        group.stage(Staged(((journal,), (index, log)), paths[2], lambda: calls.append("durable"), lambda: None))
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    groups = FileGroups()
+    assert groups([work]) == [(True, None)]
+    groups.close()
+    assert calls == ["journal after []", "index after ['journal']", "log after ['journal']", "durable"]
+    assert sorted(synced) == ["index", "journal", "log"]
+    assert [path.read_bytes() for path in paths] == [b"journal", b"index", b"log"]
+
+
 def test_locks_are_held_until_the_group_is_durable(tmp_path: Path) -> None:
     held: list[str] = []
 
@@ -91,7 +126,7 @@ def test_locks_are_held_until_the_group_is_durable(tmp_path: Path) -> None:
     def work(group: FileGroup) -> None:
         group.hold(Lock())
         group.stage(
-            Staged((lambda: write_unsynced(path, 0, b"y"),), path, lambda: held.append("durable"), lambda: None)
+            Staged(((lambda: write_unsynced(path, 0, b"y"),),), path, lambda: held.append("durable"), lambda: None)
         )
 
     groups = FileGroups()

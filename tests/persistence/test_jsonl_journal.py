@@ -89,11 +89,14 @@ def crash_states(found: dict[str, bytes]) -> list[tuple[str, bytes, bytes, bytes
     )
     at = next(i for i in range(min(len(old_log), len(new_log))) if old_log[i] != new_log[i])
     states = [(f"journal[:{i}]", old_log, old_index, journal[:i], False) for i in range(len(journal))]
-    states += [(f"index[:{i}]", old_log, new_index[:i], journal, False) for i in range(len(old_index), len(new_index))]
-    for j in range(at, len(new_log) + 1):
-        # The log is overwritten in place: bytes past the written prefix are still the old ones.
-        log = new_log[:j] + old_log[j:]
-        states.append((f"log[:{j}]", log, new_index, journal, j == len(new_log)))
+    # The index entries and the log bytes share one barrier: any prefix of each may have reached the disk.
+    middle = (at + len(new_log)) // 2
+    for i in range(len(old_index), len(new_index) + 1):
+        for j in (at, middle, len(new_log)) if i < len(new_index) else range(at, len(new_log) + 1):
+            # The log is overwritten in place: bytes past the written prefix are still the old ones.
+            log = new_log[:j] + old_log[j:]
+            whole = (i, j) == (len(new_index), len(new_log))
+            states.append((f"index[:{i}], log[:{j}]", log, new_index[:i], journal, whole))
     return states
 
 
@@ -163,54 +166,88 @@ async def test_a_journal_left_without_its_index_entry_is_settled_before_the_next
     assert await reopened(tmp_path / "root") == [*COMMITTED, plain(6), plain(7)]
 
 
-async def test_a_journal_not_cleared_durably_fails_the_store_closed_until_it_is_reopened(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root = tmp_path / "root"
+async def committed(root: Path) -> JsonlStore:
+    """A store whose session ``s`` holds COMMITTED, so that SEALING rewrites its log."""
     store = await JsonlStore.open(root)
     await store.create_session(SessionHeader(id="s", createdAt=0))
     await store.append("s", COMMITTED)
-    files = Files(root / "s", "session.jsonl")
-    # The journal the clearing would have erased: a power loss can bring it back, as its fsync failed.
-    kept: list[bytes] = []
-    clearing_fds: set[int] = set()
-    clearing, fsync = jsonl_journal.cleared, os.fsync
+    return store
 
-    def clear(directory: Path) -> int:
-        kept.append((directory / jsonl_journal.JOURNAL_NAME).read_bytes())
-        fd = clearing(directory)
-        clearing_fds.add(fd)
-        return fd
+
+def log_fsyncs_fail(monkeypatch: pytest.MonkeyPatch, log_name: str, times: int) -> None:
+    """The next ``times`` fsyncs of a session log fail, as a failing disk's would."""
+    fsync = os.fsync
+    left = [times]
 
     def failing_fsync(fd: int) -> None:
-        if fd in clearing_fds:
+        if left[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("/" + log_name):
+            left[0] -= 1
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         fsync(fd)
 
-    monkeypatch.setattr(jsonl_journal, "cleared", clear)
     monkeypatch.setattr(os, "fsync", failing_fsync)
+
+
+async def test_a_rewrite_whose_fsync_fails_is_undone_though_its_files_look_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    store = await committed(root)
+    files = Files(root / "s", "session.jsonl")
+    before = files.read()
+    log_fsyncs_fail(monkeypatch, "session.jsonl", 1)
     with pytest.raises(StoreError):
         await store.append("s", SEALING)
     monkeypatch.undo()
-    assert len(kept) == 1
+    # The page cache held the whole rewrite, and its fsync failed: it is put back, not trusted.
+    assert files.read() == before
+    assert files.journal.read_bytes() == b""
+    assert await store.read_events("s", 0, 11) == COMMITTED
+    await store.check_ready()
+    await store.append("s", SEALING)
+    await store.close()
+    assert await reopened(root) == COMMITTED + SEALING
+
+
+async def test_a_rewrite_that_cannot_be_undone_fails_the_store_closed_until_it_is_reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    store = await committed(root)
+    # The disk fails the log's fsyncs, so the undo's own write back fails too: its journal may come back.
+    log_fsyncs_fail(monkeypatch, "session.jsonl", 2)
+    with pytest.raises(StoreError):
+        await store.append("s", SEALING)
     with pytest.raises(StoreError, match="reopened"):
         await store.append("s", [plain(11)])
     with pytest.raises(StoreError, match="reopened"):
         await store.check_ready()
-    # Reads go on: the files are whole, only a later power loss could undo the journal's clearing.
-    assert await store.read_events("s", 0, 11) == COMMITTED + SEALING
+    monkeypatch.undo()
     await store.close()
 
     store = await JsonlStore.open(root)
     await store.check_ready()
-    # The failed append's rewrite stood (its bytes were durable): its re-send is idempotent.
-    assert (await store.append("s", SEALING)).idempotent
-    await store.append("s", [plain(11), plain(12)])
+    assert await store.read_events("s", 0, 11) == COMMITTED
+    await store.append("s", SEALING)
     await store.close()
-    # The power loss: the journal's clearing never reached the disk.
-    files.journal.write_bytes(kept[0])
-    assert await reopened(root) == [*COMMITTED, *SEALING, plain(11), plain(12)]
+    assert await reopened(root) == COMMITTED + SEALING
+
+
+@pytest.mark.parametrize("later", [0, 2])
+async def test_a_journal_whose_clearing_never_reached_the_disk_is_never_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, later: int
+) -> None:
+    """The clearing is not fsynced: a power loss may bring the journal back, done, or stale once appends follow."""
+    files, found = await sealing_write(tmp_path / "root", "none", monkeypatch)
+    store = await JsonlStore.open(tmp_path / "root")
+    for seq in range(11, 11 + later):
+        await store.append("s", [plain(seq)])
+    await store.close()
+    log, index = files.read()
+    files.journal.write_bytes(found["journal"])
+    assert await reopened(tmp_path / "root") == [*COMMITTED, *SEALING, *(plain(seq) for seq in range(11, 11 + later))]
     assert files.journal.read_bytes() == b""
+    assert files.read() == (log, index)
 
 
 def test_a_stale_journal_is_cleared_and_never_applied(tmp_path: Path) -> None:
