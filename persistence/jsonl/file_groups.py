@@ -108,7 +108,7 @@ class FileGroups:
                             handles.append((number, append, step()))
                         except OSError as exc:
                             failed[number] = StoreError(f"append to {append.name} failed: {exc}")
-                errors = self._syncs.map(_fsync, [handle for _, _, handle in handles])
+                errors = self._fsync_all([handle for _, _, handle in handles])
                 for (number, append, _), error in zip(handles, errors, strict=True):
                     if error is not None:
                         failed[number] = StoreError(f"append to {append.name} failed: {error}")
@@ -117,6 +117,21 @@ class FileGroups:
                     with contextlib.suppress(OSError):
                         os.close(handle)
         return failed
+
+    def _fsync_all(self, fds: list[int]) -> list[OSError | None]:
+        """Each fsync's error or ``None``, run by `SYNC_THREADS` threads, each with its share, one task each.
+
+        A task per fsync would cost a future and its condition each, in the writer thread, for every file.
+        """
+        shares = len(fds) if len(fds) < SYNC_THREADS else SYNC_THREADS
+        errors: list[OSError | None] = [None] * len(fds)
+        for first, found in enumerate(self._syncs.map(_fsync_each, [fds[k::shares] for k in range(shares)])):
+            errors[first::shares] = found
+        return errors
+
+
+def _fsync_each(fds: list[int]) -> list[OSError | None]:
+    return [_fsync(fd) for fd in fds]
 
 
 def _fsync(fd: int) -> OSError | None:

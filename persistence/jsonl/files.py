@@ -134,7 +134,12 @@ def locked(directory: Path, session_id: str, *, shared: bool = False, wait: bool
 
 def _open_lock(path: Path, session_id: str) -> int:
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Without O_CREAT first: creating takes the directory's lock, and the file is there but once.
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        pass
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except FileNotFoundError:
         raise SessionNotFoundError(session_id) from None
 

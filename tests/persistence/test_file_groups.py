@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from persistence.errors import SeqConflictError, StoreError
-from persistence.jsonl.file_groups import FileGroup, FileGroups, Staged
+from persistence.jsonl.file_groups import SYNC_THREADS, FileGroup, FileGroups, Staged
 from persistence.jsonl.files import write_unsynced
 
 
@@ -141,3 +142,26 @@ def test_write_unsynced_cuts_only_what_lies_past_its_end(tmp_path: Path, size: i
     path.write_bytes(b"z" * size)
     os.close(write_unsynced(path, 2, b"ab"))
     assert path.read_bytes() == (b"zzab" if size else b"\0\0ab")
+
+
+def test_a_failed_fsync_among_many_fails_its_own_append_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # More files than sync threads, so each thread syncs a share of them.
+    paths = [tmp_path / f"f{k}" for k in range(3 * SYNC_THREADS + 1)]
+    for path in paths:
+        path.write_bytes(b"")
+    fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/f13"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    done: list[str] = []
+    undone: list[str] = []
+    groups = FileGroups()
+    outcomes = groups([staging(path, b"x", [], done, undone) for path in paths])
+    groups.close()
+    assert [ok for ok, _ in outcomes] == [path.name != "f13" for path in paths]
+    assert "f13" in str(outcomes[13][1]) and "Input/output error" in str(outcomes[13][1])
+    assert undone == ["f13"] and done == [path.name for path in paths if path.name != "f13"]
