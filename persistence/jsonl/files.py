@@ -21,6 +21,7 @@ __all__ = [
     "acquire",
     "frame_complete",
     "fsync_dir",
+    "fsync_path",
     "locked",
     "pread",
     "pread_path",
@@ -159,7 +160,12 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fsync_path(path)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or directory by its path."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:

@@ -3,16 +3,18 @@
 An append that seals the open run rewrites the log from the start of an earlier batch. It
 first saves, and fsyncs, a journal: the log bytes it will overwrite, the index's size, the
 new bytes' length and CRC, and the index entries it appends. Then it appends those entries
-and overwrites the log, and fsyncs both at once; then it clears the journal, without an
-fsync. On open, a journal left behind is settled before anything else is read:
+and overwrites the log, and fsyncs both at once; then it clears the journal, and fsyncs
+that. On open, a journal left behind is settled before anything else is read:
 
 * a journal that is torn or garbled was never complete, so nothing was overwritten yet;
-* a journal is stale when the index past its old size is not (a prefix of) the rewrite's own
-  entries: appends came after the rewrite ended, and only its clearing did not reach the
-  disk, so it is cleared and not applied;
+* a journal is stale when the index holds the rewrite's own entries and goes on past
+  them: appends came after the rewrite ended, and only its clearing was lost (its fsync
+  failed, then the power went), so it is cleared and not applied;
 * if the index holds the rewrite's entries and the log its new bytes, in full, the rewrite
-  finished (old bytes past them are cut);
-* otherwise the old log bytes are written back and the index cut to its old size.
+  finished: both are made durable (old bytes past the new end are cut);
+* otherwise the old log bytes are written back and the index cut to its old size. An index
+  torn in any way, short or garbled, lands here: its entries and the log's bytes were
+  written together, so the log may hold any part of the rewrite.
 
 So the store is what it was before the append, or what it is after it, never between.
 """
@@ -27,9 +29,10 @@ from typing import Final
 
 import msgspec
 
-from persistence.jsonl.files import fsync_dir, pread_path, truncate, write_at, write_file, write_unsynced
+from persistence.jsonl.files import fsync_dir, fsync_path, pread_path, truncate, write_at, write_file, write_unsynced
 
 __all__ = [
+    "Clearing",
     "JOURNAL_NAME",
     "Journal",
     "cleared",
@@ -90,7 +93,7 @@ def written(directory: Path, journal: Journal) -> int:
 
 
 def cleared(directory: Path) -> int:
-    """Empty the journal (the rewrite is done) and return the open descriptor, for the caller to close."""
+    """Empty the journal (the rewrite is done) and return the open descriptor for the caller to sync."""
     # Opening it truncated: one call, where a write of nothing would stat the file and then cut it.
     return os.open(directory / JOURNAL_NAME, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
 
@@ -146,7 +149,9 @@ def _settle(directory: Path, log_path: Path, index_path: Path, *, trust_done: bo
     restored = False
     if journal is not None and not _stale(index_path, journal):
         if trust_done and _done(log_path, index_path, journal):
-            # The crash may have come before the old bytes past the new end were cut.
+            # Found in the page cache, perhaps, by a process that came after a crash: made durable before
+            # the journal goes. The crash may also have come before the old bytes past the new end were cut.
+            fsync_path(index_path)
             truncate(log_path, journal.log_at + journal.new_length)
         else:
             write_at(log_path, journal.log_at, journal.old)
@@ -167,9 +172,9 @@ def _after(index_path: Path, journal: Journal) -> bytes | None:
 def _stale(index_path: Path, journal: Journal) -> bool:
     if not journal.entries:
         return False
+    # Only an index that holds the entries whole and goes on past them was appended to later.
     after = _after(index_path, journal)
-    # An index that goes on past the entries was appended to later.
-    return after is not None and not journal.entries.startswith(after)
+    return after is not None and len(after) > len(journal.entries) and after.startswith(journal.entries)
 
 
 def _done(log_path: Path, index_path: Path, journal: Journal) -> bool:
@@ -183,3 +188,17 @@ def _done(log_path: Path, index_path: Path, journal: Journal) -> bool:
     if os.stat(log_path).st_size < end:
         return False
     return zlib.crc32(pread_path(log_path, journal.log_at, end)) == journal.new_crc
+
+
+class Clearing:
+    """The step that clears a rewrite's journal, which remembers that it was reached."""
+
+    __slots__ = ("directory", "started")
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started = False
+
+    def __call__(self) -> int:
+        self.started = True
+        return cleared(self.directory)

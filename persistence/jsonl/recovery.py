@@ -70,10 +70,12 @@ class Loader:
     def decompressor(self) -> zstandard.ZstdDecompressor:
         return self._contexts.decompressor()
 
-    def load(self, directory: Path, session_id: str) -> IndexedSession:
+    def load(self, directory: Path, session_id: str, *, distrust: bool = False) -> IndexedSession:
+        """The session's state from its files, a crashed rewrite settled first (undone, with ``distrust``)."""
         log_path = directory / self._log_name
+        settle = jsonl_journal.undo if distrust else jsonl_journal.settle
         try:
-            if jsonl_journal.settle(directory, log_path, directory / INDEX_NAME):
+            if settle(directory, log_path, directory / INDEX_NAME):
                 logger.warning("session %r: undid a sealing rewrite that a crash interrupted", session_id)
             log_size = log_path.stat().st_size
             first = read_head(log_path, self._zstd)

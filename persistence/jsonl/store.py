@@ -137,8 +137,10 @@ class JsonlStore(HistoryStore):
         self._locks = KeyedLocks()
         self._groups = FileGroups()
         self._writer = GroupCommit(self._groups, name="history-jsonl-writer")
-        # Set when a failed rewrite could not be undone from its journal: appends stop until the store is reopened.
+        # Set when a failed rewrite may not be undone from its journal: appends stop until the store is reopened.
         self._broken: str | None = None
+        # Its sessions: their files may look whole in the page cache and not be, so their journals are undone.
+        self._distrusted: set[str] = set()
 
     @classmethod
     async def open(
@@ -256,7 +258,7 @@ class JsonlStore(HistoryStore):
         return state
 
     def _load(self, directory: Path, session_id: str) -> IndexedSession:
-        state = self._loader.load(directory, session_id)
+        state = self._loader.load(directory, session_id, distrust=session_id in self._distrusted)
         learn_closed(state, closed_at(directory))
         return state
 
@@ -375,20 +377,24 @@ class JsonlStore(HistoryStore):
         index_path, log_path = directory / INDEX_NAME, directory / self._log_name
         write_index = functools.partial(write_unsynced, index_path, index_at, line, size=index_at)
         write_log = functools.partial(write_unsynced, log_path, start, block)
-        durable = functools.partial(self._applied, state, entries, len(line))
         if journal is None:
             # The index entry before the log bytes: if the log write tears, the entry marks the batch as torn.
             steps: tuple[tuple[Step, ...], ...] = ((write_index,), (write_log,))
             failed = functools.partial(self._undo, state, start, index_at)
         else:
             # A sealing rewrite: its journal is durable before anything is overwritten, and can undo any part
-            # of the entries and bytes after it, so those share one barrier; clearing it needs no fsync (§7.2).
+            # of the entries and bytes after it, so those share the second barrier; it is cleared in a third.
             if journal_size is None:
                 jsonl_journal.ready(directory)
             journal = msgspec.structs.replace(journal, entries=line)
-            steps = ((functools.partial(jsonl_journal.written, directory, journal),), (write_index, write_log))
-            failed = functools.partial(self._settle_failed, state)
-            durable = functools.partial(self._rewritten, state, entries, len(line))
+            clearing = jsonl_journal.Clearing(directory)
+            steps = (
+                (functools.partial(jsonl_journal.written, directory, journal),),
+                (write_index, write_log),
+                (clearing,),
+            )
+            failed = functools.partial(self._settle_failed, state, clearing)
+        durable = functools.partial(self._applied, state, entries, len(line))
         group.stage(Staged(steps, log_path, durable, failed))
         return AppendResult.of(plan)
 
@@ -397,32 +403,30 @@ class JsonlStore(HistoryStore):
         state.add_all(entries)
         state.index_size += size
 
-    def _rewritten(self, state: IndexedSession, entries: list[Entry], size: int) -> None:
-        self._applied(state, entries, size)
-        try:
-            os.close(jsonl_journal.cleared(state.directory))
-        except OSError as exc:
-            # Left pending, the journal is settled (found done) before the session's next read or append.
-            self._states.pop(state.header.id)
-            logger.warning("session %r: the journal of a finished rewrite is not cleared yet: %s", state.header.id, exc)
+    def _settle_failed(self, state: IndexedSession, clearing: jsonl_journal.Clearing) -> None:
+        """Undo a failed rewrite from its journal, or stop appends when that fails or its journal may not be clear.
 
-    def _settle_failed(self, state: IndexedSession) -> None:
-        """Undo a failed rewrite from its journal, or stop appends when that fails.
-
-        Undone whatever the files now hold: a write whose fsync failed may look complete in
-        the page cache and still be lost. A journal that could not be applied can come back
-        after a power loss, long after later appends, and settling it then would cut or
-        overwrite them. So the store fails closed: no append is taken, and `check_ready`
-        fails, until a reopen settles the session again.
+        Undone whatever the files now hold: a write whose fsync failed may look whole in the
+        page cache and still be lost. A journal whose clearing was not made durable can come
+        back after a power loss, after later appends; were the index lost too, settling it
+        then would cut them. So when the failure came at the clearing, or the undoing fails,
+        the store fails closed: no append is taken, and `check_ready` fails, until a reopen
+        settles the session again. Until then its reads undo a journal still pending, too.
         """
         session_id = state.header.id
         self._states.pop(session_id)
         try:
+            # Still pending: the failure came before the clearing's write, and undoing clears it durably.
+            pending = jsonl_journal.pending(state.directory)
             jsonl_journal.undo(state.directory, state.directory / self._log_name, state.directory / INDEX_NAME)
         except OSError as exc:
             self._fail_closed(session_id, f"undoing its failed rewrite failed: {exc}")
+            return
+        if clearing.started and not pending:
+            self._fail_closed(session_id, "the journal of its rewrite could not be cleared durably")
 
     def _fail_closed(self, session_id: str, why: str) -> None:
+        self._distrusted.add(session_id)
         self._broken = f"session {session_id!r}: {why}; appends are refused until the store is reopened"
         logger.error("JSONL store %s fails closed: %s", self._root, self._broken)
 

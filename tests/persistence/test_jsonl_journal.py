@@ -12,6 +12,7 @@ import pytest
 from codec import Event, SessionHeader, encode, pack_page
 from persistence.errors import StoreError
 from persistence.jsonl import INDEX_NAME, JsonlStore, journal as jsonl_journal
+from persistence.jsonl.files import write_at as files_write_at
 from testing.events import plain, text
 from testing.stores import page_records
 
@@ -97,6 +98,14 @@ def crash_states(found: dict[str, bytes]) -> list[tuple[str, bytes, bytes, bytes
             log = new_log[:j] + old_log[j:]
             whole = (i, j) == (len(new_index), len(new_log))
             states.append((f"index[:{i}], log[:{j}]", log, new_index[:i], journal, whole))
+    # A power loss may keep the index's new size and not its bytes (zeros), or keep its pages out of order.
+    for i in (len(old_index), (len(old_index) + len(new_index)) // 2):
+        zeros = new_index[:i] + bytes(len(new_index) - i)
+        garbled = old_index + new_index[i:] if i > len(old_index) else zeros
+        for j in (at, len(new_log)):
+            log = new_log[:j] + old_log[j:]
+            states += [(f"index[:{i}]+zeros, log[:{j}]", log, zeros, journal, False)]
+            states += [(f"index out of order at {i}, log[:{j}]", log, garbled, journal, False)]
     return states
 
 
@@ -209,20 +218,32 @@ async def test_a_rewrite_whose_fsync_fails_is_undone_though_its_files_look_whole
     assert await reopened(root) == COMMITTED + SEALING
 
 
-async def test_a_rewrite_that_cannot_be_undone_fails_the_store_closed_until_it_is_reopened(
+async def test_a_rewrite_that_cannot_be_undone_fails_the_store_closed_and_its_reads_undo_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "root"
     store = await committed(root)
-    # The disk fails the log's fsyncs, so the undo's own write back fails too: its journal may come back.
-    log_fsyncs_fail(monkeypatch, "session.jsonl", 2)
+    # The log's fsync fails, and so does the undo, before it writes the old bytes back: the page
+    # cache holds the whole rewrite, which the disk may not.
+    log_fsyncs_fail(monkeypatch, "session.jsonl", 1)
+    write_at = files_write_at
+
+    def failing_write_at(path: Path, offset: int, data: bytes) -> None:
+        monkeypatch.setattr(jsonl_journal, "write_at", write_at)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(jsonl_journal, "write_at", failing_write_at)
     with pytest.raises(StoreError):
         await store.append("s", SEALING)
+    monkeypatch.undo()
+    assert jsonl_journal.pending(root / "s")
     with pytest.raises(StoreError, match="reopened"):
         await store.append("s", [plain(11)])
     with pytest.raises(StoreError, match="reopened"):
         await store.check_ready()
-    monkeypatch.undo()
+    # A read does not trust the files either: it undoes the rewrite.
+    assert await store.read_events("s", 0, 11) == COMMITTED
+    assert not jsonl_journal.pending(root / "s")
     await store.close()
 
     store = await JsonlStore.open(root)
@@ -233,11 +254,81 @@ async def test_a_rewrite_that_cannot_be_undone_fails_the_store_closed_until_it_i
     assert await reopened(root) == COMMITTED + SEALING
 
 
+async def test_a_rewrite_found_done_is_made_durable_before_its_journal_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash inside the second barrier may leave the rewrite whole in the page cache only."""
+    files, found = await sealing_write(tmp_path / "root", "none", monkeypatch)
+    files.write(found["new_log"], found["new_index"], found["journal"])
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        synced.append(os.path.basename(path) + (" (empty)" if os.fstat(fd).st_size == 0 else ""))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    assert await reopened(tmp_path / "root") == COMMITTED + SEALING
+    cleared = synced.index("journal (empty)")
+    assert {INDEX_NAME, "session.jsonl"} <= set(synced[:cleared]), synced
+
+
+async def test_a_journal_not_cleared_durably_fails_the_store_closed_until_it_is_reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    store = await JsonlStore.open(root)
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", COMMITTED)
+    files = Files(root / "s", "session.jsonl")
+    # The journal the clearing would have erased: a power loss can bring it back, as its fsync failed.
+    kept: list[bytes] = []
+    clearing_fds: set[int] = set()
+    clearing, fsync = jsonl_journal.cleared, os.fsync
+
+    def clear(directory: Path) -> int:
+        kept.append((directory / jsonl_journal.JOURNAL_NAME).read_bytes())
+        fd = clearing(directory)
+        clearing_fds.add(fd)
+        return fd
+
+    def failing_fsync(fd: int) -> None:
+        if fd in clearing_fds:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        fsync(fd)
+
+    monkeypatch.setattr(jsonl_journal, "cleared", clear)
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(StoreError):
+        await store.append("s", SEALING)
+    monkeypatch.undo()
+    assert len(kept) == 1
+    with pytest.raises(StoreError, match="reopened"):
+        await store.append("s", [plain(11)])
+    with pytest.raises(StoreError, match="reopened"):
+        await store.check_ready()
+    # Reads go on: the files are whole, only a later power loss could undo the journal's clearing.
+    assert await store.read_events("s", 0, 11) == COMMITTED + SEALING
+    await store.close()
+
+    store = await JsonlStore.open(root)
+    await store.check_ready()
+    # The failed append's rewrite stood (its bytes were durable): its re-send is idempotent.
+    assert (await store.append("s", SEALING)).idempotent
+    await store.append("s", [plain(11), plain(12)])
+    await store.close()
+    # The power loss: the journal's clearing never reached the disk.
+    files.journal.write_bytes(kept[0])
+    assert await reopened(root) == [*COMMITTED, *SEALING, plain(11), plain(12)]
+    assert files.journal.read_bytes() == b""
+
+
 @pytest.mark.parametrize("later", [0, 2])
 async def test_a_journal_whose_clearing_never_reached_the_disk_is_never_applied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, later: int
 ) -> None:
-    """The clearing is not fsynced: a power loss may bring the journal back, done, or stale once appends follow."""
+    """A clearing whose fsync failed may come back after a power loss: done, or stale once appends follow."""
     files, found = await sealing_write(tmp_path / "root", "none", monkeypatch)
     store = await JsonlStore.open(tmp_path / "root")
     for seq in range(11, 11 + later):
