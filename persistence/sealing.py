@@ -5,10 +5,12 @@ the session's trailing run, the only one a later append can continue. On each ap
 
 * a run that the batch closes (something that does not continue it follows) is sealed:
   its pieces are replaced by `codec.join` of them, the row `pack` builds;
-* the open run is compacted like a binary counter: single deltas before a row, or three
-  single deltas, merge; two rows merge when the later holds at least as many members as
-  the earlier. So an open run is at most about log2(members) + 2 records, and each member
-  is rewritten O(log members) times however the producer batches.
+* the open run is compacted like a binary counter: single deltas before a row, or
+  `SINGLES` single deltas, merge; two rows merge when the later holds at least as many
+  members as the earlier. So an open run is at most about log2(members) + `SINGLES`
+  records, and each member is rewritten O(log members) times however the producer
+  batches. A 1-event append that joins the run is stored as it is, planned in constant
+  time, but once in `SINGLES`.
 
 Reads join whatever pieces remain (`codec.runs`), so sealing changes how fast a page is
 spliced, never what it holds: a crash that loses a seal loses nothing.
@@ -25,10 +27,13 @@ from typing import Final
 from codec import StoredRecord, join, runs
 from codec.chunk_rows import MIN_RUN, continues_run
 
-__all__ = ["MAX_TAIL", "kept", "next_open_run", "open_run", "plan_append"]
+__all__ = ["MAX_TAIL", "SINGLES", "kept", "next_open_run", "open_run", "plan_append"]
 
 # A store reads at most this many trailing records as the open run; compaction keeps real runs far shorter.
 MAX_TAIL: Final = 64
+# Single deltas an open run gathers before they merge into a row: a token stream, one delta per
+# append, rewrites its run once in this many appends (once in three, when three merged).
+SINGLES: Final = 16
 
 Merge = Callable[[Sequence[StoredRecord]], list[StoredRecord]]
 
@@ -84,8 +89,8 @@ def _compact(group: list[StoredRecord], merge: Merge) -> list[StoredRecord]:
         last, before = out[-1], out[-2]
         if last.is_row and not before.is_row:
             cut = len(out) - 2
-        elif len(out) >= 3 and not any(record.is_row for record in out[-3:]):
-            cut = len(out) - 3
+        elif len(out) >= SINGLES and not any(record.is_row for record in out[-SINGLES:]):
+            cut = len(out) - SINGLES
         elif last.is_row and before.is_row and last.members >= before.members:
             cut = len(out) - 2
         else:
@@ -119,15 +124,15 @@ def _joins_as_it_is(tail: Sequence[StoredRecord], record: StoredRecord) -> bool:
     """Whether one record appended after the open run ``tail`` leaves every record of it as it is.
 
     So when there is no open run (a message, or a run's first delta), or when a single delta
-    joins the run and the two records before it are not both single deltas (the only
-    compaction a single delta can set off, since the tail is already compacted): the usual
-    append, planned in constant time.
+    joins the run and does not make `SINGLES` single deltas at its end (the only compaction
+    a single delta can set off, since the tail is already compacted): the usual append,
+    planned in constant time.
     """
     if not tail:
         return True
     if record.is_row or not _follows(tail[-1], record):
         return False
-    return len(tail) < 2 or tail[-1].is_row or tail[-2].is_row
+    return len(tail) < SINGLES - 1 or any(before.is_row for before in tail[1 - SINGLES :])
 
 
 def kept(tail: Sequence[StoredRecord], batch: Sequence[StoredRecord]) -> int:

@@ -19,13 +19,13 @@ from persistence.jsonl.index import Entry, IndexedRecord, IndexedSession, make_e
 from persistence.jsonl.recovery import Loader
 from persistence.message_index import MessageEntry
 from persistence.page_bound import bounded_cuts, floor_sizes
-from persistence.sealing import MAX_TAIL, open_run, plan_append
+from persistence.sealing import MAX_TAIL, SINGLES, open_run, plan_append
 
 __all__ = ["bounded", "span", "trailing_run", "write_plan"]
 
 Stored = Callable[[IndexedSession, int, int], list[StoredRecord]]
-# Records `trailing_run` builds first: a token stream's open run is sealed at a few records.
-_FIRST_LOOK: Final = 8
+# Records `trailing_run` builds first: a token stream's open run is compacted at a few more than `SINGLES`.
+_FIRST_LOOK: Final = 2 * SINGLES
 
 
 class Records(Protocol):
