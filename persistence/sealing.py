@@ -7,10 +7,15 @@ the session's trailing run, the only one a later append can continue. On each ap
   its pieces are replaced by `codec.join` of them, the row `pack` builds;
 * the open run is compacted like a binary counter: single deltas before a row, or
   `SINGLES` single deltas, merge; two rows merge when the later holds at least as many
-  members as the earlier. So an open run is at most about log2(members) + `SINGLES`
-  records, and each member is rewritten O(log members) times however the producer
-  batches. A 1-event append that joins the run is stored as it is, planned in constant
-  time, but once in `SINGLES`.
+  members as the earlier. So an open run is rows of strictly falling length, then fewer
+  than `SINGLES` single deltas. A token stream (one delta per append) keeps about
+  log2(members / `SINGLES`) rows, and rewrites each member O(log members) times; batches
+  of falling sizes can leave up to about sqrt(2 * members) rows. A 1-event append that
+  joins the run is stored as it is, planned in constant time, but once in `SINGLES`.
+
+An open run longer than `MAX_TAIL` records (only batches of falling sizes make one) is
+planned from its last `MAX_TAIL`: the pieces before them stay pieces when it closes,
+which reads join as ever.
 
 Reads join whatever pieces remain (`codec.runs`), so sealing changes how fast a page is
 spliced, never what it holds: a crash that loses a seal loses nothing.

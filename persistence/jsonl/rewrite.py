@@ -21,11 +21,11 @@ from persistence.message_index import MessageEntry
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.sealing import MAX_TAIL, SINGLES, open_run, plan_append
 
-__all__ = ["bounded", "span", "trailing_run", "write_plan"]
+__all__ = ["FIRST_LOOK", "bounded", "span", "trailing_run", "write_plan"]
 
 Stored = Callable[[IndexedSession, int, int], list[StoredRecord]]
 # Records `trailing_run` builds first: a token stream's open run is compacted at a few more than `SINGLES`.
-_FIRST_LOOK: Final = 2 * SINGLES
+FIRST_LOOK: Final = 2 * SINGLES
 
 
 class Records(Protocol):
@@ -88,7 +88,7 @@ def trailing_run(state: Records, count: int) -> list[StoredRecord]:
     of a window that starts before the run is the run itself; only a run that fills the
     first window needs the whole one.
     """
-    for size in (_FIRST_LOOK, MAX_TAIL):
+    for size in (FIRST_LOOK, MAX_TAIL):
         low = max(0, count - size)
         trailing = [state.record(i) for i in range(low, count)]
         run = open_run(trailing)

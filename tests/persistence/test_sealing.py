@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from hypothesis import given, settings, strategies as st
@@ -81,13 +82,30 @@ def test_any_layout_leaves_closed_runs_sealed_and_the_open_run_short(data: st.Da
     last = groups[-1] if groups and groups[-1][0].kind else []
     # Everything before the open run is exactly what pack builds.
     assert stored[: len(stored) - len(last)] == packed[: len(stored) - len(last)]
-    if last:
-        members = last[-1].end - last[0].seq
-        # About log2(members) rows, then fewer than SINGLES single deltas.
-        assert len(last) <= members.bit_length() + SINGLES - 1
+    assert_open_run_shape(last)
+
+
+def assert_open_run_shape(run: Sequence[StoredRecord]) -> None:
+    """Rows of strictly falling length, then fewer than `SINGLES` single deltas: what compaction leaves."""
+    rows = [record.members for record in run if record.is_row]
+    singles = len(run) - len(rows)
+    assert all(record.is_row for record in run[: len(rows)]), "a single delta before a row"
+    assert all(a > b for a, b in itertools.pairwise(rows)), rows
+    assert singles < SINGLES, singles
 
 
 def test_one_delta_at_a_time_ends_as_pack_builds() -> None:
     events = [plain(0)] + [text(k, k, f"t{k}") for k in range(1, 1025)] + [plain(1025)]
     stored = append_all(events, [1] * len(events))
+    assert stored == [stored_record(record) for record in pack(events)]
+
+
+def test_single_deltas_behind_rows_merge_once_sixteen_gather() -> None:
+    # Batches of several deltas make rows; single deltas between them pile up behind the last row.
+    sizes = [1, 6, *[1] * (SINGLES - 1), 5, *[1] * (2 * SINGLES), 9, 2, *[1] * (SINGLES + 3), 1]
+    events = [plain(0)] + [text(k, k, f"t{k}") for k in range(1, sum(sizes) - 1)] + [plain(sum(sizes) - 1)]
+    for end in range(2, len(sizes)):
+        stored = append_all(events[: sum(sizes[:end])], sizes[:end])
+        assert_open_run_shape(open_run(stored))
+    stored = append_all(events, sizes)
     assert stored == [stored_record(record) for record in pack(events)]

@@ -15,6 +15,7 @@ from codec import DeltaData, Event, SessionHeader, TextDelta
 from persistence.base import AppendResult
 from persistence.batch import prepare_batch
 from persistence.errors import SeqConflictError, SessionNotFoundError, StoreError
+from persistence.sealing import SINGLES
 from persistence.sql import SqlStore
 from persistence.sql.groups import Append
 from testing.postgres import PG_URL, empty_postgres
@@ -162,7 +163,8 @@ def token(seq: int) -> Event:
 async def test_sealing_appends_join_the_statement_and_store_what_the_unit_by_unit_path_stores(
     store: SqlStore, tmp_path: Path
 ) -> None:
-    """Token deltas seal the open run every few appends: each group stays one statement, and stores what SQLite does."""
+    """Token deltas compact the open run every sixteen appends, and its rows merge: each group stays one statement,
+    and stores what SQLite does."""
     reference = await SqlStore.open(f"sqlite:///{tmp_path / 'ref.db'}")
     try:
         await reference.create_session(SessionHeader(id="a", createdAt=0))
@@ -171,15 +173,17 @@ async def test_sealing_appends_join_the_statement_and_store_what_the_unit_by_uni
         for session in "abcd":
             await store.append(session, [token(1)])
         await reference.append("a", [token(1)])
-        for seq in range(2, 30):
+        # Past three times SINGLES tokens: singles merge into rows, and then two rows merge.
+        last = 3 * SINGLES + 2
+        for seq in range(2, last):
             outcomes, sent = await group(store, [unit(store, s, [token(seq)]) for s in "abcd"])
             assert outcomes == [(True, AppendResult(seq, seq))] * 4
             assert len(sent) == 1, (seq, sent)
             await reference.append("a", [token(seq)])
-        expected = await reference.read_stored("a", 0, 30)
-        assert len(expected) < 29, "the runs were never sealed"
+        expected = await reference.read_stored("a", 0, last)
+        assert [record.members for record in expected][:2] == [1, 2 * SINGLES], "the rows never merged"
         for session in "abcd":
-            assert await store.read_stored(session, 0, 30) == expected
+            assert await store.read_stored(session, 0, last) == expected
     finally:
         await reference.close()
 
