@@ -25,7 +25,7 @@ import msgspec
 
 from codec import SessionHeader, incarnation_of
 from persistence.base import subagent_parent
-from persistence.jsonl.files import fsync_dir, locked, write_atomic
+from persistence.jsonl.files import fsync_path, locked, write_atomic
 from persistence.jsonl.layout import encode_segment
 
 __all__ = [
@@ -145,11 +145,11 @@ def _carry_out(root: Path, token: str, doomed: list[tuple[int, Doomed]]) -> None
     for i, entry in doomed:
         with contextlib.suppress(FileNotFoundError):
             os.rename(root / entry.name, root / f"{TRASH_PREFIX}{token}-{i}")
-    fsync_dir(root)
+    fsync_path(root)
     # From here the delete is complete: the trash is hidden, and a reopen clears what is left of it.
     with contextlib.suppress(FileNotFoundError):
         (root / f"{INTENT_PREFIX}{token}").unlink()
-    fsync_dir(root)
+    fsync_path(root)
     for i, _ in doomed:
         shutil.rmtree(root / f"{TRASH_PREFIX}{token}-{i}", ignore_errors=True)
 

@@ -20,7 +20,6 @@ __all__ = [
     "SessionLock",
     "acquire",
     "frame_complete",
-    "fsync_dir",
     "fsync_path",
     "locked",
     "pread",
@@ -135,7 +134,7 @@ def locked(directory: Path, session_id: str, *, shared: bool = False, wait: bool
 
 def _open_lock(path: Path, session_id: str) -> int:
     try:
-        # Without O_CREAT first: creating takes the directory's lock, and the file is there but once.
+        # Without O_CREAT first: a create takes the directory's lock, and the file exists after the first lock.
         return os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
         pass
@@ -156,11 +155,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     staging = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     write_file(staging, data)
     os.replace(staging, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fsync_path(path)
+    fsync_path(path.parent)
 
 
 def fsync_path(path: Path) -> None:

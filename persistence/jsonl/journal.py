@@ -29,7 +29,7 @@ from typing import Final
 
 import msgspec
 
-from persistence.jsonl.files import fsync_dir, fsync_path, pread_path, truncate, write_at, write_file, write_unsynced
+from persistence.jsonl.files import fsync_path, pread_path, truncate, write_at, write_file, write_unsynced
 
 __all__ = [
     "Clearing",
@@ -74,7 +74,7 @@ def ready(directory: Path) -> bool:
     if path.exists():
         return False
     write_file(path, b"")
-    fsync_dir(directory)
+    fsync_path(directory)
     return True
 
 

@@ -67,7 +67,7 @@ from persistence.jsonl.file_groups import FileGroup, FileGroups, Staged, Step
 from persistence.jsonl.files import (
     SessionLock,
     acquire,
-    fsync_dir,
+    fsync_path,
     locked,
     pread,
     reading,
@@ -193,12 +193,12 @@ class JsonlStore(HistoryStore):
             head = IndexHead(INDEX_VERSION, "zstd" if self._zstd else "none", len(block))
             write_file(staging / INDEX_NAME, encode(head) + b"\n")
             write_file(staging / OWNER_NAME, owner.encode())
-            fsync_dir(staging)
+            fsync_path(staging)
             try:
                 os.rename(staging, directory)
             except OSError as exc:
                 raise SessionExistsError(header.id) from exc
-            fsync_dir(self._root)
+            fsync_path(self._root)
         finally:
             if staging.exists():
                 for child in staging.iterdir():

@@ -183,6 +183,15 @@ async def committed(root: Path) -> JsonlStore:
     return store
 
 
+async def seals_again(store: JsonlStore, root: Path) -> None:
+    """``store`` is ready, holds COMMITTED, and takes SEALING, which a reopen reads back."""
+    await store.check_ready()
+    assert await store.read_events("s", 0, 11) == COMMITTED
+    await store.append("s", SEALING)
+    await store.close()
+    assert await reopened(root) == COMMITTED + SEALING
+
+
 def log_fsyncs_fail(monkeypatch: pytest.MonkeyPatch, log_name: str, times: int) -> None:
     """The next ``times`` fsyncs of a session log fail, as a failing disk's would."""
     fsync = os.fsync
@@ -211,11 +220,7 @@ async def test_a_rewrite_whose_fsync_fails_is_undone_though_its_files_look_whole
     # The page cache held the whole rewrite, and its fsync failed: it is put back, not trusted.
     assert files.read() == before
     assert files.journal.read_bytes() == b""
-    assert await store.read_events("s", 0, 11) == COMMITTED
-    await store.check_ready()
-    await store.append("s", SEALING)
-    await store.close()
-    assert await reopened(root) == COMMITTED + SEALING
+    await seals_again(store, root)
 
 
 async def test_a_rewrite_that_cannot_be_undone_fails_the_store_closed_and_its_reads_undo_it(
@@ -246,12 +251,7 @@ async def test_a_rewrite_that_cannot_be_undone_fails_the_store_closed_and_its_re
     assert not jsonl_journal.pending(root / "s")
     await store.close()
 
-    store = await JsonlStore.open(root)
-    await store.check_ready()
-    assert await store.read_events("s", 0, 11) == COMMITTED
-    await store.append("s", SEALING)
-    await store.close()
-    assert await reopened(root) == COMMITTED + SEALING
+    await seals_again(await JsonlStore.open(root), root)
 
 
 async def test_a_rewrite_found_done_is_made_durable_before_its_journal_goes(
