@@ -273,14 +273,22 @@ class JsonlStore(HistoryStore):
                 # and before the lock is held, which must never wait for a worker thread that readers hold.
                 # (One that another process grew since is read again in the writer, under the lock.)
                 await self._run(self._state, session_id)
-            lock = await self._write_lock(session_id)
+            lock: SessionLock | None = None
             try:
-                return await self._writer.run(
-                    lambda group: self._append_unit(group, lock, session_id, events, batch), session_id
-                )
+                while True:
+                    result = await self._writer.run(
+                        functools.partial(
+                            self._append_unit, lock=lock, session_id=session_id, events=events, batch=batch
+                        ),
+                        session_id,
+                    )
+                    if result is not None:
+                        return result
+                    lock = await self._wait_lock(session_id)
             finally:
                 # Already released by the group when the unit ran; this covers a unit that never did.
-                lock.release()
+                if lock is not None:
+                    lock.release()
 
     async def delete_session(self, session_id: str) -> list[str]:
         self._check_writable()
@@ -311,50 +319,45 @@ class JsonlStore(HistoryStore):
     async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
         self._check_writable()
         async with self._locks.hold(session_id):
-            lock = await self._write_lock(session_id)
-            try:
-                return await self._run(self._close_sync, session_id, closed_at)
-            finally:
-                lock.release()
+            return await self._run(self._close_sync, session_id, closed_at)
 
     def _close_sync(self, session_id: str, at: int) -> SessionInfo:
-        """Write the `CLOSED_NAME` file, atomically and durably, unless a close came first (the lock is held)."""
-        state = self._state(session_id, holding_lock=True)
-        found = closed_at(state.directory)
-        if found is None:
-            write_atomic(state.directory / CLOSED_NAME, str(at).encode())
-            found = at
-        learn_closed(state, found)
-        return self._info(state)
+        """Write the `CLOSED_NAME` file, atomically and durably, under the lock, unless a close came first."""
+        with locked(self._directory(session_id), session_id):
+            state = self._state(session_id, holding_lock=True)
+            found = closed_at(state.directory)
+            if found is None:
+                write_atomic(state.directory / CLOSED_NAME, str(at).encode())
+                found = at
+            learn_closed(state, found)
+            return self._info(state)
 
-    async def _write_lock(self, session_id: str) -> SessionLock:
-        """The session's lock, exclusively: taken before the append joins a group, so no group waits on it.
-
-        The writer thread serves every session, so it never waits on one session's readers: a
-        lock that is not free at once is waited for here, in a worker thread of this append's own.
-        """
-        directory = self._directory(session_id)
-        try:
-            return acquire(directory, session_id, wait=False)
-        except BlockingIOError:
-            pass
-        except OSError as exc:
-            raise unavailable(exc) from exc
+    async def _wait_lock(self, session_id: str) -> SessionLock:
         # Shielded: a lock taken in the thread must come back here to be released.
         with anyio.CancelScope(shield=True):
-            lock = await self._run(acquire, directory, session_id)
+            lock = await self._run(acquire, self._directory(session_id), session_id)
         return lock
 
     def _append_unit(
         self,
         group: FileGroup,
-        lock: SessionLock,
+        *,
+        lock: SessionLock | None,
         session_id: str,
         events: Sequence[Event],
         batch: PreparedBatch | None,
-    ) -> AppendResult:
-        """One append, in the writer thread: checked now, staged for the group's two barriers."""
+    ) -> AppendResult | None:
+        """One append, in the writer thread: checked now, staged for the group's barriers.
+
+        Without ``lock`` it tries the session's lock itself, and is ``None`` when that is busy:
+        the caller waits for it outside the writer, which serves every session, and comes back with it.
+        """
         directory = self._directory(session_id)
+        if lock is None:
+            try:
+                lock = acquire(directory, session_id, wait=False)
+            except BlockingIOError:
+                return None
         # Held until the group is durable: no reader or other process sees the session mid-append.
         group.hold(lock)
         self._check_writable()

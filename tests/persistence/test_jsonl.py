@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import builtins
 import errno
-import fcntl
 import io
 import os
 from collections.abc import Awaitable, Callable
@@ -27,6 +26,7 @@ from persistence.jsonl.index import TAIL_WINDOW, last_seq, read_index, read_last
 from persistence.sealing import MAX_TAIL
 from testing.corpus import corpus_logs
 from testing.events import plain
+from testing.flocks import held, hold
 from testing.stores import page_records
 
 pytestmark = pytest.mark.anyio
@@ -327,24 +327,6 @@ async def test_rewrites_stay_as_small_as_the_open_run(tmp_path: Path, compressio
 # One session's readers never hold up another session's appends, and never starve their own.
 
 
-def hold_shared(path: Path) -> int:
-    """Share ``path``'s flock, as a reader does (in another process, say); the descriptor to close."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_SH)
-    return fd
-
-
-def held(path: Path) -> bool:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 async def eventually(predicate: Callable[[], bool], what: str, *, fail: bool = True) -> None:
     """Wait for ``predicate``: a bound so that a missing behaviour fails the test instead of hanging it."""
     for _ in range(2000):
@@ -365,7 +347,7 @@ async def two_sessions(root: Path) -> JsonlStore:
 
 async def test_a_session_held_by_readers_never_holds_up_appends_to_another(tmp_path: Path) -> None:
     store = await two_sessions(tmp_path)
-    reader = hold_shared(tmp_path / "big" / LOCK_NAME)
+    reader = hold(tmp_path / "big" / LOCK_NAME)
     done: list[str] = []
 
     async def append(session: str) -> None:
@@ -395,7 +377,7 @@ async def test_readers_that_come_after_a_waiting_append_wait_behind_it(tmp_path:
     """A stream of new readers cannot starve an append: once it waits, later readers queue behind it."""
     store = await two_sessions(tmp_path)
     directory = tmp_path / "big"
-    first = hold_shared(directory / LOCK_NAME)
+    first = hold(directory / LOCK_NAME)
     seen: list[list[Any]] = []
 
     async def append() -> None:
@@ -427,7 +409,7 @@ async def test_readers_that_come_after_a_waiting_append_wait_behind_it(tmp_path:
 
 async def test_a_cancelled_append_waiting_for_its_lock_lets_it_go(tmp_path: Path) -> None:
     store = await two_sessions(tmp_path)
-    reader = hold_shared(tmp_path / "big" / LOCK_NAME)
+    reader = hold(tmp_path / "big" / LOCK_NAME)
     async with anyio.create_task_group() as group:
         group.start_soon(store.append, "big", [plain(1)])
         try:
