@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +38,7 @@ from bench.profile import Profile
 from bench.throughput import Workload, run, run_cell
 from codec import encode
 from history_service.scenarios import multi_turn
-from testing.servers import ServerProcess, free_port, wait_healthy
+from testing.servers import ChildServer, ServerProcess, ds_reference_server, free_port, wait_healthy
 
 SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
 SECONDS = 0.3 if SMOKE else float(os.environ.get("HISTORY_BENCH_HOT_SECONDS", "5"))
@@ -51,55 +50,11 @@ QUIET = {**SHIPPED, "HISTORY_METRICS": "0", "HISTORY_LOG_LEVEL": "warning"}
 SEED = b'{"events":[' + b",".join(encode(event) for event in multi_turn(seed=3, turns=3, max_run=2)) + b"]}"
 
 
-class Child:
-    """A server we start as a child process on a port of its own: the bare app or the reference server."""
-
-    def __init__(self, args: list[str], url: str) -> None:
-        self.url = url
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-
-
-def bare() -> Child:
+def bare() -> ChildServer:
     port = free_port()
-    child = Child([sys.executable, "-m", "bench.bare", str(port)], f"http://127.0.0.1:{port}")
+    child = ChildServer([sys.executable, "-m", "bench.bare", str(port)], f"http://127.0.0.1:{port}")
     wait_healthy(child.url, child.process)
     return child
-
-
-def reference() -> Child:
-    node = shutil.which("node")
-    assert node is not None and DS_REFERENCE is not None
-    port = free_port()
-    child = Child([node, DS_REFERENCE, str(port)], f"http://127.0.0.1:{port}")
-    run(_listening(child))
-    return child
-
-
-async def _listening(child: Child) -> None:
-    import anyio
-
-    with anyio.fail_after(30):
-        while True:
-            assert child.process.poll() is None, "the reference server exited"
-            try:
-                stream = await anyio.connect_tcp("127.0.0.1", int(child.url.rsplit(":", 1)[1]))
-            except OSError:
-                await anyio.sleep(0.05)
-                continue
-            await stream.aclose()
-            return
 
 
 def ours(store_url: str, env: dict[str, str]) -> ServerProcess:
@@ -158,7 +113,8 @@ def test_small_requests_cost_what_the_framework_costs(root: Path) -> None:
         why = "HISTORY_DS_REFERENCE or node is missing; run under scripts/with-node"
         cells["append.reference"] = None
     else:
-        peer = reference()
+        assert DS_REFERENCE is not None
+        peer = ds_reference_server(DS_REFERENCE)
         try:
             cells["append.reference"] = cell(peer.url, peer.pid, "stream-append", "ds")
         finally:

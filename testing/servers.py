@@ -8,6 +8,7 @@ import contextlib
 import functools
 import http.server
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,9 +30,11 @@ from history_service.shutdown import Shutdown
 from persistence import HistoryStore
 
 __all__ = [
+    "ChildServer",
     "CuttingProxy",
     "ServerProcess",
     "ThreadServer",
+    "ds_reference_server",
     "free_port",
     "serve_directory",
     "serve_in_thread",
@@ -112,6 +115,47 @@ def wait_healthy(url: str, process: subprocess.Popen[Any] | None = None, timeout
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                 return
         except httpx.TransportError:
+            time.sleep(0.05)
+
+
+class ChildServer:
+    """A server that is not ours, started as a child process on a port of its own (the bare app, the DS reference)."""
+
+    def __init__(self, args: list[str], url: str) -> None:
+        self.url = url
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+def ds_reference_server(script: str, timeout: float = 30) -> ChildServer:
+    """The Durable Streams reference server (``HISTORY_DS_REFERENCE``, from `scripts/with-node`), once it listens."""
+    node = shutil.which("node")
+    if node is None:
+        raise RuntimeError("node is missing; run under scripts/with-node")
+    port = free_port()
+    child = ChildServer([node, script, str(port)], f"http://127.0.0.1:{port}")
+    deadline = time.monotonic() + timeout
+    while True:
+        if child.process.poll() is not None:
+            raise RuntimeError(f"the reference server exited with {child.process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return child
+        except OSError:
+            if time.monotonic() > deadline:
+                child.stop()
+                raise RuntimeError(f"the reference server did not listen within {timeout:g} s") from None
             time.sleep(0.05)
 
 
