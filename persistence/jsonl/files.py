@@ -109,31 +109,20 @@ def acquire(directory: Path, session_id: str, *, shared: bool = False, wait: boo
     a writer out for ever. A writer waiting for the readers that hold the lock keeps the
     gate meanwhile, so readers that come after it wait behind it. Without ``wait``, a gate or
     lock another holder keeps raises `BlockingIOError` at once.
-
-    An exclusive try without ``wait`` skips the gate: it waits for no one, so it cannot let
-    readers past a writer. It can only win a free lock from a writer of another process that
-    waits at the gate, which then has it next, ahead of every reader.
     """
-    if not (wait or shared):
-        return SessionLock(_flocked(directory / LOCK_NAME, session_id, fcntl.LOCK_EX | fcntl.LOCK_NB))
     nowait = 0 if wait else fcntl.LOCK_NB
     gate = _open_lock(directory / GATE_NAME, session_id)
     try:
         fcntl.flock(gate, fcntl.LOCK_EX | nowait)
-        fd = _flocked(directory / LOCK_NAME, session_id, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | nowait)
+        fd = _open_lock(directory / LOCK_NAME, session_id)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | nowait)
+        except BaseException:
+            os.close(fd)
+            raise
     finally:
         os.close(gate)
     return SessionLock(fd)
-
-
-def _flocked(path: Path, session_id: str, operation: int) -> int:
-    fd = _open_lock(path, session_id)
-    try:
-        fcntl.flock(fd, operation)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 @contextlib.contextmanager

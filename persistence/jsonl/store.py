@@ -22,7 +22,9 @@ of the batch that holds the run's first piece; a rollback journal (`persistence.
 that all or nothing. Writers hold the session's lock exclusively and readers share it, so
 no read sees a log mid-rewrite; every holder passes the session's gate first, so readers
 that arrive after a waiting writer queue behind it (`persistence.jsonl.files.acquire`). An
-append takes its lock before it joins a group: the writer thread never waits on a lock.
+append's unit tries its lock in the writer thread without waiting; a busy lock is waited
+for in a worker thread of the append's own, which joins the next group with it, so the
+writer thread never waits on a lock.
 
 A log placed in a root by hand (a recorded fixture, say) is served as it is: lines that
 omit ``seq``/``time`` get them rebuilt when read, and its owner is `DEFAULT_OWNER`.
