@@ -62,6 +62,8 @@ class GroupCommit:
         self._queue: queue.SimpleQueue[_Unit[Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        # Held to check for close and queue a unit, and to close: no unit is queued behind the stop.
+        self._put_lock = threading.Lock()
         self._closed = False
         self.groups = 0
         self.units = 0
@@ -77,11 +79,12 @@ class GroupCommit:
         `StoreError` when the group as a whole failed. Cancellation waits for the outcome,
         as a worker-thread hop does: the work may already be committed.
         """
-        if self._closed:
-            raise StoreError("the store is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Unit(work, key, loop, future))
+        with self._put_lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            self._queue.put(_Unit(work, key, loop, future))
         if self._thread is None:
             self._start()
         with anyio.CancelScope(shield=True):
@@ -100,8 +103,9 @@ class GroupCommit:
 
     def close(self) -> None:
         """Finish the units already queued, then stop the thread."""
-        self._closed = True
-        self._queue.put(None)
+        with self._put_lock:
+            self._closed = True
+            self._queue.put(None)
         if self._thread is not None:
             self._thread.join()
 

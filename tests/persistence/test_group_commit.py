@@ -11,6 +11,7 @@ every batch that was sent.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -357,6 +358,35 @@ async def test_a_closed_writer_refuses_new_work(tmp_path: Path) -> None:
     writer.close()
     with pytest.raises(StoreError, match="closed"):
         await writer.run(_insert("b", 2))
+
+
+async def test_a_unit_queued_as_another_thread_closes_the_writer_is_still_answered(tmp_path: Path) -> None:
+    """A store closes its writer from a worker thread: a unit queued meanwhile must not land behind the stop."""
+    writer, path = _sqlite_writer(tmp_path)
+    assert await writer.run(_insert("first", 1)) == "first"
+    queue = writer._queue
+    closing = threading.Thread(target=writer.close)
+    puts: list[str] = []
+
+    class ClosedMeanwhile:
+        def put(self, unit: Any) -> None:
+            if unit is not None and not closing.is_alive():
+                # The close starts between the caller's check and its put, and is given time to finish.
+                closing.start()
+                closing.join(0.2)
+            puts.append("stop" if unit is None else "unit")
+            queue.put(unit)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(queue, name)
+
+    writer._queue = ClosedMeanwhile()  # type: ignore[assignment]
+    # A task, not awaited until the order is known: a unit behind the stop is never answered.
+    second = asyncio.get_running_loop().create_task(writer.run(_insert("second", 2)))
+    await anyio.to_thread.run_sync(closing.join, 30)
+    assert puts == ["unit", "stop"]
+    assert await second == "second"
+    assert _rows(path) == {"first": 1, "second": 2}
 
 
 # Two processes' groups take their locks in one order.
