@@ -20,6 +20,7 @@ from history_service import openapi, routes
 from history_service.allocator import Trimmer, fix_mmap_threshold
 from history_service.assets import viewer_routes
 from history_service.cors import cors_middleware
+from history_service.durable.app import Durable, durable_mount
 from history_service.edge import Edge
 from history_service.errors import EXCEPTION_HANDLERS
 from history_service.logs import Tracebacks, configure_logging, finish_queued_logs
@@ -86,6 +87,7 @@ def create_app(
             )
         )
         service = HistoryService(settings, opened, recorded)
+        durable = Durable(settings, opened)
         try:
             async with anyio.create_task_group() as tasks:
                 await tasks.start(service.hub.run)
@@ -95,11 +97,16 @@ def create_app(
                 fix_mmap_threshold()
                 trimmer, pools = Trimmer(every=settings.inflight_bytes), (service.reading, service.sending)
                 tasks.start_soon(trimmer.run, lambda: sum(p.drained for p in pools), lambda: sum(p.held for p in pools))
-                with stopping.listening(service.hub.close), on_signals(stopping) if shutdown is None else nullcontext():
+                with (
+                    stopping.listening(service.hub.close),
+                    stopping.listening(durable.close),
+                    on_signals(stopping) if shutdown is None else nullcontext(),
+                ):
                     try:
                         with recorded.running():
                             yield {
                                 "service": service,
+                                "durable": durable,
                                 "metrics": recorded,
                                 "tracebacks": limited,
                                 "document": openapi.Served(settings),
@@ -107,6 +114,7 @@ def create_app(
                     finally:
                         limited.close()
                         service.hub.close()
+                        durable.close()
                         tasks.cancel_scope.cancel()
         finally:
             if store is None:
@@ -117,6 +125,8 @@ def create_app(
     with_metrics = recorded.enabled and settings.metrics_port is None
     served = [_served(route) for route in routes.ROUTES if route.when == "always" or with_metrics]
     served += viewer_routes()
+    if settings.durable_streams:
+        served.append(durable_mount())
     if settings.enable_test_seed:
         # Imported only when enabled, so a production process never loads it.
         from history_service import seed

@@ -82,6 +82,7 @@ __all__ = [
     "matches_etag",
     "page_query",
     "parse_events",
+    "read_body",
     "parse_header",
     "parse_json",
     "path_session_id",
@@ -116,7 +117,15 @@ async def read_json_body(request: Request, settings: Settings) -> bytes | bytear
     """
     if _media_type(request) != "application/json":
         raise NotJson("request bodies must be sent as Content-Type: application/json")
-    limit = settings.max_body_bytes
+    received = await read_body(request, settings.max_body_bytes)
+    coding = request.headers.get("content-encoding")
+    if coding is None and len(received) < _OFF_THE_LOOP:
+        return _measured(received, coding, settings)
+    return await anyio.to_thread.run_sync(_measured, received, coding, settings)
+
+
+async def read_body(request: Request, limit: int) -> bytearray:
+    """The request body as sent, or `BodyTooLarge` as soon as it passes ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"the body exceeds {limit} bytes")
@@ -125,10 +134,7 @@ async def read_json_body(request: Request, settings: Settings) -> bytes | bytear
         received += chunk
         if len(received) > limit:
             raise BodyTooLarge(f"the body exceeds {limit} bytes")
-    coding = request.headers.get("content-encoding")
-    if coding is None and len(received) < _OFF_THE_LOOP:
-        return _measured(received, coding, settings)
-    return await anyio.to_thread.run_sync(_measured, received, coding, settings)
+    return received
 
 
 def _measured(received: bytearray, coding: str | None, settings: Settings) -> bytes | bytearray:

@@ -180,6 +180,11 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
             opens it: `history_service.app.app_factory` (``uvicorn --factory``) ignores it.
         metrics_dir: where every worker process writes its metric samples, so that each one's
             ``/metrics`` sums them all (``PROMETHEUS_MULTIPROC_DIR``; ``serve --workers`` makes one).
+        durable_streams: serve the Durable Streams protocol at ``/ds`` (docs/protocol.md §10).
+        ds_long_poll: seconds a Durable Streams long-poll waits before answering 204, and an idle
+            SSE read before its keep-alive control event.
+        ds_read_bytes: about the most bytes of stream data one Durable Streams read answers;
+            a reader asks again from the offset it was given.
     """
 
     store_url: Annotated[str, Env("HISTORY_STORE")] = DEFAULT_STORE
@@ -211,6 +216,9 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
     metrics: Annotated[bool, Env("HISTORY_METRICS", _zero_or_one)] = True
     metrics_port: Annotated[int | None, Env("HISTORY_METRICS_PORT")] = None
     metrics_dir: Annotated[str | None, Env("PROMETHEUS_MULTIPROC_DIR")] = None
+    durable_streams: Annotated[bool, Env("HISTORY_DURABLE_STREAMS", _zero_or_one)] = True
+    ds_long_poll: Annotated[float, Env("HISTORY_DS_LONG_POLL")] = 15.0
+    ds_read_bytes: Annotated[int, Env("HISTORY_DS_READ_BYTES")] = 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.auth == "token" and not self.tokens:
@@ -230,6 +238,8 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
             "inflight_bytes",
             "store_timeout",
             "sweep_batch",
+            "ds_long_poll",
+            "ds_read_bytes",
         )
         _check_positive(self, positive)
         if self.max_followers is not None and not 1 <= self.max_followers <= self.limit_concurrency - 2:

@@ -15,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 from msgspec import UNSET, Struct
@@ -24,6 +24,9 @@ from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines,
 from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
 from persistence.rules import BatchPlan, PageSpan, page_span
+
+if TYPE_CHECKING:
+    from persistence.streams.base import StreamStore
 
 __all__ = [
     "DEFAULT_OWNER",
@@ -352,6 +355,11 @@ class HistoryStore(ABC):
 
     async def vacuum(self) -> None:
         """Give the space that deleted sessions freed back to the file system, where the store keeps it."""
+        return None
+
+    @property
+    def streams(self) -> StreamStore | None:
+        """Generic Durable Streams on this store (docs/protocol.md §10), or ``None`` where it keeps none."""
         return None
 
     def listener(self) -> HeadListener | None:

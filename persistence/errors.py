@@ -11,7 +11,15 @@ callers never see a driver exception::
     ├── InvalidSessionIdError(StoreError, ValueError) an id the store cannot hold safely
     ├── StoreNotFoundError                           no store where the URL points, and none may be created
     ├── SchemaVersionError                           a database or log written by another schema
-    └── CorruptLogError                              committed data that cannot be read
+    ├── CorruptLogError                              committed data that cannot be read
+    └── StreamError                                  a Durable Streams write or read refused (docs/protocol.md §10)
+        ├── StreamNotFoundError                      no such stream (or a fork's missing source)
+        ├── StreamGoneError                          deleted, but still read through by its forks: 410
+        ├── StreamConflictError                      a create that disagrees, a content type or Stream-Seq out of turn
+        ├── StreamClosedError                        a write to a closed stream
+        ├── StreamRequestError                       a request the stream's rules refuse: 400
+        ├── ProducerFencedError                      a producer's stale epoch: 403
+        └── ProducerGapError                         a producer's seq past the next one: 409
 """
 
 from __future__ import annotations
@@ -26,6 +34,14 @@ __all__ = [
     "SessionNotFoundError",
     "StoreError",
     "StoreNotFoundError",
+    "ProducerFencedError",
+    "ProducerGapError",
+    "StreamClosedError",
+    "StreamConflictError",
+    "StreamError",
+    "StreamGoneError",
+    "StreamNotFoundError",
+    "StreamRequestError",
 ]
 
 
@@ -84,3 +100,46 @@ class SchemaVersionError(StoreError):
 
 class CorruptLogError(StoreError):
     """Raised when committed data cannot be decoded; the message names the place."""
+
+
+class StreamError(StoreError):
+    """Base class of the Durable Streams refusals."""
+
+
+class StreamNotFoundError(StreamError):
+    pass
+
+
+class StreamGoneError(StreamError):
+    pass
+
+
+class StreamConflictError(StreamError):
+    pass
+
+
+class StreamRequestError(StreamError):
+    pass
+
+
+class StreamClosedError(StreamError):
+    """A write to a closed stream; ``tail`` is where it ended."""
+
+    def __init__(self, message: str, *, tail: int) -> None:
+        super().__init__(message)
+        self.tail = tail
+
+
+class ProducerFencedError(StreamError):
+    """A producer's epoch older than the stream's; ``epoch`` is the current one."""
+
+    def __init__(self, message: str, *, epoch: int) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+
+
+class ProducerGapError(StreamError):
+    def __init__(self, message: str, *, expected: int, received: int) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.received = received

@@ -31,6 +31,7 @@ from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 from persistence.rules import confirm_resend, expiry, plan_batch
 from persistence.sealing import next_open_run, plan_append
+from persistence.streams.memory import MemoryStreams
 
 __all__ = ["MemoryStore", "RecordIndex"]
 
@@ -89,6 +90,11 @@ class MemoryStore(HistoryStore):
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Session] = {}
+        self._streams = MemoryStreams()
+
+    @property
+    def streams(self) -> MemoryStreams:
+        return self._streams
 
     def _session(self, session_id: str) -> _Session:
         try:

@@ -1,0 +1,110 @@
+"""The Durable Streams wire formats (docs/protocol.md §10): offsets, JSON mode and SSE framing.
+
+An offset is two zero-padded decimal numbers, ``<epoch>_<position>``, 16 digits each, so
+that offsets compare as strings exactly as they compare as numbers. A generic stream's
+epoch is 0 and its position is the byte count of what it holds; a session read as a stream
+has its incarnation as the epoch and its next seq as the position.
+
+A JSON-mode stream stores each append as a *fragment*: its values' own JSON text, each
+followed by a comma. An array body is flattened one level, so ``[1,2]`` stores ``1,2,``;
+a read joins fragments and wraps them in brackets. The values are never decoded and
+re-encoded: each keeps the bytes it was sent with.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable
+from typing import Final
+
+import msgspec
+
+from codec.errors import InvalidJsonError
+
+__all__ = [
+    "OFFSET_PATTERN",
+    "ZERO_OFFSET",
+    "control_event",
+    "data_event",
+    "fragment_values",
+    "json_fragment",
+    "json_array",
+    "offset",
+    "parse_offset",
+    "sse_payload",
+]
+
+OFFSET_PATTERN: Final = re.compile(r"(\d{1,19})_(\d{1,19})")
+_DIGITS: Final = 16
+ZERO_OFFSET: Final = "0" * _DIGITS + "_" + "0" * _DIGITS
+_RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
+_RAW: Final = msgspec.json.Decoder(msgspec.Raw)
+_LINE_BREAKS: Final = re.compile(rb"\r\n|\r|\n")
+_control = msgspec.json.Encoder()
+
+
+def offset(position: int, epoch: int = 0) -> str:
+    """The offset of ``position`` within ``epoch``."""
+    return f"{epoch:0{_DIGITS}d}_{position:0{_DIGITS}d}"
+
+
+def parse_offset(text: str) -> tuple[int, int] | None:
+    """``(epoch, position)`` of an offset in our shape, or None for anything else."""
+    match = OFFSET_PATTERN.fullmatch(text)
+    if match is None:
+        return None
+    return int(match[1]), int(match[2])
+
+
+def json_fragment(body: bytes, *, allow_empty: bool = False) -> bytes:
+    """A JSON-mode append's stored fragment: its values, each followed by a comma.
+
+    Raises `InvalidJsonError` for a body that is not one JSON value in UTF-8, or for an empty
+    array unless ``allow_empty`` (a create may start a stream empty; an append may not).
+    """
+    try:
+        body.decode()
+        if body.lstrip()[:1] == b"[":
+            values = [bytes(value) for value in _RAW_LIST.decode(body)]
+        else:
+            values = [bytes(_RAW.decode(body))]
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise InvalidJsonError(f"not valid JSON: {exc}") from exc
+    if not values and not allow_empty:
+        raise InvalidJsonError("an empty array appends nothing")
+    return b"".join(value + b"," for value in values)
+
+
+def fragment_values(fragment: bytes) -> list[bytes]:
+    """The values of a stored fragment, each as its own JSON text."""
+    return [bytes(value) for value in _RAW_LIST.decode(b"[" + fragment[:-1] + b"]")] if fragment else []
+
+
+def json_array(fragments: Iterable[bytes]) -> bytes:
+    """The JSON array a read of these fragments answers."""
+    joined = b"".join(fragments)
+    return b"[" + joined[:-1] + b"]" if joined else b"[]"
+
+
+def sse_payload(data: bytes, *, mode: str) -> bytes:
+    """A data event's payload: ``json`` fragments as an array, ``text`` as it is, ``base64`` encoded."""
+    if mode == "json":
+        return json_array((data,))
+    if mode == "base64":
+        return base64.b64encode(data)
+    return data
+
+
+def _event(kind: bytes, payload: bytes) -> bytes:
+    # Every line break in the payload starts a new data line, so a payload cannot forge an event.
+    lines = _LINE_BREAKS.split(payload)
+    return b"event: " + kind + b"\n" + b"".join(b"data:" + line + b"\n" for line in lines) + b"\n"
+
+
+def data_event(payload: bytes) -> bytes:
+    return _event(b"data", payload)
+
+
+def control_event(fields: dict[str, object]) -> bytes:
+    return _event(b"control", _control.encode(fields))

@@ -1,0 +1,180 @@
+"""The Durable Streams server, mounted at ``/ds`` (docs/protocol.md §10): its routes, headers and refusals.
+
+``/ds/v1/stream/{name}`` is a generic stream on the store; ``/ds/v1/stream/__ds/...`` the
+reserved subscription API (`history_service.durable.subscriptions`);
+``/ds/v1/session/{id}`` a session read as a stream (`history_service.durable.sessions`).
+Every answer carries the protocol's browser headers, errors included. A refusal is plain
+text, as the protocol's peers answer; credentials are checked as on the rest of the API.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+
+from codec import CodecError
+from codec.durable import offset
+from history_service.auth import principal
+from history_service.durable.live import Waker
+from history_service.durable.reading import NEXT, Reading, read
+from history_service.durable.streams import StreamView, append, create, delete, head
+from history_service.errors import BodyTooLarge, DuplicateHeader, InvalidParameter, Unauthenticated
+from history_service.requests import read_body
+from history_service.settings import Settings
+from persistence import HistoryStore
+from persistence.errors import (
+    ProducerFencedError,
+    ProducerGapError,
+    StreamClosedError,
+    StreamConflictError,
+    StreamError,
+    StreamGoneError,
+    StreamNotFoundError,
+    StreamRequestError,
+)
+
+__all__ = ["Durable", "durable_mount"]
+
+logger = logging.getLogger(__name__)
+
+PREFIX: Final = "/ds"
+_METHODS: Final = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"]
+_MAX_NAME: Final = 1024
+_BROWSER: Final = {
+    "X-Content-Type-Options": "nosniff",
+    "Cross-Origin-Resource-Policy": "cross-origin",
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": (
+        "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, "
+        "Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, "
+        "ETag, Content-Type, Location"
+    ),
+}
+_PREFLIGHT: Final = {
+    "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE, HEAD, OPTIONS",
+    "Access-Control-Allow-Headers": (
+        "Content-Type, Authorization, X-Principal, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, "
+        "Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, "
+        "Stream-Fork-Sub-Offset"
+    ),
+    "Access-Control-Max-Age": "600",
+}
+
+
+class Durable:
+    """One app's Durable Streams: the store's streams, the waker, and the read limits."""
+
+    def __init__(self, settings: Settings, store: HistoryStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.streams = store.streams
+        self.waker = Waker()
+        self.stopping = anyio.Event()
+        self.reading = Reading(
+            waker=self.waker, long_poll=settings.ds_long_poll, budget=settings.ds_read_bytes, stopping=self.stopping
+        )
+
+    def changed(self, name: str) -> None:
+        """A write to ``name`` committed: wake its readers."""
+        self.waker.wake(name)
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.waker.wake_all()
+
+
+def _headers() -> dict[str, str]:
+    return dict(_BROWSER)
+
+
+def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
+    status = 400
+    if isinstance(exc, StreamNotFoundError):
+        status = 404
+    elif isinstance(exc, StreamGoneError):
+        status = 410
+    elif isinstance(exc, ProducerFencedError):
+        status = 403
+        headers["Producer-Epoch"] = str(exc.epoch)
+    elif isinstance(exc, ProducerGapError):
+        status = 409
+        headers["Producer-Expected-Seq"] = str(exc.expected)
+        headers["Producer-Received-Seq"] = str(exc.received)
+    elif isinstance(exc, StreamClosedError):
+        status = 409
+        headers["Stream-Closed"] = "true"
+        headers[NEXT] = offset(exc.tail)
+    elif isinstance(exc, StreamConflictError):
+        status = 409
+    elif isinstance(exc, BodyTooLarge):
+        status = 413
+    elif isinstance(exc, (Unauthenticated,)):
+        status = 401
+    return PlainTextResponse(str(exc), status, headers)
+
+
+Handler = Callable[[Request, Durable, str, dict[str, str]], Awaitable[Response]]
+
+
+def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        headers = _headers()
+        if request.method == "OPTIONS":
+            return Response(None, 204, {**headers, **_PREFLIGHT})
+        durable: Durable = request.state.durable
+        try:
+            owner = principal(request, durable.settings)
+            return await handler(request, durable, owner, headers)
+        except (StreamError, CodecError, BodyTooLarge, Unauthenticated, DuplicateHeader, InvalidParameter) as exc:
+            if request.method == "HEAD":
+                return Response(None, _refusal(exc, headers).status_code, headers)
+            return _refusal(exc, headers)
+
+    return endpoint
+
+
+def _name(request: Request) -> str:
+    name: str = request.path_params["name"]
+    if not name or len(name) > _MAX_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise StreamRequestError("a stream name is 1 to 1024 characters, none of them control characters")
+    return name
+
+
+async def _stream(request: Request, durable: Durable, owner: str, headers: dict[str, str]) -> Response:
+    name = _name(request)
+    streams = durable.streams
+    if streams is None:
+        return PlainTextResponse("this store keeps no Durable Streams (docs/protocol.md §10)", 501, headers)
+    method = request.method
+    if method == "GET":
+        meta = await streams.head(name, owner)
+        return await read(request, StreamView(streams, name, owner, meta), durable.reading, headers)
+    if method == "HEAD":
+        response = await head(streams, name, owner)
+    elif method == "PUT":
+        body = bytes(await read_body(request, durable.settings.max_body_bytes))
+        response, created = await create(request, streams, name, owner, body)
+        if created and body:
+            durable.changed(name)
+    elif method == "POST":
+        body = bytes(await read_body(request, durable.settings.max_body_bytes))
+        response = await append(request, streams, name, owner, body)
+        durable.changed(name)
+    elif method == "DELETE":
+        response = await delete(streams, name, owner)
+        durable.changed(name)
+    else:
+        return PlainTextResponse("method not allowed", 405, {**headers, "Allow": "GET, HEAD, PUT, POST, DELETE"})
+    response.headers.update(headers)
+    return response
+
+
+def durable_mount() -> Mount:
+    """The ``/ds`` mount; the app's lifespan puts its `Durable` in the request state."""
+    return Mount(PREFIX, routes=[Route("/v1/stream/{name:path}", _guarded(_stream), methods=_METHODS)])

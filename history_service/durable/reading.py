@@ -1,0 +1,208 @@
+"""Durable Streams reads (docs/protocol.md §10.4): catch-up, long-poll and SSE, over any `View`.
+
+A view is what a read sees: a generic stream on the store, or a session read as a stream
+(`history_service.durable.sessions`). The three modes share the view's ``read``, so a
+session and a stream answer alike.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from typing import Final, Literal, Protocol
+
+from msgspec import Struct
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from codec.durable import control_event, data_event, json_array, sse_payload
+from history_service.durable.live import Waker, response_cursor
+from persistence.errors import StreamError, StreamRequestError
+from persistence.streams import Chunk
+
+__all__ = ["Reading", "Snapshot", "View", "read"]
+
+NEXT: Final = "Stream-Next-Offset"
+UP_TO_DATE: Final = "Stream-Up-To-Date"
+CLOSED: Final = "Stream-Closed"
+CURSOR: Final = "Stream-Cursor"
+
+
+class Snapshot(Struct, frozen=True, kw_only=True):
+    """One read of a view: its chunks past the offset asked for, and the view as it stood."""
+
+    content_type: str
+    tail: int
+    chunks: list[Chunk]
+    complete: bool
+    closed: bool
+
+
+class View(Protocol):
+    """A readable stream: how its offsets are written, and how it is read and kept alive."""
+
+    name: str
+    mode: Literal["json", "text", "base64"]
+
+    def offset(self, position: int) -> str: ...
+
+    def position(self, offset: str) -> int:
+        """The position an offset names: `StreamRequestError` when malformed, `StreamGoneError` for another life."""
+
+    async def read(self, after: int | None, budget: int) -> Snapshot:
+        """The chunks past ``after`` (``None``: only the view's state), up to about ``budget`` bytes."""
+
+    async def touch(self) -> None: ...
+
+
+class Reading(Struct, frozen=True, kw_only=True):
+    """What every read is handed: the live parts and the limits."""
+
+    waker: Waker
+    long_poll: float
+    budget: int
+    stopping: object  # an anyio.Event-like with ``is_set()``
+
+
+def _etag(view: View, start: str, end: str, closed: bool) -> str:
+    name = base64.b64encode(view.name.encode()).decode()
+    return f'"{name}:{start}:{end}{":c" if closed else ""}"'
+
+
+def _body(view: View, chunks: list[Chunk]) -> bytes:
+    if view.mode == "json":
+        return json_array(chunk.data for chunk in chunks)
+    return b"".join(chunk.data for chunk in chunks)
+
+
+async def read(request: Request, view: View, reading: Reading, headers: dict[str, str]) -> Response:
+    """GET on a view: the query's ``offset``, ``live`` and ``cursor`` decide the mode."""
+    query = request.query_params
+    offsets = query.getlist("offset")
+    if len(offsets) > 1:
+        raise StreamRequestError("send one offset")
+    given = offsets[0] if offsets else None
+    live = query.get("live")
+    if live not in (None, "long-poll", "sse"):
+        raise StreamRequestError("live is long-poll or sse")
+    if given == "":
+        raise StreamRequestError("the offset is empty")
+    if live is not None and given is None:
+        raise StreamRequestError(f"{live} needs an offset")
+    after = None if given in (None, "-1", "now") else view.position(given)
+    if given in (None, "-1"):
+        after = 0
+    cursor = query.get("cursor")
+    if live == "sse":
+        return await _sse(view, reading, after, cursor, headers)
+    ticket = reading.waker.watch(view.name)
+    snapshot = await view.read(after, reading.budget)
+    if after is None:
+        after = snapshot.tail
+        if live is None:
+            await view.touch()
+            headers.update({NEXT: view.offset(after), UP_TO_DATE: "true", "Cache-Control": "no-store"})
+            if snapshot.closed:
+                headers[CLOSED] = "true"
+            headers["Content-Type"] = snapshot.content_type
+            return Response(b"[]" if view.mode == "json" else b"", 200, headers)
+        snapshot = await view.read(after, reading.budget)
+    if live == "long-poll" and not snapshot.chunks and after >= snapshot.tail:
+        if not snapshot.closed and await reading.waker.wait(ticket, reading.long_poll):
+            snapshot = await view.read(after, reading.budget)
+        if not snapshot.chunks:
+            await view.touch()
+            headers.update({NEXT: view.offset(after), UP_TO_DATE: "true"})
+            if snapshot.closed:
+                headers[CLOSED] = "true"
+            else:
+                headers[CURSOR] = response_cursor(cursor)
+            return Response(None, 204, headers)
+    await view.touch()
+    end = snapshot.tail if snapshot.complete else (snapshot.chunks[-1].end if snapshot.chunks else after)
+    end = max(end, after)
+    headers[NEXT] = view.offset(end)
+    if live == "long-poll":
+        headers[CURSOR] = response_cursor(cursor)
+    if snapshot.complete:
+        headers[UP_TO_DATE] = "true"
+    closed = snapshot.complete and snapshot.closed
+    if closed:
+        headers[CLOSED] = "true"
+    etag = _etag(view, given or "-1", headers[NEXT], closed)
+    headers["ETag"] = etag
+    if request.headers.get("if-none-match") == etag:
+        return Response(None, 304, {"ETag": etag, **_security(headers)})
+    headers["Content-Type"] = snapshot.content_type
+    return Response(_body(view, snapshot.chunks), 200, headers)
+
+
+def _security(headers: dict[str, str]) -> dict[str, str]:
+    return {
+        key: value for key, value in headers.items() if key.lower().startswith(("x-content", "cross-origin", "access"))
+    }
+
+
+async def _sse(
+    view: View, reading: Reading, after: int | None, cursor: str | None, headers: dict[str, str]
+) -> Response:
+    first = await view.read(after, reading.budget)
+    if view.mode == "base64":
+        headers["Stream-SSE-Data-Encoding"] = "base64"
+    headers["Cache-Control"] = "no-cache"
+    headers["Content-Type"] = "text/event-stream"
+    events = _events(
+        view, reading, first.tail if after is None else after, cursor, first if after is not None else None
+    )
+    return StreamingResponse(events, 200, headers)
+
+
+async def _events(
+    view: View, reading: Reading, after: int, cursor: str | None, first: Snapshot | None
+) -> AsyncIterator[bytes]:
+    """Each chunk as a data event followed by its control event; a control event on catching up and as keep-alive."""
+    snapshot = first
+    announced = False
+    while not reading.stopping.is_set():  # type: ignore[attr-defined]
+        ticket = reading.waker.watch(view.name)
+        if snapshot is None:
+            try:
+                snapshot = await view.read(after, reading.budget)
+            except StreamError:
+                return
+        await view.touch()
+        for index, chunk in enumerate(snapshot.chunks):
+            after = chunk.end
+            last = snapshot.complete and index == len(snapshot.chunks) - 1
+            yield data_event(sse_payload(chunk.data, mode=view.mode)) + control_event(
+                _control(view, after, cursor, up_to_date=last, closed=last and snapshot.closed)
+            )
+        if not snapshot.chunks:
+            after = max(after, snapshot.tail) if snapshot.complete else after
+            if not announced or snapshot.closed:
+                yield control_event(_control(view, after, cursor, up_to_date=True, closed=snapshot.closed))
+        announced = True
+        if snapshot.closed and snapshot.complete:
+            return
+        complete = snapshot.complete
+        snapshot = None
+        if complete and not await reading.waker.wait(ticket, reading.long_poll):
+            if reading.stopping.is_set():  # type: ignore[attr-defined]
+                return
+            try:
+                snapshot = await view.read(after, reading.budget)
+            except StreamError:
+                return
+            if not snapshot.chunks and not snapshot.closed:
+                yield control_event(_control(view, after, cursor, up_to_date=True, closed=False))
+
+
+def _control(view: View, position: int, cursor: str | None, *, up_to_date: bool, closed: bool) -> dict[str, object]:
+    fields: dict[str, object] = {"streamNextOffset": view.offset(position)}
+    if closed:
+        fields["streamClosed"] = True
+        return fields
+    fields["streamCursor"] = response_cursor(cursor)
+    if up_to_date:
+        fields["upToDate"] = True
+    return fields

@@ -1,0 +1,213 @@
+"""Generic Durable Streams over HTTP (docs/protocol.md §10.2): create, append and close, head, read and delete.
+
+The handlers parse the protocol's headers and hand the store one request; the rules are
+the store's (`persistence.streams.rules`). A refusal is a `persistence.errors.StreamError`,
+answered by `history_service.durable.app`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Final, Literal
+from urllib.parse import unquote, urlsplit
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from codec.durable import offset, parse_offset
+from history_service.durable.reading import CLOSED, NEXT, Snapshot
+from persistence.errors import StreamRequestError
+from persistence.streams import AppendRequest, CreateRequest, ProducerClaim, StreamMeta, StreamStore, media_type
+
+__all__ = ["StreamView", "append", "create", "delete", "head"]
+
+STREAMS: Final = "/v1/stream/"
+_COUNT: Final = re.compile(r"0|[1-9][0-9]*")
+_DIGITS: Final = re.compile(r"[0-9]+")
+_MEDIA_TYPE: Final = re.compile(r"^[\w.+-]+/[\w.+-]+")
+# JavaScript's Number.MAX_SAFE_INTEGER: the protocol bounds producer epochs and seqs by it.
+_MAX_SAFE: Final = 2**53 - 1
+
+
+def _position(text: str) -> int:
+    parsed = parse_offset(text)
+    if parsed is None:
+        raise StreamRequestError(f"not an offset: {text[:40]!r}")
+    epoch, position = parsed
+    # Offsets of a generic stream are all in epoch 0; a later epoch lies past any of them.
+    return position if epoch == 0 else 2**62
+
+
+class StreamView:
+    """A generic stream as `history_service.durable.reading` reads it."""
+
+    def __init__(self, store: StreamStore, name: str, owner: str, meta: StreamMeta) -> None:
+        self.name = name
+        self._store = store
+        self._owner = owner
+        self._ttl = meta.ttl_seconds is not None
+        mode = media_type(meta.content_type)
+        self.mode: Literal["json", "text", "base64"] = (
+            "json" if mode == "application/json" else "text" if mode.startswith("text/") else "base64"
+        )
+
+    def offset(self, position: int) -> str:
+        return offset(position)
+
+    def position(self, offset: str) -> int:
+        return _position(offset)
+
+    async def read(self, after: int | None, budget: int) -> Snapshot:
+        result = await self._store.read(self.name, self._owner, after if after is not None else 2**62, budget)
+        meta = result.meta
+        return Snapshot(
+            content_type=meta.content_type,
+            tail=meta.tail,
+            chunks=result.chunks,
+            complete=result.complete,
+            closed=meta.closed,
+        )
+
+    async def touch(self) -> None:
+        if self._ttl:
+            await self._store.touch(self.name)
+
+
+def _one(request: Request, name: str) -> str | None:
+    values = request.headers.getlist(name)
+    return values[0] if values else None
+
+
+def _expiry(request: Request) -> tuple[int | None, str | None, int | None]:
+    ttl, expires_at = _one(request, "stream-ttl"), _one(request, "stream-expires-at")
+    if ttl is not None and expires_at is not None:
+        raise StreamRequestError("send Stream-TTL or Stream-Expires-At, not both")
+    if ttl is not None:
+        if not _COUNT.fullmatch(ttl):
+            raise StreamRequestError("Stream-TTL is a whole number of seconds, without sign or leading zeros")
+        return int(ttl), None, None
+    if expires_at is not None:
+        try:
+            when = datetime.fromisoformat(expires_at.strip())
+        except ValueError:
+            raise StreamRequestError("Stream-Expires-At is an RFC 3339 time") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return None, expires_at, int(when.timestamp() * 1000)
+    return None, None, None
+
+
+def _source(request: Request) -> str | None:
+    """The name ``Stream-Forked-From`` gives: a stream's path (``/v1/stream/<name>``, under ``/ds`` or not) or name."""
+    given = _one(request, "stream-forked-from")
+    if given is None:
+        return None
+    path = unquote(urlsplit(given).path)
+    for prefix in (request.scope.get("root_path", "") + STREAMS, STREAMS):
+        if path.startswith(prefix):
+            return path[len(prefix) :]
+    return path.lstrip("/")
+
+
+async def create(request: Request, store: StreamStore, name: str, owner: str, body: bytes) -> tuple[Response, bool]:
+    """PUT: the answer, and whether the stream was new (with a body, its readers are woken)."""
+    forked_from = _source(request)
+    content_type = _one(request, "content-type")
+    if not content_type or not _MEDIA_TYPE.match(content_type.strip()):
+        content_type = None
+    ttl, expires_at, expires_ms = _expiry(request)
+    fork_at: int | None = None
+    if (fork_offset := _one(request, "stream-fork-offset")) is not None:
+        if forked_from is None:
+            raise StreamRequestError("Stream-Fork-Offset needs Stream-Forked-From")
+        fork_at = _position(fork_offset)
+    fork_sub = 0
+    if (sub := _one(request, "stream-fork-sub-offset")) is not None:
+        if forked_from is None:
+            raise StreamRequestError("Stream-Fork-Sub-Offset needs Stream-Forked-From")
+        if not _COUNT.fullmatch(sub):
+            raise StreamRequestError("Stream-Fork-Sub-Offset is a whole number")
+        fork_sub = int(sub)
+    meta, created = await store.create(
+        CreateRequest(
+            name=name,
+            owner=owner,
+            content_type=content_type,
+            body=body,
+            ttl_seconds=ttl,
+            expires_at=expires_at,
+            expires_ms=expires_ms,
+            closed=_one(request, "stream-closed") == "true",
+            forked_from=forked_from,
+            fork_at=fork_at,
+            fork_sub=fork_sub,
+        )
+    )
+    headers = {"Content-Type": meta.content_type, NEXT: offset(meta.tail)}
+    if created:
+        headers["Location"] = str(request.url.replace(query=""))
+    if meta.closed:
+        headers[CLOSED] = "true"
+    return Response(None, 201 if created else 200, headers), created
+
+
+def _claim(request: Request) -> ProducerClaim | None:
+    producer_id, epoch, seq = (_one(request, f"producer-{part}") for part in ("id", "epoch", "seq"))
+    if producer_id is None and epoch is None and seq is None:
+        return None
+    if producer_id is None or epoch is None or seq is None:
+        raise StreamRequestError("send Producer-Id, Producer-Epoch and Producer-Seq together")
+    if not producer_id:
+        raise StreamRequestError("Producer-Id is empty")
+    for label, value in (("Producer-Epoch", epoch), ("Producer-Seq", seq)):
+        if not _DIGITS.fullmatch(value) or int(value) > _MAX_SAFE:
+            raise StreamRequestError(f"{label} is a whole number up to 2^53-1")
+    return ProducerClaim(producer_id, int(epoch), int(seq))
+
+
+async def append(request: Request, store: StreamStore, name: str, owner: str, body: bytes) -> Response:
+    """POST: an append, a close (``Stream-Closed: true`` with no body), or both."""
+    claim = _claim(request)
+    close = _one(request, "stream-closed") == "true"
+    content_type = _one(request, "content-type")
+    if not body and not close:
+        raise StreamRequestError("an append needs a body")
+    if body and not content_type:
+        raise StreamRequestError("an append needs a Content-Type")
+    outcome = await store.append(
+        AppendRequest(
+            name=name,
+            owner=owner,
+            content_type=content_type,
+            body=body,
+            close=close,
+            stream_seq=_one(request, "stream-seq"),
+            producer=claim,
+        )
+    )
+    headers = {NEXT: offset(outcome.tail)}
+    if outcome.closed and (close or outcome.status == "duplicate"):
+        headers[CLOSED] = "true"
+    if claim is not None:
+        headers["Producer-Epoch"] = str(claim.epoch)
+        headers["Producer-Seq"] = str(outcome.producer_seq)
+    status = 200 if claim is not None and outcome.status == "appended" and body else 204
+    return Response(None, status, headers)
+
+
+async def head(store: StreamStore, name: str, owner: str) -> Response:
+    meta = await store.head(name, owner)
+    headers = {NEXT: offset(meta.tail), "Cache-Control": "no-store", "Content-Type": meta.content_type}
+    if meta.closed:
+        headers[CLOSED] = "true"
+    if meta.ttl_seconds is not None:
+        headers["Stream-TTL"] = str(meta.ttl_seconds)
+    if meta.expires_at is not None:
+        headers["Stream-Expires-At"] = meta.expires_at
+    return Response(None, 200, headers)
+
+
+async def delete(store: StreamStore, name: str, owner: str) -> Response:
+    await store.delete(name, owner)
+    return Response(None, 204)

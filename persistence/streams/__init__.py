@@ -1,0 +1,30 @@
+"""Generic Durable Streams on the stores (docs/protocol.md §10): one contract, its rules, and each backend's."""
+
+from __future__ import annotations
+
+from persistence.streams.base import ReadResult, StreamStore
+from persistence.streams.memory import MemoryStreams
+from persistence.streams.model import (
+    AppendOutcome,
+    AppendRequest,
+    Chunk,
+    CreateRequest,
+    Producer,
+    ProducerClaim,
+    StreamMeta,
+    media_type,
+)
+
+__all__ = [
+    "AppendOutcome",
+    "AppendRequest",
+    "Chunk",
+    "CreateRequest",
+    "MemoryStreams",
+    "Producer",
+    "ProducerClaim",
+    "ReadResult",
+    "StreamMeta",
+    "StreamStore",
+    "media_type",
+]

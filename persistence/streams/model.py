@@ -1,0 +1,111 @@
+"""What a Durable Stream is to a store: its metadata, its producers, and the requests and outcomes of writes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from msgspec import Struct
+
+__all__ = ["AppendOutcome", "AppendRequest", "Chunk", "CreateRequest", "Producer", "ProducerClaim", "StreamMeta"]
+
+
+class Producer(Struct, frozen=True, array_like=True):
+    """An idempotent producer's state on one stream: its epoch and the last seq it had accepted."""
+
+    epoch: int
+    seq: int
+    updated_ms: int
+
+
+class ProducerClaim(Struct, frozen=True, array_like=True):
+    """The ``Producer-Id``/``-Epoch``/``-Seq`` a write carries."""
+
+    id: str
+    epoch: int
+    seq: int
+
+
+class StreamMeta(Struct, frozen=True, kw_only=True):
+    """One stream's state. ``tail`` is the byte position after its last chunk.
+
+    A fork reads its source's chunks up to ``fork_at``, then its own. ``refs`` counts the
+    forks that read through it; a deleted stream that still has some is only ``gone``
+    (read through by its forks, answered 410 to everyone else) until the last one goes.
+    """
+
+    name: str
+    owner: str
+    content_type: str
+    created_ms: int
+    accessed_ms: int
+    tail: int = 0
+    ttl_seconds: int | None = None
+    expires_at: str | None = None
+    expires_ms: int | None = None
+    closed: bool = False
+    closed_by: ProducerClaim | None = None
+    stream_seq: str | None = None
+    forked_from: str | None = None
+    fork_at: int | None = None
+    fork_sub: int = 0
+    refs: int = 0
+    gone: bool = False
+
+    @property
+    def json(self) -> bool:
+        return media_type(self.content_type) == "application/json"
+
+    def expired(self, now: int) -> bool:
+        if self.expires_ms is not None and now >= self.expires_ms:
+            return True
+        return self.ttl_seconds is not None and now >= self.accessed_ms + self.ttl_seconds * 1000
+
+
+class Chunk(Struct, frozen=True, array_like=True):
+    """One append's bytes (a JSON stream's fragment), and the position after them: its offset."""
+
+    end: int
+    data: bytes
+
+
+class CreateRequest(Struct, frozen=True, kw_only=True):
+    name: str
+    owner: str
+    content_type: str | None
+    body: bytes = b""
+    ttl_seconds: int | None = None
+    expires_at: str | None = None
+    expires_ms: int | None = None
+    closed: bool = False
+    forked_from: str | None = None
+    fork_at: int | None = None
+    fork_sub: int = 0
+
+
+class AppendRequest(Struct, frozen=True, kw_only=True):
+    """An append (``body``), a close (``close`` with no body), or both at once."""
+
+    name: str
+    owner: str
+    content_type: str | None
+    body: bytes = b""
+    close: bool = False
+    stream_seq: str | None = None
+    producer: ProducerClaim | None = None
+
+
+class AppendOutcome(Struct, frozen=True, kw_only=True):
+    """``appended`` (or closed) now, or a ``duplicate`` a producer had already had accepted.
+
+    ``producer_seq`` is the highest seq accepted for the claim's epoch.
+    """
+
+    status: Literal["appended", "duplicate"]
+    tail: int
+    closed: bool
+    producer_seq: int | None = None
+
+
+def media_type(content_type: str | None) -> str:
+    """The media type alone, lower case: what two content types are compared by."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
