@@ -93,6 +93,7 @@ def create_app(
                 await tasks.start(service.hub.run)
                 if settings.sweep_interval > 0:
                     tasks.start_soon(service.sweeper)
+                tasks.start_soon(durable.subscriptions.run)
                 # After a burst of large pages, give the memory they used back to the system.
                 fix_mmap_threshold()
                 trimmer, pools = Trimmer(every=settings.inflight_bytes), (service.reading, service.sending)

@@ -1,1 +1,1 @@
-"""The Durable Streams protocol at ``/ds`` (docs/protocol.md §10): generic streams, sessions as streams, subscriptions."""
+"""Durable Streams at ``/ds`` (docs/protocol.md §10): generic streams, sessions as streams, subscriptions."""

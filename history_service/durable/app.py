@@ -24,6 +24,7 @@ from history_service.auth import principal
 from history_service.durable.live import Waker
 from history_service.durable.reading import NEXT, Reading, read
 from history_service.durable.streams import StreamView, append, create, delete, head
+from history_service.durable.subscriptions import Subscriptions
 from history_service.errors import BodyTooLarge, DuplicateHeader, InvalidParameter, Unauthenticated
 from history_service.requests import read_body
 from history_service.settings import Settings
@@ -44,6 +45,8 @@ __all__ = ["Durable", "durable_mount"]
 logger = logging.getLogger(__name__)
 
 PREFIX: Final = "/ds"
+# Stream names under this prefix are the protocol's own API (`history_service.durable.subscriptions`).
+RESERVED: Final = "__ds/"
 _METHODS: Final = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"]
 _MAX_NAME: Final = 1024
 _BROWSER: Final = {
@@ -79,6 +82,7 @@ class Durable:
         self.reading = Reading(
             waker=self.waker, long_poll=settings.ds_long_poll, budget=settings.ds_read_bytes, stopping=self.stopping
         )
+        self.subscriptions = Subscriptions(settings, self.streams, self.changed)
 
     def changed(self, name: str) -> None:
         """A write to ``name`` committed: wake its readers."""
@@ -87,6 +91,7 @@ class Durable:
     def close(self) -> None:
         self.stopping.set()
         self.waker.wake_all()
+        self.subscriptions.close()
 
 
 def _headers() -> dict[str, str]:
@@ -148,6 +153,8 @@ def _name(request: Request) -> str:
 
 async def _stream(request: Request, durable: Durable, owner: str, headers: dict[str, str]) -> Response:
     name = _name(request)
+    if name.startswith(RESERVED):
+        return await durable.subscriptions.handle(request, name[len(RESERVED) :], owner, headers)
     streams = durable.streams
     if streams is None:
         return PlainTextResponse("this store keeps no Durable Streams (docs/protocol.md §10)", 501, headers)
@@ -162,13 +169,16 @@ async def _stream(request: Request, durable: Durable, owner: str, headers: dict[
         response, created = await create(request, streams, name, owner, body)
         if created and body:
             durable.changed(name)
+            durable.subscriptions.on_append(name, owner)
     elif method == "POST":
         body = bytes(await read_body(request, durable.settings.max_body_bytes))
         response = await append(request, streams, name, owner, body)
         durable.changed(name)
+        durable.subscriptions.on_append(name, owner)
     elif method == "DELETE":
         response = await delete(streams, name, owner)
         durable.changed(name)
+        durable.subscriptions.on_delete(name, owner)
     else:
         return PlainTextResponse("method not allowed", 405, {**headers, "Allow": "GET, HEAD, PUT, POST, DELETE"})
     response.headers.update(headers)
