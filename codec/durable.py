@@ -25,13 +25,13 @@ from codec.errors import InvalidJsonError
 __all__ = [
     "OFFSET_PATTERN",
     "ZERO_OFFSET",
-    "control_event",
-    "data_event",
+    "sse_control",
+    "sse_data",
     "fragment_values",
     "json_fragment",
     "json_array",
-    "offset",
-    "parse_offset",
+    "stream_offset",
+    "parse_stream_offset",
     "sse_payload",
 ]
 
@@ -44,12 +44,12 @@ _LINE_BREAKS: Final = re.compile(rb"\r\n|\r|\n")
 _control = msgspec.json.Encoder()
 
 
-def offset(position: int, epoch: int = 0) -> str:
+def stream_offset(position: int, epoch: int = 0) -> str:
     """The offset of ``position`` within ``epoch``."""
     return f"{epoch:0{_DIGITS}d}_{position:0{_DIGITS}d}"
 
 
-def parse_offset(text: str) -> tuple[int, int] | None:
+def parse_stream_offset(text: str) -> tuple[int, int] | None:
     """``(epoch, position)`` of an offset in our shape, or None for anything else."""
     match = OFFSET_PATTERN.fullmatch(text)
     if match is None:
@@ -102,9 +102,9 @@ def _event(kind: bytes, payload: bytes) -> bytes:
     return b"event: " + kind + b"\n" + b"".join(b"data:" + line + b"\n" for line in lines) + b"\n"
 
 
-def data_event(payload: bytes) -> bytes:
+def sse_data(payload: bytes) -> bytes:
     return _event(b"data", payload)
 
 
-def control_event(fields: dict[str, object]) -> bytes:
+def sse_control(fields: dict[str, object]) -> bytes:
     return _event(b"control", _control.encode(fields))

@@ -25,6 +25,8 @@ from persistence.base import (
 from persistence.errors import (
     CorruptLogError,
     InvalidSessionIdError,
+    ProducerFencedError,
+    ProducerGapError,
     SchemaVersionError,
     SeqConflictError,
     SessionClosedError,
@@ -32,6 +34,12 @@ from persistence.errors import (
     SessionNotFoundError,
     StoreError,
     StoreNotFoundError,
+    StreamClosedError,
+    StreamConflictError,
+    StreamError,
+    StreamGoneError,
+    StreamNotFoundError,
+    StreamRequestError,
 )
 from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
@@ -40,12 +48,29 @@ from persistence.notify import HeadListener, Notice
 from persistence.rules import expiry, page_span
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
+from persistence.streams import (
+    AppendOutcome,
+    AppendRequest,
+    Chunk,
+    CreateRequest,
+    MemoryStreams,
+    Producer,
+    ProducerClaim,
+    ReadResult,
+    StreamMeta,
+    StreamStore,
+    media_type,
+)
 from persistence.url import describe_url, open_store, shareable_across_workers
 
 __all__ = [
+    "AppendOutcome",
+    "AppendRequest",
     "AppendResult",
+    "Chunk",
     "closed_at_of",
     "CorruptLogError",
+    "CreateRequest",
     "DEFAULT_OWNER",
     "DEFAULT_SESSION_CACHE",
     "DEFAULT_STORE_TIMEOUT",
@@ -59,13 +84,20 @@ __all__ = [
     "JsonlStore",
     "KeyedLocks",
     "Lru",
+    "media_type",
     "MemoryStore",
+    "MemoryStreams",
     "newest_first",
     "Notice",
     "now_ms",
     "open_store",
     "page_span",
     "PageRead",
+    "Producer",
+    "ProducerClaim",
+    "ProducerFencedError",
+    "ProducerGapError",
+    "ReadResult",
     "SchemaVersionError",
     "select_cuts",
     "SeqConflictError",
@@ -79,5 +111,13 @@ __all__ = [
     "SqlStore",
     "StoreError",
     "StoreNotFoundError",
+    "StreamClosedError",
+    "StreamConflictError",
+    "StreamError",
+    "StreamGoneError",
+    "StreamMeta",
+    "StreamNotFoundError",
+    "StreamRequestError",
+    "StreamStore",
     "subagent_parent",
 ]

@@ -223,7 +223,13 @@ def events_in(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> lis
 
 
 class HistoryStore(ABC):
-    """An async session store. Every method may raise `persistence.errors.StoreError` subclasses."""
+    """An async session store. Every method may raise `persistence.errors.StoreError` subclasses.
+
+    ``streams`` are the generic Durable Streams the store keeps beside its sessions
+    (docs/protocol.md §10), or ``None`` where it keeps none.
+    """
+
+    streams: StreamStore | None = None
 
     @abstractmethod
     async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
@@ -355,11 +361,6 @@ class HistoryStore(ABC):
 
     async def vacuum(self) -> None:
         """Give the space that deleted sessions freed back to the file system, where the store keeps it."""
-        return None
-
-    @property
-    def streams(self) -> StreamStore | None:
-        """Generic Durable Streams on this store (docs/protocol.md §10), or ``None`` where it keeps none."""
         return None
 
     def listener(self) -> HeadListener | None:

@@ -90,11 +90,7 @@ class MemoryStore(HistoryStore):
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Session] = {}
-        self._streams = MemoryStreams()
-
-    @property
-    def streams(self) -> MemoryStreams:
-        return self._streams
+        self.streams = MemoryStreams()
 
     def _session(self, session_id: str) -> _Session:
         try:

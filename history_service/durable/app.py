@@ -18,8 +18,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route
 
-from codec import CodecError
-from codec.durable import offset
+from codec import CodecError, stream_offset
 from history_service.auth import principal
 from history_service.durable.live import Waker
 from history_service.durable.reading import NEXT, Reading, read
@@ -28,8 +27,8 @@ from history_service.durable.subscriptions import Subscriptions
 from history_service.errors import BodyTooLarge, DuplicateHeader, InvalidParameter, Unauthenticated
 from history_service.requests import read_body
 from history_service.settings import Settings
-from persistence import HistoryStore
-from persistence.errors import (
+from persistence import (
+    HistoryStore,
     ProducerFencedError,
     ProducerGapError,
     StreamClosedError,
@@ -114,7 +113,7 @@ def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
     elif isinstance(exc, StreamClosedError):
         status = 409
         headers["Stream-Closed"] = "true"
-        headers[NEXT] = offset(exc.tail)
+        headers[NEXT] = stream_offset(exc.tail)
     elif isinstance(exc, StreamConflictError):
         status = 409
     elif isinstance(exc, BodyTooLarge):

@@ -15,10 +15,9 @@ from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from codec.durable import control_event, data_event, json_array, sse_payload
+from codec import json_array, sse_control, sse_data, sse_payload
 from history_service.durable.live import Waker, response_cursor
-from persistence.errors import StreamError, StreamRequestError
-from persistence.streams import Chunk
+from persistence import Chunk, StreamError, StreamRequestError
 
 __all__ = ["Reading", "Snapshot", "View", "read"]
 
@@ -174,13 +173,13 @@ async def _events(
         for index, chunk in enumerate(snapshot.chunks):
             after = chunk.end
             last = snapshot.complete and index == len(snapshot.chunks) - 1
-            yield data_event(sse_payload(chunk.data, mode=view.mode)) + control_event(
+            yield sse_data(sse_payload(chunk.data, mode=view.mode)) + sse_control(
                 _control(view, after, cursor, up_to_date=last, closed=last and snapshot.closed)
             )
         if not snapshot.chunks:
             after = max(after, snapshot.tail) if snapshot.complete else after
             if not announced or snapshot.closed:
-                yield control_event(_control(view, after, cursor, up_to_date=True, closed=snapshot.closed))
+                yield sse_control(_control(view, after, cursor, up_to_date=True, closed=snapshot.closed))
         announced = True
         if snapshot.closed and snapshot.complete:
             return
@@ -194,7 +193,7 @@ async def _events(
             except StreamError:
                 return
             if not snapshot.chunks and not snapshot.closed:
-                yield control_event(_control(view, after, cursor, up_to_date=True, closed=False))
+                yield sse_control(_control(view, after, cursor, up_to_date=True, closed=False))
 
 
 def _control(view: View, position: int, cursor: str | None, *, up_to_date: bool, closed: bool) -> dict[str, object]:

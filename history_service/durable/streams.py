@@ -15,10 +15,17 @@ from urllib.parse import unquote, urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from codec.durable import offset, parse_offset
+from codec import parse_stream_offset, stream_offset
 from history_service.durable.reading import CLOSED, NEXT, Snapshot
-from persistence.errors import StreamRequestError
-from persistence.streams import AppendRequest, CreateRequest, ProducerClaim, StreamMeta, StreamStore, media_type
+from persistence import (
+    AppendRequest,
+    CreateRequest,
+    ProducerClaim,
+    StreamMeta,
+    StreamRequestError,
+    StreamStore,
+    media_type,
+)
 
 __all__ = ["StreamView", "append", "create", "delete", "head"]
 
@@ -31,7 +38,7 @@ _MAX_SAFE: Final = 2**53 - 1
 
 
 def _position(text: str) -> int:
-    parsed = parse_offset(text)
+    parsed = parse_stream_offset(text)
     if parsed is None:
         raise StreamRequestError(f"not an offset: {text[:40]!r}")
     epoch, position = parsed
@@ -53,7 +60,7 @@ class StreamView:
         )
 
     def offset(self, position: int) -> str:
-        return offset(position)
+        return stream_offset(position)
 
     def position(self, offset: str) -> int:
         return _position(offset)
@@ -144,7 +151,7 @@ async def create(request: Request, store: StreamStore, name: str, owner: str, bo
             fork_sub=fork_sub,
         )
     )
-    headers = {"Content-Type": meta.content_type, NEXT: offset(meta.tail)}
+    headers = {"Content-Type": meta.content_type, NEXT: stream_offset(meta.tail)}
     if created:
         headers["Location"] = str(request.url.replace(query=""))
     if meta.closed:
@@ -186,7 +193,7 @@ async def append(request: Request, store: StreamStore, name: str, owner: str, bo
             producer=claim,
         )
     )
-    headers = {NEXT: offset(outcome.tail)}
+    headers = {NEXT: stream_offset(outcome.tail)}
     if outcome.closed and (close or outcome.status == "duplicate"):
         headers[CLOSED] = "true"
     if claim is not None:
@@ -198,7 +205,7 @@ async def append(request: Request, store: StreamStore, name: str, owner: str, bo
 
 async def head(store: StreamStore, name: str, owner: str) -> Response:
     meta = await store.head(name, owner)
-    headers = {NEXT: offset(meta.tail), "Cache-Control": "no-store", "Content-Type": meta.content_type}
+    headers = {NEXT: stream_offset(meta.tail), "Cache-Control": "no-store", "Content-Type": meta.content_type}
     if meta.closed:
         headers[CLOSED] = "true"
     if meta.ttl_seconds is not None:

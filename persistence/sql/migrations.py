@@ -1,4 +1,4 @@
-"""The schema version in ``history_meta``, and the upgrades from versions 1 to 4 to the current one.
+"""The schema version in ``history_meta``, and the upgrades from versions 1 to 5 to the current one.
 
 An older database is upgraded in place when opened; an unknown version refuses to open.
 """
@@ -18,6 +18,9 @@ from persistence.sql.dialect import Dialect
 from persistence.sql.schema import (
     JOIN_COLUMNS,
     SCHEMA_VERSION,
+    ds_chunks_table,
+    ds_producers_table,
+    ds_streams_table,
     expiry_indexes,
     listing_index,
     meta_table,
@@ -61,6 +64,9 @@ def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) 
         version = "4"
     if version == "4":
         _upgrade_from_4(conn, dialect)
+        version = "5"
+    if version == "5":
+        _upgrade_from_5(conn)
         return None
     return version
 
@@ -70,7 +76,7 @@ def refuse(version: str | None) -> None:
     if version is not None and version != str(SCHEMA_VERSION):
         raise SchemaVersionError(
             f"the database has history schema version {version!r}; "
-            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 4"
+            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 5"
         )
 
 
@@ -172,6 +178,13 @@ def _upgrade_from_4(conn: Connection, dialect: Dialect) -> None:
     for index in expiry_indexes:
         index.create(conn)
     _set_version(conn, "5")
+
+
+def _upgrade_from_5(conn: Connection) -> None:
+    """Version 6 adds the Durable Streams tables (docs/protocol.md §10); nothing older changes."""
+    for table in (ds_streams_table, ds_chunks_table, ds_producers_table):
+        table.create(conn, checkfirst=True)
+    _set_version(conn, "6")
 
 
 def _set_version(conn: Connection, version: str) -> None:

@@ -19,7 +19,11 @@ Tables, keyed ``(session_id, seq)``:
   (`persistence.sql.deletion`). A record's session row may be gone before it, so no foreign
   key ties ``history_records`` to ``history_sessions``, and every read of records asks that
   its session row exists, in the same statement;
-* ``history_meta``: the schema version (`persistence.sql.migrations`).
+* ``history_meta``: the schema version (`persistence.sql.migrations`);
+* ``ds_streams``, ``ds_chunks`` and ``ds_producers``: generic Durable Streams (`persistence.sql.streams`):
+  a stream's metadata as one encoded `persistence.streams.StreamMeta`, with ``deadline``, when it
+  expires (indexed, for the sweeper); each append's bytes at the position after them; and each
+  idempotent producer's state.
 
 Each dialect module compiles `CodePointOrder` for its database.
 """
@@ -56,9 +60,12 @@ __all__ = [
     "records_table",
     "sessions_table",
     "stored_header",
+    "ds_chunks_table",
+    "ds_producers_table",
+    "ds_streams_table",
 ]
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 COMPRESS_AT: Final = 4096
 
 
@@ -179,4 +186,31 @@ hidden_table = sa.Table(
     sa.Column("seq", sa.BigInteger, primary_key=True),
     sa.Column("start", sa.BigInteger, nullable=False),
     sa.Column("end", sa.BigInteger, nullable=False),
+)
+ds_streams_table = sa.Table(
+    "ds_streams",
+    metadata,
+    sa.Column("name", sa.String, primary_key=True),
+    sa.Column("meta", sa.LargeBinary, nullable=False),
+    sa.Column("deadline", sa.BigInteger, nullable=True),
+    sa.Index(
+        "ix_ds_streams_deadline",
+        "deadline",
+        sqlite_where=sa.text("deadline IS NOT NULL"),
+        postgresql_where=sa.text("deadline IS NOT NULL"),
+    ),
+)
+ds_chunks_table = sa.Table(
+    "ds_chunks",
+    metadata,
+    sa.Column("name", sa.String, primary_key=True),
+    sa.Column("end_pos", sa.BigInteger, primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+ds_producers_table = sa.Table(
+    "ds_producers",
+    metadata,
+    sa.Column("name", sa.String, primary_key=True),
+    sa.Column("producer_id", sa.String, primary_key=True),
+    sa.Column("state", sa.LargeBinary, nullable=False),
 )

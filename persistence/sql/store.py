@@ -66,6 +66,7 @@ from persistence.sql.postgres import PostgresDialect
 from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, bounded_rows, stored_header
 from persistence.sql.sqlite import SqliteDialect
 from persistence.sql.statements import Statements, expired, listing
+from persistence.sql.streams import SqlStreams
 from persistence.state import Lru
 
 __all__ = ["INLINE_BYTES", "SCHEMA_VERSION", "SqlStore"]
@@ -111,6 +112,7 @@ class SqlStore(HistoryStore):
         self._read_threads: anyio.CapacityLimiter | None = None
         self._groups = self._dialect.groups(self)
         self._writer = GroupCommit(self._groups, name="history-sql-writer")
+        self.streams = SqlStreams(self)
 
     @classmethod
     async def open(

@@ -12,7 +12,7 @@ from typing import Final, Protocol
 
 import msgspec
 
-from codec.durable import fragment_values, json_fragment
+from codec import InvalidJsonError, fragment_values, json_fragment
 from persistence.errors import (
     ProducerFencedError,
     ProducerGapError,
@@ -103,7 +103,7 @@ def create(tx: Tx, request: CreateRequest, now: int) -> tuple[StreamMeta, bool]:
     if request.forked_from is not None:
         meta = _fork(tx, meta, request, now)
     if request.body:
-        data = json_fragment(request.body, allow_empty=True) if meta.json else request.body
+        data = _fragment(request.body, allow_empty=True) if meta.json else request.body
         if data:
             tx.add(meta.name, Chunk(meta.tail + len(data), data))
             meta = msgspec.structs.replace(meta, tail=meta.tail + len(data))
@@ -200,7 +200,7 @@ def append(tx: Tx, request: AppendRequest, now: int) -> AppendOutcome:
             raise StreamConflictError(f"Stream-Seq {request.stream_seq!r} does not follow {meta.stream_seq!r}")
     tail = meta.tail
     if request.body:
-        data = json_fragment(request.body) if meta.json else request.body
+        data = _fragment(request.body) if meta.json else request.body
         tail += len(data)
         tx.add(meta.name, Chunk(tail, data))
     if claim is not None and admitted is not None:
@@ -217,6 +217,13 @@ def append(tx: Tx, request: AppendRequest, now: int) -> AppendOutcome:
     return AppendOutcome(
         status="appended", tail=tail, closed=meta.closed, producer_seq=None if claim is None else claim.seq
     )
+
+
+def _fragment(body: bytes, *, allow_empty: bool = False) -> bytes:
+    try:
+        return json_fragment(body, allow_empty=allow_empty)
+    except InvalidJsonError as exc:
+        raise StreamRequestError(str(exc)) from exc
 
 
 def _admit(tx: Tx, name: str, claim: ProducerClaim, now: int) -> Producer | int:

@@ -1,0 +1,186 @@
+"""Durable Streams on the SQL store: the rules (`persistence.streams.rules`) over its tables.
+
+A write is one unit of the store's group commit, so it shares the group's transaction and
+fsync with the session appends beside it, and a producer's state commits with its append.
+A unit reads the stream's row ``FOR UPDATE`` (on PostgreSQL; SQLite's one writer already
+serializes them), so two processes' writes to one stream take turns. Reads take the store's
+kept readers, as a page does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import msgspec
+import sqlalchemy as sa
+
+from persistence.base import now_ms
+from persistence.sql.prepared import Prepared
+from persistence.sql.schema import ds_chunks_table, ds_producers_table, ds_streams_table
+from persistence.streams import rules
+from persistence.streams.base import ReadResult, StreamStore
+from persistence.streams.model import AppendOutcome, AppendRequest, Chunk, CreateRequest, Producer, StreamMeta
+
+if TYPE_CHECKING:
+    from persistence.sql.store import SqlStore
+
+__all__ = ["SqlStreams"]
+
+T = TypeVar("T")
+_KEY: Final = "ds\x00"
+_meta_encoder = msgspec.msgpack.Encoder()
+_meta_decoder = msgspec.msgpack.Decoder(StreamMeta)
+_producer_decoder = msgspec.msgpack.Decoder(Producer)
+
+
+def _deadline(meta: StreamMeta) -> int | None:
+    """When the stream expires, by its own clock: what the sweeper's index is on."""
+    ends = [meta.expires_ms] if meta.expires_ms is not None else []
+    if meta.ttl_seconds is not None:
+        ends.append(meta.accessed_ms + meta.ttl_seconds * 1000)
+    return min(ends) if ends and not meta.gone else None
+
+
+class _Statements:
+    def __init__(self, store: SqlStore) -> None:
+        s, c, p = ds_streams_table.c, ds_chunks_table.c, ds_producers_table.c
+        b = sa.bindparam
+        dialect, ways = store._engine.dialect, store._dialect
+
+        def prepared(statement: Any) -> Prepared:
+            return Prepared(statement, dialect)
+
+        self.meta = prepared(sa.select(s.meta).where(s.name == b("name")))
+        self.meta_for_update = prepared(ways.lock_head(sa.select(s.meta).where(s.name == b("name"))))
+        self.insert = prepared(sa.insert(ds_streams_table))
+        self.update = prepared(
+            sa.update(ds_streams_table).where(s.name == b("name")).values(meta=b("meta"), deadline=b("deadline"))
+        )
+        self.drop = prepared(sa.delete(ds_streams_table).where(s.name == b("name")))
+        self.drop_chunks = prepared(sa.delete(ds_chunks_table).where(c.name == b("name")))
+        self.drop_producers = prepared(sa.delete(ds_producers_table).where(p.name == b("name")))
+        self.producer = prepared(sa.select(p.state).where(p.name == b("name"), p.producer_id == b("producer_id")))
+        self.insert_producer = prepared(sa.insert(ds_producers_table))
+        self.update_producer = prepared(
+            sa.update(ds_producers_table)
+            .where(p.name == b("name"), p.producer_id == b("producer_id"))
+            .values(state=b("state"))
+        )
+        self.add = prepared(sa.insert(ds_chunks_table))
+        chunks = sa.select(c.end_pos, c.data).where(c.name == b("name"), c.end_pos > b("after"))
+        self.chunks = prepared(chunks.order_by(c.end_pos).limit(b("limit")))
+        self.chunks_through = prepared(chunks.where(c.end_pos <= b("through")).order_by(c.end_pos).limit(b("limit")))
+        self.expired = prepared(sa.select(s.name).where(s.deadline <= b("now")).order_by(s.deadline).limit(b("limit")))
+
+
+# Chunks fetched per round trip of a read: a budget's worth of small appends takes a few.
+_BATCH: Final = 256
+
+
+class _Tx:
+    """`rules.Tx` on a DBAPI cursor; ``lock`` reads a stream's row for update (a write's unit)."""
+
+    def __init__(self, sql: _Statements, cursor: Any, *, lock: bool) -> None:
+        self._sql = sql
+        self._cursor = cursor
+        self._lock = lock
+        self._present: set[str] = set()
+
+    def meta(self, name: str) -> StreamMeta | None:
+        statement = self._sql.meta_for_update if self._lock else self._sql.meta
+        row = statement.run(self._cursor, name=name).fetchone()
+        if row is None:
+            return None
+        self._present.add(name)
+        return _meta_decoder.decode(row[0])
+
+    def save(self, meta: StreamMeta) -> None:
+        values = {"name": meta.name, "meta": _meta_encoder.encode(meta), "deadline": _deadline(meta)}
+        if meta.name in self._present:
+            self._sql.update.run(self._cursor, **values)
+        else:
+            self._sql.insert.run(self._cursor, **values)
+            self._present.add(meta.name)
+
+    def drop(self, name: str) -> None:
+        for statement in (self._sql.drop_chunks, self._sql.drop_producers, self._sql.drop):
+            statement.run(self._cursor, name=name)
+        self._present.discard(name)
+
+    def producer(self, name: str, producer_id: str) -> Producer | None:
+        row = self._sql.producer.run(self._cursor, name=name, producer_id=producer_id).fetchone()
+        return None if row is None else _producer_decoder.decode(row[0])
+
+    def save_producer(self, name: str, producer_id: str, state: Producer) -> None:
+        values = {"name": name, "producer_id": producer_id, "state": _meta_encoder.encode(state)}
+        if self._sql.update_producer.run(self._cursor, **values).rowcount == 0:
+            self._sql.insert_producer.run(self._cursor, **values)
+
+    def add(self, name: str, chunk: Chunk) -> None:
+        self._sql.add.run(self._cursor, name=name, end_pos=chunk.end, data=chunk.data)
+
+    def chunks(self, name: str, after: int, through: int | None, budget: int) -> list[Chunk]:
+        found: list[Chunk] = []
+        size = 0
+        while size < budget:
+            if through is None:
+                rows = self._sql.chunks.run(self._cursor, name=name, after=after, limit=_BATCH).fetchall()
+            else:
+                rows = self._sql.chunks_through.run(
+                    self._cursor, name=name, after=after, through=through, limit=_BATCH
+                ).fetchall()
+            for end, data in rows:
+                if size >= budget:
+                    break
+                found.append(Chunk(end, bytes(data)))
+                size += len(data)
+            if len(rows) < _BATCH:
+                break
+            after = found[-1].end
+        return found
+
+
+class SqlStreams(StreamStore):
+    def __init__(self, store: SqlStore) -> None:
+        self._store = store
+        self._sql = _Statements(store)
+
+    async def _write(self, name: str, work: Callable[[_Tx, int], T]) -> T:
+        sql = self._sql
+        return await self._store._writer.run(lambda cursor: work(_Tx(sql, cursor, lock=True), now_ms()), _KEY + name)
+
+    async def _read(self, work: Callable[[_Tx, int], T]) -> T:
+        sql = self._sql
+
+        def reading(cursor: Any) -> T:
+            return work(_Tx(sql, cursor, lock=False), now_ms())
+
+        return await self._store._dialect.read(self._store, reading)
+
+    async def create(self, request: CreateRequest) -> tuple[StreamMeta, bool]:
+        return await self._write(request.name, lambda tx, now: rules.create(tx, request, now))
+
+    async def append(self, request: AppendRequest) -> AppendOutcome:
+        return await self._write(request.name, lambda tx, now: rules.append(tx, request, now))
+
+    async def delete(self, name: str, owner: str) -> None:
+        await self._write(name, lambda tx, now: rules.delete(tx, name, owner, now))
+
+    async def head(self, name: str, owner: str) -> StreamMeta:
+        return await self._read(lambda tx, now: rules.live(tx, name, owner, now))
+
+    async def read(self, name: str, owner: str, after: int, budget: int) -> ReadResult:
+        return ReadResult(*await self._read(lambda tx, now: rules.read(tx, name, owner, after, budget, now)))
+
+    async def touch(self, name: str) -> None:
+        await self._write(name, lambda tx, now: rules.touch(tx, name, now))
+
+    async def expired(self, now: int, limit: int) -> list[str]:
+        def names(tx: _Tx, _: int) -> list[str]:
+            return [row[0] for row in self._sql.expired.run(tx._cursor, now=now, limit=limit).fetchall()]
+
+        return await self._read(names)
+
+    async def sweep(self, name: str) -> bool:
+        return await self._write(name, lambda tx, now: rules.sweep(tx, name, now))
