@@ -88,6 +88,7 @@ def create_app(
         )
         service = HistoryService(settings, opened, recorded)
         durable = Durable(settings, opened)
+        service.hub.streams_changed = durable.changed
         try:
             async with anyio.create_task_group() as tasks:
                 await tasks.start(service.hub.run)

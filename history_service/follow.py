@@ -31,7 +31,15 @@ import anyio.abc
 from codec import Event, StoredRecord, encode, event_id, event_lines
 from history_service.bodies import FollowEnd, FollowError
 from history_service.metrics import Metrics
-from persistence import HeadListener, HistoryStore, Notice, SessionInfo, SessionNotFoundError, StoreError
+from persistence import (
+    HeadListener,
+    HistoryStore,
+    Notice,
+    SessionInfo,
+    SessionNotFoundError,
+    StoreError,
+    stream_of,
+)
 
 __all__ = [
     "CATCH_UP_WINDOW",
@@ -178,6 +186,8 @@ class Hub:
         self._tasks: anyio.abc.TaskGroup | None = None
         self._listener: HeadListener | None = store.listener()
         self.closing = anyio.Event()
+        # Told of writes to Durable Streams through other processes (the stream's name; ``None``: any).
+        self.streams_changed: Callable[[str | None], None] | None = None
         self.ping_interval = ping_interval
         self.coalesce = coalesce
 
@@ -245,8 +255,11 @@ class Hub:
         self.advanced(session_id, head, closed=True)
 
     def heard(self, notice: Notice) -> None:
-        """A notice from another process: a head moved, or a session was closed or deleted."""
-        if notice.deleted:
+        """A notice from another process: a head moved, a session was closed or deleted, or a stream changed."""
+        if (stream := stream_of(notice)) is not None:
+            if self.streams_changed is not None:
+                self.streams_changed(stream)
+        elif notice.deleted:
             self.gone(notice.session_id, notice.incarnation)
         else:
             self.advanced(notice.session_id, notice.head, notice.closed)
@@ -280,6 +293,8 @@ class Hub:
 
     async def resync(self) -> None:
         """Re-read the head of every followed session, after notices may have been lost."""
+        if self.streams_changed is not None:
+            self.streams_changed(None)
         if self._forget is not None:
             self._forget(None, None)
         for session_id, channel in list(self._channels.items()):

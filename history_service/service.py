@@ -47,6 +47,7 @@ from persistence import (
     SessionNotFoundError,
     SessionSummary,
     StoreError,
+    StreamStore,
     closed_at_of,
     expires_at_of,
     expiry,
@@ -71,10 +72,11 @@ DEFAULT: Final = Default.DEFAULT
 
 
 class Swept(NamedTuple):
-    """What a sweep did: the ids it deleted (each tree whole), and those it could not."""
+    """What a sweep did: the ids deleted (each tree whole), those it could not, and the Durable Streams it expired."""
 
     deleted: list[str]
     failed: list[str]
+    streams: list[str] = []
 
 
 # The least a listing reads of the store at once.
@@ -422,7 +424,7 @@ class HistoryService:
         same store (`HistoryStore.sweeping`).
         """
         retention = self.settings.retention_ms if isinstance(retention_ms, Default) else retention_ms
-        batch, swept = self.settings.sweep_batch, Swept([], [])
+        batch, swept = self.settings.sweep_batch, Swept([], [], [])
         passed: set[str] = set()
 
         async def expire(session_id: str) -> None:
@@ -449,7 +451,25 @@ class HistoryService:
                 for session_id in found:
                     await expire(session_id)
                 if len(found) < batch:
-                    return swept
+                    break
+            if self.store.streams is not None:
+                await self._sweep_streams(self.store.streams, swept)
+            return swept
+
+    async def _sweep_streams(self, streams: StreamStore, swept: Swept) -> None:
+        """Expire the Durable Streams past their TTL or Expires-At (docs/protocol.md §10.5), one at a time."""
+        tried: set[str] = set()
+        while True:
+            found = [name for name in await streams.expired(now_ms(), self.settings.sweep_batch) if name not in tried]
+            if not found:
+                return
+            for name in found:
+                tried.add(name)
+                try:
+                    if await streams.sweep(name):
+                        swept.streams.append(name)
+                except StoreError as exc:
+                    logger.error("the sweep cannot expire stream %r: %s", name, exc)
 
     async def sweeper(self) -> None:
         """Sweep every ``settings.sweep_interval`` seconds, until cancelled; a failure waits for the next."""
@@ -462,6 +482,8 @@ class HistoryService:
             else:
                 if swept is not None and swept.deleted:
                     logger.info("swept %d expired sessions", len(swept.deleted))
+                if swept is not None and swept.streams:
+                    logger.info("swept %d expired Durable Streams", len(swept.streams))
             await anyio.sleep(self.settings.sweep_interval)
 
     async def page(

@@ -44,7 +44,7 @@ from persistence.errors import (
 from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.message_index import select_cuts
-from persistence.notify import HeadListener, Notice
+from persistence.notify import HeadListener, Notice, stream_of
 from persistence.rules import expiry, page_span
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
@@ -111,6 +111,7 @@ __all__ = [
     "SqlStore",
     "StoreError",
     "StoreNotFoundError",
+    "stream_of",
     "StreamClosedError",
     "StreamConflictError",
     "StreamError",

@@ -24,9 +24,12 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["NOTIFY_CHANNEL", "HeadListener", "Notice", "notice"]
+__all__ = ["NOTIFY_CHANNEL", "STREAM_NOTICE", "HeadListener", "Notice", "notice", "stream_of"]
 
 NOTIFY_CHANNEL: Final = "history_heads"
+# A Durable Stream's notice names it behind this prefix, which no session id can hold
+# (docs/protocol.md §2.4), so a follower's channel never takes it for a session's.
+STREAM_NOTICE: Final = "\x00ds\x00"
 
 OnHead = Callable[["Notice"], None]
 OnConnect = Callable[[], Awaitable[None]]
@@ -75,3 +78,10 @@ class HeadListener(ABC):
     @abstractmethod
     async def run(self, on_head: OnHead, on_connect: OnConnect) -> None:
         """Until cancelled: ``on_head(notice)`` per notice of another store, ``on_connect()`` per connect."""
+
+
+def stream_of(notice: Notice) -> str | None:
+    """The Durable Stream a notice tells of a write to, or ``None`` when it is a session's."""
+    if notice.session_id.startswith(STREAM_NOTICE):
+        return notice.session_id[len(STREAM_NOTICE) :]
+    return None

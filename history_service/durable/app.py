@@ -83,9 +83,12 @@ class Durable:
         )
         self.subscriptions = Subscriptions(settings, self.streams, self.changed)
 
-    def changed(self, name: str) -> None:
-        """A write to ``name`` committed: wake its readers."""
-        self.waker.wake(name)
+    def changed(self, name: str | None) -> None:
+        """A write to ``name`` committed, here or in another process (``None``: perhaps to any): wake its readers."""
+        if name is None:
+            self.waker.wake_all()
+        else:
+            self.waker.wake(name)
 
     def close(self) -> None:
         self.stopping.set()

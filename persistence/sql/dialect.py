@@ -114,6 +114,10 @@ class Dialect(ABC):
         """What `advance` (or a close, ``closed``, or a delete, ``deleted``) needs besides the session and heads."""
 
     @abstractmethod
+    def notify_stream(self, cursor: Any, name: str) -> None:
+        """Tell the other processes, when this write commits, that the Durable Stream ``name`` changed."""
+
+    @abstractmethod
     def bound(self, connection: Any) -> AbstractContextManager[Deadline]:
         """Bound one call on a DBAPI connection."""
 

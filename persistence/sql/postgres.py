@@ -29,7 +29,7 @@ from persistence.base import TOUCH_MS, AppendResult, PageRead, SessionInfo, now_
 from persistence.errors import SessionNotFoundError, StoreError
 from persistence.group_commit import unavailable
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
-from persistence.notify import NOTIFY_CHANNEL, HeadListener, notice
+from persistence.notify import NOTIFY_CHANNEL, STREAM_NOTICE, HeadListener, notice
 from persistence.rules import BatchPlan, dense_gap, page_span, plan_batch
 from persistence.sealing import plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk, U
@@ -440,6 +440,10 @@ class PostgresDialect(Dialect):
         # In the transaction and the same round trip: delivered at commit, never for a rollback.
         told = sa.func.pg_notify(sa.bindparam("channel", type_=sa.Text), sa.bindparam("notice", type_=sa.Text))
         return cast(U, advance.returning(told))
+
+    def notify_stream(self, cursor: Any, name: str) -> None:
+        # In the unit's transaction: sent at commit, never for a rollback.
+        cursor.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, notice(STREAM_NOTICE + name, 0, self._origin)))
 
     def _forget_tail(self, session_id: str | None) -> None:
         """Drop the open run the writer keeps of a session another process deleted (``None``: of every one)."""

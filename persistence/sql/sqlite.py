@@ -135,6 +135,9 @@ class SqliteDialect(Dialect):
     def advance(self, advance: U) -> U:
         return advance
 
+    def notify_stream(self, cursor: Any, name: str) -> None:
+        return None  # one process writes an embedded database: its own writes wake its readers
+
     def advance_params(
         self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False, incarnation: str = ""
     ) -> dict[str, Any]:

@@ -146,9 +146,16 @@ class SqlStreams(StreamStore):
         self._store = store
         self._sql = _Statements(store)
 
-    async def _write(self, name: str, work: Callable[[_Tx, int], T]) -> T:
-        sql = self._sql
-        return await self._store._writer.run(lambda cursor: work(_Tx(sql, cursor, lock=True), now_ms()), _KEY + name)
+    async def _write(self, name: str, work: Callable[[_Tx, int], T], *, notify: bool = True) -> T:
+        sql, dialect = self._sql, self._store._dialect
+
+        def unit(cursor: Any) -> T:
+            result = work(_Tx(sql, cursor, lock=True), now_ms())
+            if notify:
+                dialect.notify_stream(cursor, name)
+            return result
+
+        return await self._store._writer.run(unit, _KEY + name)
 
     async def _read(self, work: Callable[[_Tx, int], T]) -> T:
         sql = self._sql
@@ -174,7 +181,7 @@ class SqlStreams(StreamStore):
         return ReadResult(*await self._read(lambda tx, now: rules.read(tx, name, owner, after, budget, now)))
 
     async def touch(self, name: str) -> None:
-        await self._write(name, lambda tx, now: rules.touch(tx, name, now))
+        await self._write(name, lambda tx, now: rules.touch(tx, name, now), notify=False)
 
     async def expired(self, now: int, limit: int) -> list[str]:
         def names(tx: _Tx, _: int) -> list[str]:
