@@ -87,8 +87,9 @@ def create_app(
             )
         )
         service = HistoryService(settings, opened, recorded)
-        durable = Durable(settings, opened)
+        durable = Durable(settings, service)
         service.hub.streams_changed = durable.changed
+        service.hub.sessions_changed = durable.session_changed
         try:
             async with anyio.create_task_group() as tasks:
                 await tasks.start(service.hub.run)

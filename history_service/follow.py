@@ -186,8 +186,10 @@ class Hub:
         self._tasks: anyio.abc.TaskGroup | None = None
         self._listener: HeadListener | None = store.listener()
         self.closing = anyio.Event()
-        # Told of writes to Durable Streams through other processes (the stream's name; ``None``: any).
+        # Told of writes to Durable Streams through other processes (the stream's name; ``None``: any),
+        # and of every session whose head moved, closed or went, through any process (its id).
         self.streams_changed: Callable[[str | None], None] | None = None
+        self.sessions_changed: Callable[[str], None] | None = None
         self.ping_interval = ping_interval
         self.coalesce = coalesce
 
@@ -231,6 +233,8 @@ class Hub:
 
         Without ``incarnation``, the channel's; before a channel knows it, its followers read the store.
         """
+        if self.sessions_changed is not None:
+            self.sessions_changed(session_id)
         channel = self._channels.get(session_id)
         if channel is None or not events:
             return
@@ -245,6 +249,8 @@ class Hub:
         A follower that comes later, of an id created again, gets a channel of its own.
         """
         for session_id in session_ids:
+            if self.sessions_changed is not None:
+                self.sessions_changed(session_id)
             channel = self._channels.pop(session_id, None)
             if channel is not None:
                 channel.deleted = True
@@ -277,6 +283,8 @@ class Hub:
 
     def advanced(self, session_id: str, head: int, closed: bool = False) -> None:
         """A head notice: ``session_id`` has durable events up to ``head`` (from any process); ``closed`` at it."""
+        if self.sessions_changed is not None:
+            self.sessions_changed(session_id)
         channel = self._channels.get(session_id)
         if channel is None:
             return

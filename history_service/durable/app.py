@@ -22,13 +22,14 @@ from codec import CodecError, stream_offset
 from history_service.auth import principal
 from history_service.durable.live import Waker
 from history_service.durable.reading import NEXT, Reading, read
+from history_service.durable.sessions import SESSION_KEY, session
 from history_service.durable.streams import StreamView, append, create, delete, head
 from history_service.durable.subscriptions import Subscriptions
 from history_service.errors import BodyTooLarge, DuplicateHeader, InvalidParameter, Unauthenticated
 from history_service.requests import read_body
+from history_service.service import HistoryService
 from history_service.settings import Settings
 from persistence import (
-    HistoryStore,
     ProducerFencedError,
     ProducerGapError,
     StreamClosedError,
@@ -72,10 +73,10 @@ _PREFLIGHT: Final = {
 class Durable:
     """One app's Durable Streams: the store's streams, the waker, and the read limits."""
 
-    def __init__(self, settings: Settings, store: HistoryStore) -> None:
+    def __init__(self, settings: Settings, service: HistoryService) -> None:
         self.settings = settings
-        self.store = store
-        self.streams = store.streams
+        self.service = service
+        self.streams = service.store.streams
         self.waker = Waker()
         self.stopping = anyio.Event()
         self.reading = Reading(
@@ -89,6 +90,10 @@ class Durable:
             self.waker.wake_all()
         else:
             self.waker.wake(name)
+
+    def session_changed(self, session_id: str) -> None:
+        """A session's head moved, or it closed or went: wake its readers."""
+        self.waker.wake(SESSION_KEY + session_id)
 
     def close(self) -> None:
         self.stopping.set()
@@ -187,6 +192,18 @@ async def _stream(request: Request, durable: Durable, owner: str, headers: dict[
     return response
 
 
+async def _session(request: Request, durable: Durable, owner: str, headers: dict[str, str]) -> Response:
+    return await session(request, durable.service, durable.reading, owner, headers)
+
+
 def durable_mount() -> Mount:
     """The ``/ds`` mount; the app's lifespan puts its `Durable` in the request state."""
-    return Mount(PREFIX, routes=[Route("/v1/stream/{name:path}", _guarded(_stream), methods=_METHODS)])
+    sessions = _guarded(_session)
+    return Mount(
+        PREFIX,
+        routes=[
+            Route("/v1/stream/{name:path}", _guarded(_stream), methods=_METHODS),
+            Route("/v1/session/{session_id}", sessions, methods=_METHODS),
+            Route("/v1/session/{session_id}/subagents/{child_id}", sessions, methods=_METHODS),
+        ],
+    )

@@ -1,0 +1,113 @@
+"""A session read as a Durable Stream (docs/protocol.md §10.7): read-only, JSON mode, one value per logical event.
+
+``GET /ds/v1/session/{id}`` (a child: ``/ds/v1/session/{id}/subagents/{child}``) reads the
+session's logical events as any Durable Streams client reads a stream. An offset is
+``<incarnation>_<next seq>``, the seq zero-padded to 16 digits: it compares as a string
+within one life of the id, and an offset of another life answers 410. A read ends at a
+message boundary, as a page does, unless one message alone is past the read's budget; it
+reaches at most the session's head. Each value is the event's canonical JSON line, spliced
+from the stored records, never decoded. A closed session is a closed stream; appends get 405.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, Literal
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from codec import event_lines
+from history_service.durable.reading import CLOSED, NEXT, Reading, Snapshot, read
+from history_service.errors import HistoryServiceError
+from history_service.service import HistoryService
+from persistence import Chunk, SessionInfo, SessionNotFoundError, StreamGoneError, StreamNotFoundError
+from persistence.errors import StreamRequestError
+
+__all__ = ["SESSION_KEY", "SessionView", "session"]
+
+# A session's readers wait on this key in the waker, apart from any stream's name.
+SESSION_KEY: Final = "\x00session\x00"
+MEDIA_TYPE: Final = "application/json"
+_OFFSET: Final = re.compile(r"([0-9a-z]{1,32})_([0-9]{1,19})")
+# The most events one read splices, whatever their size.
+_MAX_EVENTS: Final = 4096
+
+
+class SessionView:
+    """One life of a session, as `history_service.durable.reading` reads it."""
+
+    mode: Literal["json", "text", "base64"] = "json"
+
+    def __init__(self, service: HistoryService, principal: str, session_id: str, child: str | None, info: SessionInfo):
+        self._service = service
+        self._address = (principal, session_id, child)
+        self._id = child or session_id
+        self._incarnation = info.incarnation
+        self.name = SESSION_KEY + self._id
+
+    def offset(self, position: int) -> str:
+        return f"{self._incarnation}_{position:016d}"
+
+    def position(self, offset: str) -> int:
+        match = _OFFSET.fullmatch(offset)
+        if match is None:
+            raise StreamRequestError(f"not an offset of this session: {offset[:40]!r}")
+        if match[1] != self._incarnation:
+            raise StreamGoneError("the offset is of an earlier life of this session id, which was deleted")
+        return int(match[2])
+
+    async def read(self, after: int | None, budget: int) -> Snapshot:
+        info = await _readable(self._service, *self._address)
+        if info.incarnation != self._incarnation:
+            raise StreamGoneError("the session was deleted")
+        tail = info.head_seq + 1
+        if after is None or after >= tail:
+            return Snapshot(content_type=MEDIA_TYPE, tail=tail, chunks=[], complete=True, closed=info.closed)
+        store = self._service.store
+        stop = min(tail, after + _MAX_EVENTS)
+        stored = await store.read_stored(self._id, after, stop)
+        chunks: list[Chunk] = []
+        size = 0
+        for first, lines in event_lines(stored, after, stop, closing=b","):
+            for seq, line in enumerate(lines, first):
+                if size >= budget:
+                    break
+                chunks.append(Chunk(seq + 1, line))
+                size += len(line)
+        end = chunks[-1].end if chunks else after
+        if end < tail:
+            # Not at the head: end where the last message whole in the read begins.
+            cut = (await store.page_cuts(self._id, to_seq=end, max_messages=1))[0]
+            if cut > after:
+                chunks = [chunk for chunk in chunks if chunk.end <= cut]
+        complete = bool(chunks) and chunks[-1].end == tail
+        return Snapshot(content_type=MEDIA_TYPE, tail=tail, chunks=chunks, complete=complete, closed=info.closed)
+
+    async def touch(self) -> None:
+        return None
+
+
+async def _readable(service: HistoryService, principal: str, session_id: str, child: str | None) -> SessionInfo:
+    try:
+        return await service.readable(principal, session_id, child)
+    except (SessionNotFoundError, HistoryServiceError) as exc:
+        raise StreamNotFoundError(f"no session {child or session_id!r} here") from exc
+
+
+async def session(
+    request: Request, service: HistoryService, reading: Reading, principal: str, headers: dict[str, str]
+) -> Response:
+    """GET or HEAD on a session read as a stream; any write answers 405."""
+    session_id: str = request.path_params["session_id"]
+    child: str | None = request.path_params.get("child_id")
+    if request.method not in ("GET", "HEAD"):
+        return PlainTextResponse("a session is read-only here", 405, {**headers, "Allow": "GET, HEAD, OPTIONS"})
+    info = await _readable(service, principal, session_id, child)
+    view = SessionView(service, principal, session_id, child, info)
+    if request.method == "GET":
+        return await read(request, view, reading, headers)
+    headers.update({NEXT: view.offset(info.head_seq + 1), "Cache-Control": "no-store", "Content-Type": MEDIA_TYPE})
+    if info.closed:
+        headers[CLOSED] = "true"
+    return Response(None, 200, headers)
