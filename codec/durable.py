@@ -1,4 +1,4 @@
-"""The Durable Streams wire formats (docs/protocol.md §10): offsets, JSON mode and SSE framing.
+"""The Durable Streams wire formats (docs/protocol.md §13): offsets, JSON mode and SSE framing.
 
 An offset is two zero-padded decimal numbers, ``<epoch>_<position>``, 16 digits each, so
 that offsets compare as strings exactly as they compare as numbers. A generic stream's

@@ -489,7 +489,12 @@ def route_template(scope: Scope) -> str | None:
     """The template the router matched (set on the scope as it routes), never the raw path; None if none."""
     route = scope.get("route")
     path = getattr(route, "path", None)
-    return path if isinstance(path, str) else None
+    if not isinstance(path, str):
+        return None
+    # A route under a mount (`/ds`) is named with the mount's path before its own.
+    root: str = scope.get("root_path", "")
+    mounted = root[len(scope.get("app_root_path", root)) :]
+    return mounted + path
 
 
 def _principal(scope: Scope) -> str | None:

@@ -41,6 +41,7 @@ from codec import (
     distribution_version,
 )
 from history_service import bodies, routes
+from history_service.durable.document import TAG, durable_paths
 from history_service.errors import ERRORS
 from history_service.params import NoParams, Param, parameter, parameters
 from history_service.routes import Operation, Reply, Route
@@ -274,9 +275,10 @@ def document(
     auth: str = "token",
     default_max_bytes: int = _DEFAULTS.default_max_bytes,
     metrics: bool = True,
+    durable_streams: bool = True,
     table: Iterable[Route] | None = None,
 ) -> dict[str, Any]:
-    """The document of an app with these settings: its auth mode, page byte target, and whether it serves /metrics.
+    """The document of an app with these settings: its auth mode, page byte target, whether it serves /metrics and /ds.
 
     ``table`` is the routes it documents; by default `history_service.routes.ROUTES`, the app's.
     """
@@ -297,6 +299,9 @@ def document(
         doc["security"] = []
     builder = _Builder(auth=auth, settings={"default_max_bytes": default_max_bytes})
     paths = builder.paths(routes.ROUTES if table is None else table, metrics=metrics)
+    if durable_streams:
+        paths |= durable_paths()
+        doc["tags"] = [*_TAGS, TAG]
     # A tree of its own: the constants it is built from stay as they are, whatever the caller does with it.
     return copy.deepcopy({**doc, "paths": paths, "components": components})
 
@@ -317,7 +322,12 @@ class Served:
         settings = self._settings
         served = settings.metrics and settings.metrics_port is None
         return msgspec.json.encode(
-            document(auth=settings.auth, default_max_bytes=settings.default_max_bytes, metrics=served)
+            document(
+                auth=settings.auth,
+                default_max_bytes=settings.default_max_bytes,
+                metrics=served,
+                durable_streams=settings.durable_streams,
+            )
         )
 
 

@@ -457,7 +457,7 @@ class HistoryService:
             return swept
 
     async def _sweep_streams(self, streams: StreamStore, swept: Swept) -> None:
-        """Expire the Durable Streams past their TTL or Expires-At (docs/protocol.md §10.5), one at a time."""
+        """Expire the Durable Streams past their TTL or Expires-At (docs/protocol.md §13.5), one at a time."""
         tried: set[str] = set()
         while True:
             found = [name for name in await streams.expired(now_ms(), self.settings.sweep_batch) if name not in tried]

@@ -180,7 +180,7 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
             opens it: `history_service.app.app_factory` (``uvicorn --factory``) ignores it.
         metrics_dir: where every worker process writes its metric samples, so that each one's
             ``/metrics`` sums them all (``PROMETHEUS_MULTIPROC_DIR``; ``serve --workers`` makes one).
-        durable_streams: serve the Durable Streams protocol at ``/ds`` (docs/protocol.md §10).
+        durable_streams: serve the Durable Streams protocol at ``/ds`` (docs/protocol.md §13).
         ds_long_poll: seconds a Durable Streams long-poll waits before answering 204, and an idle
             SSE read before its keep-alive control event.
         ds_read_bytes: about the most bytes of stream data one Durable Streams read answers;

@@ -226,7 +226,7 @@ class HistoryStore(ABC):
     """An async session store. Every method may raise `persistence.errors.StoreError` subclasses.
 
     ``streams`` are the generic Durable Streams the store keeps beside its sessions
-    (docs/protocol.md §10), or ``None`` where it keeps none.
+    (docs/protocol.md §13), or ``None`` where it keeps none.
     """
 
     streams: StreamStore | None = None

@@ -12,7 +12,7 @@ callers never see a driver exception::
     ├── StoreNotFoundError                           no store where the URL points, and none may be created
     ├── SchemaVersionError                           a database or log written by another schema
     ├── CorruptLogError                              committed data that cannot be read
-    └── StreamError                                  a Durable Streams write or read refused (docs/protocol.md §10)
+    └── StreamError                                  a Durable Streams write or read refused (docs/protocol.md §13)
         ├── StreamNotFoundError                      no such stream (or a fork's missing source)
         ├── StreamGoneError                          deleted, but still read through by its forks: 410
         ├── StreamConflictError                      a create that disagrees, a content type or Stream-Seq out of turn

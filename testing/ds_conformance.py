@@ -77,9 +77,18 @@ def parse_report(data: bytes) -> Report:
 
 
 def run_suite(
-    base_url: str, *, subscriptions: bool = True, runner: str | None = RUNNER, timeout: float = 900
+    base_url: str,
+    *,
+    subscriptions: bool = True,
+    long_poll_ms: int | None = None,
+    runner: str | None = RUNNER,
+    timeout: float = 900,
 ) -> Report:
-    """Run the whole suite against ``base_url`` (a stream server's root, such as ``http://127.0.0.1:8080/ds``)."""
+    """Run the whole suite against ``base_url`` (a stream server's root, such as ``http://127.0.0.1:8080/ds``).
+
+    ``long_poll_ms`` is the server's long-poll timeout when it is not the suite's default of
+    20 s: the suite waits that long, and a second more, for a long-poll to time out.
+    """
     if runner is None:
         raise RuntimeError("HISTORY_DS_CONFORMANCE is not set; run under scripts/with-node")
     folder = Path(runner).parent
@@ -87,6 +96,8 @@ def run_suite(
     if shutil.which("node") is None or not vitest.exists():
         raise RuntimeError(f"node or {vitest} is missing; run under scripts/with-node")
     env = {**os.environ, "DS_BASE_URL": base_url, "DS_SUBSCRIPTIONS": "1" if subscriptions else "0"}
+    if long_poll_ms is not None:
+        env["DS_LONG_POLL_MS"] = str(long_poll_ms)
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "report.json"
         done = subprocess.run(

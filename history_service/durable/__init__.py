@@ -1,1 +1,1 @@
-"""Durable Streams at ``/ds`` (docs/protocol.md §10): generic streams, sessions as streams, subscriptions."""
+"""Durable Streams at ``/ds`` (docs/protocol.md §13): generic streams, sessions as streams, subscriptions."""

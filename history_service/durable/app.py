@@ -1,4 +1,4 @@
-"""The Durable Streams server, mounted at ``/ds`` (docs/protocol.md §10): its routes, headers and refusals.
+"""The Durable Streams server, mounted at ``/ds`` (docs/protocol.md §13): its routes, headers and refusals.
 
 ``/ds/v1/stream/{name}`` is a generic stream on the store; ``/ds/v1/stream/__ds/...`` the
 reserved subscription API (`history_service.durable.subscriptions`);
@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 import anyio
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route
@@ -21,11 +22,11 @@ from starlette.routing import Mount, Route
 from codec import CodecError, stream_offset
 from history_service.auth import principal
 from history_service.durable.live import Waker
-from history_service.durable.reading import NEXT, Reading, read
+from history_service.durable.reading import NEXT, Reading, View, read
 from history_service.durable.sessions import SESSION_KEY, session
 from history_service.durable.streams import StreamView, append, create, delete, head
 from history_service.durable.subscriptions import Subscriptions
-from history_service.errors import BodyTooLarge, DuplicateHeader, InvalidParameter, Unauthenticated
+from history_service.errors import BodyTooLarge, Overloaded
 from history_service.requests import read_body
 from history_service.service import HistoryService
 from history_service.settings import Settings
@@ -83,6 +84,7 @@ class Durable:
             waker=self.waker, long_poll=settings.ds_long_poll, budget=settings.ds_read_bytes, stopping=self.stopping
         )
         self.subscriptions = Subscriptions(settings, self.streams, self.changed)
+        self.live = 0
 
     def changed(self, name: str | None) -> None:
         """A write to ``name`` committed, here or in another process (``None``: perhaps to any): wake its readers."""
@@ -90,6 +92,33 @@ class Durable:
             self.waker.wake_all()
         else:
             self.waker.wake(name)
+
+    async def read(self, request: Request, view: View, headers: dict[str, str]) -> Response:
+        """A read within the service's bounds: a live one counts as a follow stream (`Settings.follower_cap`),
+        a catch-up one holds its bytes in the budget of bytes in flight (§4.6) until they are sent."""
+        service = self.service
+        if request.query_params.get("live") in ("long-poll", "sse"):
+            if self.live + service.followers >= self.settings.follower_cap:
+                raise Overloaded(f"{self.live + service.followers} live reads are open, the most this server keeps")
+            self.live += 1
+            try:
+                response = await read(request, view, self.reading, headers)
+            except BaseException:
+                self.live -= 1
+                raise
+            response.background = BackgroundTask(self._left)
+            return response
+        held = await service.reading.hold(self.settings.ds_read_bytes)
+        try:
+            response = await read(request, view, self.reading, headers)
+        finally:
+            held.release()
+        sending = await service.sending.hold(len(response.body))
+        response.background = BackgroundTask(sending.release)
+        return response
+
+    def _left(self) -> None:
+        self.live -= 1
 
     def session_changed(self, session_id: str) -> None:
         """A session's head moved, or it closed or went: wake its readers."""
@@ -126,8 +155,6 @@ def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
         status = 409
     elif isinstance(exc, BodyTooLarge):
         status = 413
-    elif isinstance(exc, (Unauthenticated,)):
-        status = 401
     return PlainTextResponse(str(exc), status, headers)
 
 
@@ -143,7 +170,7 @@ def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         try:
             owner = principal(request, durable.settings)
             return await handler(request, durable, owner, headers)
-        except (StreamError, CodecError, BodyTooLarge, Unauthenticated, DuplicateHeader, InvalidParameter) as exc:
+        except (StreamError, CodecError, BodyTooLarge) as exc:
             if request.method == "HEAD":
                 return Response(None, _refusal(exc, headers).status_code, headers)
             return _refusal(exc, headers)
@@ -164,11 +191,11 @@ async def _stream(request: Request, durable: Durable, owner: str, headers: dict[
         return await durable.subscriptions.handle(request, name[len(RESERVED) :], owner, headers)
     streams = durable.streams
     if streams is None:
-        return PlainTextResponse("this store keeps no Durable Streams (docs/protocol.md §10)", 501, headers)
+        return PlainTextResponse("this store keeps no Durable Streams (docs/protocol.md §13)", 501, headers)
     method = request.method
     if method == "GET":
         meta = await streams.head(name, owner)
-        return await read(request, StreamView(streams, name, owner, meta), durable.reading, headers)
+        return await durable.read(request, StreamView(streams, name, owner, meta), headers)
     if method == "HEAD":
         response = await head(streams, name, owner)
     elif method == "PUT":
@@ -193,7 +220,7 @@ async def _stream(request: Request, durable: Durable, owner: str, headers: dict[
 
 
 async def _session(request: Request, durable: Durable, owner: str, headers: dict[str, str]) -> Response:
-    return await session(request, durable.service, durable.reading, owner, headers)
+    return await session(request, durable.service, durable.read, owner, headers)
 
 
 def durable_mount() -> Mount:

@@ -1,4 +1,4 @@
-"""Durable Streams reads (docs/protocol.md §10.4): catch-up, long-poll and SSE, over any `View`.
+"""Durable Streams reads (docs/protocol.md §13.4): catch-up, long-poll and SSE, over any `View`.
 
 A view is what a read sees: a generic stream on the store, or a session read as a stream
 (`history_service.durable.sessions`). The three modes share the view's ``read``, so a

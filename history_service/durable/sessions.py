@@ -1,4 +1,4 @@
-"""A session read as a Durable Stream (docs/protocol.md §10.7): read-only, JSON mode, one value per logical event.
+"""A session read as a Durable Stream (docs/protocol.md §13.7): read-only, JSON mode, one value per logical event.
 
 ``GET /ds/v1/session/{id}`` (a child: ``/ds/v1/session/{id}/subagents/{child}``) reads the
 session's logical events as any Durable Streams client reads a stream. An offset is
@@ -12,13 +12,14 @@ from the stored records, never decoded. A closed session is a closed stream; app
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Final, Literal
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from codec import event_lines
-from history_service.durable.reading import CLOSED, NEXT, Reading, Snapshot, read
+from history_service.durable.reading import CLOSED, NEXT, Snapshot
 from history_service.errors import HistoryServiceError
 from history_service.service import HistoryService
 from persistence import Chunk, SessionInfo, SessionNotFoundError, StreamGoneError, StreamNotFoundError
@@ -95,8 +96,11 @@ async def _readable(service: HistoryService, principal: str, session_id: str, ch
         raise StreamNotFoundError(f"no session {child or session_id!r} here") from exc
 
 
+Reader = Callable[[Request, SessionView, dict[str, str]], Awaitable[Response]]
+
+
 async def session(
-    request: Request, service: HistoryService, reading: Reading, principal: str, headers: dict[str, str]
+    request: Request, service: HistoryService, reader: Reader, principal: str, headers: dict[str, str]
 ) -> Response:
     """GET or HEAD on a session read as a stream; any write answers 405."""
     session_id: str = request.path_params["session_id"]
@@ -106,7 +110,7 @@ async def session(
     info = await _readable(service, principal, session_id, child)
     view = SessionView(service, principal, session_id, child, info)
     if request.method == "GET":
-        return await read(request, view, reading, headers)
+        return await reader(request, view, headers)
     headers.update({NEXT: view.offset(info.head_seq + 1), "Cache-Control": "no-store", "Content-Type": MEDIA_TYPE})
     if info.closed:
         headers[CLOSED] = "true"

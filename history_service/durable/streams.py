@@ -1,4 +1,4 @@
-"""Generic Durable Streams over HTTP (docs/protocol.md §10.2): create, append and close, head, read and delete.
+"""Generic Durable Streams over HTTP (docs/protocol.md §13.2): create, append and close, head, read and delete.
 
 The handlers parse the protocol's headers and hand the store one request; the rules are
 the store's (`persistence.streams.rules`). A refusal is a `persistence.errors.StreamError`,

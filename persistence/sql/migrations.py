@@ -181,7 +181,7 @@ def _upgrade_from_4(conn: Connection, dialect: Dialect) -> None:
 
 
 def _upgrade_from_5(conn: Connection) -> None:
-    """Version 6 adds the Durable Streams tables (docs/protocol.md §10); nothing older changes."""
+    """Version 6 adds the Durable Streams tables (docs/protocol.md §13); nothing older changes."""
     for table in (ds_streams_table, ds_chunks_table, ds_producers_table):
         table.create(conn, checkfirst=True)
     _set_version(conn, "6")

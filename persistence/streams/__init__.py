@@ -1,4 +1,4 @@
-"""Generic Durable Streams on the stores (docs/protocol.md §10): one contract, its rules, and each backend's."""
+"""Generic Durable Streams on the stores (docs/protocol.md §13): one contract, its rules, and each backend's."""
 
 from __future__ import annotations
 

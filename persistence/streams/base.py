@@ -1,4 +1,4 @@
-"""The contract of every store's Durable Streams (docs/protocol.md §10); `persistence.streams.rules` has the rules."""
+"""The contract of every store's Durable Streams (docs/protocol.md §13); `persistence.streams.rules` has the rules."""
 
 from __future__ import annotations
 

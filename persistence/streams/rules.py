@@ -1,4 +1,4 @@
-"""The rules of Durable Streams writes and reads, written once for every store (docs/protocol.md §10).
+"""The rules of Durable Streams writes and reads, written once for every store (docs/protocol.md §13).
 
 Each function runs inside one of a store's transactions, handed as a `Tx`: the memory
 store's is its dicts on the event loop, the SQL store's a unit of a group commit. So a
