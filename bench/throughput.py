@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 import uvloop
@@ -232,9 +233,9 @@ class _StreamAppender(_Owner):
 
     TOKEN: Final = b" tok"
 
-    def __init__(self, session: str) -> None:
+    def __init__(self, session: str, root: str = "") -> None:
         super().__init__(session)
-        self.path = f"/v1/stream/{session}"
+        self.path = f"{root}/v1/stream/{session}"
         self.appended = 0
 
     async def prepare(self, conn: Connection) -> None:
@@ -256,18 +257,20 @@ class _StreamAppender(_Owner):
 Workload = Literal["append", "page", "healthz", "stream-append"]
 
 
-def _owner(workload: Workload, session: str, seed: bytes) -> _Owner:
+def _owner(workload: Workload, session: str, seed: bytes, root: str = "") -> _Owner:
     if workload == "append":
         return _Appender(session)
     if workload == "page":
         return _Pager(session, seed)
     if workload == "healthz":
         return _Health(session)
-    return _StreamAppender(session)
+    return _StreamAppender(session, root)
 
 
 def _port(url: str) -> int:
-    return int(url.rsplit(":", 1)[1])
+    port = urlsplit(url).port
+    assert port is not None, url
+    return port
 
 
 def _ms(values: list[float], q: float) -> float | None:
@@ -346,7 +349,9 @@ async def run_cell(
     for its CPU share over the window.
     """
     conns = [Connection(_port(url)) for _ in range(connections)]
-    owners = [_owner(workload, f"{prefix}-{n}", seed) for n in range(connections)]
+    # A Durable Streams server's root may be below the host's (ours: /ds).
+    root = urlsplit(url).path.rstrip("/")
+    owners = [_owner(workload, f"{prefix}-{n}", seed, root) for n in range(connections)]
     try:
         await asyncio.gather(*(conn.open() for conn in conns))
         await asyncio.gather(*(owner.prepare(conn) for owner, conn in zip(owners, conns, strict=True)))
