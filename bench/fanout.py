@@ -36,8 +36,9 @@ async def _read(port: int, path: bytes, latencies: list[int], expected: int, ope
             if not line:
                 return
             at = line.find(b"data:")
-            if at >= 0 and line[at + 5 : at + 6].isdigit():
-                latencies.append(clock() - int(line[at + 5 :].strip()))
+            value = line[at + 5 :].strip() if at >= 0 else b""
+            if value[:1].isdigit():
+                latencies.append(clock() - int(value))
                 seen += 1
     finally:
         writer.close()

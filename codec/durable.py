@@ -35,7 +35,7 @@ __all__ = [
     "sse_payload",
 ]
 
-OFFSET_PATTERN: Final = re.compile(r"(\d{1,19})_(\d{1,19})")
+OFFSET_PATTERN: Final = re.compile(r"([0-9]{1,19})_([0-9]{1,19})")
 _DIGITS: Final = 16
 ZERO_OFFSET: Final = "0" * _DIGITS + "_" + "0" * _DIGITS
 _RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
@@ -97,9 +97,14 @@ def sse_payload(data: bytes, *, mode: str) -> bytes:
 
 
 def _event(kind: bytes, payload: bytes) -> bytes:
-    # Every line break in the payload starts a new data line, so a payload cannot forge an event.
+    # Every line break in the payload starts a new data line, so a payload cannot forge an event. A
+    # reader strips one space after "data:": a line that starts with one gets another in front.
     lines = _LINE_BREAKS.split(payload)
-    return b"event: " + kind + b"\n" + b"".join(b"data:" + line + b"\n" for line in lines) + b"\n"
+    return b"event: " + kind + b"\n" + b"".join(_data_line(line) for line in lines) + b"\n"
+
+
+def _data_line(line: bytes) -> bytes:
+    return b"data: " + line + b"\n" if line[:1] == b" " else b"data:" + line + b"\n"
 
 
 def sse_data(payload: bytes) -> bytes:

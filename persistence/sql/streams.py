@@ -16,6 +16,7 @@ import msgspec
 import sqlalchemy as sa
 
 from persistence.base import now_ms
+from persistence.errors import StoreError
 from persistence.sql.prepared import Prepared
 from persistence.sql.schema import ds_chunks_table, ds_producers_table, ds_streams_table
 from persistence.streams import rules
@@ -166,6 +167,13 @@ class SqlStreams(StreamStore):
         return await self._store._dialect.read(self._store, reading)
 
     async def create(self, request: CreateRequest) -> tuple[StreamMeta, bool]:
+        try:
+            return await self._write(request.name, lambda tx, now: rules.create(tx, request, now))
+        except StoreError as exc:
+            # Another process inserted the name between this unit's read and its insert (no row to
+            # lock then): once more, the unit reads that row and answers as for any existing stream.
+            if not isinstance(exc.__cause__, self._store._integrity_error):
+                raise
         return await self._write(request.name, lambda tx, now: rules.create(tx, request, now))
 
     async def append(self, request: AppendRequest) -> AppendOutcome:

@@ -82,8 +82,7 @@ def create(tx: Tx, request: CreateRequest, now: int) -> tuple[StreamMeta, bool]:
         if existing.expired(now) and not existing.gone and existing.refs == 0:
             _remove(tx, existing)
         elif existing.gone or existing.expired(now):
-            if not existing.gone:
-                tx.save(msgspec.structs.replace(existing, gone=True))
+            # Expired with forks, it is gone already to every read; the sweeper marks it so.
             raise StreamConflictError("the stream was deleted but still has forks: its name cannot be reused yet")
         elif existing.owner != request.owner or not _same(existing, request):
             raise StreamConflictError("the stream exists with another configuration")
@@ -100,13 +99,18 @@ def create(tx: Tx, request: CreateRequest, now: int) -> tuple[StreamMeta, bool]:
         expires_ms=request.expires_ms,
         closed=request.closed,
     )
+    source, prefix = None, b""
     if request.forked_from is not None:
-        meta = _fork(tx, meta, request, now)
-    if request.body:
-        data = _fragment(request.body, allow_empty=True) if meta.json else request.body
-        if data:
-            tx.add(meta.name, Chunk(meta.tail + len(data), data))
-            meta = msgspec.structs.replace(meta, tail=meta.tail + len(data))
+        meta, source, prefix = _fork(tx, meta, request, now)
+    # Checked before anything is written: a refused body leaves no trace, on a store without rollback too.
+    data = (_fragment(request.body, allow_empty=True) if meta.json else request.body) if request.body else b""
+    if source is not None:
+        tx.save(msgspec.structs.replace(source, refs=source.refs + 1))
+    if prefix:
+        tx.add(meta.name, Chunk(meta.tail, prefix))
+    if data:
+        tx.add(meta.name, Chunk(meta.tail + len(data), data))
+        meta = msgspec.structs.replace(meta, tail=meta.tail + len(data))
     tx.save(meta)
     return meta, True
 
@@ -126,7 +130,8 @@ def _same(existing: StreamMeta, request: CreateRequest) -> bool:
     )
 
 
-def _fork(tx: Tx, meta: StreamMeta, request: CreateRequest, now: int) -> StreamMeta:
+def _fork(tx: Tx, meta: StreamMeta, request: CreateRequest, now: int) -> tuple[StreamMeta, StreamMeta, bytes]:
+    """The fork as it will be (its tail past its sub-offset prefix), its source, and the prefix; nothing is written."""
     source_name = request.forked_from
     assert source_name is not None
     source = tx.meta(source_name)
@@ -139,8 +144,9 @@ def _fork(tx: Tx, meta: StreamMeta, request: CreateRequest, now: int) -> StreamM
     at = source.tail if request.fork_at is None else request.fork_at
     if not 0 <= at <= source.tail:
         raise StreamRequestError("the fork offset is beyond the source's tail")
+    if at not in (0, source.tail, source.fork_at) and not _boundary(tx, source, at):
+        raise StreamRequestError("a fork offset is an offset the source gave: between two of its appends")
     prefix = _sub_prefix(tx, source, at, request.fork_sub) if request.fork_sub else b""
-    tx.save(msgspec.structs.replace(source, refs=source.refs + 1))
     ttl, expires_at, expires_ms = request.ttl_seconds, request.expires_at, request.expires_ms
     if ttl is None and expires_at is None:
         ttl, expires_at, expires_ms = source.ttl_seconds, source.expires_at, source.expires_ms
@@ -155,10 +161,12 @@ def _fork(tx: Tx, meta: StreamMeta, request: CreateRequest, now: int) -> StreamM
         fork_sub=request.fork_sub,
         tail=at,
     )
-    if prefix:
-        tx.add(meta.name, Chunk(at + len(prefix), prefix))
-        meta = msgspec.structs.replace(meta, tail=at + len(prefix))
-    return meta
+    return msgspec.structs.replace(meta, tail=at + len(prefix)), source, prefix
+
+
+def _boundary(tx: Tx, source: StreamMeta, at: int) -> bool:
+    """Whether one of the chunks a read of ``source`` sees ends exactly at ``at``."""
+    return any(chunk.end == at for chunk in collect(tx, source, at - 1, 1, at)[0])
 
 
 def _sub_prefix(tx: Tx, source: StreamMeta, at: int, sub: int) -> bytes:

@@ -24,7 +24,7 @@ def sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
         if line.startswith("event:"):
             kind = line[6:].strip()
         elif line.startswith("data:"):
-            data.append(line[5:])
+            data.append(line[6:] if line.startswith("data: ") else line[5:])
         elif line == "" and kind:
             yield kind, "\n".join(data)
             kind, data = "", []
