@@ -21,7 +21,7 @@ from starlette.routing import Mount, Route
 
 from codec import CodecError, stream_offset
 from history_service.auth import principal
-from history_service.durable.live import Waker
+from history_service.durable.live import SharedReads, Waker
 from history_service.durable.reading import NEXT, Reading, View, read
 from history_service.durable.sessions import SESSION_KEY, session
 from history_service.durable.streams import StreamView, append, create, delete, head
@@ -81,7 +81,11 @@ class Durable:
         self.waker = Waker()
         self.stopping = anyio.Event()
         self.reading = Reading(
-            waker=self.waker, long_poll=settings.ds_long_poll, budget=settings.ds_read_bytes, stopping=self.stopping
+            waker=self.waker,
+            shared=SharedReads(self.waker),
+            long_poll=settings.ds_long_poll,
+            budget=settings.ds_read_bytes,
+            stopping=self.stopping,
         )
         self.subscriptions = Subscriptions(settings, self.streams, self.changed)
         self.live = 0

@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
 
 import anyio
 
-__all__ = ["Waker", "response_cursor"]
+__all__ = ["SharedReads", "Waker", "response_cursor"]
+
+T = TypeVar("T")
 
 # Protocol §8.1: cursors count 20 s intervals since this epoch.
 _CURSOR_EPOCH_S: Final = 1728432000  # 2024-10-09T00:00:00Z
@@ -27,6 +30,8 @@ class Waker:
 
     def __init__(self) -> None:
         self._tickets: dict[str, asyncio.Event] = {}
+        # Counts wake-ups: a read begun at one count has seen every write woken before it.
+        self.changes = 0
 
     def watch(self, name: str) -> asyncio.Event:
         """The ticket the next change of ``name`` sets."""
@@ -36,11 +41,13 @@ class Waker:
         return ticket
 
     def wake(self, name: str) -> None:
+        self.changes += 1
         ticket = self._tickets.pop(name, None)
         if ticket is not None:
             ticket.set()
 
     def wake_all(self) -> None:
+        self.changes += 1
         tickets, self._tickets = self._tickets, {}
         for ticket in tickets.values():
             ticket.set()
@@ -56,6 +63,34 @@ class Waker:
             await ticket.wait()
             return True
         return False
+
+
+class SharedReads:
+    """Readers of one view at one offset, woken by one write, share one store read.
+
+    A hundred SSE readers of a stream wake together for each append; without this each would
+    read the store. A read is joined only while no wake-up has happened since it began
+    (`Waker.changes` is in its key), so a reader never takes a result older than its ticket.
+    """
+
+    def __init__(self, waker: Waker) -> None:
+        self._waker = waker
+        self._flights: dict[tuple[object, ...], asyncio.Future[Any]] = {}
+
+    async def read(self, key: tuple[object, ...], work: Callable[[], Awaitable[T]]) -> T:
+        key = (*key, self._waker.changes)
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = self._flights[key] = asyncio.ensure_future(work())
+            flight.add_done_callback(lambda done: self._landed(key, done))
+        result: T = await asyncio.shield(flight)
+        return result
+
+    def _landed(self, key: tuple[object, ...], flight: asyncio.Future[Any]) -> None:
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+        if not flight.cancelled():
+            flight.exception()  # retrieved, so a read no one awaits any more is not reported as lost
 
 
 def response_cursor(client: str | None) -> str:

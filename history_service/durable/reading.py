@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from codec import json_array, sse_control, sse_data, sse_payload
-from history_service.durable.live import Waker, response_cursor
+from history_service.durable.live import SharedReads, Waker, response_cursor
 from persistence import Chunk, StreamError, StreamRequestError
 
 __all__ = ["Reading", "Snapshot", "View", "read"]
@@ -41,6 +41,8 @@ class View(Protocol):
     """A readable stream: how its offsets are written, and how it is read and kept alive."""
 
     name: str
+    # Who reads what: views with one key at one offset share their reads (`SharedReads`).
+    key: tuple[object, ...]
     mode: Literal["json", "text", "base64"]
 
     def offset(self, position: int) -> str: ...
@@ -58,9 +60,14 @@ class Reading(Struct, frozen=True, kw_only=True):
     """What every read is handed: the live parts and the limits."""
 
     waker: Waker
+    shared: SharedReads
     long_poll: float
     budget: int
     stopping: object  # an anyio.Event-like with ``is_set()``
+
+
+async def _snapshot(view: View, reading: Reading, after: int | None) -> Snapshot:
+    return await reading.shared.read((*view.key, after), lambda: view.read(after, reading.budget))
 
 
 def _etag(view: View, start: str, end: str, closed: bool) -> str:
@@ -95,7 +102,7 @@ async def read(request: Request, view: View, reading: Reading, headers: dict[str
     if live == "sse":
         return await _sse(view, reading, after, cursor, headers)
     ticket = reading.waker.watch(view.name)
-    snapshot = await view.read(after, reading.budget)
+    snapshot = await _snapshot(view, reading, after)
     if after is None:
         after = snapshot.tail
         if live is None:
@@ -105,10 +112,10 @@ async def read(request: Request, view: View, reading: Reading, headers: dict[str
                 headers[CLOSED] = "true"
             headers["Content-Type"] = snapshot.content_type
             return Response(b"[]" if view.mode == "json" else b"", 200, headers)
-        snapshot = await view.read(after, reading.budget)
+        snapshot = await _snapshot(view, reading, after)
     if live == "long-poll" and not snapshot.chunks and after >= snapshot.tail:
         if not snapshot.closed and await reading.waker.wait(ticket, reading.long_poll):
-            snapshot = await view.read(after, reading.budget)
+            snapshot = await _snapshot(view, reading, after)
         if not snapshot.chunks:
             await view.touch()
             headers.update({NEXT: view.offset(after), UP_TO_DATE: "true"})
@@ -145,7 +152,7 @@ def _security(headers: dict[str, str]) -> dict[str, str]:
 async def _sse(
     view: View, reading: Reading, after: int | None, cursor: str | None, headers: dict[str, str]
 ) -> Response:
-    first = await view.read(after, reading.budget)
+    first = await _snapshot(view, reading, after)
     if view.mode == "base64":
         headers["Stream-SSE-Data-Encoding"] = "base64"
     headers["Cache-Control"] = "no-cache"
@@ -166,7 +173,7 @@ async def _events(
         ticket = reading.waker.watch(view.name)
         if snapshot is None:
             try:
-                snapshot = await view.read(after, reading.budget)
+                snapshot = await _snapshot(view, reading, after)
             except StreamError:
                 return
         await view.touch()
@@ -189,7 +196,7 @@ async def _events(
             if reading.stopping.is_set():  # type: ignore[attr-defined]
                 return
             try:
-                snapshot = await view.read(after, reading.budget)
+                snapshot = await _snapshot(view, reading, after)
             except StreamError:
                 return
             if not snapshot.chunks and not snapshot.closed:

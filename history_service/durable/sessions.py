@@ -46,6 +46,7 @@ class SessionView:
         self._id = child or session_id
         self._incarnation = info.incarnation
         self.name = SESSION_KEY + self._id
+        self.key: tuple[object, ...] = ("session", principal, session_id, child, info.incarnation)
 
     def offset(self, position: int) -> str:
         return f"{self._incarnation}_{position:016d}"

@@ -51,6 +51,7 @@ class StreamView:
 
     def __init__(self, store: StreamStore, name: str, owner: str, meta: StreamMeta) -> None:
         self.name = name
+        self.key: tuple[object, ...] = ("stream", owner, name)
         self._store = store
         self._owner = owner
         self._ttl = meta.ttl_seconds is not None
