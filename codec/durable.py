@@ -35,12 +35,11 @@ __all__ = [
     "sse_payload",
 ]
 
-OFFSET_PATTERN: Final = re.compile(r"([0-9]{1,19})_([0-9]{1,19})")
+OFFSET_PATTERN: Final = re.compile(r"([0-9]{1,16})_([0-9]{1,16})")
 _DIGITS: Final = 16
 ZERO_OFFSET: Final = "0" * _DIGITS + "_" + "0" * _DIGITS
 _RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
 _RAW: Final = msgspec.json.Decoder(msgspec.Raw)
-_LINE_BREAKS: Final = re.compile(rb"\r\n|\r|\n")
 _control = msgspec.json.Encoder()
 
 
@@ -69,7 +68,7 @@ def json_fragment(body: bytes, *, allow_empty: bool = False) -> bytes:
             values = [bytes(value) for value in _RAW_LIST.decode(body)]
         else:
             values = [bytes(_RAW.decode(body))]
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidJsonError(f"not valid JSON: {exc}") from exc
     if not values and not allow_empty:
         raise InvalidJsonError("an empty array appends nothing")
@@ -99,12 +98,12 @@ def sse_payload(data: bytes, *, mode: str) -> bytes:
 def _event(kind: bytes, payload: bytes) -> bytes:
     # Every line break in the payload starts a new data line, so a payload cannot forge an event. A
     # reader strips one space after "data:": a line that starts with one gets another in front.
-    lines = _LINE_BREAKS.split(payload)
-    return b"event: " + kind + b"\n" + b"".join(_data_line(line) for line in lines) + b"\n"
-
-
-def _data_line(line: bytes) -> bytes:
-    return b"data: " + line + b"\n" if line[:1] == b" " else b"data:" + line + b"\n"
+    # Done with replace, in C: a payload of many short lines costs no object per line.
+    lines = b"data:" + payload.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\ndata:")
+    lines = lines.replace(b"\ndata: ", b"\ndata:  ")
+    if lines.startswith(b"data: "):
+        lines = b"data:  " + lines[6:]
+    return b"event: " + kind + b"\n" + lines + b"\n\n"
 
 
 def sse_data(payload: bytes) -> bytes:

@@ -14,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 __all__ = ["ALLOW_HEADERS", "ALLOW_METHODS", "EXPOSE_HEADERS", "MAX_AGE", "cors_middleware"]
 
-ALLOW_METHODS: Final = ("GET", "POST", "DELETE")
+ALLOW_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "DELETE")
 # Every request header the service reads that a browser does not send on its own account.
 ALLOW_HEADERS: Final = (
     "Authorization",
@@ -24,10 +24,39 @@ ALLOW_HEADERS: Final = (
     "Content-Encoding",
     "If-None-Match",
     "X-Request-ID",
+    # Durable Streams (docs/protocol.md §13).
+    "Stream-Seq",
+    "Stream-TTL",
+    "Stream-Expires-At",
+    "Stream-Closed",
+    "Stream-Forked-From",
+    "Stream-Fork-Offset",
+    "Stream-Fork-Sub-Offset",
+    "Producer-Id",
+    "Producer-Epoch",
+    "Producer-Seq",
 )
 # The response headers past the CORS-safelisted ones (Content-Type, Cache-Control...) that a
 # page may want: a page's validator, its timing, and the id to quote from the server log.
-EXPOSE_HEADERS: Final = ("ETag", "Server-Timing", "Session-Incarnation", "X-Request-ID")
+EXPOSE_HEADERS: Final = (
+    "ETag",
+    "Server-Timing",
+    "Session-Incarnation",
+    "X-Request-ID",
+    # Durable Streams (docs/protocol.md §13).
+    "Location",
+    "Stream-Next-Offset",
+    "Stream-Cursor",
+    "Stream-Up-To-Date",
+    "Stream-Closed",
+    "Stream-TTL",
+    "Stream-Expires-At",
+    "Stream-SSE-Data-Encoding",
+    "Producer-Epoch",
+    "Producer-Seq",
+    "Producer-Expected-Seq",
+    "Producer-Received-Seq",
+)
 # Ten minutes: a browser asks again at most this long after the allow-list changed. A longer
 # age would save little, since browsers cache a preflight per address and most page
 # addresses differ (``through``), and Chromium caps it at two hours anyway.

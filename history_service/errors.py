@@ -56,11 +56,19 @@ from history_service.bodies import ErrorBody, ErrorDetail, FollowError
 from history_service.logs import Tracebacks
 from persistence import (
     InvalidSessionIdError,
+    ProducerFencedError,
+    ProducerGapError,
     SeqConflictError,
     SessionClosedError,
     SessionExistsError,
     SessionNotFoundError,
     StoreError,
+    StreamClosedError,
+    StreamConflictError,
+    StreamError,
+    StreamGoneError,
+    StreamNotFoundError,
+    StreamRequestError,
 )
 
 __all__ = [
@@ -291,6 +299,15 @@ ERRORS: Final[Mapping[type[Exception], Answer]] = {
     SeqConflictError: Answer(409, "seq_conflict", fields=lambda exc: {"headSeq": exc.head_seq}),
     SessionClosedError: Answer(409, "session_closed", fields=lambda exc: {"headSeq": exc.head_seq}),
     InvalidSessionIdError: Answer(422, "invalid_session_id"),
+    # Durable Streams (§13): answered as plain text under /ds (`history_service.durable.app`), by these statuses.
+    StreamError: Answer(400, "stream_invalid"),
+    StreamRequestError: Answer(400, "stream_invalid"),
+    StreamNotFoundError: Answer(404, "stream_not_found"),
+    StreamGoneError: Answer(410, "stream_gone"),
+    StreamConflictError: Answer(409, "stream_conflict"),
+    StreamClosedError: Answer(409, "stream_closed"),
+    ProducerFencedError: Answer(403, "producer_fenced"),
+    ProducerGapError: Answer(409, "producer_seq_gap"),
 }
 
 

@@ -300,7 +300,7 @@ def document(
     builder = _Builder(auth=auth, settings={"default_max_bytes": default_max_bytes})
     paths = builder.paths(routes.ROUTES if table is None else table, metrics=metrics)
     if durable_streams:
-        paths |= durable_paths()
+        paths |= durable_paths(auth)
         doc["tags"] = [*_TAGS, TAG]
     # A tree of its own: the constants it is built from stay as they are, whatever the caller does with it.
     return copy.deepcopy({**doc, "paths": paths, "components": components})

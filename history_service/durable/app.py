@@ -16,17 +16,18 @@ from typing import Final
 import anyio
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
 from codec import CodecError, stream_offset
 from history_service.auth import principal
+from history_service.cors import ALLOW_HEADERS, ALLOW_METHODS, MAX_AGE
 from history_service.durable.live import SharedReads, Waker
 from history_service.durable.reading import NEXT, Reading, View, read
 from history_service.durable.sessions import SESSION_KEY, session
-from history_service.durable.streams import StreamView, append, create, delete, head
+from history_service.durable.streams import StreamView, append, checked_name, create, delete, head
 from history_service.durable.subscriptions import Subscriptions
-from history_service.errors import BodyTooLarge, Overloaded
+from history_service.errors import BodyTooLarge, Overloaded, answer_for
 from history_service.requests import read_body
 from history_service.service import HistoryService
 from history_service.settings import Settings
@@ -34,11 +35,7 @@ from persistence import (
     ProducerFencedError,
     ProducerGapError,
     StreamClosedError,
-    StreamConflictError,
     StreamError,
-    StreamGoneError,
-    StreamNotFoundError,
-    StreamRequestError,
 )
 
 __all__ = ["Durable", "durable_mount"]
@@ -49,25 +46,22 @@ PREFIX: Final = "/ds"
 # Stream names under this prefix are the protocol's own API (`history_service.durable.subscriptions`).
 RESERVED: Final = "__ds/"
 _METHODS: Final = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"]
-_MAX_NAME: Final = 1024
+# A session read as a stream takes no writes: the router answers them 405.
+_READS: Final = ["GET", "HEAD", "OPTIONS"]
+# The protocol's browser headers, on every answer. Cross-origin access is the app's CORS policy
+# (`history_service.cors`, ``HISTORY_CORS_ORIGINS``), as on every route: never a wildcard of our own.
+# A stream holds what its writers sent, HTML included: served in a sandbox, it runs nothing on our origin.
 _BROWSER: Final = {
     "X-Content-Type-Options": "nosniff",
     "Cross-Origin-Resource-Policy": "cross-origin",
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": (
-        "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, "
-        "Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, "
-        "ETag, Content-Type, Location"
-    ),
+    "Content-Security-Policy": "sandbox",
 }
+# A preflight the CORS middleware did not answer (no origins configured): what the protocol allows,
+# and no Access-Control-Allow-Origin, so a browser on another origin still may not go on.
 _PREFLIGHT: Final = {
-    "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE, HEAD, OPTIONS",
-    "Access-Control-Allow-Headers": (
-        "Content-Type, Authorization, X-Principal, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, "
-        "Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, "
-        "Stream-Fork-Sub-Offset"
-    ),
-    "Access-Control-Max-Age": "600",
+    "Access-Control-Allow-Methods": ", ".join(ALLOW_METHODS),
+    "Access-Control-Allow-Headers": ", ".join(ALLOW_HEADERS),
+    "Access-Control-Max-Age": str(MAX_AGE),
 }
 
 
@@ -88,7 +82,6 @@ class Durable:
             stopping=self.stopping,
         )
         self.subscriptions = Subscriptions(settings, self.streams, self.changed)
-        self.live = 0
 
     def changed(self, name: str | None) -> None:
         """A write to ``name`` committed, here or in another process (``None``: perhaps to any): wake its readers."""
@@ -102,15 +95,25 @@ class Durable:
         a catch-up one holds its bytes in the budget of bytes in flight (§4.6) until they are sent."""
         service = self.service
         if request.query_params.get("live") in ("long-poll", "sse"):
-            if self.live + service.followers >= self.settings.follower_cap:
-                raise Overloaded(f"{self.live + service.followers} live reads are open, the most this server keeps")
-            self.live += 1
+            if service.followers >= self.settings.follower_cap:
+                raise Overloaded(f"{service.followers} follow streams are open, the most this server keeps")
+            # One count with `session.follow`'s: both kinds together stay within the cap.
+            service.followers += 1
+            released = False
+
+            def release() -> None:
+                nonlocal released
+                if not released:
+                    released = True
+                    service.followers -= 1
+
             try:
-                response = await read(request, view, self.reading, headers)
+                response = await read(request, view, self.reading, headers, release)
             except BaseException:
-                self.live -= 1
+                release()
                 raise
-            response.background = BackgroundTask(self._left)
+            if not isinstance(response, StreamingResponse):
+                release()
             return response
         held = await service.reading.hold(self.settings.ds_read_bytes)
         try:
@@ -120,9 +123,6 @@ class Durable:
         sending = await service.sending.hold(len(response.body))
         response.background = BackgroundTask(sending.release)
         return response
-
-    def _left(self) -> None:
-        self.live -= 1
 
     def session_changed(self, session_id: str) -> None:
         """A session's head moved, or it closed or went: wake its readers."""
@@ -139,26 +139,17 @@ def _headers() -> dict[str, str]:
 
 
 def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
-    status = 400
-    if isinstance(exc, StreamNotFoundError):
-        status = 404
-    elif isinstance(exc, StreamGoneError):
-        status = 410
-    elif isinstance(exc, ProducerFencedError):
-        status = 403
+    """A refusal as plain text, its status the one error table's (`history_service.errors.ERRORS`)."""
+    answer = answer_for(type(exc))
+    status = 400 if answer is None else answer.status
+    if isinstance(exc, ProducerFencedError):
         headers["Producer-Epoch"] = str(exc.epoch)
     elif isinstance(exc, ProducerGapError):
-        status = 409
         headers["Producer-Expected-Seq"] = str(exc.expected)
         headers["Producer-Received-Seq"] = str(exc.received)
     elif isinstance(exc, StreamClosedError):
-        status = 409
         headers["Stream-Closed"] = "true"
         headers[NEXT] = stream_offset(exc.tail)
-    elif isinstance(exc, StreamConflictError):
-        status = 409
-    elif isinstance(exc, BodyTooLarge):
-        status = 413
     return PlainTextResponse(str(exc), status, headers)
 
 
@@ -183,10 +174,7 @@ def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
 
 
 def _name(request: Request) -> str:
-    name: str = request.path_params["name"]
-    if not name or len(name) > _MAX_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
-        raise StreamRequestError("a stream name is 1 to 1024 characters, none of them control characters")
-    return name
+    return checked_name(request.path_params["name"])
 
 
 async def _stream(request: Request, durable: Durable, owner: str, headers: dict[str, str]) -> Response:
@@ -234,7 +222,7 @@ def durable_mount() -> Mount:
         PREFIX,
         routes=[
             Route("/v1/stream/{name:path}", _guarded(_stream), methods=_METHODS),
-            Route("/v1/session/{session_id}", sessions, methods=_METHODS),
-            Route("/v1/session/{session_id}/subagents/{child_id}", sessions, methods=_METHODS),
+            Route("/v1/session/{session_id}", sessions, methods=_READS),
+            Route("/v1/session/{session_id}/subagents/{child_id}", sessions, methods=_READS),
         ],
     )

@@ -20,11 +20,16 @@ _ANY: Final[dict[str, Any]] = {"*/*": {"schema": {}}}
 _OFFSET: Final = {"description": "The offset after what was read or written (§13.3).", "schema": {"type": "string"}}
 
 
-def _header(name: str, description: str) -> dict[str, Any]:
-    return {"name": name, "in": "header", "required": False, "description": description, "schema": {"type": "string"}}
+def _header(name: str, description: str, **schema: Any) -> dict[str, Any]:
+    described = {"type": "string", **schema}
+    return {"name": name, "in": "header", "required": False, "description": description, "schema": described}
 
 
-def _refusals(*statuses: int) -> dict[str, Any]:
+_COUNT: Final = "^(0|[1-9][0-9]{0,15})$"
+_STREAM_OFFSET: Final = "^[0-9]{1,16}_[0-9]{1,16}$"
+
+
+def _refusals(auth: str, *statuses: int) -> dict[str, Any]:
     meanings = {
         400: "A malformed header, offset or body.",
         401: "Missing or wrong credentials (§8).",
@@ -37,7 +42,17 @@ def _refusals(*statuses: int) -> dict[str, Any]:
         501: "The store keeps no Durable Streams (JSONL).",
         503: "The store is unavailable.",
     }
-    return {str(status): {"description": meanings[status], "content": _TEXT} for status in statuses}
+    answers: dict[str, Any] = {
+        str(status): {"description": meanings[status], "content": _TEXT} for status in statuses if status != 401
+    }
+    if 401 in statuses and auth == "token":
+        # Credentials are the API's (§8): refused with its JSON error body, as on every route.
+        answers["401"] = {
+            "description": meanings[401],
+            "headers": {"WWW-Authenticate": {"required": True, "schema": {"const": "Bearer"}}},
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        }
+    return dict(sorted(answers.items()))
 
 
 _READ_PARAMETERS: Final = [
@@ -46,7 +61,7 @@ _READ_PARAMETERS: Final = [
         "in": "query",
         "required": False,
         "description": "Where to read from: `-1` (the start), `now` (the tail), or an offset this server gave.",
-        "schema": {"type": "string"},
+        "schema": {"type": "string", "pattern": "^(-1|now|[0-9a-z]{1,32}_[0-9]{1,16})$"},
     },
     {
         "name": "live",
@@ -72,37 +87,27 @@ _READ_HEADERS: Final = {
 }
 
 
-def _read(operation_id: str, summary: str, *, gone: bool) -> dict[str, Any]:
+def _read(auth: str, path: list[dict[str, Any]], operation_id: str, summary: str, *, gone: bool) -> dict[str, Any]:
     return {
         "operationId": operation_id,
         "summary": summary,
+        "description": "`HEAD` answers the same headers with no body: the tail, and how the stream is configured.",
         "tags": [TAG["name"]],
-        "parameters": _READ_PARAMETERS,
+        "parameters": [*path, *_READ_PARAMETERS],
         "responses": {
             "200": {"description": "Data, or an SSE stream of it.", "headers": _READ_HEADERS, "content": _ANY},
             "204": {"description": "A long-poll that timed out, or reached a closed end.", "headers": _READ_HEADERS},
             "304": {"description": "The range is unchanged (If-None-Match)."},
-            **_refusals(400, 401, 404, *((410,) if gone else ()), 501, 503),
+            **_refusals(auth, 400, 401, 404, *((410,) if gone else ()), 501, 503),
         },
     }
 
 
-def _head(operation_id: str, summary: str) -> dict[str, Any]:
-    headers = {"Stream-Next-Offset": _OFFSET, "Stream-Closed": _READ_HEADERS["Stream-Closed"]}
-    return {
-        "operationId": operation_id,
-        "summary": summary,
-        "tags": [TAG["name"]],
-        "responses": {"200": {"description": "The tail, and how the stream is configured.", "headers": headers}}
-        | {str(status): {"description": text} for status, text in ((401, "Credentials."), (404, "Not found."))},
-    }
-
-
-def _writes() -> dict[str, Any]:
+def _writes(auth: str, path: list[dict[str, Any]]) -> dict[str, Any]:
     producer = [
-        _header("Producer-Id", "An idempotent producer's id; with its epoch and seq."),
-        _header("Producer-Epoch", "The producer's epoch, 0 to 2^53-1."),
-        _header("Producer-Seq", "The producer's seq within its epoch, 0 to 2^53-1."),
+        _header("Producer-Id", "An idempotent producer's id; with its epoch and seq.", minLength=1),
+        _header("Producer-Epoch", "The producer's epoch, 0 to 2^53-1.", pattern=_COUNT),
+        _header("Producer-Seq", "The producer's seq within its epoch, 0 to 2^53-1.", pattern=_COUNT),
     ]
     body = {"required": False, "content": _ANY}
     return {
@@ -111,66 +116,85 @@ def _writes() -> dict[str, Any]:
             "summary": "Create a stream, or confirm one configured alike; a fork with Stream-Forked-From.",
             "tags": [TAG["name"]],
             "parameters": [
-                _header("Stream-TTL", "Seconds the stream lives past its last read or write."),
-                _header("Stream-Expires-At", "When the stream expires (RFC 3339)."),
-                _header("Stream-Closed", "`true`: create it closed."),
-                _header("Stream-Forked-From", "The path of the stream to fork."),
-                _header("Stream-Fork-Offset", "Where the fork leaves its source; its tail by default."),
-                _header("Stream-Fork-Sub-Offset", "Bytes (JSON: values) of the source's next append to keep."),
+                *path,
+                _header("Stream-TTL", "Seconds the stream lives past its last read or write.", pattern=_COUNT),
+                _header("Stream-Expires-At", "When the stream expires (RFC 3339).", format="date-time"),
+                _header("Stream-Closed", "`true`: create it closed.", enum=["true", "false"]),
+                _header(
+                    "Stream-Forked-From",
+                    "The path of the stream to fork.",
+                    pattern="^/v1/stream/[^\\x00-\\x1f\\x7f]{1,1024}$",
+                ),
+                _header(
+                    "Stream-Fork-Offset",
+                    "Where the fork leaves its source; its tail by default.",
+                    pattern=_STREAM_OFFSET,
+                ),
+                _header(
+                    "Stream-Fork-Sub-Offset",
+                    "Bytes (JSON: values) of the source's next append to keep.",
+                    pattern=_COUNT,
+                ),
             ],
             "requestBody": body,
             "responses": {
                 "201": {"description": "Created.", "headers": {"Stream-Next-Offset": _OFFSET}},
                 "200": {"description": "It exists, configured alike.", "headers": {"Stream-Next-Offset": _OFFSET}},
-                **_refusals(400, 401, 404, 409, 413, 501, 503),
+                **_refusals(auth, 400, 401, 404, 409, 413, 501, 503),
             },
         },
         "post": {
             "operationId": "dsAppend",
             "summary": "Append the body; with `Stream-Closed: true`, close the stream (an empty body only closes).",
             "tags": [TAG["name"]],
-            "parameters": [_header("Stream-Seq", "A writer's own sequence: each must sort after the last."), *producer],
+            "parameters": [
+                *path,
+                _header("Stream-Seq", "A writer's own sequence: each must sort after the last."),
+                *producer,
+            ],
             "requestBody": body,
             "responses": {
                 "200": {"description": "Appended for a producer.", "headers": {"Stream-Next-Offset": _OFFSET}},
                 "204": {"description": "Appended, closed, or a duplicate.", "headers": {"Stream-Next-Offset": _OFFSET}},
-                **_refusals(400, 401, 403, 404, 409, 410, 413, 501, 503),
+                **_refusals(auth, 400, 401, 403, 404, 409, 410, 413, 501, 503),
             },
         },
         "delete": {
             "operationId": "dsDeleteStream",
             "summary": "Delete the stream (kept for its forks, as gone, until the last one goes).",
             "tags": [TAG["name"]],
-            "responses": {"204": {"description": "Deleted."}, **_refusals(401, 404, 410, 501, 503)},
+            "parameters": path,
+            "responses": {"204": {"description": "Deleted."}, **_refusals(auth, 400, 401, 404, 410, 501, 503)},
         },
     }
 
 
-def durable_paths() -> dict[str, Any]:
-    """The path items of ``/ds``."""
-    name = {"name": "name", "in": "path", "required": True, "description": "The stream's name.", "schema": {}}
-    name["schema"] = {"type": "string", "minLength": 1, "maxLength": 1024}
-    ids = [
-        {"name": key, "in": "path", "required": True, "description": "A session id.", "schema": {"type": "string"}}
-        for key in ("session_id", "child_id")
-    ]
-    session_read = _read("dsReadSession", "A session's logical events, as a read-only JSON stream.", gone=True)
-    child_read = _read("dsReadChild", "A subagent child's events, through its parent.", gone=True)
+def durable_paths(auth: str) -> dict[str, Any]:
+    """The path items of ``/ds``, for an app in this auth mode (``token`` adds 401)."""
+    name = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "description": "The stream's name.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^[^\\x00-\\x1f\\x7f]+$"},
+    }
+    ids = {
+        key: {"name": key, "in": "path", "required": True, "description": text, "schema": {"type": "string"}}
+        for key, text in (("id", "A session id."), ("parent", "The parent's id."), ("child", "The child's id."))
+    }
     return {
         "/ds/v1/stream/{name}": {
-            "parameters": [name],
-            "get": _read("dsRead", "Read a stream: catch-up, long-poll or SSE.", gone=True),
-            "head": _head("dsHead", "A stream's tail and configuration."),
-            **_writes(),
+            "get": _read(auth, [name], "dsRead", "Read a stream: catch-up, long-poll or SSE.", gone=True),
+            **_writes(auth, [name]),
         },
-        "/ds/v1/session/{session_id}": {
-            "parameters": ids[:1],
-            "get": session_read,
-            "head": _head("dsHeadSession", "A session's tail, as a stream."),
+        "/ds/v1/session/{id}": {
+            "get": _read(
+                auth, [ids["id"]], "dsReadSession", "A session's events, as a read-only JSON stream.", gone=True
+            ),
         },
-        "/ds/v1/session/{session_id}/subagents/{child_id}": {
-            "parameters": ids,
-            "get": child_read,
-            "head": _head("dsHeadChild", "A child's tail, as a stream."),
+        "/ds/v1/session/{parent}/subagents/{child}": {
+            "get": _read(
+                auth, [ids["parent"], ids["child"]], "dsReadChild", "A child's events, through its parent.", gone=True
+            ),
         },
     }

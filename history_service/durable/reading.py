@@ -7,17 +7,19 @@ session and a stream answer alike.
 
 from __future__ import annotations
 
+import asyncio
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final, Literal, Protocol
 
 from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from codec import json_array, sse_control, sse_data, sse_payload
 from history_service.durable.live import SharedReads, Waker, response_cursor
-from persistence import Chunk, StreamError, StreamRequestError
+from persistence import Chunk, StoreError, StreamRequestError
 
 __all__ = ["Reading", "Snapshot", "View", "read"]
 
@@ -81,8 +83,17 @@ def _body(view: View, chunks: list[Chunk]) -> bytes:
     return b"".join(chunk.data for chunk in chunks)
 
 
-async def read(request: Request, view: View, reading: Reading, headers: dict[str, str]) -> Response:
-    """GET on a view: the query's ``offset``, ``live`` and ``cursor`` decide the mode."""
+async def read(
+    request: Request,
+    view: View,
+    reading: Reading,
+    headers: dict[str, str],
+    release: Callable[[], None] | None = None,
+) -> Response:
+    """GET on a view: the query's ``offset``, ``live`` and ``cursor`` decide the mode.
+
+    ``release`` is called once an SSE stream ends, however it ends (the caller's count of live reads).
+    """
     query = request.query_params
     offsets = query.getlist("offset")
     if len(offsets) > 1:
@@ -99,10 +110,12 @@ async def read(request: Request, view: View, reading: Reading, headers: dict[str
     if given in (None, "-1"):
         after = 0
     cursor = query.get("cursor")
-    if live == "sse":
-        return await _sse(view, reading, after, cursor, headers)
-    ticket = reading.waker.watch(view.name)
+    # Taken before the first read: a write that lands after it sets the ticket (only live reads wait).
+    ticket = reading.waker.watch(view.name) if live is not None else None
     snapshot = await _snapshot(view, reading, after)
+    if live == "sse":
+        assert ticket is not None
+        return _sse(view, reading, snapshot, after, cursor, headers, ticket, release)
     if after is None:
         after = snapshot.tail
         if live is None:
@@ -113,7 +126,7 @@ async def read(request: Request, view: View, reading: Reading, headers: dict[str
             headers["Content-Type"] = snapshot.content_type
             return Response(b"[]" if view.mode == "json" else b"", 200, headers)
         snapshot = await _snapshot(view, reading, after)
-    if live == "long-poll" and not snapshot.chunks and after >= snapshot.tail:
+    if ticket is not None and not snapshot.chunks and after >= snapshot.tail:
         if not snapshot.closed and await reading.waker.wait(ticket, reading.long_poll):
             snapshot = await _snapshot(view, reading, after)
         if not snapshot.chunks:
@@ -145,36 +158,69 @@ async def read(request: Request, view: View, reading: Reading, headers: dict[str
 
 def _security(headers: dict[str, str]) -> dict[str, str]:
     return {
-        key: value for key, value in headers.items() if key.lower().startswith(("x-content", "cross-origin", "access"))
+        key: value
+        for key, value in headers.items()
+        if key.lower().startswith(("x-content", "cross-origin", "access", "content-security"))
     }
 
 
-async def _sse(
-    view: View, reading: Reading, after: int | None, cursor: str | None, headers: dict[str, str]
+def _sse(
+    view: View,
+    reading: Reading,
+    first: Snapshot,
+    after: int | None,
+    cursor: str | None,
+    headers: dict[str, str],
+    ticket: asyncio.Event,
+    release: Callable[[], None] | None,
 ) -> Response:
-    first = await _snapshot(view, reading, after)
     if view.mode == "base64":
         headers["Stream-SSE-Data-Encoding"] = "base64"
     headers["Cache-Control"] = "no-cache"
     headers["Content-Type"] = "text/event-stream"
-    events = _events(
-        view, reading, first.tail if after is None else after, cursor, first if after is not None else None
-    )
-    return StreamingResponse(events, 200, headers)
+    start = first.tail if after is None else after
+    events = _events(view, reading, start, cursor, first if after is not None else None, ticket)
+    return _EventStream(events, headers, release)
+
+
+class _EventStream(StreamingResponse):
+    """An SSE answer that calls ``release`` once it is over, however it ends: even unstarted, on a disconnect."""
+
+    def __init__(
+        self, events: AsyncIterator[bytes], headers: dict[str, str], release: Callable[[], None] | None
+    ) -> None:
+        super().__init__(events, 200, headers)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self._release is not None:
+                self._release()
 
 
 async def _events(
-    view: View, reading: Reading, after: int, cursor: str | None, first: Snapshot | None
+    view: View,
+    reading: Reading,
+    after: int,
+    cursor: str | None,
+    first: Snapshot | None,
+    ticket: asyncio.Event,
 ) -> AsyncIterator[bytes]:
-    """Each chunk as a data event followed by its control event; a control event on catching up and as keep-alive."""
+    """Each chunk as a data event followed by its control event; a control event on catching up and as keep-alive.
+
+    Every read is made after the ticket its wait will use was taken, so no write is missed
+    between them. The stream ends when the view closes, goes, or fails, or the server stops.
+    """
     snapshot = first
     announced = False
     while not reading.stopping.is_set():  # type: ignore[attr-defined]
-        ticket = reading.waker.watch(view.name)
         if snapshot is None:
+            ticket = reading.waker.watch(view.name)
             try:
                 snapshot = await _snapshot(view, reading, after)
-            except StreamError:
+            except StoreError:
                 return
         await view.touch()
         for index, chunk in enumerate(snapshot.chunks):
@@ -184,20 +230,22 @@ async def _events(
                 _control(view, after, cursor, up_to_date=last, closed=last and snapshot.closed)
             )
         if not snapshot.chunks:
-            after = max(after, snapshot.tail) if snapshot.complete else after
+            after = max(after, snapshot.tail)
             if not announced or snapshot.closed:
                 yield sse_control(_control(view, after, cursor, up_to_date=True, closed=snapshot.closed))
         announced = True
-        if snapshot.closed and snapshot.complete:
+        if snapshot.closed and (snapshot.complete or not snapshot.chunks):
             return
-        complete = snapshot.complete
+        # A read that stopped short goes on at once; one at the tail waits for a write.
+        waits = snapshot.complete or not snapshot.chunks
         snapshot = None
-        if complete and not await reading.waker.wait(ticket, reading.long_poll):
+        if waits and not await reading.waker.wait(ticket, reading.long_poll):
             if reading.stopping.is_set():  # type: ignore[attr-defined]
                 return
+            ticket = reading.waker.watch(view.name)
             try:
                 snapshot = await _snapshot(view, reading, after)
-            except StreamError:
+            except StoreError:
                 return
             if not snapshot.chunks and not snapshot.closed:
                 yield sse_control(_control(view, after, cursor, up_to_date=True, closed=False))

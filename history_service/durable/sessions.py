@@ -16,14 +16,20 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Literal
 
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 
 from codec import event_lines
 from history_service.durable.reading import CLOSED, NEXT, Snapshot
 from history_service.errors import HistoryServiceError
 from history_service.service import HistoryService
-from persistence import Chunk, SessionInfo, SessionNotFoundError, StreamGoneError, StreamNotFoundError
-from persistence.errors import StreamRequestError
+from persistence import (
+    Chunk,
+    SessionInfo,
+    SessionNotFoundError,
+    StreamGoneError,
+    StreamNotFoundError,
+    StreamRequestError,
+)
 
 __all__ = ["SESSION_KEY", "SessionView", "session"]
 
@@ -103,11 +109,9 @@ Reader = Callable[[Request, SessionView, dict[str, str]], Awaitable[Response]]
 async def session(
     request: Request, service: HistoryService, reader: Reader, principal: str, headers: dict[str, str]
 ) -> Response:
-    """GET or HEAD on a session read as a stream; any write answers 405."""
+    """GET or HEAD on a session read as a stream (a write never routes here: it is 405)."""
     session_id: str = request.path_params["session_id"]
     child: str | None = request.path_params.get("child_id")
-    if request.method not in ("GET", "HEAD"):
-        return PlainTextResponse("a session is read-only here", 405, {**headers, "Allow": "GET, HEAD, OPTIONS"})
     info = await _readable(service, principal, session_id, child)
     view = SessionView(service, principal, session_id, child, info)
     if request.method == "GET":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from typing import Final, Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,9 +27,10 @@ from persistence import (
     media_type,
 )
 
-__all__ = ["StreamView", "append", "create", "delete", "head"]
+__all__ = ["StreamView", "append", "checked_name", "create", "delete", "head"]
 
 STREAMS: Final = "/v1/stream/"
+MAX_NAME: Final = 1024
 _COUNT: Final = re.compile(r"0|[1-9][0-9]*")
 _DIGITS: Final = re.compile(r"[0-9]+")
 _MEDIA_TYPE: Final = re.compile(r"^[\w.+-]+/[\w.+-]+")
@@ -87,6 +88,13 @@ def _one(request: Request, name: str) -> str | None:
     return values[0] if values else None
 
 
+def _closing(request: Request) -> bool:
+    given = _one(request, "stream-closed")
+    if given not in (None, "true", "false"):
+        raise StreamRequestError("Stream-Closed is true or false")
+    return given == "true"
+
+
 def _expiry(request: Request) -> tuple[int | None, str | None, int | None]:
     ttl, expires_at = _one(request, "stream-ttl"), _one(request, "stream-expires-at")
     if ttl is not None and expires_at is not None:
@@ -114,8 +122,15 @@ def _source(request: Request) -> str | None:
     path = unquote(urlsplit(given).path)
     for prefix in (request.scope.get("root_path", "") + STREAMS, STREAMS):
         if path.startswith(prefix):
-            return path[len(prefix) :]
-    return path.lstrip("/")
+            return checked_name(path[len(prefix) :])
+    return checked_name(path.lstrip("/"))
+
+
+def checked_name(name: str) -> str:
+    """A stream's name, or `StreamRequestError`: 1 to 1024 characters, none of them control characters."""
+    if not name or len(name) > MAX_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise StreamRequestError("a stream name is 1 to 1024 characters, none of them control characters")
+    return name
 
 
 async def create(request: Request, store: StreamStore, name: str, owner: str, body: bytes) -> tuple[Response, bool]:
@@ -146,7 +161,7 @@ async def create(request: Request, store: StreamStore, name: str, owner: str, bo
             ttl_seconds=ttl,
             expires_at=expires_at,
             expires_ms=expires_ms,
-            closed=_one(request, "stream-closed") == "true",
+            closed=_closing(request),
             forked_from=forked_from,
             fork_at=fork_at,
             fork_sub=fork_sub,
@@ -154,7 +169,9 @@ async def create(request: Request, store: StreamStore, name: str, owner: str, bo
     )
     headers = {"Content-Type": meta.content_type, NEXT: stream_offset(meta.tail)}
     if created:
-        headers["Location"] = str(request.url.replace(query=""))
+        # The name may hold any character; a header holds Latin-1 only: the path goes percent-encoded.
+        url = request.url
+        headers["Location"] = f"{url.scheme}://{url.netloc}{quote(url.path)}"
     if meta.closed:
         headers[CLOSED] = "true"
     return Response(None, 201 if created else 200, headers), created
@@ -177,7 +194,7 @@ def _claim(request: Request) -> ProducerClaim | None:
 async def append(request: Request, store: StreamStore, name: str, owner: str, body: bytes) -> Response:
     """POST: an append, a close (``Stream-Closed: true`` with no body), or both."""
     claim = _claim(request)
-    close = _one(request, "stream-closed") == "true"
+    close = _closing(request)
     content_type = _one(request, "content-type")
     if not body and not close:
         raise StreamRequestError("an append needs a body")

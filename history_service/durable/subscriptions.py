@@ -44,8 +44,7 @@ from codec import parse_stream_offset, stream_offset
 from history_service.durable import webhooks
 from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, StreamInfo, answer, stream_path
 from history_service.settings import Settings
-from persistence.errors import StreamError, StreamGoneError, StreamNotFoundError
-from persistence.streams import AppendRequest, StreamStore
+from persistence import AppendRequest, StreamError, StreamGoneError, StreamNotFoundError, StreamStore
 
 __all__ = ["Subscriptions"]
 

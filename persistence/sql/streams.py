@@ -164,7 +164,8 @@ class SqlStreams(StreamStore):
         def reading(cursor: Any) -> T:
             return work(_Tx(sql, cursor, lock=False), now_ms())
 
-        return await self._store._dialect.read(self._store, reading)
+        # In a worker thread: a chunk may be large, and SQLite would read it on the event loop.
+        return await self._store._in_thread(reading)
 
     async def create(self, request: CreateRequest) -> tuple[StreamMeta, bool]:
         try:

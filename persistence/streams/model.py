@@ -28,7 +28,8 @@ class ProducerClaim(Struct, frozen=True, array_like=True):
 class StreamMeta(Struct, frozen=True, kw_only=True):
     """One stream's state. ``tail`` is the byte position after its last chunk.
 
-    A fork reads its source's chunks up to ``fork_at``, then its own. ``refs`` counts the
+    A fork reads its source's chunks up to ``fork_at``, then its own; ``depth`` is how many
+    forks lie between it and a stream that is none. ``refs`` counts the
     forks that read through it; a deleted stream that still has some is only ``gone``
     (read through by its forks, answered 410 to everyone else) until the last one goes.
     """
@@ -46,6 +47,7 @@ class StreamMeta(Struct, frozen=True, kw_only=True):
     closed_by: ProducerClaim | None = None
     stream_seq: str | None = None
     forked_from: str | None = None
+    depth: int = 0
     fork_at: int | None = None
     fork_sub: int = 0
     refs: int = 0
@@ -78,6 +80,7 @@ class CreateRequest(Struct, frozen=True, kw_only=True):
     expires_ms: int | None = None
     closed: bool = False
     forked_from: str | None = None
+    depth: int = 0
     fork_at: int | None = None
     fork_sub: int = 0
 

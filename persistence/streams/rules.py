@@ -33,11 +33,27 @@ from persistence.streams.model import (
     media_type,
 )
 
-__all__ = ["PRODUCER_TTL_MS", "Tx", "append", "create", "delete", "live", "read", "sweep", "touch"]
+__all__ = [
+    "MAX_FORK_DEPTH",
+    "MAX_SUB_PREFIX",
+    "PRODUCER_TTL_MS",
+    "Tx",
+    "append",
+    "create",
+    "delete",
+    "live",
+    "read",
+    "sweep",
+    "touch",
+]
 
 # A producer not heard from for this long is forgotten: its next write starts a new one.
 PRODUCER_TTL_MS: Final = 7 * 24 * 3600 * 1000
 OCTET_STREAM: Final = "application/octet-stream"
+# A read walks a fork's chain to its root: bounded, so no read recurses or queries without end.
+MAX_FORK_DEPTH: Final = 32
+# A sub-offset copies part of an append into the fork: bounded, so an empty PUT cannot copy a large one.
+MAX_SUB_PREFIX: Final = 1024 * 1024
 
 
 class Tx(Protocol):
@@ -141,6 +157,8 @@ def _fork(tx: Tx, meta: StreamMeta, request: CreateRequest, now: int) -> tuple[S
         raise StreamConflictError("the source stream was deleted but still has forks")
     if request.content_type and media_type(request.content_type) != media_type(source.content_type):
         raise StreamConflictError("a fork's content type must be its source's")
+    if source.depth >= MAX_FORK_DEPTH:
+        raise StreamRequestError(f"a fork chain is at most {MAX_FORK_DEPTH} forks deep")
     at = source.tail if request.fork_at is None else request.fork_at
     if not 0 <= at <= source.tail:
         raise StreamRequestError("the fork offset is beyond the source's tail")
@@ -157,6 +175,7 @@ def _fork(tx: Tx, meta: StreamMeta, request: CreateRequest, now: int) -> tuple[S
         expires_at=expires_at,
         expires_ms=expires_ms,
         forked_from=source.name,
+        depth=source.depth + 1,
         fork_at=at,
         fork_sub=request.fork_sub,
         tail=at,
@@ -171,6 +190,8 @@ def _boundary(tx: Tx, source: StreamMeta, at: int) -> bool:
 
 def _sub_prefix(tx: Tx, source: StreamMeta, at: int, sub: int) -> bytes:
     """The first ``sub`` bytes (JSON: values) of the source's chunk that starts at ``at``, as the fork's own."""
+    if sub > MAX_SUB_PREFIX:
+        raise StreamRequestError(f"a fork sub-offset copies at most {MAX_SUB_PREFIX} bytes or values")
     first, _ = collect(tx, source, at, 1)
     if not first:
         raise StreamRequestError("a fork sub-offset needs data past the fork offset")
@@ -300,7 +321,9 @@ def touch(tx: Tx, name: str, now: int) -> None:
 def read(tx: Tx, name: str, owner: str, after: int, budget: int, now: int) -> tuple[StreamMeta, list[Chunk], bool]:
     """The stream, its chunks past ``after`` up to about ``budget`` bytes, and whether they reach its tail."""
     meta = live(tx, name, owner, now)
-    chunks, complete = collect(tx, meta, after, budget)
+    # Capped at the tail just read: on a reader that sees each statement's own snapshot (PostgreSQL
+    # autocommit), an append between the two reads must not land past the offset answered.
+    chunks, complete = collect(tx, meta, after, budget, meta.tail)
     return meta, chunks, complete
 
 

@@ -15,7 +15,7 @@ import pytest
 from codec import encode
 from history_service import cli, serve as launcher
 from history_service.app import create_app
-from history_service.cors import ALLOW_HEADERS, MAX_AGE
+from history_service.cors import ALLOW_HEADERS, EXPOSE_HEADERS, MAX_AGE
 from history_service.settings import ServerSettings, Settings
 from persistence import SessionKey, SessionSummary
 from persistence.memory import MemoryStore
@@ -67,7 +67,7 @@ async def test_an_allowed_origin_is_echoed_with_the_exposed_headers(client: http
     assert response.status_code == 200
     assert cors_headers(response) == {
         "access-control-allow-origin": ALLOWED,
-        "access-control-expose-headers": "ETag, Server-Timing, Session-Incarnation, X-Request-ID",
+        "access-control-expose-headers": ", ".join(EXPOSE_HEADERS),
     }
     # The exposed headers are there to read, and caches keep one answer per origin.
     assert {"etag", "server-timing", "x-request-id"} <= set(response.headers)
@@ -88,7 +88,8 @@ async def test_a_preflight_from_an_allowed_origin_allows_the_token_headers(clien
     assert response.status_code == 200
     headers = cors_headers(response)
     assert headers["access-control-allow-origin"] == ALLOWED
-    assert headers["access-control-allow-methods"] == "GET, POST, DELETE"
+    # PUT and HEAD for the Durable Streams at /ds (docs/protocol.md §13).
+    assert headers["access-control-allow-methods"] == "GET, HEAD, POST, PUT, DELETE"
     assert headers["access-control-max-age"] == str(MAX_AGE) == "600"
     allowed = {name.strip().lower() for name in headers["access-control-allow-headers"].split(",")}
     assert {name.lower() for name in ALLOW_HEADERS} <= allowed
@@ -118,7 +119,7 @@ async def test_every_request_the_clients_send_passes_its_preflight(
         (OTHER, "GET", "authorization,x-principal", "origin"),
         ("https://app.example.evil.example", "GET", "authorization", "origin"),
         ("null", "GET", "authorization", "origin"),
-        (ALLOWED, "PUT", "authorization", "method"),
+        (ALLOWED, "PATCH", "authorization", "method"),
         (ALLOWED, "GET", "authorization,cookie", "headers"),
     ],
     ids=["other-origin", "suffixed-origin", "opaque-origin", "method", "header"],

@@ -63,6 +63,8 @@ from persistence import MemoryStore
 from persistence.errors import (
     CorruptLogError,
     InvalidSessionIdError,
+    ProducerFencedError,
+    ProducerGapError,
     SchemaVersionError,
     SeqConflictError,
     SessionClosedError,
@@ -70,6 +72,12 @@ from persistence.errors import (
     SessionNotFoundError,
     StoreError,
     StoreNotFoundError,
+    StreamClosedError,
+    StreamConflictError,
+    StreamError,
+    StreamGoneError,
+    StreamNotFoundError,
+    StreamRequestError,
 )
 from testing.asgi import serving
 
@@ -132,6 +140,14 @@ EXAMPLES: dict[type[Exception], Exception] = {
     ),
     InvalidSessionIdError: InvalidSessionIdError("a session id must not be empty"),
     SessionClosedError: SessionClosedError("s", head_seq=4),
+    StreamError: StreamError("the stream refuses the request"),
+    StreamRequestError: StreamRequestError("Stream-TTL is a whole number of seconds"),
+    StreamNotFoundError: StreamNotFoundError("no stream 'a'"),
+    StreamGoneError: StreamGoneError("stream 'a' was deleted"),
+    StreamConflictError: StreamConflictError("the stream exists with another configuration"),
+    StreamClosedError: StreamClosedError("stream 'a' is closed", tail=5),
+    ProducerFencedError: ProducerFencedError("producer epoch 0 is stale", epoch=1),
+    ProducerGapError: ProducerGapError("producer seq skips ahead", expected=1, received=3),
 }
 
 # The codes whose bodies carry fields besides code and message (docs/protocol.md §11.1).

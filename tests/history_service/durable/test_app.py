@@ -61,11 +61,37 @@ async def test_a_preflight_allows_the_protocols_headers_and_every_answer_carries
         allowed = preflight.headers["access-control-allow-headers"].lower()
         for header in ("if-none-match", "producer-id", "stream-forked-from", "stream-ttl"):
             assert header in allowed
-        missing = await client.get("/ds/v1/stream/nothing")
+        # Without HISTORY_CORS_ORIGINS no origin is allowed, here as on every route.
+        assert "access-control-allow-origin" not in preflight.headers
+        missing = await client.get("/ds/v1/stream/nothing", headers={"Origin": "https://evil.example"})
         assert missing.status_code == 404
         assert missing.headers["x-content-type-options"] == "nosniff"
         assert missing.headers["cross-origin-resource-policy"] == "cross-origin"
-        assert "Stream-Next-Offset" in missing.headers["access-control-expose-headers"]
+        assert missing.headers["content-security-policy"] == "sandbox"
+        assert "access-control-allow-origin" not in missing.headers
+
+
+async def test_a_configured_origin_may_use_the_protocol_and_read_its_headers() -> None:
+    settings = Settings(cors_origins=("https://app.example",))
+    origin = {"Origin": "https://app.example"}
+    async with serving(create_app(settings, store=MemoryStore())) as client:
+        preflight = await client.options(
+            "/ds/v1/stream/a",
+            headers={
+                **origin,
+                "Access-Control-Request-Method": "PUT",
+                "Access-Control-Request-Headers": "content-type, stream-ttl, producer-id",
+            },
+        )
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+        created = await client.put("/ds/v1/stream/a", headers={**origin, **TEXT}, content=b"x")
+        assert created.status_code == 201
+        assert "stream-next-offset" in created.headers["access-control-expose-headers"].lower()
+        refused = await client.options(
+            "/ds/v1/stream/a", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "PUT"}
+        )
+        assert refused.status_code == 400
 
 
 async def test_requests_are_counted_and_documented() -> None:
@@ -74,8 +100,8 @@ async def test_requests_are_counted_and_documented() -> None:
         metrics = (await client.get("/metrics")).text
         assert 'route="/ds/v1/stream/{name:path}"' in metrics
         paths = (await client.get("/openapi.json")).json()["paths"]
-        assert set(paths["/ds/v1/stream/{name}"]) >= {"get", "head", "put", "post", "delete"}
-        assert set(paths["/ds/v1/session/{session_id}"]) >= {"get", "head"}
+        assert set(paths["/ds/v1/stream/{name}"]) == {"get", "put", "post", "delete"}
+        assert set(paths["/ds/v1/session/{id}"]) == {"get"}
 
 
 async def test_a_body_past_the_limit_is_refused() -> None:

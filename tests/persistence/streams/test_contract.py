@@ -25,11 +25,13 @@ from persistence.streams import (
     AppendRequest,
     Chunk,
     CreateRequest,
+    MemoryStreams,
     ProducerClaim,
     StreamMeta,
     StreamStore,
+    rules,
 )
-from persistence.streams.rules import PRODUCER_TTL_MS
+from persistence.streams.rules import MAX_FORK_DEPTH, MAX_SUB_PREFIX, PRODUCER_TTL_MS
 from testing.stores import BACKENDS, open_backend
 from tests.persistence.streams.conftest import STREAM_BACKEND_NAMES, Clock
 
@@ -705,3 +707,44 @@ async def test_another_owner_finds_no_stream(streams: StreamStore) -> None:
         await streams.create(CreateRequest(name="s", owner="bob", content_type=BYTES))
     assert await read_all(streams, "s") == b"mine"
     assert (await streams.head("s", OWNER)).owner == OWNER
+
+
+async def test_a_fork_chain_is_bounded_so_no_read_walks_without_end(streams: StreamStore) -> None:
+    await create(streams, "level-0", b"x")
+    for level in range(1, MAX_FORK_DEPTH + 1):
+        meta, _ = await create(streams, f"level-{level}", forked_from=f"level-{level - 1}")
+        assert meta.depth == level
+    with pytest.raises(StreamRequestError, match="at most 32 forks deep"):
+        await create(streams, "too-deep", forked_from=f"level-{MAX_FORK_DEPTH}")
+    assert [chunk.data for chunk in await read_chunks(streams, f"level-{MAX_FORK_DEPTH}")] == [b"x"]
+
+
+async def test_a_sub_offset_copies_a_bounded_prefix(streams: StreamStore) -> None:
+    await create(streams, "big", b"y" * (MAX_SUB_PREFIX + 10))
+    with pytest.raises(StreamRequestError, match="at most"):
+        await create(streams, "copy", forked_from="big", fork_at=0, fork_sub=MAX_SUB_PREFIX + 1)
+    meta, _ = await create(streams, "copy", forked_from="big", fork_at=0, fork_sub=MAX_SUB_PREFIX)
+    assert meta.tail == MAX_SUB_PREFIX
+
+
+def test_a_read_never_answers_past_the_tail_its_metadata_gave() -> None:
+    # A reader that sees each statement's own snapshot (PostgreSQL autocommit) may read the
+    # stream's metadata before an append and its chunks after it: the read must stop at that tail.
+    store = MemoryStreams()
+    tx = store._tx
+    owner_meta = StreamMeta(name="s", owner=OWNER, content_type=BYTES, created_ms=0, accessed_ms=0)
+    tx.save(owner_meta)
+    tx.add("s", Chunk(3, b"abc"))
+    tx.save(msgspec.structs.replace(owner_meta, tail=3))
+    stale = tx.meta("s")
+
+    class Racing:
+        def meta(self, name: str) -> StreamMeta | None:
+            return stale
+
+        def __getattr__(self, attribute: str) -> object:
+            return getattr(tx, attribute)
+
+    tx.add("s", Chunk(5, b"de"))  # committed between the two statements
+    meta, chunks, complete = rules.read(Racing(), "s", OWNER, 0, 1 << 20, 1)  # type: ignore[arg-type]
+    assert meta.tail == 3 and [chunk.end for chunk in chunks] == [3] and complete
