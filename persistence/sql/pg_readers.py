@@ -60,6 +60,10 @@ class AsyncReaders:
             except psycopg.Error as exc:
                 if connection is not None:
                     await connection.close()
+                if isinstance(exc, psycopg.OperationalError):
+                    # The server dropped this connection (a restart, pg_terminate_backend): the kept
+                    # ones went with it, and a probe that found a new one sound must not leave them.
+                    await self.close()
                 if deadline is not None and deadline.expired:
                     raise StoreError(f"store unavailable: no answer within {self._watchdog.timeout:g} s") from exc
                 raise StoreError(f"store unavailable: {exc}") from exc

@@ -10,9 +10,8 @@ session's open run in the same transaction (`persistence.sealing`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
@@ -52,8 +51,6 @@ from persistence.sql.deletion import Deletion, finish_purges
 from persistence.sql.dialect import (
     INLINE_BYTES,
     MESSAGE_PAGE,
-    READERS_KEPT,
-    Busy,
     Deadline,
     Dialect,
     Head,
@@ -63,6 +60,7 @@ from persistence.sql.dialect import (
 from persistence.sql.groups import Append, SessionUnit
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresDialect
+from persistence.sql.reads import KeptReads
 from persistence.sql.schema import COMPRESS_AT, SCHEMA_VERSION, bounded_rows, stored_header
 from persistence.sql.sqlite import SqliteDialect
 from persistence.sql.statements import Statements, expired, listing
@@ -80,7 +78,7 @@ def _dialect_for(backend: str) -> type[Dialect]:
     return SqliteDialect if SqliteDialect.serves(backend) else PostgresDialect
 
 
-class SqlStore(HistoryStore):
+class SqlStore(KeptReads, HistoryStore):
     """A store on a SQLAlchemy engine. Open it with `SqlStore.open`.
 
     The hot path runs compiled statements (`persistence.sql.prepared`) on DBAPI connections
@@ -178,12 +176,6 @@ class SqlStore(HistoryStore):
         except sa.exc.DBAPIError as exc:
             raise StoreError(f"store unavailable: {self._failure(exc.orig, deadline)}") from exc
 
-    def _failure(self, exc: BaseException | None, deadline: Deadline | None) -> str:
-        """What went wrong, for a `StoreError`: the bound when the watchdog cut the call, else the driver's words."""
-        if deadline is not None and deadline.expired:
-            return f"no answer within {self._timeout:g} s"
-        return str(exc)
-
     def _connect(self) -> Any:
         """A DBAPI connection of the store's own, set up as the engine's are (the SQLite pragmas)."""
         pooled = self._engine.raw_connection()
@@ -193,56 +185,6 @@ class SqlStore(HistoryStore):
 
     def _connect_writer(self) -> Any:
         return self._dialect.writer(self._connect())
-
-    def _reading(self, work: Callable[..., T], *args: Any) -> T:
-        """``work(cursor, *args)`` in a read transaction on a kept reader, in the calling thread, within the bound."""
-        return self._read_on(work, args, self._busy_ms)
-
-    def _reading_on_loop(self, work: Callable[..., T], *args: Any) -> T:
-        """`_reading` on the event loop (SQLite): never waiting for a lock, it raises `Busy` instead."""
-        return self._read_on(work, args, 0)
-
-    def _read_on(self, work: Callable[..., T], args: tuple[Any, ...], busy_ms: int) -> T:
-        connection, busy = self._readers.pop() if self._readers else (None, busy_ms)
-        deadline: Deadline | None = None
-        try:
-            if connection is None:
-                connection, busy = self._dialect.new_reader(self, busy_ms)
-            busy = self._dialect.wait_for_locks(connection, busy, busy_ms)
-            with self._dialect.bound(connection) as deadline:
-                result = self._dialect.run_read(connection, work, args)
-        except (self._driver_error, sa.exc.DBAPIError) as exc:
-            if connection is not None and busy_ms == 0 and self._dialect.lock_taken(exc):
-                # The connection is sound: only the lock was taken.
-                self._keep(connection, busy)
-                raise Busy from exc
-            if connection is not None:
-                with contextlib.suppress(Exception):
-                    connection.close()
-            cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
-            raise StoreError(f"store unavailable: {self._failure(cause, deadline)}") from exc
-        except BaseException:
-            if connection is not None:
-                self._keep(connection, busy, deadline)
-            raise
-        self._keep(connection, busy, deadline)
-        return result
-
-    def _keep(self, connection: Any, busy: int, deadline: Deadline | None = None) -> None:
-        if deadline is not None and deadline.expired:
-            # The watchdog cut it: the next read opens a new one.
-            with contextlib.suppress(Exception):
-                connection.close()
-        elif len(self._readers) < READERS_KEPT:
-            self._readers.append((connection, busy))
-        else:
-            connection.close()
-
-    async def _in_thread(self, work: Callable[..., T], *args: Any) -> T:
-        if self._read_threads is None:
-            # As many reads at once as connections are kept, so no read opens a connection of its own.
-            self._read_threads = anyio.CapacityLimiter(READERS_KEPT)
-        return await anyio.to_thread.run_sync(functools.partial(self._reading, work, *args), limiter=self._read_threads)
 
     # Sessions.
 
@@ -591,8 +533,6 @@ class SqlStore(HistoryStore):
     def _close_sync(self) -> None:
         self._writer.close()
         self._groups.close()
-        while self._readers:
-            with contextlib.suppress(Exception):
-                self._readers.pop()[0].close()
+        self._drop_readers()
         self._engine.dispose()
         self._dialect.close_sync()

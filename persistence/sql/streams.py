@@ -164,8 +164,9 @@ class SqlStreams(StreamStore):
         def reading(cursor: Any) -> T:
             return work(_Tx(sql, cursor, lock=False), now_ms())
 
-        # In a worker thread: a chunk may be large, and SQLite would read it on the event loop.
-        return await self._store._in_thread(reading)
+        # The store's own read path, as a page's: PostgreSQL's kept async readers (which readiness
+        # checks), SQLite's reader on the loop unless a writer holds the lock.
+        return await self._store._dialect.read(self._store, reading)
 
     async def create(self, request: CreateRequest) -> tuple[StreamMeta, bool]:
         try:
