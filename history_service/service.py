@@ -468,6 +468,8 @@ class HistoryService:
                 try:
                     if await streams.sweep(name):
                         swept.streams.append(name)
+                        if self.hub.streams_changed is not None:
+                            self.hub.streams_changed(name)  # its live readers learn it is gone
                 except StoreError as exc:
                     logger.error("the sweep cannot expire stream %r: %s", name, exc)
 

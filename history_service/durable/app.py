@@ -10,6 +10,7 @@ text, as the protocol's peers answer; credentials are checked as on the rest of 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -153,7 +154,8 @@ def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
     return PlainTextResponse(str(exc), status, headers)
 
 
-Handler = Callable[[Request, Durable, str, dict[str, str]], Awaitable[Response]]
+Handler = Callable[[Request, Durable, str | None, dict[str, str]], Awaitable[Response]]
+_WAKE_ROUTE: Final = re.compile(r"/ds/v1/stream/__ds/subscriptions/[^/]+/(callback|ack|release)")
 
 
 def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -163,7 +165,10 @@ def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return Response(None, 204, {**headers, **_PREFLIGHT})
         durable: Durable = request.state.durable
         try:
-            owner = principal(request, durable.settings)
+            # A wake's callback, ack or release carries the wake's token where the API's credentials
+            # go (the protocol's choice): in token mode it proves itself by that token alone.
+            by_token = durable.settings.auth == "token" and _WAKE_ROUTE.fullmatch(request.url.path) is not None
+            owner = None if by_token else principal(request, durable.settings)
             return await handler(request, durable, owner, headers)
         except (StreamError, CodecError, BodyTooLarge) as exc:
             if request.method == "HEAD":
@@ -177,10 +182,11 @@ def _name(request: Request) -> str:
     return checked_name(request.path_params["name"])
 
 
-async def _stream(request: Request, durable: Durable, owner: str, headers: dict[str, str]) -> Response:
+async def _stream(request: Request, durable: Durable, owner: str | None, headers: dict[str, str]) -> Response:
     name = _name(request)
     if name.startswith(RESERVED):
         return await durable.subscriptions.handle(request, name[len(RESERVED) :], owner, headers)
+    assert owner is not None
     streams = durable.streams
     if streams is None:
         return PlainTextResponse("this store keeps no Durable Streams (docs/protocol.md §13)", 501, headers)
@@ -211,7 +217,8 @@ async def _stream(request: Request, durable: Durable, owner: str, headers: dict[
     return response
 
 
-async def _session(request: Request, durable: Durable, owner: str, headers: dict[str, str]) -> Response:
+async def _session(request: Request, durable: Durable, owner: str | None, headers: dict[str, str]) -> Response:
+    assert owner is not None
     return await session(request, durable.service, durable.read, owner, headers)
 
 

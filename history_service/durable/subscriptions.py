@@ -187,11 +187,16 @@ class Subscriptions:
         self._deliveries = webhooks.Deliveries[_Job]()
         self._closing = False
 
-    async def handle(self, request: Request, path: str, owner: str, headers: dict[str, str]) -> Response:
-        """A request to ``__ds/<path>``."""
+    async def handle(self, request: Request, path: str, owner: str | None, headers: dict[str, str]) -> Response:
+        """A request to ``__ds/<path>``; ``owner`` is ``None`` for one that proves itself by its wake token alone."""
         if self._streams is None:
             return PlainTextResponse("this store keeps no Durable Streams (docs/protocol.md §13)", 501, headers)
         try:
+            if owner is None:
+                try:
+                    owner = self._signer.owner(webhooks.bearer(request))
+                except webhooks.TokenError as exc:
+                    raise Refusal(401, exc.code, "Token invalid") from None
             return await self._route(request, path, owner, headers)
         except Refusal as refusal:
             return refusal.answer(headers)

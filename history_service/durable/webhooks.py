@@ -404,6 +404,19 @@ class Signer:
             raise TokenError("TOKEN_EXPIRED")
         return claims.epoch
 
+    def owner(self, token: str) -> str:
+        """The owner a callback token of ours was given for; `TokenError` when it is not one of ours."""
+        payload, dot, mac = token.partition(".")
+        if not dot or not hmac.compare_digest(mac.encode(), self._mac(payload).encode()):
+            raise TokenError("TOKEN_INVALID")
+        try:
+            subject = _CLAIMS.decode(_unb64url(payload)).sub
+        except (ValueError, msgspec.DecodeError):
+            raise TokenError("TOKEN_INVALID") from None
+        if len(subject) != 2:
+            raise TokenError("TOKEN_INVALID")
+        return subject[0]
+
     def _mac(self, payload: str) -> str:
         return _b64url(hmac.digest(self._hmac_key, payload.encode(), "sha256"))
 

@@ -440,3 +440,28 @@ async def test_an_unknown_control_route_or_method_is_refused(client):
     assert (await client.get(sub_url("s1", "claim"))).status_code == 405
     bad_json = await client.put(sub_url("s1"), content=b"{", headers={"Content-Type": "application/json"})
     assert bad_json.status_code == 400 and bad_json.json()["error"]["code"] == "INVALID_REQUEST"
+
+
+async def test_in_token_mode_a_wake_is_acked_by_its_token_alone():
+    # The protocol puts the wake's token where the API's credentials go: the worker holding it
+    # needs no service token to ack or release, and a token of no wake of ours gets nothing.
+    settings = Settings(auth="token", tokens=("t",))
+    alice = {"Authorization": "Bearer t", "X-Principal": "alice"}
+    async with serving(create_app(settings, store=MemoryStore())) as client:
+        assert (await client.put(f"{DS}/wake/pool", json=[], headers=alice)).status_code == 201
+        body = {"type": "pull-wake", "pattern": "events/*", "wake_stream": "wake/pool"}
+        assert (await client.put(sub_url("p1"), json=body, headers=alice)).status_code == 201
+        assert (await client.put(f"{DS}/events/a", json={"n": 1}, headers=alice)).status_code == 201
+
+        async def claimed() -> dict[str, Any] | None:
+            response = await client.post(sub_url("p1", "claim"), json={"worker": "w1"}, headers=alice)
+            return response.json() if response.status_code == 200 else None
+
+        wake = await until(claimed)
+        done = {"wake_id": wake["wake_id"], "generation": wake["generation"], "done": True}
+        forged = await client.post(sub_url("p1", "ack"), json=done, headers={"Authorization": "Bearer t"})
+        assert forged.status_code == 401
+        acked = await client.post(sub_url("p1", "ack"), json=done, headers={"Authorization": f"Bearer {wake['token']}"})
+        assert acked.status_code == 200 and acked.json()["ok"] is True
+        # Everything else still needs the API's credentials.
+        assert (await client.post(sub_url("p1", "claim"), json={"worker": "w1"})).status_code == 401
