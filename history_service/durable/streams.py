@@ -27,7 +27,7 @@ from persistence import (
     media_type,
 )
 
-__all__ = ["StreamView", "append", "checked_name", "create", "delete", "head"]
+__all__ = ["MAX_NAME", "StreamView", "append", "checked_name", "create", "delete", "head", "plain"]
 
 STREAMS: Final = "/v1/stream/"
 MAX_NAME: Final = 1024
@@ -126,9 +126,14 @@ def _source(request: Request) -> str | None:
     return checked_name(path.lstrip("/"))
 
 
+def plain(text: str, most: int = MAX_NAME) -> bool:
+    """Whether ``text`` may name a stream or a subscription: 1 to ``most`` characters, no control character."""
+    return 0 < len(text) <= most and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
 def checked_name(name: str) -> str:
     """A stream's name, or `StreamRequestError`: 1 to 1024 characters, none of them control characters."""
-    if not name or len(name) > MAX_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if not plain(name):
         raise StreamRequestError("a stream name is 1 to 1024 characters, none of them control characters")
     return name
 

@@ -42,6 +42,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from codec import parse_stream_offset, stream_offset
 from history_service.durable import webhooks
+from history_service.durable.streams import plain
 from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, StreamInfo, answer, stream_path
 from history_service.settings import Settings
 from persistence import AppendRequest, StreamError, StreamGoneError, StreamNotFoundError, StreamStore
@@ -250,7 +251,7 @@ class Subscriptions:
         if len(parts) < 2 or parts[0] != "subscriptions" or not parts[1]:
             raise Refusal(404, "SUBSCRIPTION_NOT_FOUND", "Durable Streams control route not found")
         sub_id, rest = parts[1], parts[2:]
-        if len(sub_id) > _MAX_ID or any(ord(c) < 0x20 or ord(c) == 0x7F for c in sub_id):
+        if not plain(sub_id, _MAX_ID):
             raise Refusal(
                 400, "INVALID_REQUEST", f"a subscription id is 1 to {_MAX_ID} characters, no control characters"
             )

@@ -41,6 +41,7 @@ from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import Response
 
+from history_service.durable.streams import MAX_NAME, plain
 from history_service.errors import BodyTooLarge
 from history_service.requests import read_body
 
@@ -86,7 +87,6 @@ _MAX_ANSWER: Final = 64 * 1024
 _TOKEN_TTL_S: Final = 3600
 # Most streams a subscription links, and most acks one request carries.
 MAX_LINKS: Final = 256
-_MAX_NAME: Final = 1024
 _MAX_TEXT: Final = 4096
 _LEASE_MS: Final = (1_000, 600_000)
 _WAITING: Final = 256
@@ -281,8 +281,8 @@ class Config(Struct, frozen=True, kw_only=True):
 
 def stream_path(text: str, what: str) -> str:
     path = text.strip("/")
-    if not path or len(path) > _MAX_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        raise Refusal(400, "INVALID_REQUEST", f"{what} is 1 to {_MAX_NAME} characters, no control characters")
+    if not plain(path):
+        raise Refusal(400, "INVALID_REQUEST", f"{what} is 1 to {MAX_NAME} characters, no control characters")
     if path == "__ds" or path.startswith("__ds/"):
         raise Refusal(400, "INVALID_REQUEST", f"{what} may not be under __ds/")
     return path
@@ -391,13 +391,7 @@ class Signer:
 
     def epoch(self, token: str, subject: list[str]) -> int:
         """The generation a token for ``subject`` was given at; `TokenError` when it is not one, or has expired."""
-        payload, dot, mac = token.partition(".")
-        if not dot or not hmac.compare_digest(mac.encode(), self._mac(payload).encode()):
-            raise TokenError("TOKEN_INVALID")
-        try:
-            claims = _CLAIMS.decode(_unb64url(payload))
-        except (ValueError, msgspec.DecodeError):
-            raise TokenError("TOKEN_INVALID") from None
+        claims = self._claims(token)
         if claims.sub != subject:
             raise TokenError("TOKEN_INVALID")
         if time.time() > claims.exp:
@@ -406,16 +400,19 @@ class Signer:
 
     def owner(self, token: str) -> str:
         """The owner a callback token of ours was given for; `TokenError` when it is not one of ours."""
+        subject = self._claims(token).sub
+        if len(subject) != 2:
+            raise TokenError("TOKEN_INVALID")
+        return subject[0]
+
+    def _claims(self, token: str) -> _Claims:
         payload, dot, mac = token.partition(".")
         if not dot or not hmac.compare_digest(mac.encode(), self._mac(payload).encode()):
             raise TokenError("TOKEN_INVALID")
         try:
-            subject = _CLAIMS.decode(_unb64url(payload)).sub
+            return _CLAIMS.decode(_unb64url(payload))
         except (ValueError, msgspec.DecodeError):
             raise TokenError("TOKEN_INVALID") from None
-        if len(subject) != 2:
-            raise TokenError("TOKEN_INVALID")
-        return subject[0]
 
     def _mac(self, payload: str) -> str:
         return _b64url(hmac.digest(self._hmac_key, payload.encode(), "sha256"))
