@@ -179,7 +179,9 @@ class ServerProcess:
         self.python = str(python)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "HISTORY_PING_INTERVAL": "1", **(env or {})}
+        # Idle connections outlive httpx's own 5 s keep-alive, so a client never sends a request on a
+        # connection the server is closing.
+        self.env = {**os.environ, "HISTORY_PING_INTERVAL": "1", "HISTORY_TIMEOUT_KEEP_ALIVE": "60", **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
         self._log: Any = None
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,24 @@ import pytest
 from persistence.base import HistoryStore
 from testing.rand import Rand
 from testing.stores import BACKENDS, open_backend
+
+DEFAULT_PORT = 8000
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_port_taken() -> Iterator[None]:
+    """127.0.0.1:8000, the service's default port, is in use for the whole run.
+
+    A test that reaches for the default port, instead of one it chose free, then fails on every
+    machine, and not only on one where something else happens to listen there. When something
+    already does (another server, another xdist worker), it stays as it is.
+    """
+    holder = socket.socket()
+    with contextlib.closing(holder):
+        with contextlib.suppress(OSError):
+            holder.bind(("127.0.0.1", DEFAULT_PORT))
+            holder.listen()
+        yield
 
 
 @pytest.fixture

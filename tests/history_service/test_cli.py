@@ -243,7 +243,9 @@ def test_a_bad_store_url_is_one_actionable_line_for_every_command(
     """Item 1: no traceback, one line that says what to fix, and a non-zero exit."""
     monkeypatch.chdir(tmp_path)
     url, expected = BAD_URLS[case]
-    args = {"serve": [], "import": [str(GOLDEN / "edges.events.jsonl")], "export": ["s"], "page": ["s"]}[command]
+    # `serve` binds its port before it opens the store: a free one, so a server on 8000 changes nothing.
+    serve = ["--port", str(free_port())]
+    args = {"serve": serve, "import": [str(GOLDEN / "edges.events.jsonl")], "export": ["s"], "page": ["s"]}[command]
     status, out, err = run_all(command, "--store", url, *args)
     lines = err.splitlines()
     assert status == 1 and out == ""

@@ -21,7 +21,7 @@ from persistence import SessionKey, SessionSummary
 from persistence.memory import MemoryStore
 from testing.asgi import serving
 from testing.events import text
-from testing.servers import serve_in_thread
+from testing.servers import free_port, serve_in_thread
 
 pytestmark = pytest.mark.anyio
 
@@ -242,13 +242,15 @@ def test_serve_takes_repeated_cors_origin_flags_over_the_environment(monkeypatch
 
     monkeypatch.setattr(launcher, "serve", serve)
     monkeypatch.setenv("HISTORY_CORS_ORIGINS", "https://env.example")
-    argv = ["serve", "--store", "memory://", "--cors-origin", "https://a.example", "--cors-origin", "http://[::1]:8080"]
+    # `serve` binds its port before it serves: a free one, so a server on 8000 changes nothing.
+    base = ["serve", "--store", "memory://", "--port", str(free_port())]
+    argv = [*base, "--cors-origin", "https://a.example", "--cors-origin", "http://[::1]:8080"]
     assert cli.main(argv, out=io.StringIO(), err=io.StringIO()) == 0
-    assert cli.main(["serve", "--store", "memory://"], out=io.StringIO(), err=io.StringIO()) == 0
+    assert cli.main(base, out=io.StringIO(), err=io.StringIO()) == 0
     assert [settings.cors_origins for settings in served] == [
         ("https://a.example", "http://[::1]:8080"),
         ("https://env.example",),
     ]
     err = io.StringIO()
-    assert cli.main(["serve", "--store", "memory://", "--cors-origin", "*"], out=io.StringIO(), err=err) == 1
+    assert cli.main([*base, "--cors-origin", "*"], out=io.StringIO(), err=err) == 1
     assert err.getvalue().startswith("history-service: error: invalid setting: CORS origin '*': wildcards are refused")

@@ -43,7 +43,15 @@ export class ServiceProcess {
     this.url = `http://127.0.0.1:${port}`;
     this.args = args;
     // A ping every second, so an idle follow stream shows it is alive long before any read timeout.
-    this.env = { ...process.env, HISTORY_ENABLE_TEST_SEED: "1", HISTORY_PING_INTERVAL: "1", ...env };
+    // Idle connections outlive fetch's own 4 s keep-alive, so fetch always lets one go first and
+    // never sends a request on a connection the server is closing.
+    this.env = {
+      ...process.env,
+      HISTORY_ENABLE_TEST_SEED: "1",
+      HISTORY_PING_INTERVAL: "1",
+      HISTORY_TIMEOUT_KEEP_ALIVE: "60",
+      ...env,
+    };
     /** @type {import("node:child_process").ChildProcess | null} */
     this.child = null;
     this.stderr = "";
