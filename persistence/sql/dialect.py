@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
@@ -176,6 +176,13 @@ class Dialect(ABC):
     @abstractmethod
     def vacuum_statements(self) -> tuple[str, ...]:
         """What gives back the space deleted sessions freed, run outside any transaction (`persistence.sql.space`)."""
+
+    def alone(self) -> AbstractContextManager[None]:
+        """Hold the database alone while `persistence.sql.space.vacuum` runs, or refuse with `StoreError`.
+
+        Here, nothing to hold: the vacuum runs beside the database's other users.
+        """
+        return nullcontext()
 
     @abstractmethod
     def drop_default(self, conn: Connection, table: str, column: str) -> None:

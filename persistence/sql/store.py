@@ -137,6 +137,7 @@ class SqlStore(KeptReads, HistoryStore):
             store._migrate()
         except BaseException:
             engine.dispose()
+            store._dialect.close_sync()
             raise
         return store
 
