@@ -121,6 +121,14 @@ class Dialect(ABC):
     def bound(self, connection: Any) -> AbstractContextManager[Deadline]:
         """Bound one call on a DBAPI connection."""
 
+    def call_bound(self, timeout: float) -> float | None:
+        """The most a caller waits for one whole call (`persistence.call_bound`), or ``None``: unbounded.
+
+        Here unbounded: an embedded database's calls wait only for its locks, which ``timeout`` bounds already,
+        and for this process's own work, which a slow machine may legitimately stretch.
+        """
+        return None
+
     @abstractmethod
     def writer(self, connection: Any) -> Any:
         """A new DBAPI connection, set up for the writer."""
