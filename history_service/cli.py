@@ -218,6 +218,7 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "SQLite: rebuild the database file (VACUUM), so the pages deleted sessions freed are returned to "
             "the file system; it needs as much free disk as the file, and holds the write lock meanwhile. "
+            "It refuses, saying so, while another process (a running server) has the file open: stop it first. "
             "PostgreSQL: VACUUM the store's tables, so their space is reused. JSONL: removes what a "
             "delete left behind. Prints the store's size in bytes before and after, as JSON."
         ),

@@ -36,6 +36,9 @@ from persistence import HistoryStore, PageRead, SessionNotFoundError, page_span
 __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
 
 MIN_COMPRESS: Final = 1024
+# A kept page is served without asking the store whether its life still exists for at most this many
+# seconds: a delete by another process (the CLI, another replica) sends this one no word (§4.4).
+LIFE_CHECK_EVERY: Final = 1.0
 # Hashing, compressing or splicing this many bytes runs in a worker thread.
 _THREAD_AT: Final = 256 * 1024
 
@@ -82,11 +85,15 @@ class ServedPage(NamedTuple):
 
 
 class EncodedPage(msgspec.Struct):
-    """A page body with its strong validator and the encodings made of it so far."""
+    """A page body with its strong validator, the encodings made of it so far, and when its life was last confirmed.
+
+    ``checked`` is a `time.monotonic` reading: when the store last held the page's incarnation (0, never).
+    """
 
     identity: bytes
     etag: str
     encoded: dict[str, bytes]
+    checked: float = 0.0
 
     @property
     def size(self) -> int:
@@ -95,7 +102,8 @@ class EncodedPage(msgspec.Struct):
 
 def encode_page(body: bytes, incarnation: str) -> EncodedPage:
     """The page with its ETag: the incarnation, then a hash of the body, so no other incarnation's page matches it."""
-    return EncodedPage(body, f'"{incarnation}.{hashlib.blake2b(body, digest_size=16).hexdigest()}"', {})
+    digest = hashlib.blake2b(body, digest_size=16).hexdigest()
+    return EncodedPage(body, f'"{incarnation}.{digest}"', {}, time.monotonic())
 
 
 def _key(session_id: str, incarnation: str, query: PageQuery) -> tuple[object, ...]:
@@ -292,8 +300,25 @@ class PageReader:
         page = self._cache.get(key)
         if page is None:
             return None
+        if time.monotonic() - page.checked >= LIFE_CHECK_EVERY:
+            await self._confirm(session_id, incarnation)
+            page.checked = time.monotonic()
         self.metrics.page_cached()
         return (await self._encoded(key, page, coding))._replace(incarnation=incarnation)
+
+    async def _confirm(self, session_id: str, incarnation: str) -> None:
+        """Raise `SessionNotFoundError`, and drop the kept pages, unless the store's session is of ``incarnation``.
+
+        One read of the session row: it is how a delete by another process reaches this one's cache.
+        """
+        try:
+            life: str | None = (await self._store.get_session(session_id)).incarnation
+        except SessionNotFoundError:
+            life = None
+        if life != incarnation:
+            if self._cache is not None:
+                self._cache.forget(session_id, incarnation)
+            raise SessionNotFoundError(session_id)
 
     async def _build(self, read: PageRead, query: PageQuery, coding: str) -> ServedPage:
         body, _ = await _chosen(read, query)

@@ -23,6 +23,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import anyio
 
+from persistence.call_bound import no_answer
 from persistence.errors import StoreError
 
 __all__ = ["MAX_GROUP", "GroupCommit", "quietly", "unavailable"]
@@ -34,7 +35,7 @@ T = TypeVar("T")
 
 
 class _Unit(Generic[T]):
-    __slots__ = ("future", "key", "loop", "work")
+    __slots__ = ("abandoned", "future", "key", "loop", "work")
 
     def __init__(
         self, work: Callable[[Any], T], key: str, loop: asyncio.AbstractEventLoop, future: asyncio.Future[T]
@@ -43,6 +44,8 @@ class _Unit(Generic[T]):
         self.key = key
         self.loop = loop
         self.future = future
+        # Its caller waited its bound and left: a group not yet begun skips it.
+        self.abandoned = False
 
 
 class GroupCommit:
@@ -55,10 +58,16 @@ class GroupCommit:
     """
 
     def __init__(
-        self, commit_group: Callable[[list[Callable[[Any], Any]]], list[tuple[bool, Any]]], *, name: str
+        self,
+        commit_group: Callable[[list[Callable[[Any], Any]]], list[tuple[bool, Any]]],
+        *,
+        name: str,
+        bound: float | None = None,
     ) -> None:
         self._commit_group = commit_group
         self._name = name
+        # The most a caller waits, queued and committing (`persistence.call_bound`); ``None``, unbounded.
+        self._bound = bound
         self._queue: queue.SimpleQueue[_Unit[Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -76,20 +85,27 @@ class GroupCommit:
         order and never wait on each other in a cycle.
 
         Raises what ``work`` raised (as `StoreError` when it is not one already), or
-        `StoreError` when the group as a whole failed. Cancellation waits for the outcome,
-        as a worker-thread hop does: the work may already be committed.
+        `StoreError` when the group as a whole failed, or when the outcome did not come within
+        the bound: the work is then skipped if its group has not begun, else it may commit.
+        Cancellation waits for the outcome, as a worker-thread hop does: the work may already be committed.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
+        unit = _Unit(work, key, loop, future)
         with self._put_lock:
             if self._closed:
                 raise StoreError("the store is closed")
-            self._queue.put(_Unit(work, key, loop, future))
+            self._queue.put(unit)
         if self._thread is None:
             self._start()
-        with anyio.CancelScope(shield=True):
-            result = await future
-        return result
+        with anyio.CancelScope(shield=True) as waiting:
+            if self._bound is not None:
+                waiting.deadline = anyio.current_time() + self._bound
+            return await future
+        assert self._bound is not None
+        unit.abandoned = True
+        future.cancel()
+        raise no_answer(self._bound)
 
     def _start(self) -> None:
         with self._start_lock:
@@ -125,6 +141,11 @@ class GroupCommit:
                     stop = True
                     break
                 group.append(unit)
+            group = [unit for unit in group if not unit.abandoned]
+            if not group:
+                if stop:
+                    return
+                continue
             group.sort(key=_key)
             try:
                 outcomes = self._commit_group([unit.work for unit in group])

@@ -235,7 +235,11 @@ class ServerProcess:
 
 
 class CuttingProxy:
-    """A TCP proxy on the running loop that can sever every open connection at once, like a flaky network."""
+    """A TCP proxy on the running loop that can sever every open connection at once, like a flaky network.
+
+    It can also freeze, like a server stopped with ``SIGSTOP``: connections are still accepted
+    and bytes still taken, but nothing passes either way until it thaws.
+    """
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
@@ -243,8 +247,17 @@ class CuttingProxy:
         self.severed = 0
         self.connections = 0
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self.url = ""
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
 
     async def __aenter__(self) -> CuttingProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -252,10 +265,15 @@ class CuttingProxy:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        self.thaw()
         self.cut()
         assert self._server is not None
         self._server.close()
         await self._server.wait_closed()
+        # Connections a freeze held before their upstream opened end now, not when the loop closes.
+        while self._handlers:
+            self.cut()
+            await asyncio.wait(set(self._handlers), timeout=1)
 
     @property
     def open(self) -> int:
@@ -271,6 +289,16 @@ class CuttingProxy:
         self._pairs.clear()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        try:
+            await self._relay(reader, writer)
+        finally:
+            self._handlers.discard(handler)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._flowing.wait()
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:
@@ -284,10 +312,10 @@ class CuttingProxy:
         writer.transport.abort()
         up_writer.transport.abort()
 
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, ConnectionError):
             while data := await reader.read(65536):
+                await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()
         with contextlib.suppress(OSError, RuntimeError):

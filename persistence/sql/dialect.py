@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
@@ -121,6 +121,14 @@ class Dialect(ABC):
     def bound(self, connection: Any) -> AbstractContextManager[Deadline]:
         """Bound one call on a DBAPI connection."""
 
+    def call_bound(self, timeout: float) -> float | None:
+        """The most a caller waits for one whole call (`persistence.call_bound`), or ``None``: unbounded.
+
+        Here unbounded: an embedded database's calls wait only for its locks, which ``timeout`` bounds already,
+        and for this process's own work, which a slow machine may legitimately stretch.
+        """
+        return None
+
     @abstractmethod
     def writer(self, connection: Any) -> Any:
         """A new DBAPI connection, set up for the writer."""
@@ -176,6 +184,13 @@ class Dialect(ABC):
     @abstractmethod
     def vacuum_statements(self) -> tuple[str, ...]:
         """What gives back the space deleted sessions freed, run outside any transaction (`persistence.sql.space`)."""
+
+    def alone(self) -> AbstractContextManager[None]:
+        """Hold the database alone while `persistence.sql.space.vacuum` runs, or refuse with `StoreError`.
+
+        Here, nothing to hold: the vacuum runs beside the database's other users.
+        """
+        return nullcontext()
 
     @abstractmethod
     def drop_default(self, conn: Connection, table: str, column: str) -> None:

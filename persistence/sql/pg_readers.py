@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 import anyio
 import psycopg
 
+from persistence.call_bound import call_bound, within
 from persistence.errors import StoreError
 from persistence.sql.dialect import Deadline
 from persistence.sql.pg_timeouts import Watchdog, connect_options
@@ -46,6 +47,14 @@ class AsyncReaders:
         """A cursor on a kept connection; a driver error or the bound closes it and raises `StoreError`."""
         if self._slots is None:
             self._slots = anyio.Semaphore(self._size)
+        # The wait for a slot and the connect too: no one bound covers those (`persistence.call_bound`).
+        with within(call_bound(self._watchdog.timeout)):
+            async with self._cursor() as cursor:
+                yield cursor
+
+    @asynccontextmanager
+    async def _cursor(self) -> AsyncIterator[psycopg.AsyncCursor[tuple[object, ...]]]:
+        assert self._slots is not None
         async with self._slots:
             connection = self._free.pop() if self._free else None
             deadline: Deadline | None = None

@@ -26,6 +26,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from codec import StoredRecord
 from persistence.base import TOUCH_MS, AppendResult, PageRead, SessionInfo, now_ms
+from persistence.call_bound import call_bound, in_thread
 from persistence.errors import SessionNotFoundError, StoreError
 from persistence.group_commit import unavailable
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
@@ -400,7 +401,7 @@ class PostgresDialect(Dialect):
         # the id named, and whatever finishes purges (§7.3) removes the rest.
         if store._writer.closed:
             raise StoreError("the store is closed")
-        return await anyio.to_thread.run_sync(self._purge_apart, store, work)
+        return await in_thread(call_bound(self._watchdog.timeout), self._purge_apart, store, work)
 
     @staticmethod
     def _purge_apart(store: SqlStore, work: Callable[[Any], bool]) -> bool:
@@ -463,6 +464,10 @@ class PostgresDialect(Dialect):
     def bound(self, connection: Any) -> Iterator[Deadline]:
         with self._watchdog.bound(connection) as deadline:
             yield deadline
+
+    def call_bound(self, timeout: float) -> float | None:
+        # A server that answers nothing can hold a call in a phase no other bound covers.
+        return call_bound(timeout)
 
     def writer(self, connection: Any) -> Any:
         connection.autocommit = False

@@ -10,13 +10,13 @@ once more on a new connection, so it gets the database's answer rather than a de
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio.to_thread
 import sqlalchemy as sa
 
+from persistence.call_bound import in_thread
 from persistence.errors import StoreError
 from persistence.sql.dialect import READERS_KEPT, Busy, Deadline
 
@@ -112,4 +112,5 @@ class KeptReads:
         if self._read_threads is None:
             # As many reads at once as connections are kept, so no read opens a connection of its own.
             self._read_threads = anyio.CapacityLimiter(READERS_KEPT)
-        return await anyio.to_thread.run_sync(functools.partial(self._reading, work, *args), limiter=self._read_threads)
+        bound = self._dialect.call_bound(self._timeout)
+        return await in_thread(bound, self._reading, work, *args, limiter=self._read_threads)

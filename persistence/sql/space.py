@@ -18,7 +18,12 @@ __all__ = ["vacuum"]
 
 
 def vacuum(engine: Engine, dialect: Dialect) -> None:
-    """Run the dialect's vacuum; it holds the database's write lock while it runs (SQLite)."""
+    """Run the dialect's vacuum, with the database alone where the dialect needs it (`Dialect.alone`)."""
+    with dialect.alone():
+        _vacuum(engine, dialect)
+
+
+def _vacuum(engine: Engine, dialect: Dialect) -> None:
     pooled = engine.raw_connection()
     connection: Any = pooled.dbapi_connection
     try:

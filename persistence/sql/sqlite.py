@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 from urllib.parse import quote
 
@@ -29,6 +29,7 @@ from persistence.notify import HeadListener
 from persistence.rules import page_span
 from persistence.sql.dialect import Busy, Deadline, Dialect, Head, LongWalk, U
 from persistence.sql.groups import SqlGroups
+from persistence.sql.holders import Holders
 from persistence.sql.schema import PROBE, CodePointOrder
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class SqliteDialect(Dialect):
     def __init__(self, engine: Engine, timeout: float, origin: str) -> None:
         self._engine = engine
         self._timeout = timeout
+        path = self._file()
+        self._holders = Holders(path) if path is not None else None
 
     def size(self) -> int:
         path = self._engine.url.database
@@ -109,8 +112,16 @@ class SqliteDialect(Dialect):
         # VACUUM rewrites the file; the checkpoint then cuts the WAL, which the rewrite went through.
         return ("VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)")
 
+    def alone(self) -> AbstractContextManager[None]:
+        return self._holders.alone() if self._holders is not None else nullcontext()
+
     def opened(self, store: SqlStore) -> None:
-        """WAL mode, which the file keeps: it waits for other connections' locks, so it is set once, here."""
+        """The store's hold on the file (`Holders`), then WAL mode, which the file keeps.
+
+        Setting WAL waits for other connections' locks, so it is set once, here.
+        """
+        if self._holders is not None:
+            self._holders.hold(self._timeout)
         try:
             connection = self._engine.raw_connection()
             try:
@@ -296,4 +307,5 @@ class SqliteDialect(Dialect):
         pass
 
     def close_sync(self) -> None:
-        pass
+        if self._holders is not None:
+            self._holders.release()

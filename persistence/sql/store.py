@@ -40,6 +40,7 @@ from persistence.base import (
     subagent_parent,
 )
 from persistence.batch import PreparedBatch, prepared
+from persistence.call_bound import in_thread
 from persistence.errors import CorruptLogError, SessionExistsError, SessionNotFoundError, StoreError
 from persistence.group_commit import GroupCommit
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
@@ -109,7 +110,7 @@ class SqlStore(KeptReads, HistoryStore):
         self._readers: list[tuple[Any, int]] = []
         self._read_threads: anyio.CapacityLimiter | None = None
         self._groups = self._dialect.groups(self)
-        self._writer = GroupCommit(self._groups, name="history-sql-writer")
+        self._writer = GroupCommit(self._groups, name="history-sql-writer", bound=self._dialect.call_bound(timeout))
         self.streams = SqlStreams(self)
 
     @classmethod
@@ -137,6 +138,7 @@ class SqlStore(KeptReads, HistoryStore):
             store._migrate()
         except BaseException:
             engine.dispose()
+            store._dialect.close_sync()
             raise
         return store
 
@@ -250,7 +252,7 @@ class SqlStore(KeptReads, HistoryStore):
         return [stored_header(data, child_id) for child_id, data in rows]
 
     async def _rows(self, query: sa.Select[Any]) -> Sequence[sa.Row[Any]]:
-        return await anyio.to_thread.run_sync(self._rows_sync, query)
+        return await in_thread(self._dialect.call_bound(self._timeout), self._rows_sync, query)
 
     def _rows_sync(self, query: sa.Select[Any]) -> Sequence[sa.Row[Any]]:
         with self._read() as conn:

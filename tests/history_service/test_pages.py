@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import time
+from pathlib import Path
 from typing import ClassVar
 
 import httpx
@@ -9,10 +12,13 @@ import pytest
 import zstandard
 
 from codec import Page, PageRecord, SessionHeader, encode, pack_page
-from history_service.pages import EncodedPage, PageCache, encode_page
+from history_service.cli import main
+from history_service.pages import LIFE_CHECK_EVERY, EncodedPage, PageCache, encode_page
 from history_service.scenarios import multi_turn
 from persistence import HistoryStore
+from testing.events import make_events
 from testing.seeding import seed
+from testing.servers import ServerProcess
 
 pytestmark = pytest.mark.anyio
 
@@ -148,3 +154,29 @@ async def test_without_auth_an_immutable_page_stays_cacheable_for_a_year(client:
     incarnation = (await client.get("/v1/sessions/multi-turn-9")).json()["header"]["incarnation"]
     page = await client.get(f"/v1/sessions/multi-turn-9/page?through=10&incarnation={incarnation}")
     assert page.headers["cache-control"] == "private, max-age=31536000, immutable"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
+def test_a_kept_page_is_not_served_once_another_process_deleted_its_session(tmp_path: Path, backend: str) -> None:
+    url = {"sqlite": f"sqlite:///{tmp_path / 'h.db'}", "jsonl": f"jsonl:///{tmp_path / 'h'}"}[backend]
+    server = ServerProcess(url)
+    server.start()
+    try:
+        session = f"{server.url}/v1/sessions/s"
+        assert httpx.post(f"{server.url}/v1/sessions", json={"id": "s", "createdAt": 0}).status_code == 201
+        events = encode({"events": make_events(100)})
+        appended = httpx.post(f"{session}/events", content=events, headers={"Content-Type": "application/json"})
+        assert appended.status_code == 201, appended.text
+        pages = [f"{session}/page?through=99", f"{session}/page?through=99&maxMessages=1"]
+        for page in pages * 2:  # the second time from the server's cache
+            assert httpx.get(page).status_code == 200
+        # The CLI, in this process, deletes it: the server is told nothing.
+        assert main(["delete", "s", "--yes", "--store", url], out=io.StringIO()) == 0
+        assert httpx.get(session).status_code == 404
+        time.sleep(LIFE_CHECK_EVERY)  # the bound docs/protocol.md §4.4 gives
+        for page in pages:
+            gone = httpx.get(page)
+            assert gone.status_code == 404, (page, gone.text[:80])
+            assert gone.json()["error"]["code"] == "session_not_found"
+    finally:
+        server.stop()

@@ -352,6 +352,39 @@ async def test_a_cancelled_caller_still_waits_for_its_unit(tmp_path: Path) -> No
     assert _rows(path) == {"slow": 1}
 
 
+async def test_a_bounded_caller_leaves_a_hung_group_and_its_queued_unit_never_runs() -> None:
+    """F12: the group ahead hangs; each caller gets `StoreError` at its bound, and a unit not begun is skipped."""
+    hung, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def commit_group(works: list[Any]) -> list[tuple[bool, Any]]:
+        hung.set()
+        release.wait(30)
+        return [(True, work(None)) for work in works]
+
+    writer = GroupCommit(commit_group, name="test-bounded-writer", bound=0.2)
+    outcomes: list[str] = []
+
+    async def caller(name: str) -> None:
+        try:
+            await writer.run(lambda _: ran.append(name))
+            outcomes.append(f"{name} answered")
+        except StoreError as exc:
+            outcomes.append(f"{name}: {exc}")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(caller, "first")
+        await anyio.to_thread.run_sync(hung.wait, 30)
+        group.start_soon(caller, "queued")
+    release.set()
+    writer.close()
+    assert sorted(outcomes) == [
+        "first: store unavailable: no answer within 0.2 s",
+        "queued: store unavailable: no answer within 0.2 s",
+    ]
+    assert ran == ["first"]  # begun before its caller left, so it ran; the queued one never did
+
+
 async def test_a_closed_writer_refuses_new_work(tmp_path: Path) -> None:
     writer, _ = _sqlite_writer(tmp_path)
     assert await writer.run(_insert("a", 1)) == "a"
