@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from history_service.durable.streams import MAX_TTL_S
+
 __all__ = ["TAG", "durable_paths"]
 
 TAG: Final = {
@@ -117,7 +119,11 @@ def _writes(auth: str, path: list[dict[str, Any]]) -> dict[str, Any]:
             "tags": [TAG["name"]],
             "parameters": [
                 *path,
-                _header("Stream-TTL", "Seconds the stream lives past its last read or write.", pattern=_COUNT),
+                _header(
+                    "Stream-TTL",
+                    f"Seconds the stream lives past its last read or write, at most {MAX_TTL_S} (100 years).",
+                    pattern=_COUNT,
+                ),
                 _header("Stream-Expires-At", "When the stream expires (RFC 3339).", format="date-time"),
                 _header("Stream-Closed", "`true`: create it closed.", enum=["true", "false"]),
                 _header(
