@@ -40,7 +40,7 @@ def _refusals(auth: str, *statuses: int) -> dict[str, Any]:
         405: "The method is not served here.",
         409: "A create that disagrees, a content type, Stream-Seq or producer seq out of turn, or a closed stream.",
         410: "Deleted, but still read through by its forks; or an offset of an earlier life of a session id.",
-        413: "The body is past `HISTORY_MAX_BODY_BYTES`.",
+        413: "The body is past `HISTORY_MAX_BODY_BYTES`, or a JSON-mode body past `HISTORY_MAX_BODY_VALUES` values.",
         501: "The store keeps no Durable Streams (JSONL).",
         503: "The store is unavailable.",
     }

@@ -144,8 +144,13 @@ def checked_name(name: str) -> str:
     return name
 
 
-async def create(request: Request, store: StreamStore, name: str, owner: str, body: bytes) -> tuple[Response, bool]:
-    """PUT: the answer, and whether the stream was new (with a body, its readers are woken)."""
+async def create(
+    request: Request, store: StreamStore, name: str, owner: str, body: bytes, *, max_values: int
+) -> tuple[Response, bool]:
+    """PUT: the answer, and whether the stream was new (with a body, its readers are woken).
+
+    A JSON-mode body holds at most ``max_values`` values (as `append`'s).
+    """
     forked_from = _source(request)
     content_type = _one(request, "content-type")
     if not content_type or not _MEDIA_TYPE.match(content_type.strip()):
@@ -174,6 +179,7 @@ async def create(request: Request, store: StreamStore, name: str, owner: str, bo
             forked_from=forked_from,
             fork_at=fork_at,
             fork_sub=fork_sub,
+            max_values=max_values,
         )
     )
     headers = {"Content-Type": meta.content_type, NEXT: stream_offset(meta.tail)}
@@ -200,8 +206,13 @@ def _claim(request: Request) -> ProducerClaim | None:
     )
 
 
-async def append(request: Request, store: StreamStore, name: str, owner: str, body: bytes) -> Response:
-    """POST: an append, a close (``Stream-Closed: true`` with no body), or both."""
+async def append(
+    request: Request, store: StreamStore, name: str, owner: str, body: bytes, *, max_values: int
+) -> Response:
+    """POST: an append, a close (``Stream-Closed: true`` with no body), or both.
+
+    A JSON-mode body holds at most ``max_values`` values, counted before it is decoded (413 past it).
+    """
     claim = _claim(request)
     close = _closing(request)
     content_type = _one(request, "content-type")
@@ -218,6 +229,7 @@ async def append(request: Request, store: StreamStore, name: str, owner: str, bo
             close=close,
             stream_seq=_one(request, "stream-seq"),
             producer=claim,
+            max_values=max_values,
         )
     )
     headers = {NEXT: stream_offset(outcome.tail)}

@@ -479,6 +479,11 @@ DS_BAD: list[Any] = [
         ("put", "/ds/v1/stream/new", {**FORK, "Stream-Fork-Sub-Offset": sub}, b"", 400, "Stream-Fork-Sub-Offset")
         for sub in (NINES, "9007199254740992", SUPERSCRIPT, "01")
     ],
+    # F9: a JSON-mode body's values are counted as every body's are (HISTORY_MAX_BODY_VALUES, here 5,000).
+    # values(2_500) counts 5,000: 2,499 commas, 1 array, 2,500 objects.
+    ("post", "/ds/v1/stream/j", JSON, values(2_500), 413, "JSON values"),
+    ("put", "/ds/v1/stream/new", JSON, values(2_500), 413, "JSON values"),
+    ("put", "/ds/v1/stream/new", {"Stream-Forked-From": "/v1/stream/j"}, values(2_500), 413, "JSON values"),
 ]
 
 
@@ -513,6 +518,7 @@ DS_TAKEN: list[Any] = [
     ("put", "/ds/v1/stream/new", {**TEXT, "Stream-TTL": "3153600000"}, b"", 201, None),
     ("post", "/ds/v1/stream/t", {**TEXT, **PRODUCER, "Producer-Epoch": "9007199254740991"}, b"x", 200, None),
     ("post", "/ds/v1/stream/t", {**TEXT, **PRODUCER, "Producer-Epoch": "0000000000000007"}, b"x", 200, None),
+    ("post", "/ds/v1/stream/j", JSON, values(2_499), 204, None),
     ("get", "/v1/sessions/s/page?before=9007199254740991", {}, b"", 200, None),
 ]
 DS_CASES: Final = DS_BAD + DS_TAKEN
