@@ -484,6 +484,12 @@ DS_BAD: list[Any] = [
     ("post", "/ds/v1/stream/j", JSON, values(2_500), 413, "JSON values"),
     ("put", "/ds/v1/stream/new", JSON, values(2_500), 413, "JSON values"),
     ("put", "/ds/v1/stream/new", {"Stream-Forked-From": "/v1/stream/j"}, values(2_500), 413, "JSON values"),
+    # F10: the session id rule of §2.4 on every /ds session address.
+    *[
+        ("get", f"/ds/v1/session/{address}", {}, b"", 422, "not a session id")
+        for address in ("%2e%2e", "%2e", "x%00y", "x" * 300, "x" * 201, "s/subagents/%2e%2e", "%2e%2e/subagents/s")
+    ],
+    ("head", "/ds/v1/session/x%00y", {}, b"", 422, ""),
 ]
 
 
@@ -519,6 +525,7 @@ DS_TAKEN: list[Any] = [
     ("post", "/ds/v1/stream/t", {**TEXT, **PRODUCER, "Producer-Epoch": "9007199254740991"}, b"x", 200, None),
     ("post", "/ds/v1/stream/t", {**TEXT, **PRODUCER, "Producer-Epoch": "0000000000000007"}, b"x", 200, None),
     ("post", "/ds/v1/stream/j", JSON, values(2_499), 204, None),
+    ("get", "/ds/v1/session/" + "x" * 200, {}, b"", 404, None),
     ("get", "/v1/sessions/s/page?before=9007199254740991", {}, b"", 200, None),
 ]
 DS_CASES: Final = DS_BAD + DS_TAKEN
