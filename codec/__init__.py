@@ -68,6 +68,7 @@ from codec.incarnation import (
     written,
 )
 from codec.limits import values_within
+from codec.numerals import decimal
 from codec.pages import (
     FollowSnapshot,
     Page,
@@ -107,6 +108,7 @@ __all__ = [
     "CHUNK_EVENT_TYPE",
     "ChunkRow",
     "CodecError",
+    "decimal",
     "decode_event",
     "DECODE_FAILURES",
     "decode_follow_snapshot",

@@ -34,6 +34,7 @@ from codec import (
     SessionHeader,
     SessionIdError,
     check_session_id,
+    decimal,
     decode_header,
     decode_json,
     decode_storage_line,
@@ -94,7 +95,6 @@ __all__ = [
     "session_id",
 ]
 
-_INTEGER: Final = re.compile(r"-?[0-9]{1,16}")
 # Bodies this large, and every coded body, are decoded and measured in a worker thread, so
 # the event loop keeps serving other requests meanwhile.
 _OFF_THE_LOOP: Final = 256 * 1024
@@ -127,7 +127,8 @@ async def read_json_body(request: Request, settings: Settings) -> bytes | bytear
 async def read_body(request: Request, limit: int) -> bytearray:
     """The request body as sent, or `BodyTooLarge` as soon as it passes ``limit`` bytes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    # A length past any safe integer is not read here: the body itself is then counted as it arrives.
+    if declared is not None and (decimal(declared, low=0, high=MAX_SAFE_INTEGER) or 0) > limit:
         raise BodyTooLarge(f"the body exceeds {limit} bytes")
     received = bytearray()
     async for chunk in request.stream():
@@ -247,9 +248,10 @@ def integer(value: str | None, name: str, low: int, high: int) -> int | None:
     """A decimal integer query parameter within ``[low, high]``, or ``None`` when absent; `InvalidParameter` else."""
     if value is None:
         return None
-    if not _INTEGER.fullmatch(value) or not low <= int(value) <= high:
+    parsed = decimal(value, low=low, high=high)
+    if parsed is None:
         raise InvalidParameter(f"{name} must be an integer from {low} to {high}, got {value[:40]!r}")
-    return int(value)
+    return parsed
 
 
 def _check_params(request: Request, allowed: frozenset[str]) -> None:

@@ -18,6 +18,7 @@ callers never see a driver exception::
         ├── StreamConflictError                      a create that disagrees, a content type or Stream-Seq out of turn
         ├── StreamClosedError                        a write to a closed stream
         ├── StreamRequestError                       a request the stream's rules refuse: 400
+        ├── StreamBodyTooLargeError                  a JSON-mode body past its value limit: 413
         ├── ProducerFencedError                      a producer's stale epoch: 403
         └── ProducerGapError                         a producer's seq past the next one: 409
 """
@@ -36,6 +37,7 @@ __all__ = [
     "StoreNotFoundError",
     "ProducerFencedError",
     "ProducerGapError",
+    "StreamBodyTooLargeError",
     "StreamClosedError",
     "StreamConflictError",
     "StreamError",
@@ -120,6 +122,10 @@ class StreamConflictError(StreamError):
 
 class StreamRequestError(StreamError):
     pass
+
+
+class StreamBodyTooLargeError(StreamError):
+    """A JSON-mode body holding more values than the request's ``max_values`` allows."""
 
 
 class StreamClosedError(StreamError):

@@ -198,13 +198,15 @@ async def _stream(request: Request, durable: Durable, owner: str | None, headers
         response = await head(streams, name, owner)
     elif method == "PUT":
         body = bytes(await read_body(request, durable.settings.max_body_bytes))
-        response, created = await create(request, streams, name, owner, body)
+        response, created = await create(
+            request, streams, name, owner, body, max_values=durable.settings.max_body_values
+        )
         if created and body:
             durable.changed(name)
             durable.subscriptions.on_append(name, owner)
     elif method == "POST":
         body = bytes(await read_body(request, durable.settings.max_body_bytes))
-        response = await append(request, streams, name, owner, body)
+        response = await append(request, streams, name, owner, body, max_values=durable.settings.max_body_values)
         durable.changed(name)
         durable.subscriptions.on_append(name, owner)
     elif method == "DELETE":

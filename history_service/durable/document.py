@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from history_service.durable.streams import MAX_TTL_S
+
 __all__ = ["TAG", "durable_paths"]
 
 TAG: Final = {
@@ -38,7 +40,8 @@ def _refusals(auth: str, *statuses: int) -> dict[str, Any]:
         405: "The method is not served here.",
         409: "A create that disagrees, a content type, Stream-Seq or producer seq out of turn, or a closed stream.",
         410: "Deleted, but still read through by its forks; or an offset of an earlier life of a session id.",
-        413: "The body is past `HISTORY_MAX_BODY_BYTES`.",
+        413: "The body is past `HISTORY_MAX_BODY_BYTES`, or a JSON-mode body past `HISTORY_MAX_BODY_VALUES` values.",
+        422: "A session id outside §2.4.",
         501: "The store keeps no Durable Streams (JSONL).",
         503: "The store is unavailable.",
     }
@@ -87,7 +90,9 @@ _READ_HEADERS: Final = {
 }
 
 
-def _read(auth: str, path: list[dict[str, Any]], operation_id: str, summary: str, *, gone: bool) -> dict[str, Any]:
+def _read(
+    auth: str, path: list[dict[str, Any]], operation_id: str, summary: str, *, gone: bool, session: bool = False
+) -> dict[str, Any]:
     return {
         "operationId": operation_id,
         "summary": summary,
@@ -98,7 +103,7 @@ def _read(auth: str, path: list[dict[str, Any]], operation_id: str, summary: str
             "200": {"description": "Data, or an SSE stream of it.", "headers": _READ_HEADERS, "content": _ANY},
             "204": {"description": "A long-poll that timed out, or reached a closed end.", "headers": _READ_HEADERS},
             "304": {"description": "The range is unchanged (If-None-Match)."},
-            **_refusals(auth, 400, 401, 404, *((410,) if gone else ()), 501, 503),
+            **_refusals(auth, 400, 401, 404, *((410,) if gone else ()), *((422,) if session else ()), 501, 503),
         },
     }
 
@@ -117,7 +122,11 @@ def _writes(auth: str, path: list[dict[str, Any]]) -> dict[str, Any]:
             "tags": [TAG["name"]],
             "parameters": [
                 *path,
-                _header("Stream-TTL", "Seconds the stream lives past its last read or write.", pattern=_COUNT),
+                _header(
+                    "Stream-TTL",
+                    f"Seconds the stream lives past its last read or write, at most {MAX_TTL_S} (100 years).",
+                    pattern=_COUNT,
+                ),
                 _header("Stream-Expires-At", "When the stream expires (RFC 3339).", format="date-time"),
                 _header("Stream-Closed", "`true`: create it closed.", enum=["true", "false"]),
                 _header(
@@ -178,8 +187,9 @@ def durable_paths(auth: str) -> dict[str, Any]:
         "description": "The stream's name.",
         "schema": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^[^\\x00-\\x1f\\x7f]+$"},
     }
+    session_id = {"$ref": "#/components/schemas/SessionId"}
     ids = {
-        key: {"name": key, "in": "path", "required": True, "description": text, "schema": {"type": "string"}}
+        key: {"name": key, "in": "path", "required": True, "description": text, "schema": session_id}
         for key, text in (("id", "A session id."), ("parent", "The parent's id."), ("child", "The child's id."))
     }
     return {
@@ -189,12 +199,22 @@ def durable_paths(auth: str) -> dict[str, Any]:
         },
         "/ds/v1/session/{id}": {
             "get": _read(
-                auth, [ids["id"]], "dsReadSession", "A session's events, as a read-only JSON stream.", gone=True
+                auth,
+                [ids["id"]],
+                "dsReadSession",
+                "A session's events, as a read-only JSON stream.",
+                gone=True,
+                session=True,
             ),
         },
         "/ds/v1/session/{parent}/subagents/{child}": {
             "get": _read(
-                auth, [ids["parent"], ids["child"]], "dsReadChild", "A child's events, through its parent.", gone=True
+                auth,
+                [ids["parent"], ids["child"]],
+                "dsReadChild",
+                "A child's events, through its parent.",
+                gone=True,
+                session=True,
             ),
         },
     }

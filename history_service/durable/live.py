@@ -16,6 +16,8 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
+from codec import MAX_SAFE_INTEGER, decimal
+
 __all__ = ["SharedReads", "Waker", "response_cursor"]
 
 T = TypeVar("T")
@@ -94,9 +96,13 @@ class SharedReads:
 
 
 def response_cursor(client: str | None) -> str:
-    """The ``Stream-Cursor`` of a live answer: the current interval, or past the client's if it is not behind."""
+    """The ``Stream-Cursor`` of a live answer: the current interval, or past the client's if it is not behind.
+
+    A client's cursor that is not a numeral (`codec.numerals.decimal`) counts as none, as the reference server's does.
+    """
     current = int((time.time() - _CURSOR_EPOCH_S) // _CURSOR_INTERVAL_S)
-    if client is None or not client.isdigit() or int(client) < current:
+    given = None if client is None else decimal(client, low=0, high=MAX_SAFE_INTEGER)
+    if given is None or given < current:
         return str(current)
     jitter_s = random.randint(1, 3600)
-    return str(int(client) + max(1, -(-jitter_s // _CURSOR_INTERVAL_S)))
+    return str(given + max(1, -(-jitter_s // _CURSOR_INTERVAL_S)))

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from codec import event_lines
 from history_service.durable.reading import CLOSED, NEXT, Snapshot
 from history_service.errors import HistoryServiceError
+from history_service.requests import address
 from history_service.service import HistoryService
 from persistence import (
     Chunk,
@@ -110,8 +111,8 @@ async def session(
     request: Request, service: HistoryService, reader: Reader, principal: str, headers: dict[str, str]
 ) -> Response:
     """GET or HEAD on a session read as a stream (a write never routes here: it is 405)."""
-    session_id: str = request.path_params["session_id"]
-    child: str | None = request.path_params.get("child_id")
+    # The id rule of every session address (§2.4): an id outside it is 422, before any store is asked.
+    session_id, child = address(request)
     info = await _readable(service, principal, session_id, child)
     view = SessionView(service, principal, session_id, child, info)
     if request.method == "GET":

@@ -15,8 +15,9 @@ from urllib.parse import quote, unquote, urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from codec import parse_stream_offset, stream_offset
+from codec import MAX_SAFE_INTEGER, decimal, parse_stream_offset, stream_offset
 from history_service.durable.reading import CLOSED, NEXT, Snapshot
+from history_service.params import MAX_TTL_MS
 from persistence import (
     AppendRequest,
     CreateRequest,
@@ -27,15 +28,13 @@ from persistence import (
     media_type,
 )
 
-__all__ = ["MAX_NAME", "StreamView", "append", "checked_name", "create", "delete", "head", "plain"]
+__all__ = ["MAX_NAME", "MAX_TTL_S", "StreamView", "append", "checked_name", "create", "delete", "head", "plain"]
 
 STREAMS: Final = "/v1/stream/"
 MAX_NAME: Final = 1024
-_COUNT: Final = re.compile(r"0|[1-9][0-9]*")
-_DIGITS: Final = re.compile(r"[0-9]+")
 _MEDIA_TYPE: Final = re.compile(r"^[\w.+-]+/[\w.+-]+")
-# JavaScript's Number.MAX_SAFE_INTEGER: the protocol bounds producer epochs and seqs by it.
-_MAX_SAFE: Final = 2**53 - 1
+# The longest Stream-TTL: 100 years, as a session's ttlMs, so every deadline it gives is a safe integer.
+MAX_TTL_S: Final = MAX_TTL_MS // 1000
 
 
 def _position(text: str) -> int:
@@ -95,14 +94,21 @@ def _closing(request: Request) -> bool:
     return given == "true"
 
 
+def _whole(value: str, label: str, high: int, *, leading_zeros: bool = True) -> int:
+    """A header's whole number from 0 to ``high`` (`codec.numerals.decimal`), or `StreamRequestError`."""
+    number = decimal(value, low=0, high=high, leading_zeros=leading_zeros)
+    if number is None:
+        unpadded = "" if leading_zeros else ", without sign or leading zeros"
+        raise StreamRequestError(f"{label} is a whole number from 0 to {high}{unpadded}")
+    return number
+
+
 def _expiry(request: Request) -> tuple[int | None, str | None, int | None]:
     ttl, expires_at = _one(request, "stream-ttl"), _one(request, "stream-expires-at")
     if ttl is not None and expires_at is not None:
         raise StreamRequestError("send Stream-TTL or Stream-Expires-At, not both")
     if ttl is not None:
-        if not _COUNT.fullmatch(ttl):
-            raise StreamRequestError("Stream-TTL is a whole number of seconds, without sign or leading zeros")
-        return int(ttl), None, None
+        return _whole(ttl, "Stream-TTL", MAX_TTL_S, leading_zeros=False), None, None
     if expires_at is not None:
         try:
             when = datetime.fromisoformat(expires_at.strip())
@@ -138,8 +144,13 @@ def checked_name(name: str) -> str:
     return name
 
 
-async def create(request: Request, store: StreamStore, name: str, owner: str, body: bytes) -> tuple[Response, bool]:
-    """PUT: the answer, and whether the stream was new (with a body, its readers are woken)."""
+async def create(
+    request: Request, store: StreamStore, name: str, owner: str, body: bytes, *, max_values: int
+) -> tuple[Response, bool]:
+    """PUT: the answer, and whether the stream was new (with a body, its readers are woken).
+
+    A JSON-mode body holds at most ``max_values`` values (as `append`'s).
+    """
     forked_from = _source(request)
     content_type = _one(request, "content-type")
     if not content_type or not _MEDIA_TYPE.match(content_type.strip()):
@@ -154,9 +165,7 @@ async def create(request: Request, store: StreamStore, name: str, owner: str, bo
     if (sub := _one(request, "stream-fork-sub-offset")) is not None:
         if forked_from is None:
             raise StreamRequestError("Stream-Fork-Sub-Offset needs Stream-Forked-From")
-        if not _COUNT.fullmatch(sub):
-            raise StreamRequestError("Stream-Fork-Sub-Offset is a whole number")
-        fork_sub = int(sub)
+        fork_sub = _whole(sub, "Stream-Fork-Sub-Offset", MAX_SAFE_INTEGER, leading_zeros=False)
     meta, created = await store.create(
         CreateRequest(
             name=name,
@@ -170,6 +179,7 @@ async def create(request: Request, store: StreamStore, name: str, owner: str, bo
             forked_from=forked_from,
             fork_at=fork_at,
             fork_sub=fork_sub,
+            max_values=max_values,
         )
     )
     headers = {"Content-Type": meta.content_type, NEXT: stream_offset(meta.tail)}
@@ -190,14 +200,19 @@ def _claim(request: Request) -> ProducerClaim | None:
         raise StreamRequestError("send Producer-Id, Producer-Epoch and Producer-Seq together")
     if not producer_id:
         raise StreamRequestError("Producer-Id is empty")
-    for label, value in (("Producer-Epoch", epoch), ("Producer-Seq", seq)):
-        if not _DIGITS.fullmatch(value) or int(value) > _MAX_SAFE:
-            raise StreamRequestError(f"{label} is a whole number up to 2^53-1")
-    return ProducerClaim(producer_id, int(epoch), int(seq))
+    # The protocol bounds producer epochs and seqs by JavaScript's Number.MAX_SAFE_INTEGER.
+    return ProducerClaim(
+        producer_id, _whole(epoch, "Producer-Epoch", MAX_SAFE_INTEGER), _whole(seq, "Producer-Seq", MAX_SAFE_INTEGER)
+    )
 
 
-async def append(request: Request, store: StreamStore, name: str, owner: str, body: bytes) -> Response:
-    """POST: an append, a close (``Stream-Closed: true`` with no body), or both."""
+async def append(
+    request: Request, store: StreamStore, name: str, owner: str, body: bytes, *, max_values: int
+) -> Response:
+    """POST: an append, a close (``Stream-Closed: true`` with no body), or both.
+
+    A JSON-mode body holds at most ``max_values`` values, counted before it is decoded (413 past it).
+    """
     claim = _claim(request)
     close = _closing(request)
     content_type = _one(request, "content-type")
@@ -214,6 +229,7 @@ async def append(request: Request, store: StreamStore, name: str, owner: str, bo
             close=close,
             stream_seq=_one(request, "stream-seq"),
             producer=claim,
+            max_values=max_values,
         )
     )
     headers = {NEXT: stream_offset(outcome.tail)}

@@ -83,6 +83,8 @@ class CreateRequest(Struct, frozen=True, kw_only=True):
     depth: int = 0
     fork_at: int | None = None
     fork_sub: int = 0
+    # The most JSON values the body may hold, if the stream is JSON (`codec.values_within`); None: no bound.
+    max_values: int | None = None
 
 
 class AppendRequest(Struct, frozen=True, kw_only=True):
@@ -95,6 +97,8 @@ class AppendRequest(Struct, frozen=True, kw_only=True):
     close: bool = False
     stream_seq: str | None = None
     producer: ProducerClaim | None = None
+    # As `CreateRequest.max_values`.
+    max_values: int | None = None
 
 
 class AppendOutcome(Struct, frozen=True, kw_only=True):

@@ -12,10 +12,11 @@ from typing import Final, Protocol
 
 import msgspec
 
-from codec import InvalidJsonError, fragment_values, json_fragment
+from codec import InvalidJsonError, fragment_values, json_fragment, values_within
 from persistence.errors import (
     ProducerFencedError,
     ProducerGapError,
+    StreamBodyTooLargeError,
     StreamClosedError,
     StreamConflictError,
     StreamGoneError,
@@ -119,7 +120,9 @@ def create(tx: Tx, request: CreateRequest, now: int) -> tuple[StreamMeta, bool]:
     if request.forked_from is not None:
         meta, source, prefix = _fork(tx, meta, request, now)
     # Checked before anything is written: a refused body leaves no trace, on a store without rollback too.
-    data = (_fragment(request.body, allow_empty=True) if meta.json else request.body) if request.body else b""
+    data = b""
+    if request.body:
+        data = _fragment(request.body, request.max_values, allow_empty=True) if meta.json else request.body
     if source is not None:
         tx.save(msgspec.structs.replace(source, refs=source.refs + 1))
     if prefix:
@@ -229,7 +232,7 @@ def append(tx: Tx, request: AppendRequest, now: int) -> AppendOutcome:
             raise StreamConflictError(f"Stream-Seq {request.stream_seq!r} does not follow {meta.stream_seq!r}")
     tail = meta.tail
     if request.body:
-        data = _fragment(request.body) if meta.json else request.body
+        data = _fragment(request.body, request.max_values) if meta.json else request.body
         tail += len(data)
         tx.add(meta.name, Chunk(tail, data))
     if claim is not None and admitted is not None:
@@ -248,7 +251,10 @@ def append(tx: Tx, request: AppendRequest, now: int) -> AppendOutcome:
     )
 
 
-def _fragment(body: bytes, *, allow_empty: bool = False) -> bytes:
+def _fragment(body: bytes, max_values: int | None, *, allow_empty: bool = False) -> bytes:
+    # Counted from the bytes before they are decoded, as every JSON body of the API is (docs/protocol.md §11.3).
+    if max_values is not None and not values_within(body, max_values):
+        raise StreamBodyTooLargeError(f"the body holds more than {max_values} JSON values")
     try:
         return json_fragment(body, allow_empty=allow_empty)
     except InvalidJsonError as exc:

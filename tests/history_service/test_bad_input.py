@@ -6,7 +6,7 @@ import gzip
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import pytest
@@ -161,6 +161,15 @@ BAD: list[Any] = [
     ("get", "/v1/sessions/s/page?maxBytes=0", {}, 400, "invalid_parameter"),
     ("get", "/v1/sessions/s/page?bogus=1", {}, 400, "invalid_parameter"),
     ("get", "/v1/sessions/s/page?expand=all", {}, 400, "invalid_parameter"),
+    # Issue 41 F5: one numeral rule (codec.numerals): ASCII digits, at most 16, a sign only where the range has one.
+    ("get", "/v1/sessions/s/page?through=%C2%B2", {}, 400, "invalid_parameter"),
+    ("get", "/v1/sessions/s/page?maxMessages=%D9%A3", {}, 400, "invalid_parameter"),
+    ("get", "/v1/sessions/s/page?before=" + "9" * 5000, {}, 400, "invalid_parameter"),
+    ("get", "/v1/sessions/s/page?before=9007199254740992", {}, 400, "invalid_parameter"),
+    ("get", "/v1/sessions/s/page?before=-0", {}, 400, "invalid_parameter"),
+    ("get", "/v1/sessions/s/follow?after=%C2%B2", {}, 400, "invalid_parameter"),
+    ("get", "/v1/sessions?limit=" + "9" * 5000, {}, 400, "invalid_parameter"),
+    ("post", "/v1/sessions?ttlMs=%C2%B2", {"json": {"id": "t", "createdAt": 0}}, 400, "invalid_parameter"),
     ("get", "/v1/sessions/nope/page", {}, 404, "session_not_found"),
     ("get", "/v1/sessions/s/subagents/nope/page", {}, 404, "session_not_found"),
     ("get", "/v1/sessions/s/page", {"headers": {"Accept-Encoding": "identity;q=0"}}, 406, "not_acceptable"),
@@ -440,3 +449,106 @@ async def test_invalid_utf8_in_a_seed_body_is_malformed_json() -> None:
         body = b'{"scenario":"multi-turn","sessionId":"' + INVALID_UTF8 + b'"}'
         response = await client.post("/v1/test-only/seed", content=body, headers=JSON)
     assert response.status_code == 400 and response.json()["error"]["code"] == "malformed_json"
+
+
+# Durable Streams (§13): refusals are plain text, their status the error table's; each names what it refuses.
+NINES = "9" * 5000
+PRODUCER = {"Producer-Id": "p", "Producer-Epoch": "0", "Producer-Seq": "0"}
+FORK = {"Stream-Forked-From": "/v1/stream/t"}
+TEXT = {"Content-Type": "text/plain"}
+# A header is read as Latin-1: U+00B2, which str.isdigit() accepts and int() refuses.
+SUPERSCRIPT = "²".encode("latin-1")
+
+
+def values(count: int) -> bytes:
+    return b"[" + b"{}," * (count - 1) + b"{}]"
+
+
+DS_BAD: list[Any] = [
+    # issue 41 F5: numerals are ASCII digits, at most 16, within the field's range, read before int().
+    *[
+        ("put", "/ds/v1/stream/new", {**TEXT, "Stream-TTL": ttl}, b"", 400, "Stream-TTL")
+        for ttl in (NINES, "9223372036854776", "3153600001", SUPERSCRIPT, "-1", "+60", "0060")
+    ],
+    *[
+        ("post", "/ds/v1/stream/t", {**TEXT, **PRODUCER, header: value}, b"x", 400, header)
+        for header in ("Producer-Epoch", "Producer-Seq")
+        for value in (NINES, "9007199254740992", SUPERSCRIPT, "-0", "1" * 17)
+    ],
+    *[
+        ("put", "/ds/v1/stream/new", {**FORK, "Stream-Fork-Sub-Offset": sub}, b"", 400, "Stream-Fork-Sub-Offset")
+        for sub in (NINES, "9007199254740992", SUPERSCRIPT, "01")
+    ],
+    # F9: a JSON-mode body's values are counted as every body's are (HISTORY_MAX_BODY_VALUES, here 5,000).
+    # values(2_500) counts 5,000: 2,499 commas, 1 array, 2,500 objects.
+    ("post", "/ds/v1/stream/j", JSON, values(2_500), 413, "JSON values"),
+    ("put", "/ds/v1/stream/new", JSON, values(2_500), 413, "JSON values"),
+    ("put", "/ds/v1/stream/new", {"Stream-Forked-From": "/v1/stream/j"}, values(2_500), 413, "JSON values"),
+    # F10: the session id rule of §2.4 on every /ds session address.
+    *[
+        ("get", f"/ds/v1/session/{address}", {}, b"", 422, "not a session id")
+        for address in ("%2e%2e", "%2e", "x%00y", "x" * 300, "x" * 201, "s/subagents/%2e%2e", "%2e%2e/subagents/s")
+    ],
+    ("head", "/ds/v1/session/x%00y", {}, b"", 422, ""),
+]
+
+
+@pytest.fixture
+async def ds_api() -> AsyncIterator[tuple[httpx.AsyncClient, MemoryStore]]:
+    store = MemoryStore()
+    settings = Settings(auth="token", tokens=("service-token",), max_body_values=5_000)
+    async with serving(create_app(settings, store=store)) as client:
+        client.headers.update(TOKEN)
+        assert (await client.post("/v1/sessions", json={"id": "s", "createdAt": 0})).status_code == 201
+        assert (await client.put("/ds/v1/stream/t", headers=TEXT, content=b"a")).status_code == 201
+        assert (await client.put("/ds/v1/stream/j", headers=JSON, content=b"[1]")).status_code == 201
+        yield client, store
+
+
+async def ds_snapshot(client: httpx.AsyncClient) -> list[Any]:
+    reads = [await client.get(f"/ds/v1/stream/{name}") for name in ("t", "j", "new")]
+    return [(read.status_code, read.content) for read in reads]
+
+
+def ds_headers_id(headers: dict[str, Any]) -> str:
+    """The headers a row sets beyond the common ones, shortly."""
+    common = (TEXT, PRODUCER, FORK, JSON)
+    shown = [
+        f"{name}={str(value)[:16]}" for name, value in headers.items() if all(c.get(name) != value for c in common)
+    ]
+    return " ".join(shown)
+
+
+# At each bound: the largest numeral, the most values and the longest id that are taken.
+DS_TAKEN: list[Any] = [
+    ("put", "/ds/v1/stream/new", {**TEXT, "Stream-TTL": "3153600000"}, b"", 201, None),
+    ("post", "/ds/v1/stream/t", {**TEXT, **PRODUCER, "Producer-Epoch": "9007199254740991"}, b"x", 200, None),
+    ("post", "/ds/v1/stream/t", {**TEXT, **PRODUCER, "Producer-Epoch": "0000000000000007"}, b"x", 200, None),
+    ("post", "/ds/v1/stream/j", JSON, values(2_499), 204, None),
+    ("get", "/ds/v1/session/" + "x" * 200, {}, b"", 404, None),
+    ("get", "/v1/sessions/s/page?before=9007199254740991", {}, b"", 200, None),
+]
+DS_CASES: Final = DS_BAD + DS_TAKEN
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "body", "status", "names"),
+    DS_CASES,
+    ids=[f"{b[0]} {b[1][:40]} {ds_headers_id(b[2])} {b[4]}" for b in DS_CASES],
+)
+async def test_durable_streams_input_past_a_bound_gets_its_4xx_and_changes_nothing(
+    ds_api: tuple[httpx.AsyncClient, MemoryStore],
+    method: str,
+    path: str,
+    headers: dict[str, Any],
+    body: bytes,
+    status: int,
+    names: str | None,
+) -> None:
+    client, store = ds_api
+    before = (await snapshot(store), await ds_snapshot(client))
+    response = await client.request(method.upper(), path, headers=headers, content=body)
+    assert response.status_code == status, response.text
+    if names is not None:
+        assert names in response.text
+        assert (await snapshot(store), await ds_snapshot(client)) == before

@@ -111,3 +111,13 @@ async def test_a_body_past_the_limit_is_refused() -> None:
         refused = await client.post("/ds/v1/stream/big", headers=TEXT, content=b"x" * 2048)
         assert refused.status_code == 413
         assert (await client.get("/ds/v1/stream/big")).content == b""
+
+
+async def test_a_json_body_past_the_value_limit_is_refused() -> None:
+    """Issue 41 F9, as found: 3,000,000 ``{}`` values, past the default HISTORY_MAX_BODY_VALUES (2,000,000)."""
+    json = {"content-type": "application/json"}
+    async with serving(create_app(Settings(), store=MemoryStore())) as client:
+        assert (await client.put("/ds/v1/stream/j", headers=json)).status_code == 201
+        refused = await client.post("/ds/v1/stream/j", headers=json, content=b"[" + b"{}," * 2_999_999 + b"{}]")
+        assert refused.status_code == 413 and "JSON values" in refused.text
+        assert (await client.get("/ds/v1/stream/j")).content == b"[]"

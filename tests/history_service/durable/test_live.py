@@ -98,3 +98,19 @@ def test_a_cursor_never_goes_back_past_the_clients() -> None:
     assert int(response_cursor("not a number")) == current
     ahead = current + 10
     assert all(int(response_cursor(str(ahead))) > ahead for _ in range(50))
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["²", "٣", "9" * 5000, "9007199254740992", "-5", "+5", " 5", ""],
+    ids=["superscript", "arabic-indic", "5000-digits", "past-2^53", "negative", "plus", "space", "empty"],
+)
+def test_a_cursor_that_is_not_a_numeral_counts_as_none(cursor: str) -> None:
+    """As the reference server does: an unreadable cursor is the current interval, never a 500 (issue 41 F5)."""
+    before = int(response_cursor(None))
+    answered = response_cursor(cursor)
+    assert answered.isascii() and before <= int(answered) <= int(response_cursor(None))
+
+
+def test_the_largest_cursor_is_read_and_advanced() -> None:
+    assert int(response_cursor("9007199254740991")) > 9007199254740991

@@ -14,6 +14,7 @@ from codec import json_array
 from persistence.errors import (
     ProducerFencedError,
     ProducerGapError,
+    StreamBodyTooLargeError,
     StreamClosedError,
     StreamConflictError,
     StreamGoneError,
@@ -257,6 +258,26 @@ async def test_a_json_create_with_invalid_json_creates_nothing(streams: StreamSt
     with pytest.raises(StreamRequestError):
         await create(streams, "j", b"[1,", content_type=JSON)
     await assert_not_found(streams, "j")
+
+
+async def test_a_json_body_past_its_value_limit_writes_nothing_and_a_byte_body_is_not_counted(
+    streams: StreamStore,
+) -> None:
+    # Values are counted as every JSON body of the API is: commas, arrays and objects (codec.values_within).
+    within, past = b"[" + b"{}," * 2 + b"{}]", b"[" + b"{}," * 3 + b"{}]"
+    await create(streams, "j", within, content_type=JSON, max_values=8)
+    with pytest.raises(StreamBodyTooLargeError):
+        await append(streams, "j", past, content_type=JSON, max_values=8)
+    with pytest.raises(StreamBodyTooLargeError):
+        await create(streams, "k", past, content_type=JSON, max_values=8)
+    with pytest.raises(StreamBodyTooLargeError):
+        # A fork without a Content-Type is its source's JSON: counted too.
+        await create(streams, "fork", past, content_type=None, forked_from="j", max_values=8)
+    assert await read_all(streams, "j") == b"{},{},{},"
+    await assert_not_found(streams, "k")
+    await assert_not_found(streams, "fork")
+    await create(streams, "b", past, max_values=8)
+    assert await read_all(streams, "b") == past
 
 
 # Idempotent producers.
