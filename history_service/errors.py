@@ -69,6 +69,7 @@ from persistence import (
     StreamGoneError,
     StreamNotFoundError,
     StreamRequestError,
+    StreamValueTooLargeError,
 )
 
 __all__ = [
@@ -302,6 +303,7 @@ ERRORS: Final[Mapping[type[Exception], Answer]] = {
     # Durable Streams (§13): answered as plain text under /ds (`history_service.durable.app`), by these statuses.
     StreamError: Answer(400, "stream_invalid"),
     StreamRequestError: Answer(400, "stream_invalid"),
+    StreamValueTooLargeError: Answer(413, "stream_value_too_large"),
     StreamNotFoundError: Answer(404, "stream_not_found"),
     StreamGoneError: Answer(410, "stream_gone"),
     StreamConflictError: Answer(409, "stream_conflict"),

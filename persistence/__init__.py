@@ -40,6 +40,7 @@ from persistence.errors import (
     StreamGoneError,
     StreamNotFoundError,
     StreamRequestError,
+    StreamValueTooLargeError,
 )
 from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
@@ -120,5 +121,6 @@ __all__ = [
     "StreamNotFoundError",
     "StreamRequestError",
     "StreamStore",
+    "StreamValueTooLargeError",
     "subagent_parent",
 ]

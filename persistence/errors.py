@@ -18,6 +18,7 @@ callers never see a driver exception::
         ├── StreamConflictError                      a create that disagrees, a content type or Stream-Seq out of turn
         ├── StreamClosedError                        a write to a closed stream
         ├── StreamRequestError                       a request the stream's rules refuse: 400
+        ├── StreamValueTooLargeError                 a JSON value past a stored piece: 413
         ├── ProducerFencedError                      a producer's stale epoch: 403
         └── ProducerGapError                         a producer's seq past the next one: 409
 """
@@ -42,6 +43,7 @@ __all__ = [
     "StreamGoneError",
     "StreamNotFoundError",
     "StreamRequestError",
+    "StreamValueTooLargeError",
 ]
 
 
@@ -122,12 +124,17 @@ class StreamRequestError(StreamError):
     pass
 
 
-class StreamClosedError(StreamError):
-    """A write to a closed stream; ``tail`` is where it ended."""
+class StreamValueTooLargeError(StreamError):
+    """A JSON value larger than one stored piece of an append (`codec.PIECE_BYTES`)."""
 
-    def __init__(self, message: str, *, tail: int) -> None:
+
+class StreamClosedError(StreamError):
+    """A write to a closed stream; ``tail`` is where it ended, in its life ``life``."""
+
+    def __init__(self, message: str, *, tail: int, life: int = 0) -> None:
         super().__init__(message)
         self.tail = tail
+        self.life = life
 
 
 class ProducerFencedError(StreamError):
