@@ -194,7 +194,7 @@ def _sse(
     headers["Content-Type"] = "text/event-stream"
     start = first.tail if after is None else after
     events = _events(view, reading, start, cursor, first if after is not None else None, ticket)
-    return _EventStream(_held(events, reading.sending, opening), headers, release)
+    return _EventStream(_held(events, reading.sending, opening), headers, release, opening)
 
 
 async def _held(events: AsyncGenerator[bytes, None], budget: ByteBudget, opening: Hold) -> AsyncIterator[bytes]:
@@ -230,18 +230,25 @@ async def _held(events: AsyncGenerator[bytes, None], budget: ByteBudget, opening
 
 
 class _EventStream(StreamingResponse):
-    """An SSE answer that calls ``release`` once it is over, however it ends: even unstarted, on a disconnect."""
+    """An SSE answer that calls ``release`` and gives back ``opening`` once it is over, however it ends:
+    even unstarted, on a disconnect."""
 
     def __init__(
-        self, events: AsyncIterator[bytes], headers: dict[str, str], release: Callable[[], None] | None
+        self,
+        events: AsyncIterator[bytes],
+        headers: dict[str, str],
+        release: Callable[[], None] | None,
+        opening: Hold,
     ) -> None:
         super().__init__(events, 200, headers)
         self._release = release
+        self._opening = opening
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
+            self._opening.release()
             if self._release is not None:
                 self._release()
 
