@@ -174,12 +174,15 @@ class SqlStreams(StreamStore):
 
         return await self._store._writer.run(unit, _KEY + name)
 
-    async def _read(self, work: Callable[[_Tx, int], T]) -> T:
+    async def _read(self, work: Callable[[_Tx, int], T], *, data: bool = False) -> T:
         sql = self._sql
 
         def reading(cursor: Any) -> T:
             return work(_Tx(sql, cursor, lock=False), now_ms())
 
+        if data:
+            # A read of chunks may take a budget's worth (a megabyte or more): never on the event loop.
+            return await self._store._in_thread(reading)
         # The store's own read path, as a page's: PostgreSQL's kept async readers (which readiness
         # checks), SQLite's reader on the loop unless a writer holds the lock.
         return await self._store._dialect.read(self._store, reading)
@@ -204,7 +207,11 @@ class SqlStreams(StreamStore):
         return await self._read(lambda tx, now: rules.live(tx, name, owner, now))
 
     async def read(self, name: str, owner: str, after: int | None, budget: int, life: int | None = None) -> ReadResult:
-        return ReadResult(*await self._read(lambda tx, now: rules.read(tx, name, owner, after, budget, now, life)))
+        return ReadResult(
+            *await self._read(
+                lambda tx, now: rules.read(tx, name, owner, after, budget, now, life), data=after is not None
+            )
+        )
 
     async def touch(self, name: str) -> None:
         await self._write(name, lambda tx, now: rules.touch(tx, name, now), notify=False)
