@@ -254,14 +254,15 @@ def _ds_offsets(client: httpx.Client) -> list[str]:
     given, offset = [], "-1"
     while True:
         answer = client.get(STREAM, params={"offset": offset})
-        assert answer.status_code == 200, answer.text
+        if answer.status_code != 200:  # a server that cannot read an append whole in time (503)
+            break
         given.append(offset)
         offset = answer.headers["stream-next-offset"]
         if answer.headers.get("stream-up-to-date") == "true":
             break
     if len(given) >= DS_READERS:
         return [given[k * len(given) // DS_READERS] for k in range(DS_READERS)]
-    epoch = offset.split("_")[0]
+    epoch = client.head(STREAM).headers["stream-next-offset"].split("_")[0]
     return [f"{epoch}_{k * APPEND // DS_READERS:016d}" for k in range(DS_READERS)]
 
 
