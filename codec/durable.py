@@ -2,8 +2,13 @@
 
 An offset is two zero-padded decimal numbers, ``<epoch>_<position>``, 16 digits each, so
 that offsets compare as strings exactly as they compare as numbers. A generic stream's
-epoch is 0 and its position is the byte count of what it holds; a session read as a stream
-has its incarnation as the epoch and its next seq as the position.
+epoch is its life (a number drawn when the stream is created) and its position is the
+byte count of what it holds; a session read as a stream has its incarnation as the epoch
+and its next seq as the position.
+
+An append is stored, and read, in *pieces* of at most a piece's bytes (`pieces`), so no
+read costs more than one piece past its budget: a text append is cut only between
+characters, a JSON append only between values, each value whole in one piece.
 
 A JSON-mode stream stores each append as a *fragment*: its values' own JSON text, each
 followed by a comma. An array body is flattened one level, so ``[1,2]`` stores ``1,2,``;
@@ -23,13 +28,17 @@ import msgspec
 from codec.errors import InvalidJsonError
 
 __all__ = [
+    "MAX_LIFE",
     "OFFSET_PATTERN",
+    "PIECE_BYTES",
     "ZERO_OFFSET",
     "sse_control",
     "sse_data",
     "fragment_values",
     "json_fragment",
     "json_array",
+    "json_pieces",
+    "pieces",
     "stream_offset",
     "parse_stream_offset",
     "sse_payload",
@@ -38,6 +47,10 @@ __all__ = [
 OFFSET_PATTERN: Final = re.compile(r"([0-9]{1,16})_([0-9]{1,16})")
 _DIGITS: Final = 16
 ZERO_OFFSET: Final = "0" * _DIGITS + "_" + "0" * _DIGITS
+# The most bytes of one stored piece of an append (a JSON value is never cut: one is at most this).
+PIECE_BYTES: Final = 1024 * 1024
+# The lives of generic streams are drawn from 1 up to this: 16 digits; 0 is a stream made before lives.
+MAX_LIFE: Final = 10**_DIGITS - 1
 _RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
 _RAW: Final = msgspec.json.Decoder(msgspec.Raw)
 _control = msgspec.json.Encoder()
@@ -62,6 +75,10 @@ def json_fragment(body: bytes, *, allow_empty: bool = False) -> bytes:
     Raises `InvalidJsonError` for a body that is not one JSON value in UTF-8, or for an empty
     array unless ``allow_empty`` (a create may start a stream empty; an append may not).
     """
+    return b"".join(value + b"," for value in _values(body, allow_empty=allow_empty))
+
+
+def _values(body: bytes, *, allow_empty: bool) -> list[bytes]:
     try:
         body.decode()
         if body.lstrip()[:1] == b"[":
@@ -72,7 +89,52 @@ def json_fragment(body: bytes, *, allow_empty: bool = False) -> bytes:
         raise InvalidJsonError(f"not valid JSON: {exc}") from exc
     if not values and not allow_empty:
         raise InvalidJsonError("an empty array appends nothing")
-    return b"".join(value + b"," for value in values)
+    return values
+
+
+def json_pieces(body: bytes, most: int = PIECE_BYTES, *, allow_empty: bool = False) -> list[bytes]:
+    """A JSON-mode append's fragment (`json_fragment`) in pieces of whole values, each at most ``most`` bytes.
+
+    Raises `InvalidJsonError` as `json_fragment` does. A value that alone passes ``most`` is
+    a piece of its own, larger: the caller refuses it.
+    """
+    found: list[bytes] = []
+    piece: list[bytes] = []
+    size = 0
+    for value in _values(body, allow_empty=allow_empty):
+        if piece and size + len(value) + 1 > most:
+            found.append(b"".join(piece))
+            piece, size = [], 0
+        piece.append(value + b",")
+        size += len(value) + 1
+    if piece:
+        found.append(b"".join(piece))
+    return found
+
+
+def pieces(data: bytes, most: int = PIECE_BYTES, *, text: bool = False) -> list[bytes]:
+    """``data`` cut into pieces of at most ``most`` bytes; ``text`` cuts only before a character's first byte.
+
+    A text piece ends up to 3 bytes early so that no UTF-8 character is split (an SSE event
+    carries a text piece as it is); bytes that are not UTF-8 are cut where they fall.
+    """
+    if len(data) <= most:
+        return [data]
+    view = memoryview(data)
+    found: list[bytes] = []
+    at = 0
+    while len(data) - at > most:
+        cut = at + most
+        if text:
+            back = cut
+            while back > cut - 3 and data[back] & 0xC0 == 0x80:
+                back -= 1
+            if data[back] & 0xC0 != 0x80:
+                cut = back
+        found.append(bytes(view[at:cut]))
+        at = cut
+    found.append(bytes(view[at:]))
+    return found
 
 
 def fragment_values(fragment: bytes) -> list[bytes]:

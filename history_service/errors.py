@@ -70,6 +70,7 @@ from persistence import (
     StreamGoneError,
     StreamNotFoundError,
     StreamRequestError,
+    StreamValueTooLargeError,
 )
 
 __all__ = [
@@ -304,6 +305,7 @@ ERRORS: Final[Mapping[type[Exception], Answer]] = {
     StreamError: Answer(400, "stream_invalid"),
     StreamRequestError: Answer(400, "stream_invalid"),
     StreamBodyTooLargeError: Answer(413, "body_too_large"),
+    StreamValueTooLargeError: Answer(413, "stream_value_too_large"),
     StreamNotFoundError: Answer(404, "stream_not_found"),
     StreamGoneError: Answer(410, "stream_gone"),
     StreamConflictError: Answer(409, "stream_conflict"),

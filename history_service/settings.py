@@ -183,8 +183,9 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
         durable_streams: serve the Durable Streams protocol at ``/ds`` (docs/protocol.md §13).
         ds_long_poll: seconds a Durable Streams long-poll waits before answering 204, and an idle
             SSE read before its keep-alive control event.
-        ds_read_bytes: about the most bytes of stream data one Durable Streams read answers;
-            a reader asks again from the offset it was given.
+        ds_read_bytes: the most bytes of stream data one Durable Streams read answers, or one
+            stored piece of an append (1 MiB) when that alone is more; a reader asks again from
+            the offset it was given.
     """
 
     store_url: Annotated[str, Env("HISTORY_STORE")] = DEFAULT_STORE

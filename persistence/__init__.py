@@ -41,6 +41,7 @@ from persistence.errors import (
     StreamGoneError,
     StreamNotFoundError,
     StreamRequestError,
+    StreamValueTooLargeError,
 )
 from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
@@ -122,5 +123,6 @@ __all__ = [
     "StreamNotFoundError",
     "StreamRequestError",
     "StreamStore",
+    "StreamValueTooLargeError",
     "subagent_parent",
 ]

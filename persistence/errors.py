@@ -19,6 +19,7 @@ callers never see a driver exception::
         ├── StreamClosedError                        a write to a closed stream
         ├── StreamRequestError                       a request the stream's rules refuse: 400
         ├── StreamBodyTooLargeError                  a JSON-mode body past its value limit: 413
+        ├── StreamValueTooLargeError                 a JSON value past a stored piece: 413
         ├── ProducerFencedError                      a producer's stale epoch: 403
         └── ProducerGapError                         a producer's seq past the next one: 409
 """
@@ -44,6 +45,7 @@ __all__ = [
     "StreamGoneError",
     "StreamNotFoundError",
     "StreamRequestError",
+    "StreamValueTooLargeError",
 ]
 
 
@@ -128,12 +130,17 @@ class StreamBodyTooLargeError(StreamError):
     """A JSON-mode body holding more values than the request's ``max_values`` allows."""
 
 
-class StreamClosedError(StreamError):
-    """A write to a closed stream; ``tail`` is where it ended."""
+class StreamValueTooLargeError(StreamError):
+    """A JSON value larger than one stored piece of an append (`codec.PIECE_BYTES`)."""
 
-    def __init__(self, message: str, *, tail: int) -> None:
+
+class StreamClosedError(StreamError):
+    """A write to a closed stream; ``tail`` is where it ended, in its life ``life``."""
+
+    def __init__(self, message: str, *, tail: int, life: int = 0) -> None:
         super().__init__(message)
         self.tail = tail
+        self.life = life
 
 
 class ProducerFencedError(StreamError):

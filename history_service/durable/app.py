@@ -81,6 +81,7 @@ class Durable:
             long_poll=settings.ds_long_poll,
             budget=settings.ds_read_bytes,
             stopping=self.stopping,
+            sending=service.sending,
         )
         self.subscriptions = Subscriptions(settings, self.streams, self.changed)
 
@@ -92,8 +93,9 @@ class Durable:
             self.waker.wake(name)
 
     async def read(self, request: Request, view: View, headers: dict[str, str]) -> Response:
-        """A read within the service's bounds: a live one counts as a follow stream (`Settings.follower_cap`),
-        a catch-up one holds its bytes in the budget of bytes in flight (§4.6) until they are sent."""
+        """A read within the service's bounds: a live one counts as a follow stream (`Settings.follower_cap`);
+        every answer holds its bytes in the budget of bytes in flight (§4.6) until they are sent, an
+        SSE one each event until the server has taken the next (`history_service.durable.reading`)."""
         service = self.service
         if request.query_params.get("live") in ("long-poll", "sse"):
             if service.followers >= self.settings.follower_cap:
@@ -113,15 +115,20 @@ class Durable:
             except BaseException:
                 release()
                 raise
-            if not isinstance(response, StreamingResponse):
-                release()
-            return response
+            if isinstance(response, StreamingResponse):
+                return response
+            release()
+            return await self._sent(response)
         held = await service.reading.hold(self.settings.ds_read_bytes)
         try:
             response = await read(request, view, self.reading, headers)
         finally:
             held.release()
-        sending = await service.sending.hold(len(response.body))
+        return await self._sent(response)
+
+    async def _sent(self, response: Response) -> Response:
+        """The answer, its body held on the budget of bytes in flight until the server has sent it."""
+        sending = await self.service.inflight.to_send(len(response.body))
         response.background = BackgroundTask(sending.release)
         return response
 
@@ -150,7 +157,7 @@ def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
         headers["Producer-Received-Seq"] = str(exc.received)
     elif isinstance(exc, StreamClosedError):
         headers["Stream-Closed"] = "true"
-        headers[NEXT] = stream_offset(exc.tail)
+        headers[NEXT] = stream_offset(exc.tail, exc.life)
     return PlainTextResponse(str(exc), status, headers)
 
 

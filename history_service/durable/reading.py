@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from typing import Final, Literal, Protocol
 
 from msgspec import Struct
@@ -18,7 +19,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from codec import json_array, sse_control, sse_data, sse_payload
+from history_service.budget import ByteBudget, Hold
 from history_service.durable.live import SharedReads, Waker, response_cursor
+from history_service.errors import Overloaded
 from persistence import Chunk, StoreError, StreamRequestError
 
 __all__ = ["Reading", "Snapshot", "View", "read"]
@@ -66,6 +69,8 @@ class Reading(Struct, frozen=True, kw_only=True):
     long_poll: float
     budget: int
     stopping: object  # an anyio.Event-like with ``is_set()``
+    # The budget of bytes in flight an SSE reader's buffered events are held on (docs/protocol.md §4.6).
+    sending: ByteBudget
 
 
 async def _snapshot(view: View, reading: Reading, after: int | None) -> Snapshot:
@@ -115,7 +120,9 @@ async def read(
     snapshot = await _snapshot(view, reading, after)
     if live == "sse":
         assert ticket is not None
-        return _sse(view, reading, snapshot, after, cursor, headers, ticket, release)
+        # The first read's events are held before the answer starts: past the budget, it is a 503.
+        opening = await reading.sending.hold(_sse_size(view, snapshot))
+        return _sse(view, reading, snapshot, after, cursor, headers, ticket, release, opening)
     if after is None:
         after = snapshot.tail
         if live is None:
@@ -164,6 +171,12 @@ def _security(headers: dict[str, str]) -> dict[str, str]:
     }
 
 
+def _sse_size(view: View, snapshot: Snapshot) -> int:
+    """About the bytes of a read's events: its data, a third more in base64."""
+    size = sum(len(chunk.data) for chunk in snapshot.chunks)
+    return size * 4 // 3 if view.mode == "base64" else size
+
+
 def _sse(
     view: View,
     reading: Reading,
@@ -173,6 +186,7 @@ def _sse(
     headers: dict[str, str],
     ticket: asyncio.Event,
     release: Callable[[], None] | None,
+    opening: Hold,
 ) -> Response:
     if view.mode == "base64":
         headers["Stream-SSE-Data-Encoding"] = "base64"
@@ -180,22 +194,61 @@ def _sse(
     headers["Content-Type"] = "text/event-stream"
     start = first.tail if after is None else after
     events = _events(view, reading, start, cursor, first if after is not None else None, ticket)
-    return _EventStream(events, headers, release)
+    return _EventStream(_held(events, reading.sending, opening), headers, release, opening)
+
+
+async def _held(events: AsyncGenerator[bytes, None], budget: ByteBudget, opening: Hold) -> AsyncIterator[bytes]:
+    """The events, each held on the budget of bytes in flight while the server may still buffer it.
+
+    The server takes an event once the socket has drained the one before it, so an event's
+    hold is given back when the next one has been taken. A reader that does not read keeps
+    its last events held; a new event that does not fit within the budget's wait ends the
+    response, and the reader resumes from the last offset it was given. ``opening`` was
+    taken before the answer began (a 503 then), and is the first event's.
+    """
+    held: Hold | None = None
+    spare: Hold | None = opening
+    try:
+        async with aclosing(events):
+            async for event in events:
+                hold = spare
+                spare = None
+                if hold is None:
+                    try:
+                        hold = await budget.hold(len(event))
+                    except Overloaded:
+                        return
+                hold.resize(len(event))
+                yield event
+                if held is not None:
+                    held.release()
+                held = hold
+    finally:
+        for hold in (held, spare):
+            if hold is not None:
+                hold.release()
 
 
 class _EventStream(StreamingResponse):
-    """An SSE answer that calls ``release`` once it is over, however it ends: even unstarted, on a disconnect."""
+    """An SSE answer that calls ``release`` and gives back ``opening`` once it is over, however it ends:
+    even unstarted, on a disconnect."""
 
     def __init__(
-        self, events: AsyncIterator[bytes], headers: dict[str, str], release: Callable[[], None] | None
+        self,
+        events: AsyncIterator[bytes],
+        headers: dict[str, str],
+        release: Callable[[], None] | None,
+        opening: Hold,
     ) -> None:
         super().__init__(events, 200, headers)
         self._release = release
+        self._opening = opening
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
+            self._opening.release()
             if self._release is not None:
                 self._release()
 
@@ -207,7 +260,7 @@ async def _events(
     cursor: str | None,
     first: Snapshot | None,
     ticket: asyncio.Event,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Each chunk as a data event followed by its control event; a control event on catching up and as keep-alive.
 
     Every read is made after the ticket its wait will use was taken, so no write is missed

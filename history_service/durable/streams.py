@@ -22,6 +22,7 @@ from persistence import (
     AppendRequest,
     CreateRequest,
     ProducerClaim,
+    StreamGoneError,
     StreamMeta,
     StreamRequestError,
     StreamStore,
@@ -37,13 +38,12 @@ _MEDIA_TYPE: Final = re.compile(r"^[\w.+-]+/[\w.+-]+")
 MAX_TTL_S: Final = MAX_TTL_MS // 1000
 
 
-def _position(text: str) -> int:
+def _position(text: str) -> tuple[int, int]:
+    """``(life, position)`` of an offset (docs/protocol.md §13.3)."""
     parsed = parse_stream_offset(text)
     if parsed is None:
         raise StreamRequestError(f"not an offset: {text[:40]!r}")
-    epoch, position = parsed
-    # Offsets of a generic stream are all in epoch 0; a later epoch lies past any of them.
-    return position if epoch == 0 else 2**62
+    return parsed
 
 
 class StreamView:
@@ -55,19 +55,24 @@ class StreamView:
         self._store = store
         self._owner = owner
         self._ttl = meta.ttl_seconds is not None
+        self._meta = meta
+        self._life = meta.life
         mode = media_type(meta.content_type)
         self.mode: Literal["json", "text", "base64"] = (
             "json" if mode == "application/json" else "text" if mode.startswith("text/") else "base64"
         )
 
     def offset(self, position: int) -> str:
-        return stream_offset(position)
+        return stream_offset(position, self._life)
 
     def position(self, offset: str) -> int:
-        return _position(offset)
+        life, position = _position(offset)
+        if not self._meta.owns(life, position):
+            raise StreamGoneError("the offset is of an earlier life of this stream, which was deleted")
+        return position
 
     async def read(self, after: int | None, budget: int) -> Snapshot:
-        result = await self._store.read(self.name, self._owner, after if after is not None else 2**62, budget)
+        result = await self._store.read(self.name, self._owner, after, budget, self._life)
         meta = result.meta
         return Snapshot(
             content_type=meta.content_type,
@@ -157,10 +162,11 @@ async def create(
         content_type = None
     ttl, expires_at, expires_ms = _expiry(request)
     fork_at: int | None = None
+    fork_life: int | None = None
     if (fork_offset := _one(request, "stream-fork-offset")) is not None:
         if forked_from is None:
             raise StreamRequestError("Stream-Fork-Offset needs Stream-Forked-From")
-        fork_at = _position(fork_offset)
+        fork_life, fork_at = _position(fork_offset)
     fork_sub = 0
     if (sub := _one(request, "stream-fork-sub-offset")) is not None:
         if forked_from is None:
@@ -178,11 +184,12 @@ async def create(
             closed=_closing(request),
             forked_from=forked_from,
             fork_at=fork_at,
+            fork_life=fork_life,
             fork_sub=fork_sub,
             max_values=max_values,
         )
     )
-    headers = {"Content-Type": meta.content_type, NEXT: stream_offset(meta.tail)}
+    headers = {"Content-Type": meta.content_type, NEXT: stream_offset(meta.tail, meta.life)}
     if created:
         # The name may hold any character; a header holds Latin-1 only: the path goes percent-encoded.
         url = request.url
@@ -232,7 +239,7 @@ async def append(
             max_values=max_values,
         )
     )
-    headers = {NEXT: stream_offset(outcome.tail)}
+    headers = {NEXT: stream_offset(outcome.tail, outcome.life)}
     if outcome.closed and (close or outcome.status == "duplicate"):
         headers[CLOSED] = "true"
     if claim is not None:
@@ -244,7 +251,11 @@ async def append(
 
 async def head(store: StreamStore, name: str, owner: str) -> Response:
     meta = await store.head(name, owner)
-    headers = {NEXT: stream_offset(meta.tail), "Cache-Control": "no-store", "Content-Type": meta.content_type}
+    headers = {
+        NEXT: stream_offset(meta.tail, meta.life),
+        "Cache-Control": "no-store",
+        "Content-Type": meta.content_type,
+    }
     if meta.closed:
         headers[CLOSED] = "true"
     if meta.ttl_seconds is not None:

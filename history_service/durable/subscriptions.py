@@ -97,16 +97,16 @@ def _matches(glob: list[str], name: str) -> bool:
     return reach[-1]
 
 
-def _offset(position: int) -> str:
-    return "-1" if position == _BEFORE_FIRST else stream_offset(position)
+def _offset(position: int, life: int) -> str:
+    return "-1" if position == _BEFORE_FIRST else stream_offset(position, life)
 
 
-def _info(name: str, link: _Link, tail: int | None = None) -> StreamInfo:
-    """The stream as a subscription shows it; with its ``tail``, as a wake does."""
-    kind, acked = "explicit" if link.explicit else "glob", _offset(link.acked)
+def _info(name: str, link: _Link, life: int, tail: int | None = None) -> StreamInfo:
+    """The stream as a subscription shows it, offsets in its ``life``; with its ``tail``, as a wake does."""
+    kind, acked = "explicit" if link.explicit else "glob", _offset(link.acked, life)
     if tail is None:
         return StreamInfo(name, kind, acked)
-    return StreamInfo(name, kind, acked, tail_offset=stream_offset(tail), has_pending=tail > link.acked)
+    return StreamInfo(name, kind, acked, tail_offset=stream_offset(tail, life), has_pending=tail > link.acked)
 
 
 def _not_allowed(allowed: str, headers: dict[str, str]) -> Response:
@@ -152,7 +152,7 @@ class _Subscription:
                 return name
         return None
 
-    def view(self, signer: webhooks.Signer) -> webhooks.View:
+    def view(self, signer: webhooks.Signer, lives: dict[tuple[str, str], int]) -> webhooks.View:
         hook = None
         if self.config.webhook is not None:
             signing = webhooks.Signing(alg="ed25519", kid=signer.kid, jwks_url=f"{self.base}/v1/stream/__ds/jwks.json")
@@ -161,7 +161,7 @@ class _Subscription:
             id=self.id,
             subscription_id=self.id,
             type=self.config.type,
-            streams=[_info(name, link) for name, link in self.links.items()],
+            streams=[_info(name, link, lives.get((self.owner, name), 0)) for name, link in self.links.items()],
             lease_ttl_ms=self.config.lease_ttl_ms,
             created_at=self.created_at,
             status=self.status,
@@ -184,6 +184,8 @@ class Subscriptions:
         self._count = 0
         # The subscriptions a write has touched since the background work last looked, and the stream that did.
         self._touched: dict[tuple[str, str], str] = {}
+        # The life of each stream whose tail was last read (owner, name): the epoch of its offsets.
+        self._lives: dict[tuple[str, str], int] = {}
         self._kick = anyio.Event()
         self._deliveries = webhooks.Deliveries[_Job]()
         self._closing = False
@@ -223,6 +225,7 @@ class Subscriptions:
 
     def on_delete(self, name: str, owner: str) -> None:
         """The stream ``name`` was deleted."""
+        self._lives.pop((owner, name), None)
         for sub in self._owners.get(owner, {}).values():
             sub.links.pop(name, None)
 
@@ -259,7 +262,7 @@ class Subscriptions:
             if method == "PUT":
                 return await self._create(request, owner, sub_id, headers)
             if method == "GET":
-                return answer(self._found(owner, sub_id).view(self._signer), 200, headers)
+                return answer(self._found(owner, sub_id).view(self._signer, self._lives), 200, headers)
             if method == "DELETE":
                 self._remove(owner, sub_id)
                 return Response(None, 204, headers)
@@ -321,12 +324,12 @@ class Subscriptions:
         base = str(request.base_url.replace(path=request.scope.get("root_path", ""))).rstrip("/")
         sub = self._owners.setdefault(owner, {})[sub_id] = _Subscription(sub_id, owner, config, base, links)
         self._count += 1
-        return answer(sub.view(self._signer), 201, headers)
+        return answer(sub.view(self._signer, self._lives), 201, headers)
 
     def _confirm(self, existing: _Subscription, config: Config, headers: dict[str, str]) -> Response:
         if existing.config != config:
             raise Refusal(409, "SUBSCRIPTION_ALREADY_EXISTS", "Subscription already exists with another configuration")
-        return answer(existing.view(self._signer), 200, headers)
+        return answer(existing.view(self._signer, self._lives), 200, headers)
 
     async def _link(self, request: Request, owner: str, sub_id: str) -> None:
         given = (await webhooks.read(request, webhooks.STREAMS, self._limit)).streams
@@ -372,7 +375,11 @@ class Subscriptions:
             sub.holder = worker
             sub.token = token = self._signer.token(sub.subject, sub.generation)
             self._lease(sub)
-            streams = [_info(name, link, tails[name]) for name, link in sub.links.items() if name in tails]
+            streams = [
+                _info(name, link, self._lives.get((owner, name), 0), tails[name])
+                for name, link in sub.links.items()
+                if name in tails
+            ]
             claimed = webhooks.Claimed(
                 wake_id=wake_id,
                 generation=sub.generation,
@@ -434,11 +441,12 @@ class Subscriptions:
             if not name or link is None:
                 raise Refusal(409, "INVALID_OFFSET", "Ack references an unknown subscription stream")
             parsed = parse_stream_offset(ack.offset)
-            if parsed is None or parsed[0] != 0:
+            tail = await self._tail(name, sub.owner)
+            if parsed is None or parsed[0] != self._lives.get((sub.owner, name), 0):
                 raise Refusal(409, "INVALID_OFFSET", "Ack offset is not an offset of the stream (nor may it be -1)")
             if parsed[1] < link.acked:
                 raise Refusal(409, "INVALID_OFFSET", "Ack offset regresses the committed cursor")
-            if parsed[1] > await self._tail(name, sub.owner):
+            if parsed[1] > tail:
                 raise Refusal(409, "INVALID_OFFSET", "Ack offset is beyond stream tail")
             checked[name] = parsed[1]
         for name, position in checked.items():
@@ -449,9 +457,12 @@ class Subscriptions:
         if self._streams is None:
             return 0
         try:
-            return (await self._streams.head(name, owner)).tail
+            meta = await self._streams.head(name, owner)
         except (StreamNotFoundError, StreamGoneError):
+            self._lives.pop((owner, name), None)
             return 0
+        self._lives[(owner, name)] = meta.life
+        return meta.tail
 
     async def _tails(self, sub: _Subscription) -> dict[str, int]:
         return {name: await self._tail(name, sub.owner) for name in list(sub.links)}
@@ -551,7 +562,9 @@ class Subscriptions:
         if sub is None or not wanted() or sub.config.webhook is None or sub.wake_id is None or sub.token is None:
             return
         streams = [
-            _info(name, link, tail) for name, tail in sub.snapshot.items() if (link := sub.links.get(name)) is not None
+            _info(name, link, self._lives.get((sub.owner, name), 0), tail)
+            for name, tail in sub.snapshot.items()
+            if (link := sub.links.get(name)) is not None
         ]
         body = webhooks.notification(sub.id, sub.wake_id, sub.generation, streams, sub.url("callback"), sub.token)
         done = await webhooks.deliver(http, sub.config.webhook, body, self._signer, wanted=wanted)

@@ -16,7 +16,7 @@ import msgspec
 import sqlalchemy as sa
 
 from persistence.base import now_ms
-from persistence.errors import StoreError
+from persistence.errors import StoreError, StreamGoneError
 from persistence.sql.prepared import Prepared
 from persistence.sql.schema import ds_chunks_table, ds_producers_table, ds_streams_table
 from persistence.streams import rules
@@ -69,14 +69,22 @@ class _Statements:
             .values(state=b("state"))
         )
         self.add = prepared(sa.insert(ds_chunks_table))
-        chunks = sa.select(c.end_pos, c.data).where(c.name == b("name"), c.end_pos > b("after"))
-        self.chunks = prepared(chunks.order_by(c.end_pos).limit(b("limit")))
-        self.chunks_through = prepared(chunks.where(c.end_pos <= b("through")).order_by(c.end_pos).limit(b("limit")))
+        self.ends_at = prepared(sa.select(c.end_pos).where(c.name == b("name"), c.end_pos == b("at")))
+        # A read first learns its chunks' sizes, then fetches only the data of those within its budget.
+        sizes = sa.select(c.end_pos, sa.func.length(c.data)).where(c.name == b("name"), c.end_pos > b("after"))
+        self.sizes = prepared(sizes.where(c.end_pos <= b("through")).order_by(c.end_pos).limit(b("limit")))
+        self.chunks = prepared(
+            sa.select(c.end_pos, c.data)
+            .where(c.name == b("name"), c.end_pos > b("after"), c.end_pos <= b("through"))
+            .order_by(c.end_pos)
+        )
         self.expired = prepared(sa.select(s.name).where(s.deadline <= b("now")).order_by(s.deadline).limit(b("limit")))
 
 
-# Chunks fetched per round trip of a read: a budget's worth of small appends takes a few.
+# Chunk sizes learned per round trip of a read: a budget's worth of small appends takes a few.
 _BATCH: Final = 256
+# Past any position: the bound of a read not capped by a tail.
+_END: Final = 2**62
 
 
 class _Tx:
@@ -121,24 +129,32 @@ class _Tx:
     def add(self, name: str, chunk: Chunk) -> None:
         self._sql.add.run(self._cursor, name=name, end_pos=chunk.end, data=chunk.data)
 
+    def ends_at(self, name: str, position: int) -> bool:
+        return self._sql.ends_at.run(self._cursor, name=name, at=position).fetchone() is not None
+
     def chunks(self, name: str, after: int, through: int | None, budget: int) -> list[Chunk]:
-        found: list[Chunk] = []
-        size = 0
-        while size < budget:
-            if through is None:
-                rows = self._sql.chunks.run(self._cursor, name=name, after=after, limit=_BATCH).fetchall()
-            else:
-                rows = self._sql.chunks_through.run(
-                    self._cursor, name=name, after=after, through=through, limit=_BATCH
-                ).fetchall()
-            for end, data in rows:
-                if size >= budget:
+        ends: list[int] = []
+        size, last, full = 0, after, False
+        while not full:
+            rows = self._sql.sizes.run(
+                self._cursor, name=name, after=last, through=_END if through is None else through, limit=_BATCH
+            ).fetchall()
+            for end, length in rows:
+                if ends and size + length > budget:
+                    full = True
                     break
-                found.append(Chunk(end, bytes(data)))
-                size += len(data)
+                ends.append(end)
+                size += length
             if len(rows) < _BATCH:
                 break
-            after = found[-1].end
+            last = ends[-1]
+        if not ends:
+            return []
+        rows = self._sql.chunks.run(self._cursor, name=name, after=after, through=ends[-1]).fetchall()
+        found = [Chunk(end, bytes(data)) for end, data in rows]
+        if [chunk.end for chunk in found] != ends:
+            # Deleted, and perhaps made again, between the two statements (each its own snapshot on PostgreSQL).
+            raise StreamGoneError("the stream changed while it was read")
         return found
 
 
@@ -158,12 +174,15 @@ class SqlStreams(StreamStore):
 
         return await self._store._writer.run(unit, _KEY + name)
 
-    async def _read(self, work: Callable[[_Tx, int], T]) -> T:
+    async def _read(self, work: Callable[[_Tx, int], T], *, data: bool = False) -> T:
         sql = self._sql
 
         def reading(cursor: Any) -> T:
             return work(_Tx(sql, cursor, lock=False), now_ms())
 
+        if data:
+            # A read of chunks may take a budget's worth (a megabyte or more): never on the event loop.
+            return await self._store._in_thread(reading)
         # The store's own read path, as a page's: PostgreSQL's kept async readers (which readiness
         # checks), SQLite's reader on the loop unless a writer holds the lock.
         return await self._store._dialect.read(self._store, reading)
@@ -187,8 +206,12 @@ class SqlStreams(StreamStore):
     async def head(self, name: str, owner: str) -> StreamMeta:
         return await self._read(lambda tx, now: rules.live(tx, name, owner, now))
 
-    async def read(self, name: str, owner: str, after: int, budget: int) -> ReadResult:
-        return ReadResult(*await self._read(lambda tx, now: rules.read(tx, name, owner, after, budget, now)))
+    async def read(self, name: str, owner: str, after: int | None, budget: int, life: int | None = None) -> ReadResult:
+        return ReadResult(
+            *await self._read(
+                lambda tx, now: rules.read(tx, name, owner, after, budget, now, life), data=after is not None
+            )
+        )
 
     async def touch(self, name: str) -> None:
         await self._write(name, lambda tx, now: rules.touch(tx, name, now), notify=False)

@@ -41,7 +41,11 @@ class StreamStore(ABC):
         """The stream's metadata; `StreamNotFoundError` or `StreamGoneError`."""
 
     @abstractmethod
-    async def read(self, name: str, owner: str, after: int, budget: int) -> ReadResult: ...
+    async def read(self, name: str, owner: str, after: int | None, budget: int, life: int | None = None) -> ReadResult:
+        """The chunks past ``after`` within ``budget`` bytes (``None``: none, only the state); `rules.read` says more.
+
+        ``life`` is the epoch of the offset ``after`` came from: another life's is `StreamGoneError`.
+        """
 
     @abstractmethod
     async def touch(self, name: str) -> None: ...

@@ -40,12 +40,18 @@ class _Tx:
         self._store.chunks.setdefault(name, []).append(chunk)
         self._store.ends.setdefault(name, []).append(chunk.end)
 
+    def ends_at(self, name: str, position: int) -> bool:
+        ends = self._store.ends.get(name, [])
+        at = bisect.bisect_left(ends, position)
+        return at < len(ends) and ends[at] == position
+
     def chunks(self, name: str, after: int, through: int | None, budget: int) -> list[Chunk]:
         chunks, ends = self._store.chunks.get(name, []), self._store.ends.get(name, [])
         found: list[Chunk] = []
         size = 0
-        for chunk in chunks[bisect.bisect_right(ends, after) :]:
-            if (through is not None and chunk.end > through) or size >= budget:
+        for index in range(bisect.bisect_right(ends, after), len(chunks)):
+            chunk = chunks[index]
+            if (through is not None and chunk.end > through) or (found and size + len(chunk.data) > budget):
                 break
             found.append(chunk)
             size += len(chunk.data)
@@ -72,8 +78,8 @@ class MemoryStreams(StreamStore):
     async def head(self, name: str, owner: str) -> StreamMeta:
         return rules.live(self._tx, name, owner, now_ms())
 
-    async def read(self, name: str, owner: str, after: int, budget: int) -> ReadResult:
-        return ReadResult(*rules.read(self._tx, name, owner, after, budget, now_ms()))
+    async def read(self, name: str, owner: str, after: int | None, budget: int, life: int | None = None) -> ReadResult:
+        return ReadResult(*rules.read(self._tx, name, owner, after, budget, now_ms(), life))
 
     async def touch(self, name: str) -> None:
         rules.touch(self._tx, name, now_ms())

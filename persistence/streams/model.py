@@ -26,7 +26,7 @@ class ProducerClaim(Struct, frozen=True, array_like=True):
 
 
 class StreamMeta(Struct, frozen=True, kw_only=True):
-    """One stream's state. ``tail`` is the byte position after its last chunk.
+    """One stream's state. ``tail`` is the byte position after its last chunk, ``life`` its offsets' epoch.
 
     A fork reads its source's chunks up to ``fork_at``, then its own; ``depth`` is how many
     forks lie between it and a stream that is none. ``refs`` counts the
@@ -52,6 +52,21 @@ class StreamMeta(Struct, frozen=True, kw_only=True):
     fork_sub: int = 0
     refs: int = 0
     gone: bool = False
+    # The epoch of the stream's offsets: drawn at its creation, so no offset of an earlier life of the name is
+    # one of this life's (0: a stream stored before lives were drawn).
+    life: int = 0
+    # A fork's sources' lives, nearest first, each with the last position of the fork its offsets may name.
+    source_lives: tuple[tuple[int, int], ...] = ()
+
+    def owns(self, life: int, position: int) -> bool:
+        """Whether an offset ``<life>_<position>`` is one of this stream's (its place is checked apart).
+
+        An offset of this life is; so is the zero offset, the start of any stream; and so is an
+        offset a source gave, up to where the fork left it.
+        """
+        if life == self.life or (life == 0 and position == 0):
+            return True
+        return any(life == source and position <= through for source, through in self.source_lives)
 
     @property
     def json(self) -> bool:
@@ -82,6 +97,8 @@ class CreateRequest(Struct, frozen=True, kw_only=True):
     forked_from: str | None = None
     depth: int = 0
     fork_at: int | None = None
+    # The life ``Stream-Fork-Offset`` named: an offset of another life of the source is refused.
+    fork_life: int | None = None
     fork_sub: int = 0
     # The most JSON values the body may hold, if the stream is JSON (`codec.values_within`); None: no bound.
     max_values: int | None = None
@@ -111,6 +128,7 @@ class AppendOutcome(Struct, frozen=True, kw_only=True):
     tail: int
     closed: bool
     producer_seq: int | None = None
+    life: int = 0
 
 
 def media_type(content_type: str | None) -> str:

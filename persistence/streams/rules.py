@@ -8,11 +8,12 @@ the fork.
 
 from __future__ import annotations
 
+import secrets
 from typing import Final, Protocol
 
 import msgspec
 
-from codec import InvalidJsonError, fragment_values, json_fragment, values_within
+from codec import MAX_LIFE, PIECE_BYTES, InvalidJsonError, fragment_values, json_pieces, pieces, values_within
 from persistence.errors import (
     ProducerFencedError,
     ProducerGapError,
@@ -22,6 +23,7 @@ from persistence.errors import (
     StreamGoneError,
     StreamNotFoundError,
     StreamRequestError,
+    StreamValueTooLargeError,
 )
 from persistence.streams.model import (
     AppendOutcome,
@@ -73,10 +75,14 @@ class Tx(Protocol):
 
     def add(self, name: str, chunk: Chunk) -> None: ...
 
+    def ends_at(self, name: str, position: int) -> bool:
+        """Whether one of the stream's own chunks ends at ``position``."""
+
     def chunks(self, name: str, after: int, through: int | None, budget: int) -> list[Chunk]:
         """The stream's own chunks ending past ``after`` (and at or before ``through``), in order.
 
-        It stops once they hold ``budget`` bytes or more; it returns at least one when any is there.
+        It stops before the chunk that would take them past ``budget`` bytes; it returns at
+        least one when any is there. A chunk is one stored piece of an append.
         """
 
 
@@ -115,21 +121,18 @@ def create(tx: Tx, request: CreateRequest, now: int) -> tuple[StreamMeta, bool]:
         expires_at=request.expires_at,
         expires_ms=request.expires_ms,
         closed=request.closed,
+        life=secrets.randbelow(MAX_LIFE) + 1,
     )
     source, prefix = None, b""
     if request.forked_from is not None:
         meta, source, prefix = _fork(tx, meta, request, now)
     # Checked before anything is written: a refused body leaves no trace, on a store without rollback too.
-    data = b""
-    if request.body:
-        data = _fragment(request.body, request.max_values, allow_empty=True) if meta.json else request.body
+    stored = _pieces(meta, request.body, request.max_values, allow_empty=True) if request.body else []
     if source is not None:
         tx.save(msgspec.structs.replace(source, refs=source.refs + 1))
     if prefix:
         tx.add(meta.name, Chunk(meta.tail, prefix))
-    if data:
-        tx.add(meta.name, Chunk(meta.tail + len(data), data))
-        meta = msgspec.structs.replace(meta, tail=meta.tail + len(data))
+    meta = msgspec.structs.replace(meta, tail=_add(tx, meta.name, meta.tail, stored))
     tx.save(meta)
     return meta, True
 
@@ -163,6 +166,8 @@ def _fork(tx: Tx, meta: StreamMeta, request: CreateRequest, now: int) -> tuple[S
     if source.depth >= MAX_FORK_DEPTH:
         raise StreamRequestError(f"a fork chain is at most {MAX_FORK_DEPTH} forks deep")
     at = source.tail if request.fork_at is None else request.fork_at
+    if request.fork_life is not None and not source.owns(request.fork_life, at):
+        raise StreamRequestError("the fork offset is not an offset of the source: it is of another life of its name")
     if not 0 <= at <= source.tail:
         raise StreamRequestError("the fork offset is beyond the source's tail")
     if at not in (0, source.tail, source.fork_at) and not _boundary(tx, source, at):
@@ -182,13 +187,23 @@ def _fork(tx: Tx, meta: StreamMeta, request: CreateRequest, now: int) -> tuple[S
         fork_at=at,
         fork_sub=request.fork_sub,
         tail=at,
+        source_lives=((source.life, at), *((life, min(through, at)) for life, through in source.source_lives)),
     )
     return msgspec.structs.replace(meta, tail=at + len(prefix)), source, prefix
 
 
-def _boundary(tx: Tx, source: StreamMeta, at: int) -> bool:
-    """Whether one of the chunks a read of ``source`` sees ends exactly at ``at``."""
-    return any(chunk.end == at for chunk in collect(tx, source, at - 1, 1, at)[0])
+def _boundary(tx: Tx, meta: StreamMeta, at: int) -> bool:
+    """Whether one of the chunks a read of ``meta`` sees ends exactly at ``at`` (through its sources)."""
+    for _ in range(MAX_FORK_DEPTH + 1):
+        if meta.forked_from is None or meta.fork_at is None or at > meta.fork_at:
+            return tx.ends_at(meta.name, at)
+        if at == meta.fork_at:
+            return True
+        source = tx.meta(meta.forked_from)
+        if source is None:
+            return False
+        meta = source
+    return False
 
 
 def _sub_prefix(tx: Tx, source: StreamMeta, at: int, sub: int) -> bytes:
@@ -215,26 +230,28 @@ def append(tx: Tx, request: AppendRequest, now: int) -> AppendOutcome:
     claim = request.producer
     if meta.closed:
         if claim is not None and meta.closed_by == claim:
-            return AppendOutcome(status="duplicate", tail=meta.tail, closed=True, producer_seq=claim.seq)
+            return AppendOutcome(
+                status="duplicate", tail=meta.tail, closed=True, producer_seq=claim.seq, life=meta.life
+            )
         if not request.body and claim is None:
-            return AppendOutcome(status="appended", tail=meta.tail, closed=True)
-        raise StreamClosedError(f"stream {meta.name!r} is closed", tail=meta.tail)
+            return AppendOutcome(status="appended", tail=meta.tail, closed=True, life=meta.life)
+        raise StreamClosedError(f"stream {meta.name!r} is closed", tail=meta.tail, life=meta.life)
     if request.body and request.content_type and media_type(request.content_type) != media_type(meta.content_type):
         raise StreamConflictError(f"the stream's content type is {meta.content_type}")
     admitted: Producer | None = None
     if claim is not None:
         verdict = _admit(tx, meta.name, claim, now)
         if isinstance(verdict, int):
-            return AppendOutcome(status="duplicate", tail=meta.tail, closed=meta.closed, producer_seq=verdict)
+            return AppendOutcome(
+                status="duplicate", tail=meta.tail, closed=meta.closed, producer_seq=verdict, life=meta.life
+            )
         admitted = verdict
     if request.body and request.stream_seq is not None:
         if meta.stream_seq is not None and request.stream_seq <= meta.stream_seq:
             raise StreamConflictError(f"Stream-Seq {request.stream_seq!r} does not follow {meta.stream_seq!r}")
     tail = meta.tail
     if request.body:
-        data = _fragment(request.body, request.max_values) if meta.json else request.body
-        tail += len(data)
-        tx.add(meta.name, Chunk(tail, data))
+        tail = _add(tx, meta.name, tail, _pieces(meta, request.body, request.max_values))
     if claim is not None and admitted is not None:
         tx.save_producer(meta.name, claim.id, admitted)
     meta = msgspec.structs.replace(
@@ -247,18 +264,37 @@ def append(tx: Tx, request: AppendRequest, now: int) -> AppendOutcome:
     )
     tx.save(meta)
     return AppendOutcome(
-        status="appended", tail=tail, closed=meta.closed, producer_seq=None if claim is None else claim.seq
+        status="appended",
+        tail=tail,
+        closed=meta.closed,
+        producer_seq=None if claim is None else claim.seq,
+        life=meta.life,
     )
 
 
-def _fragment(body: bytes, max_values: int | None, *, allow_empty: bool = False) -> bytes:
+def _pieces(meta: StreamMeta, body: bytes, max_values: int | None, *, allow_empty: bool = False) -> list[bytes]:
+    """An append's body as it is stored: its pieces (`codec.pieces`), a JSON stream's as fragments of whole values."""
+    if not meta.json:
+        return pieces(body, PIECE_BYTES, text=media_type(meta.content_type).startswith("text/"))
     # Counted from the bytes before they are decoded, as every JSON body of the API is (docs/protocol.md §11.3).
     if max_values is not None and not values_within(body, max_values):
         raise StreamBodyTooLargeError(f"the body holds more than {max_values} JSON values")
     try:
-        return json_fragment(body, allow_empty=allow_empty)
+        found = json_pieces(body, PIECE_BYTES, allow_empty=allow_empty)
     except InvalidJsonError as exc:
         raise StreamRequestError(str(exc)) from exc
+    if any(len(piece) > PIECE_BYTES for piece in found):
+        raise StreamValueTooLargeError(f"a value of a JSON stream is at most {PIECE_BYTES - 1} bytes")
+    return found
+
+
+def _add(tx: Tx, name: str, tail: int, stored: list[bytes]) -> int:
+    """Store the pieces after ``tail``, each a chunk; the new tail."""
+    for piece in stored:
+        if piece:
+            tail += len(piece)
+            tx.add(name, Chunk(tail, piece))
+    return tail
 
 
 def _admit(tx: Tx, name: str, claim: ProducerClaim, now: int) -> Producer | int:
@@ -324,9 +360,22 @@ def touch(tx: Tx, name: str, now: int) -> None:
         tx.save(msgspec.structs.replace(meta, accessed_ms=now))
 
 
-def read(tx: Tx, name: str, owner: str, after: int, budget: int, now: int) -> tuple[StreamMeta, list[Chunk], bool]:
-    """The stream, its chunks past ``after`` up to about ``budget`` bytes, and whether they reach its tail."""
+def read(
+    tx: Tx, name: str, owner: str, after: int | None, budget: int, now: int, life: int | None = None
+) -> tuple[StreamMeta, list[Chunk], bool]:
+    """The stream, its chunks past ``after`` within ``budget`` bytes (at least one), and whether they reach its tail.
+
+    ``after`` is an offset's position in the stream's ``life``: `StreamGoneError` for another
+    life, `StreamRequestError` unless it lies between two pieces (or at the start or tail).
+    ``None`` reads only the stream's state.
+    """
     meta = live(tx, name, owner, now)
+    if life is not None and life != meta.life:
+        raise StreamGoneError(f"the offset is of an earlier life of stream {name!r}, which was deleted")
+    if after is None:
+        return meta, [], True
+    if after not in (0, meta.tail, meta.fork_at) and not (0 < after < meta.tail and _boundary(tx, meta, after)):
+        raise StreamRequestError("not an offset of the stream: an offset lies between two of its pieces")
     # Capped at the tail just read: on a reader that sees each statement's own snapshot (PostgreSQL
     # autocommit), an append between the two reads must not land past the offset answered.
     chunks, complete = collect(tx, meta, after, budget, meta.tail)
@@ -344,12 +393,13 @@ def collect(tx: Tx, meta: StreamMeta, after: int, budget: int, cap: int | None =
             if not complete:
                 return found, False
             budget -= sum(len(chunk.data) for chunk in found)
-            if budget <= 0 and (cap is None or meta.fork_at < cap):
-                return found, False
         after = max(after, meta.fork_at)
+    end = meta.tail if cap is None else min(cap, meta.tail)
+    if after >= end:
+        return found, True
     own = tx.chunks(meta.name, after, cap, max(budget, 1))
+    if found and own and len(own[0].data) > budget:
+        # The source's part filled the budget: the first own piece goes to the next read.
+        return found, False
     found += own
-    if own and sum(len(chunk.data) for chunk in own) >= budget:
-        end = meta.tail if cap is None else min(cap, meta.tail)
-        return found, own[-1].end >= end
-    return found, True
+    return found, not own or own[-1].end >= end

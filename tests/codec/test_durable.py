@@ -17,7 +17,9 @@ from codec import (
     fragment_values,
     json_array,
     json_fragment,
+    json_pieces,
     parse_stream_offset,
+    pieces,
     sse_control,
     sse_data,
     sse_payload,
@@ -244,3 +246,37 @@ def test_a_payload_is_the_array_in_json_mode_base64_for_bytes_and_as_is_for_text
 
 def test_a_payload_line_that_starts_with_a_space_keeps_it() -> None:
     assert parse_sse(sse_data(b" indented\n  twice")) == [(b"data", b" indented\n  twice")]
+
+
+# Pieces: how an append is stored, and where a read may end inside it.
+
+
+@given(st.binary(max_size=200), st.integers(1, 40))
+def test_bytes_are_cut_into_pieces_of_at_most_the_size_that_join_back(data: bytes, most: int) -> None:
+    found = pieces(data, most)
+    assert b"".join(found) == data
+    assert all(len(piece) == most for piece in found[:-1]) and len(found[-1]) <= most
+
+
+@given(st.text(max_size=200), st.integers(4, 40))
+def test_text_is_cut_only_between_characters(text: str, most: int) -> None:
+    found = pieces(text.encode(), most, text=True)
+    assert "".join(piece.decode() for piece in found) == text  # each piece decodes alone
+    assert all(0 < len(piece) <= most for piece in found if text)
+
+
+def test_bytes_that_are_not_utf8_are_cut_where_they_fall() -> None:
+    assert pieces(b"\x80" * 10, 4, text=True) == [b"\x80" * 4, b"\x80" * 4, b"\x80" * 2]
+
+
+@given(st.lists(json_values(), max_size=12), st.integers(2, 60))
+def test_json_is_cut_between_values_into_its_fragment(values: list[Any], most: int) -> None:
+    body = msgspec.json.encode(values)
+    if not values:
+        assert json_pieces(body, most, allow_empty=True) == []
+        return
+    found = json_pieces(body, most)
+    assert b"".join(found) == json_fragment(body)
+    assert [value for piece in found for value in fragment_values(piece)] == fragment_values(json_fragment(body))
+    # A piece passes the size only when it is one value alone.
+    assert all(len(piece) <= most or len(fragment_values(piece)) == 1 for piece in found)

@@ -79,6 +79,7 @@ from persistence.errors import (
     StreamGoneError,
     StreamNotFoundError,
     StreamRequestError,
+    StreamValueTooLargeError,
 )
 from testing.asgi import serving
 
@@ -143,6 +144,7 @@ EXAMPLES: dict[type[Exception], Exception] = {
     SessionClosedError: SessionClosedError("s", head_seq=4),
     StreamError: StreamError("the stream refuses the request"),
     StreamRequestError: StreamRequestError("Stream-TTL is a whole number of seconds"),
+    StreamValueTooLargeError: StreamValueTooLargeError("a value of a JSON stream is at most 1048575 bytes"),
     StreamNotFoundError: StreamNotFoundError("no stream 'a'"),
     StreamGoneError: StreamGoneError("stream 'a' was deleted"),
     StreamConflictError: StreamConflictError("the stream exists with another configuration"),

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from codec import json_array
+from codec import PIECE_BYTES, json_array
 from persistence.errors import (
     ProducerFencedError,
     ProducerGapError,
@@ -20,6 +20,7 @@ from persistence.errors import (
     StreamGoneError,
     StreamNotFoundError,
     StreamRequestError,
+    StreamValueTooLargeError,
 )
 from persistence.streams import (
     AppendOutcome,
@@ -82,14 +83,15 @@ async def read_chunks(
 ) -> list[Chunk]:
     """Every chunk past ``after``, read as a client reads: again from the last end until the read is complete.
 
-    Each read is checked: positions count bytes, and only its last chunk takes it to the budget or past it.
+    Each read is checked: positions count bytes, and it stays within the budget unless it is one piece.
     """
     found: list[Chunk] = []
     for _ in range(10_000):
         asked = budget()
         result = await streams.read(name, OWNER, after, asked)
         chunks = result.chunks
-        assert sum(len(chunk.data) for chunk in chunks[:-1]) < asked
+        # A read holds no more than it was asked for, unless one piece alone is more.
+        assert len(chunks) == 1 or sum(len(chunk.data) for chunk in chunks) <= asked
         end = after
         for chunk in chunks:
             assert chunk.data and chunk.end - end == len(chunk.data)
@@ -201,11 +203,13 @@ async def test_appends_return_the_tail_and_read_back_in_order(streams: StreamSto
     assert (await streams.head("s", OWNER)).tail == 8
 
 
-async def test_a_read_at_or_past_the_tail_is_empty_and_complete(streams: StreamStore) -> None:
+async def test_a_read_at_the_tail_is_empty_and_complete_and_one_past_it_is_refused(streams: StreamStore) -> None:
     await create(streams, "s", b"abc")
-    for after in (3, 4, 2**62):
-        result = await streams.read("s", OWNER, after, 100)
-        assert result.chunks == [] and result.complete and result.meta.tail == 3
+    result = await streams.read("s", OWNER, 3, 100)
+    assert result.chunks == [] and result.complete and result.meta.tail == 3
+    for after in (4, 2**62):
+        with pytest.raises(StreamRequestError):
+            await streams.read("s", OWNER, after, 100)
 
 
 async def test_an_append_of_another_content_type_is_a_conflict(streams: StreamStore) -> None:
@@ -436,7 +440,8 @@ async def test_a_fork_reads_its_source_up_to_the_fork_then_its_own(streams: Stre
     assert await read_all(streams, "fork") == b"abcXY"
     assert await read_all(streams, "src") == b"abcdefg"
     assert [c.data for c in await read_chunks(streams, "fork", after=3)] == [b"XY"]
-    assert [c.data for c in await read_chunks(streams, "fork", after=1 << 40)] == []
+    with pytest.raises(StreamRequestError):
+        await read_chunks(streams, "fork", after=1 << 40)
 
 
 async def test_a_fork_without_an_offset_forks_at_the_tail_and_is_recreated_alike(streams: StreamStore) -> None:
@@ -769,3 +774,72 @@ def test_a_read_never_answers_past_the_tail_its_metadata_gave() -> None:
     tx.add("s", Chunk(5, b"de"))  # committed between the two statements
     meta, chunks, complete = rules.read(Racing(), "s", OWNER, 0, 1 << 20, 1)  # type: ignore[arg-type]
     assert meta.tail == 3 and [chunk.end for chunk in chunks] == [3] and complete
+
+
+async def test_an_append_past_a_piece_is_stored_and_read_in_pieces_within_the_budget(streams: StreamStore) -> None:
+    body = bytes(range(256)) * (PIECE_BYTES * 5 // 2 // 256)
+    await create(streams, "big")
+    tail = (await append(streams, "big", body)).tail
+    first = await streams.read("big", OWNER, 0, PIECE_BYTES)
+    assert [(c.end, len(c.data)) for c in first.chunks] == [(PIECE_BYTES, PIECE_BYTES)] and not first.complete
+    assert (await streams.read("big", OWNER, 0, 10)).chunks == first.chunks  # at least one piece, never more
+    rest = await read_chunks(streams, "big", after=PIECE_BYTES)
+    assert [c.end for c in rest] == [2 * PIECE_BYTES, tail]
+    assert first.chunks[0].data + b"".join(c.data for c in rest) == body
+
+
+async def test_a_text_append_is_cut_between_characters_and_json_between_values(streams: StreamStore) -> None:
+    text = "aé€😀" * (PIECE_BYTES // 5)
+    await create(streams, "text", content_type="text/plain")
+    await append(streams, "text", text.encode())
+    pieces = await read_chunks(streams, "text", budgets([1]))
+    assert len(pieces) > 1 and all(len(c.data) <= PIECE_BYTES for c in pieces)
+    assert "".join(c.data.decode() for c in pieces) == text
+    values = [f'"{n:0{PIECE_BYTES // 8}d}"'.encode() for n in range(20)]
+    await create(streams, "json", content_type=JSON)
+    await append(streams, "json", b"[" + b",".join(values) + b"]")
+    fragments = await read_chunks(streams, "json", budgets([1]))
+    assert len(fragments) > 1 and all(len(c.data) <= PIECE_BYTES for c in fragments)
+    assert msgspec.json.decode(json_array(c.data for c in fragments)) == [msgspec.json.decode(v) for v in values]
+
+
+async def test_a_json_value_larger_than_a_piece_is_refused_and_leaves_no_trace(streams: StreamStore) -> None:
+    await create(streams, "json", content_type=JSON)
+    huge = b'"' + b"x" * PIECE_BYTES + b'"'
+    with pytest.raises(StreamValueTooLargeError):
+        await append(streams, "json", b"[1," + huge + b"]")
+    with pytest.raises(StreamValueTooLargeError):
+        await create(streams, "other", huge, content_type=JSON)
+    assert (await streams.head("json", OWNER)).tail == 0
+    assert await read_all(streams, "json") == b""
+
+
+async def test_an_offset_must_lie_between_two_pieces(streams: StreamStore) -> None:
+    await create(streams, "s", b"abc")
+    await append(streams, "s", b"def")
+    assert [c.data for c in await read_chunks(streams, "s", after=3)] == [b"def"]
+    for inside in (1, 2, 4, 5, 7):
+        with pytest.raises(StreamRequestError):
+            await streams.read("s", OWNER, inside, 100)
+    fork, _ = await create(streams, "fork", content_type=None, forked_from="s", fork_at=3)
+    await append(streams, "fork", b"XY")
+    assert [c.data for c in await read_chunks(streams, "fork", after=3)] == [b"XY"]
+    assert [c.data for c in await read_chunks(streams, "fork", after=5)] == []
+    for inside in (1, 4):
+        with pytest.raises(StreamRequestError):
+            await streams.read("fork", OWNER, inside, 100)
+
+
+async def test_each_life_of_a_name_has_its_own_offsets(streams: StreamStore) -> None:
+    first, _ = await create(streams, "s", b"old")
+    await streams.delete("s", OWNER)
+    second, _ = await create(streams, "s", b"new!")
+    assert first.life != second.life and 0 not in (first.life, second.life)
+    assert (await append(streams, "s", b"x")).life == second.life
+    with pytest.raises(StreamGoneError):
+        await streams.read("s", OWNER, 0, 100, first.life)
+    assert [c.data for c in (await streams.read("s", OWNER, 0, 100, second.life)).chunks] == [b"new!", b"x"]
+    # A fork offset names its source's life too.
+    with pytest.raises(StreamRequestError):
+        await create(streams, "fork", content_type=None, forked_from="s", fork_at=4, fork_life=first.life)
+    assert (await create(streams, "fork", content_type=None, forked_from="s", fork_at=4, fork_life=second.life))[1]
