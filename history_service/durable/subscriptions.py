@@ -42,6 +42,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from codec import parse_stream_offset, stream_offset
 from history_service.durable import webhooks
+from history_service.durable.egress import Egress
 from history_service.durable.streams import plain
 from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, StreamInfo, answer, stream_path
 from history_service.settings import Settings
@@ -185,7 +186,8 @@ class Subscriptions:
         # The subscriptions a write has touched since the background work last looked, and the stream that did.
         self._touched: dict[tuple[str, str], str] = {}
         self._kick = anyio.Event()
-        self._deliveries = webhooks.Deliveries[_Job]()
+        self._egress = Egress.of(settings)
+        self._deliveries = webhooks.Deliveries[_Job](self._egress)
         self._closing = False
 
     async def handle(self, request: Request, path: str, owner: str | None, headers: dict[str, str]) -> Response:
@@ -310,7 +312,7 @@ class Subscriptions:
         config = webhooks.config(await webhooks.read(request, webhooks.CREATE, self._limit))
         if (existing := self._find(owner, sub_id)) is not None:
             return self._confirm(existing, config, headers)
-        if config.webhook is not None and (why := webhooks.rejected(config.webhook)) is not None:
+        if config.webhook is not None and (why := self._egress.rejected(config.webhook)) is not None:
             raise Refusal(400, "WEBHOOK_URL_REJECTED", why)
         self._room(owner)
         links = {name: _Link(acked=await self._tail(name, owner), explicit=True) for name in config.streams}
@@ -549,6 +551,10 @@ class Subscriptions:
             )
 
         if sub is None or not wanted() or sub.config.webhook is None or sub.wake_id is None or sub.token is None:
+            return
+        if self._egress.rejected(sub.config.webhook) is not None:
+            # Made before this server's egress settings changed: its lease reopens the wake, undelivered.
+            sub.status = "failed"
             return
         streams = [
             _info(name, link, tail) for name, tail in sub.snapshot.items() if (link := sub.links.get(name)) is not None

@@ -12,9 +12,8 @@ long as the process, like the subscriptions they sign for.
 Deliveries wait in a bounded queue for a few workers that share one client; a delivery is
 tried `ATTEMPTS` times at most, with backoff, while its wake is still open.
 
-A webhook URL must be https, or plain http to localhost or 127.0.0.x for development, and
-its host must not be an address that is not public. A host name is not resolved here: one
-that resolves to a private address is for the deployment's egress rules to stop.
+Where a webhook may go, by its URL and by the address it connects to, is
+`history_service.durable.egress`'s: the client the workers share is its.
 """
 
 from __future__ import annotations
@@ -22,11 +21,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 import logging
 import random
 import secrets
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -41,6 +38,7 @@ from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import Response
 
+from history_service.durable.egress import Egress
 from history_service.durable.streams import MAX_NAME, plain
 from history_service.errors import BodyTooLarge
 from history_service.requests import read_body
@@ -73,7 +71,6 @@ __all__ = [
     "deliver",
     "notification",
     "read",
-    "rejected",
     "stream_path",
 ]
 
@@ -81,7 +78,6 @@ logger = logging.getLogger(__name__)
 
 ATTEMPTS: Final = 3
 _BACKOFF_S: Final = 1.0
-_MAX_URL: Final = 2048
 # A receiver's answer is read only for its ``done``; a larger one is not worth holding.
 _MAX_ANSWER: Final = 64 * 1024
 _TOKEN_TTL_S: Final = 3600
@@ -418,47 +414,6 @@ class Signer:
         return _b64url(hmac.digest(self._hmac_key, payload.encode(), "sha256"))
 
 
-def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        try:
-            # The resolver reads "2130706433", "0x7f.1" and "127.1" as addresses too.
-            return ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
-def rejected(url: str) -> str | None:
-    """Why ``url`` may not be a webhook's, or None when it may."""
-    if len(url) > _MAX_URL:
-        return f"webhook.url is longer than {_MAX_URL} characters"
-    try:
-        # httpx's own reading of the URL: the one the POST will go to.
-        parsed = httpx.URL(url)
-        scheme, host, port = parsed.scheme, parsed.host.rstrip("."), parsed.port
-    except (httpx.InvalidURL, ValueError):
-        return "webhook.url must be a valid URL"
-    if not host or (port is not None and not 0 < port < 65536):
-        return "webhook.url must be a valid URL"
-    address = _address(host)
-    local = host == "localhost" or (
-        isinstance(address, ipaddress.IPv4Address) and address in ipaddress.IPv4Network("127.0.0.0/24")
-    )
-    if scheme == "http":
-        return None if local else "http webhook URLs are only allowed for localhost or 127.0.0.x"
-    if scheme != "https":
-        return "webhook.url must use https"
-    if host == "localhost":
-        return "localhost webhook URLs must use http for dev"
-    if address is not None and not address.is_global:
-        return "webhook.url must not target private, link-local or other non-public hosts"
-    return None
-
-
 def notification(
     subscription_id: str, wake_id: str, generation: int, streams: list[StreamInfo], callback_url: str, token: str
 ) -> bytes:
@@ -470,7 +425,8 @@ def notification(
 class Deliveries(Generic[Job]):
     """Deliveries waiting, at most a bounded number, and the workers that make them through one client."""
 
-    def __init__(self) -> None:
+    def __init__(self, egress: Egress) -> None:
+        self._egress = egress
         self._waiting: MemoryObjectSendStream[Job] | None = None
 
     def send(self, job: Job) -> bool:
@@ -486,13 +442,7 @@ class Deliveries(Generic[Job]):
     async def run(self, work: Callable[[httpx.AsyncClient, Job], Awaitable[None]]) -> None:
         """Make the deliveries with ``work`` until cancelled; a delivery that raises is logged and dropped."""
         send, receive = anyio.create_memory_object_stream[Job](_WAITING)
-        # Bounded waits, no redirects (a redirect could lead past the URL rule), no proxies from the environment.
-        http = httpx.AsyncClient(
-            timeout=httpx.Timeout(10.0, connect=5.0),
-            follow_redirects=False,
-            trust_env=False,
-            limits=httpx.Limits(max_connections=_WORKERS),
-        )
+        http = self._egress.client(timeout=httpx.Timeout(10.0, connect=5.0), max_connections=_WORKERS)
         async with http, anyio.create_task_group() as tasks:
             with send, receive:
                 for _ in range(_WORKERS):

@@ -40,6 +40,7 @@ class Receiver:
     def __init__(self, answer: bytes) -> None:
         self.answer = answer
         self.received: list[tuple[bytes, str | None]] = []
+        self.hosts: list[str | None] = []
         self.url = ""
 
 
@@ -51,6 +52,7 @@ def receiver(answer: bytes = b"{}") -> Iterator[Receiver]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             hooks.received.append((body, self.headers.get("Webhook-Signature")))
+            hooks.hosts.append(self.headers.get("Host"))
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(hooks.answer)))
@@ -104,8 +106,19 @@ def verified(raw: bytes, signature: str | None, jwks: dict[str, Any]) -> bool:
     return True
 
 
+# The receivers listen on loopback, which a webhook reaches only where the server allows it.
+LOOPBACK = Settings(ds_webhook_loopback=True)
+
+
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with serving(create_app(LOOPBACK, store=MemoryStore())) as client:
+        yield client
+
+
+@pytest.fixture
+async def guarded() -> AsyncIterator[httpx.AsyncClient]:
+    """A server with the default egress: no loopback."""
     async with serving(create_app(Settings(), store=MemoryStore())) as client:
         yield client
 
@@ -174,13 +187,17 @@ async def test_a_second_put_confirms_the_same_subscription_and_refuses_another(c
         "https://192.168.1.5/hook",
         "https://169.254.169.254/latest",
         "https://172.16.0.1/hook",
-        "https://127.0.0.1/hook",
-        "https://2130706433/hook",
-        "https://[::1]/hook",
+        "https://100.64.0.1/hook",
+        "https://224.0.0.1/hook",
+        "https://0.0.0.0/hook",
+        "https://[::]/hook",
         "https://[fe80::1]/hook",
+        "https://[fc00::1]/hook",
         "https://[::ffff:10.0.0.1]/hook",
-        "https://localhost/hook",
-        "ftp://127.0.0.1/hook",
+        "https://[2002:a00:1::]/hook",
+        "https://[64:ff9b::a00:1]/hook",
+        "https://0177.0.0.1/hook",
+        "ftp://example.com/hook",
         "not a url",
     ],
 )
@@ -191,9 +208,58 @@ async def test_an_unsafe_webhook_url_is_rejected(client, url):
     assert (await client.get(sub_url("s1"))).status_code == 404
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/hook",
+        "http://127.1:9/hook",
+        "https://2130706433/hook",
+        "https://0x7f.1/hook",
+        "https://127.255.0.9/hook",
+        "https://[::1]/hook",
+        "https://[::ffff:127.0.0.1]/hook",
+        "https://[::ffff:7f00:1]/hook",
+        "http://LOCALHOST:9/hook",
+        "https://localhost./hook",
+        "https://api.localhost/hook",
+    ],
+)
+async def test_a_webhook_to_this_host_in_any_spelling_is_rejected_unless_loopback_is_allowed(guarded, client, url):
+    response = await webhook(guarded, "s1", url)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "WEBHOOK_URL_REJECTED"
+    assert (await guarded.get(sub_url("s1"))).status_code == 404
+    assert (await webhook(client, "s1", url)).status_code == 201
+
+
+@pytest.mark.parametrize("url", ["https://user@127.0.0.1/hook", "https://a:b@example.com/hook"])
+async def test_a_webhook_url_with_userinfo_is_rejected(client, url):
+    response = await webhook(client, "s1", url)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "WEBHOOK_URL_REJECTED"
+
+
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/hook", "http://localhost:9/hook", "https://example.com/hook"])
 async def test_a_local_http_or_public_https_webhook_url_is_accepted(client, url):
     assert (await webhook(client, "s1", url)).status_code == 201
+
+
+async def test_webhooks_turned_off_refuse_a_webhook_and_keep_pull_wake():
+    async with serving(create_app(Settings(ds_webhooks=False), store=MemoryStore())) as client:
+        response = await webhook(client, "s1", "https://example.com/hook")
+        assert response.status_code == 400
+        assert "HISTORY_DS_WEBHOOKS" in response.json()["error"]["message"]
+        pull = {"type": "pull-wake", "pattern": "events/*", "wake_stream": "wakes"}
+        assert (await client.put(sub_url("s2"), json=pull)).status_code == 201
+
+
+async def test_a_webhook_host_allow_list_refuses_every_other_host():
+    settings = Settings(ds_webhook_hosts=("hooks.example.com",))
+    async with serving(create_app(settings, store=MemoryStore())) as client:
+        assert (await webhook(client, "s1", "https://HOOKS.example.com./in")).status_code == 201
+        refused = await webhook(client, "s2", "https://other.example.com/in")
+        assert refused.status_code == 400
+        assert "HISTORY_DS_WEBHOOK_HOSTS" in refused.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -420,7 +486,7 @@ async def test_a_token_of_one_subscription_is_invalid_for_another(client):
 
 
 async def test_subscriptions_belong_to_their_principal():
-    settings = Settings(auth="token", tokens=("t",))
+    settings = Settings(auth="token", tokens=("t",), ds_webhook_loopback=True)
 
     def who(principal: str) -> dict[str, str]:
         return {"Authorization": "Bearer t", "X-Principal": principal}
@@ -445,7 +511,7 @@ async def test_an_unknown_control_route_or_method_is_refused(client):
 async def test_in_token_mode_a_wake_is_acked_by_its_token_alone():
     # The protocol puts the wake's token where the API's credentials go: the worker holding it
     # needs no service token to ack or release, and a token of no wake of ours gets nothing.
-    settings = Settings(auth="token", tokens=("t",))
+    settings = Settings(auth="token", tokens=("t",), ds_webhook_loopback=True)
     alice = {"Authorization": "Bearer t", "X-Principal": "alice"}
     async with serving(create_app(settings, store=MemoryStore())) as client:
         assert (await client.put(f"{DS}/wake/pool", json=[], headers=alice)).status_code == 201
