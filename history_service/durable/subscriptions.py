@@ -45,6 +45,7 @@ from history_service.durable import webhooks
 from history_service.durable.egress import Egress
 from history_service.durable.streams import plain
 from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, StreamInfo, answer, stream_path
+from history_service.logs import Warnings
 from history_service.settings import Settings
 from persistence import AppendRequest, StreamError, StreamGoneError, StreamNotFoundError, StreamStore
 
@@ -59,6 +60,9 @@ _MAX_ID: Final = 256
 # Before a stream's first byte: what a pattern's new link has acked.
 _BEFORE_FIRST: Final = -1
 _ACTIONS: Final = ("callback", "claim", "ack", "release")
+_UNQUEUED: Final = (
+    "a webhook delivery could not be queued (the queue, or its owner's share, is full): its lease reopens the wake"
+)
 
 
 class _Link(Struct, frozen=True):
@@ -188,6 +192,7 @@ class Subscriptions:
         self._kick = anyio.Event()
         self._egress = Egress.of(settings)
         self._deliveries = webhooks.Deliveries[_Job](self._egress)
+        self._warnings = Warnings()
         self._closing = False
 
     async def handle(self, request: Request, path: str, owner: str | None, headers: dict[str, str]) -> Response:
@@ -479,8 +484,8 @@ class Subscriptions:
         if sub.config.type == "webhook":
             sub.token = self._signer.token(sub.subject, sub.generation)
             self._lease(sub)
-            if not self._deliveries.send(_Job(sub.owner, sub.id, sub.generation)):
-                logger.warning("subscription %r: its delivery could not be queued; its lease reopens the wake", sub.id)
+            if not self._deliveries.send(sub.owner, _Job(sub.owner, sub.id, sub.generation)):
+                self._warnings.warning(logger, _UNQUEUED)
         else:
             await self._announce(sub, trigger)
         return wake_id

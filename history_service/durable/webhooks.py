@@ -31,7 +31,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 import anyio
 import httpx
 import msgspec
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.abc import TaskGroup
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from msgspec import Struct
@@ -87,8 +87,12 @@ _MAX_TEXT: Final = 4096
 _LEASE_MS: Final = (1_000, 600_000)
 _WAITING: Final = 256
 _WORKERS: Final = 8
+# An owner's share: of the workers, and of the deliveries waiting (as many as its subscriptions may be).
+_PER_OWNER: Final = 2
+_OWNER_WAITING: Final = 64
 
 Job = TypeVar("Job")
+Work = Callable[[httpx.AsyncClient, Job], Awaitable[None]]
 T = TypeVar("T")
 
 
@@ -422,48 +426,65 @@ def notification(
     return msgspec.json.encode(wake)
 
 
+class _Lane:
+    """One owner's deliveries: how many wait or run, and its share of the workers."""
+
+    def __init__(self) -> None:
+        self.queued = 0
+        self.slots = anyio.Semaphore(_PER_OWNER)
+
+
 class Deliveries(Generic[Job]):
-    """Deliveries waiting, at most a bounded number, and the workers that make them through one client."""
+    """Deliveries waiting, a bounded number in all and per owner, and the workers that make them through one client.
+
+    Fair per owner: an owner's deliveries run on at most `_PER_OWNER` of the `_WORKERS` slots,
+    so one owner's slow endpoints always leave the others room, and since each owner has at
+    most that many waiting for a slot, owners take the freed slots in turn.
+    """
 
     def __init__(self, egress: Egress) -> None:
         self._egress = egress
-        self._waiting: MemoryObjectSendStream[Job] | None = None
+        # While `run` runs: its task group, the work, the client, and the workers' slots.
+        self._running: tuple[TaskGroup, Work[Job], httpx.AsyncClient, anyio.Semaphore] | None = None
+        self._lanes: dict[str, _Lane] = {}
+        self._waiting = 0
 
-    def send(self, job: Job) -> bool:
-        """Queue ``job``; False when the queue is full or no workers run."""
-        if self._waiting is None:
+    def send(self, owner: str, job: Job) -> bool:
+        """Queue ``job`` of ``owner``'s; False when the queue, or the owner's part of it, is full, or no workers run."""
+        lane = self._lanes.get(owner)
+        if self._running is None or self._waiting >= _WAITING or (lane is not None and lane.queued >= _OWNER_WAITING):
             return False
-        try:
-            self._waiting.send_nowait(job)
-        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return False
+        if lane is None:
+            lane = self._lanes[owner] = _Lane()
+        lane.queued += 1
+        self._waiting += 1
+        self._running[0].start_soon(self._one, owner, lane, job)
         return True
 
-    async def run(self, work: Callable[[httpx.AsyncClient, Job], Awaitable[None]]) -> None:
+    async def run(self, work: Work[Job]) -> None:
         """Make the deliveries with ``work`` until cancelled; a delivery that raises is logged and dropped."""
-        send, receive = anyio.create_memory_object_stream[Job](_WAITING)
         http = self._egress.client(timeout=httpx.Timeout(10.0, connect=5.0), max_connections=_WORKERS)
         async with http, anyio.create_task_group() as tasks:
-            with send, receive:
-                for _ in range(_WORKERS):
-                    tasks.start_soon(self._work, work, http, receive)
-                self._waiting = send
-                try:
-                    await anyio.sleep_forever()
-                finally:
-                    self._waiting = None
-
-    @staticmethod
-    async def _work(
-        work: Callable[[httpx.AsyncClient, Job], Awaitable[None]],
-        http: httpx.AsyncClient,
-        jobs: MemoryObjectReceiveStream[Job],
-    ) -> None:
-        async for job in jobs:
+            self._running = (tasks, work, http, anyio.Semaphore(_WORKERS))
             try:
-                await work(http, job)
-            except Exception:
-                logger.exception("a webhook delivery failed")
+                await anyio.sleep_forever()
+            finally:
+                self._running = None
+                tasks.cancel_scope.cancel()
+
+    async def _one(self, owner: str, lane: _Lane, job: Job) -> None:
+        try:
+            if self._running is not None:
+                _, work, http, slots = self._running
+                async with lane.slots, slots:
+                    await work(http, job)
+        except Exception:
+            logger.exception("a webhook delivery failed")
+        finally:
+            self._waiting -= 1
+            lane.queued -= 1
+            if not lane.queued and self._lanes.get(owner) is lane:
+                del self._lanes[owner]
 
 
 async def _post(http: httpx.AsyncClient, url: str, body: bytes, signer: Signer) -> bool | None:

@@ -10,6 +10,7 @@ import base64
 import contextlib
 import http.server
 import inspect
+import logging
 import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -45,7 +46,8 @@ class Receiver:
 
 
 @contextlib.contextmanager
-def receiver(answer: bytes = b"{}") -> Iterator[Receiver]:
+def receiver(answer: bytes = b"{}", hold: threading.Event | None = None) -> Iterator[Receiver]:
+    """A receiver; with ``hold``, one that answers nothing until it is set (a slow endpoint)."""
     hooks = Receiver(answer)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -53,11 +55,14 @@ def receiver(answer: bytes = b"{}") -> Iterator[Receiver]:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             hooks.received.append((body, self.headers.get("Webhook-Signature")))
             hooks.hosts.append(self.headers.get("Host"))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(hooks.answer)))
-            self.end_headers()
-            self.wfile.write(hooks.answer)
+            if hold is not None:
+                hold.wait(60)
+            with contextlib.suppress(ConnectionError):  # a held POST's client may have given up
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(hooks.answer)))
+                self.end_headers()
+                self.wfile.write(hooks.answer)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -69,6 +74,8 @@ def receiver(answer: bytes = b"{}") -> Iterator[Receiver]:
     try:
         yield hooks
     finally:
+        if hold is not None:
+            hold.set()
         server.shutdown()
         server.server_close()
         thread.join(10)
@@ -531,3 +538,49 @@ async def test_in_token_mode_a_wake_is_acked_by_its_token_alone():
         assert acked.status_code == 200 and acked.json()["ok"] is True
         # Everything else still needs the API's credentials.
         assert (await client.post(sub_url("p1", "claim"), json={"worker": "w1"})).status_code == 401
+
+
+def principal(name: str) -> dict[str, str]:
+    return {"Authorization": "Bearer t", "X-Principal": name}
+
+
+async def test_one_owners_slow_endpoints_do_not_hold_back_anothers_webhook():
+    """Every delivery slot hangs on alice's endpoint, for her long lease; bob's wake still goes out meanwhile."""
+    settings = Settings(auth="token", tokens=("t",), ds_webhook_loopback=True)
+    hold = threading.Event()
+    with receiver(hold=hold) as slow, receiver() as fast:
+        async with serving(create_app(settings, store=MemoryStore())) as client:
+            alice, bob = principal("alice"), principal("bob")
+            for n in range(16):
+                body = {"type": "webhook", "pattern": "events/*", "webhook": {"url": slow.url}, "lease_ttl_ms": 600_000}
+                assert (await client.put(sub_url(f"a{n}"), json=body, headers=alice)).status_code == 201
+            assert (await client.put(f"{DS}/events/a", json={"n": 1}, headers=alice)).status_code == 201
+            await until(lambda: len(slow.received) >= 2)
+            body = {"type": "webhook", "pattern": "events/*", "webhook": {"url": fast.url}, "lease_ttl_ms": 600_000}
+            assert (await client.put(sub_url("b"), json=body, headers=bob)).status_code == 201
+            assert (await client.put(f"{DS}/events/b", json={"n": 1}, headers=bob)).status_code == 201
+            # Alice's endpoint answers nothing (each attempt waits out the client's 10 s, three times);
+            # bob's POST arrives while hers still hang.
+            await until(lambda: fast.received, 15)
+            assert not hold.is_set()
+
+
+async def test_a_delivery_that_cannot_be_queued_is_warned_of_once_a_window(caplog):
+    settings = Settings(auth="token", tokens=("t",), ds_webhook_loopback=True)
+    hold = threading.Event()
+    with receiver(hold=hold) as slow:
+        async with serving(create_app(settings, store=MemoryStore())) as client:
+            alice = principal("alice")
+            for n in range(64):
+                body = {"type": "webhook", "pattern": "events/*", "webhook": {"url": slow.url}, "lease_ttl_ms": 1_000}
+                assert (await client.put(sub_url(f"a{n}"), json=body, headers=alice)).status_code == 201
+            with caplog.at_level(logging.WARNING, logger="history_service.durable"):
+                assert (await client.put(f"{DS}/events/a", json={"n": 1}, headers=alice)).status_code == 201
+
+                def unqueued() -> list[logging.LogRecord]:
+                    return [r for r in caplog.records if "could not be queued" in r.getMessage()]
+
+                await until(unqueued, 15)
+                # Each lease (1 s) reopens 64 wakes that find no room: three more rounds of them.
+                await anyio.sleep(3)
+                assert len(unqueued()) == 1
