@@ -59,6 +59,7 @@ from persistence.streams import (
     ReadResult,
     StreamMeta,
     StreamStore,
+    SubscriptionRecord,
     media_type,
 )
 from persistence.url import describe_url, open_store, shareable_across_workers
@@ -121,4 +122,5 @@ __all__ = [
     "StreamRequestError",
     "StreamStore",
     "subagent_parent",
+    "SubscriptionRecord",
 ]

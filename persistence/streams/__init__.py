@@ -12,6 +12,7 @@ from persistence.streams.model import (
     Producer,
     ProducerClaim,
     StreamMeta,
+    SubscriptionRecord,
     media_type,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "ReadResult",
     "StreamMeta",
     "StreamStore",
+    "SubscriptionRecord",
     "media_type",
 ]
