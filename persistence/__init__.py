@@ -49,6 +49,7 @@ from persistence.rules import expiry, page_span
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
 from persistence.streams import (
+    SHARED_OWNER,
     AppendOutcome,
     AppendRequest,
     Chunk,
@@ -109,6 +110,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionSummary",
     "shareable_across_workers",
+    "SHARED_OWNER",
     "SqlStore",
     "StoreError",
     "StoreNotFoundError",

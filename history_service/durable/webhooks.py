@@ -6,8 +6,8 @@ wire, with no state of its own beyond a `Signer`'s keys and a `Deliveries` queue
 A notification carries ``Webhook-Signature: t=<unix seconds>,kid=<kid>,ed25519=<signature>``,
 the base64url Ed25519 signature of ``<t>.<body>``; a receiver checks it against the key set
 served at ``__ds/jwks.json``. A callback token is ``<claims>.<HMAC>``, both base64url, bound
-to one subscription and one wake generation. A `Signer` makes both keys, so they live as
-long as the process, like the subscriptions they sign for.
+to one subscription and one wake generation. Both keys are kept in the store, like the
+subscriptions they sign for.
 
 Deliveries wait in a bounded queue for a few workers that share one client; a delivery is
 tried `ATTEMPTS` times at most, with backoff, while its wake is still open.
@@ -33,7 +33,7 @@ import httpx
 import msgspec
 from anyio.abc import TaskGroup
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import Response
@@ -364,18 +364,37 @@ class TokenError(Exception):
         self.code = code
 
 
-class Signer:
-    """This process's webhook signing key (its key set in ``jwks``) and its callback-token key."""
+class _Keys(Struct, frozen=True, array_like=True):
+    ed25519: bytes
+    hmac: bytes
 
-    def __init__(self) -> None:
-        self._key = Ed25519PrivateKey.generate()
-        self._hmac_key = secrets.token_bytes(32)
+
+_KEYS: Final = msgspec.msgpack.Decoder(_Keys)
+
+
+class Signer:
+    """The webhook signing key (its key set in ``jwks``) and the callback-token key.
+
+    Made from `Signer.new_keys` once and kept in the store, so every process of a store, and
+    every life of one, signs and checks alike.
+    """
+
+    def __init__(self, keys: bytes) -> None:
+        held = _KEYS.decode(keys)
+        self._key = Ed25519PrivateKey.from_private_bytes(held.ed25519)
+        self._hmac_key = held.hmac
         x = _b64url(self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
         thumbprint = hashlib.sha256(msgspec.json.encode(_Thumbprinted(crv="Ed25519", kty="OKP", x=x))).digest()
         self.kid = f"ds_{_b64url(thumbprint)}"
         self.jwks = msgspec.json.encode(
             _Jwks(keys=[_Jwk(kty="OKP", crv="Ed25519", x=x, kid=self.kid, use="sig", alg="EdDSA")])
         )
+
+    @staticmethod
+    def new_keys() -> bytes:
+        """New keys for `Signer`, encoded."""
+        raw = Ed25519PrivateKey.generate().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        return msgspec.msgpack.encode(_Keys(raw, secrets.token_bytes(32)))
 
     def sign(self, body: bytes) -> str:
         """The ``Webhook-Signature`` of ``body``, sent now."""

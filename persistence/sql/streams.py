@@ -89,7 +89,7 @@ class _Statements:
         self.subscription_for_update = prepared(ways.lock_head(record.where(*one)))
         self.subscriptions = prepared(record.order_by(u.owner, u.id))
         self.count_owner = prepared(sa.select(sa.func.count()).where(u.owner == b("owner")))
-        self.count_all = prepared(sa.select(sa.func.count()).where(u.owner != subscribed.SHARED))
+        self.count_all = prepared(sa.select(sa.func.count()).where(u.owner != subscribed.SHARED_OWNER))
         self.insert_subscription = prepared(sa.insert(ds_subscriptions_table))
         self.update_subscription = prepared(
             sa.update(ds_subscriptions_table)

@@ -15,8 +15,10 @@ from persistence.streams.model import (
     SubscriptionRecord,
     media_type,
 )
+from persistence.streams.subscribed import SHARED_OWNER
 
 __all__ = [
+    "SHARED_OWNER",
     "AppendOutcome",
     "AppendRequest",
     "Chunk",

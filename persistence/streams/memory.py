@@ -71,7 +71,7 @@ class _Subscribed:
 
     def count(self, owner: str | None) -> int:
         if owner is None:
-            return sum(key[0] != subscribed.SHARED for key in self._records)
+            return sum(key[0] != subscribed.SHARED_OWNER for key in self._records)
         return sum(key[0] == owner for key in self._records)
 
     def put(self, record: SubscriptionRecord) -> None:

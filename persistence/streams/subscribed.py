@@ -15,10 +15,10 @@ import msgspec
 
 from persistence.streams.model import SubscriptionRecord
 
-__all__ = ["SHARED", "Tx", "change", "create", "remove"]
+__all__ = ["SHARED_OWNER", "Tx", "change", "create", "remove"]
 
 # The owner of the records that belong to no principal; never counted against a limit.
-SHARED = ""
+SHARED_OWNER = ""
 
 
 class Tx(Protocol):
@@ -27,7 +27,7 @@ class Tx(Protocol):
     def subscription(self, owner: str, id: str) -> SubscriptionRecord | None: ...
 
     def count(self, owner: str | None) -> int:
-        """How many records ``owner`` has; ``None``: every principal together (not `SHARED`'s)."""
+        """How many records ``owner`` has; ``None``: every principal together (not `SHARED_OWNER`'s)."""
 
     def put(self, record: SubscriptionRecord) -> None:
         """Insert the record, or replace the one of its owner and id."""
@@ -40,7 +40,7 @@ def create(tx: Tx, record: SubscriptionRecord, per_owner: int, total: int) -> tu
     existing = tx.subscription(record.owner, record.id)
     if existing is not None:
         return existing, False
-    if record.owner != SHARED and (tx.count(record.owner) >= per_owner or tx.count(None) >= total):
+    if record.owner != SHARED_OWNER and (tx.count(record.owner) >= per_owner or tx.count(None) >= total):
         return None
     created = msgspec.structs.replace(record, version=1)
     tx.put(created)

@@ -584,3 +584,48 @@ async def test_a_delivery_that_cannot_be_queued_is_warned_of_once_a_window(caplo
                 # Each lease (1 s) reopens 64 wakes that find no room: three more rounds of them.
                 await anyio.sleep(3)
                 assert len(unqueued()) == 1
+
+
+async def test_a_subscription_survives_a_restart_with_its_acks_keys_and_generation(tmp_path):
+    settings = Settings(store_url=f"sqlite:///{tmp_path / 'ds.db'}", ds_webhook_loopback=True)
+    with receiver(b'{"done": true}') as hooks:
+        async with serving(create_app(settings)) as client:
+            assert (await webhook(client, "s1", hooks.url)).status_code == 201
+            await write(client, "events/a", {"n": 1})
+            first = msgspec.json.decode((await until(lambda: hooks.received and hooks.received[0]))[0])
+            tail = first["streams"][0]["tail_offset"]
+
+            async def acked() -> bool:
+                streams = (await client.get(sub_url("s1"))).json()["streams"]
+                return [s["acked_offset"] for s in streams] == [tail]
+
+            await until(acked)
+            jwks = (await client.get(f"{DS}/__ds/jwks.json")).json()
+
+        async with serving(create_app(settings)) as client:
+            again = await client.get(sub_url("s1"))
+            assert again.status_code == 200, again.text
+            assert [(s["path"], s["acked_offset"]) for s in again.json()["streams"]] == [("events/a", tail)]
+            assert (await client.get(f"{DS}/__ds/jwks.json")).json() == jwks
+            await write(client, "events/a", {"n": 2})
+            raw, signature = await until(lambda: len(hooks.received) > 1 and hooks.received[1])
+            second = msgspec.json.decode(raw)
+            assert second["generation"] == first["generation"] + 1
+            assert verified(raw, signature, jwks)
+
+
+async def test_a_pull_wake_claimed_before_a_restart_is_acked_after_it(tmp_path):
+    settings = Settings(store_url=f"sqlite:///{tmp_path / 'ds.db'}")
+    async with serving(create_app(settings)) as client:
+        await pull_wake(client)
+        await write(client, "events/a", {"n": 1})
+        await until(lambda: wake_events(client))
+        claimed = (await client.post(sub_url("p1", "claim"), json={"worker": "w1"})).json()
+    async with serving(create_app(settings)) as client:
+        held = await client.post(sub_url("p1", "claim"), json={"worker": "w2"})
+        assert held.status_code == 409 and held.json()["error"]["code"] == "ALREADY_CLAIMED"
+        acks = [{"stream": s["path"], "offset": s["tail_offset"]} for s in claimed["streams"]]
+        done = {"wake_id": claimed["wake_id"], "generation": claimed["generation"], "acks": acks, "done": True}
+        auth = {"Authorization": f"Bearer {claimed['token']}"}
+        acked = await client.post(sub_url("p1", "ack"), json=done, headers=auth)
+        assert acked.status_code == 200 and acked.json() == {"ok": True, "next_wake": False}

@@ -779,7 +779,7 @@ async def test_subscription_records_are_bounded_per_owner_and_in_all(streams: St
     assert await streams.create_subscription(record("bob", "a"), 2, 3) is not None
     assert await streams.create_subscription(record("carol", "a"), 2, 3) is None
     # The shared record counts against no limit.
-    assert await streams.create_subscription(record(subscribed.SHARED, "keys"), 2, 3) is not None
+    assert await streams.create_subscription(record(subscribed.SHARED_OWNER, "keys"), 2, 3) is not None
     assert sorted((r.owner, r.id) for r in await streams.subscriptions()) == [
         ("", "keys"),
         (OWNER, "a"),
