@@ -272,14 +272,18 @@ class Subscriptions:
             async with sub.lock:
                 if await self._read(sub.owner, sub.id) is not sub:
                     raise _not_found()
-                before = sub.state()
+                before = sub.record()
                 opened = sub.opened = []
-                result = await change(sub)
-                if sub.state() != before:
-                    saved = await self._streams.change_subscription(sub.record())
-                    if saved is None:
-                        continue
-                    sub.version = saved.version
+                try:
+                    result = await change(sub)
+                    changed = sub.state() != before.state
+                    saved = await self._streams.change_subscription(sub.record()) if changed else before
+                except BaseException:
+                    sub.load(before)  # refused or failed: the copy stays the store's
+                    raise
+                if saved is None:
+                    continue
+                sub.version = saved.version
             for trigger in opened:
                 await self._announce(sub, trigger)
             return result
@@ -413,21 +417,16 @@ class Subscriptions:
             if (link := sub.links.get(name)) is not None:
                 sub.links[name] = msgspec.structs.replace(link, acked=position)
 
-    async def _tail(self, name: str, owner: str) -> int:
-        if self._streams is None:
-            return 0
+    async def _head(self, name: str, owner: str) -> int | None:
+        """The stream's tail, or None when it is no stream of the owner's."""
+        assert self._streams is not None
         try:
             return (await self._streams.head(name, owner)).tail
         except (StreamNotFoundError, StreamGoneError):
-            return 0
+            return None
 
-    async def _owns(self, name: str, owner: str) -> bool:
-        assert self._streams is not None
-        try:
-            await self._streams.head(name, owner)
-        except (StreamNotFoundError, StreamGoneError):
-            return False
-        return True
+    async def _tail(self, name: str, owner: str) -> int:
+        return await self._head(name, owner) or 0
 
     async def _tails(self, sub: Subscription) -> dict[str, int]:
         return {name: await self._tail(name, sub.owner) for name in list(sub.links)}
@@ -550,8 +549,10 @@ class Subscriptions:
         """Link ``trigger`` if the pattern matches it, then open a wake if none is open and work is pending."""
 
         async def due(sub: Subscription) -> None:
-            if trigger and sub.wants(trigger) and sub.matches_anew(trigger) and await self._owns(trigger, sub.owner):
-                sub.link_matched(trigger)
+            # A notice names no owner: the stream is linked only if it is the subscription owner's.
+            if trigger and sub.wants(trigger) and sub.matches_anew(trigger):
+                if await self._head(trigger, sub.owner) is not None:
+                    sub.link_matched(trigger)
             if sub.wake_id is None and sub.holder is None:
                 tails = await self._tails(sub)
                 if (first := sub.first_pending(tails)) is not None:
