@@ -629,3 +629,22 @@ async def test_a_pull_wake_claimed_before_a_restart_is_acked_after_it(tmp_path):
         auth = {"Authorization": f"Bearer {claimed['token']}"}
         acked = await client.post(sub_url("p1", "ack"), json=done, headers=auth)
         assert acked.status_code == 200 and acked.json() == {"ok": True, "next_wake": False}
+
+
+async def test_two_apps_on_one_store_serve_one_subscription_and_one_wake():
+    """Two processes of a store, without notices: each reads the subscription, its wake and its keys from the store."""
+    store = MemoryStore()
+    async with serving(create_app(Settings(), store=store)) as a, serving(create_app(Settings(), store=store)) as b:
+        await pull_wake(a)
+        assert (await b.get(sub_url("p1"))).status_code == 200
+        await write(b, "events/a", {"n": 1})
+        claimed = await b.post(sub_url("p1", "claim"), json={"worker": "w1"})
+        assert claimed.status_code == 200, claimed.text
+        wake = claimed.json()
+        held = await a.post(sub_url("p1", "claim"), json={"worker": "w2"})
+        assert held.status_code == 409 and held.json()["error"]["code"] == "ALREADY_CLAIMED"
+        acks = [{"stream": s["path"], "offset": s["tail_offset"]} for s in wake["streams"]]
+        done = {"wake_id": wake["wake_id"], "generation": wake["generation"], "acks": acks, "done": True}
+        acked = await a.post(sub_url("p1", "ack"), json=done, headers={"Authorization": f"Bearer {wake['token']}"})
+        assert acked.status_code == 200 and acked.json() == {"ok": True, "next_wake": False}
+        assert (await a.get(f"{DS}/__ds/jwks.json")).json() == (await b.get(f"{DS}/__ds/jwks.json")).json()
