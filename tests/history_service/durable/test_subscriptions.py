@@ -648,3 +648,19 @@ async def test_two_apps_on_one_store_serve_one_subscription_and_one_wake():
         acked = await a.post(sub_url("p1", "ack"), json=done, headers={"Authorization": f"Bearer {wake['token']}"})
         assert acked.status_code == 200 and acked.json() == {"ok": True, "next_wake": False}
         assert (await a.get(f"{DS}/__ds/jwks.json")).json() == (await b.get(f"{DS}/__ds/jwks.json")).json()
+
+
+async def test_a_lease_taken_through_a_process_that_stopped_runs_out_in_another():
+    store = MemoryStore()
+    async with serving(create_app(Settings(), store=store)) as b:
+        async with serving(create_app(Settings(), store=store)) as a:
+            await pull_wake(a, lease_ms=1_000)
+            await write(a, "events/a", {"n": 1})
+            first = (await a.post(sub_url("p1", "claim"), json={"worker": "w1"})).json()
+
+        async def claimed_by_w2() -> dict[str, Any] | None:
+            response = await b.post(sub_url("p1", "claim"), json={"worker": "w2"})
+            return response.json() if response.status_code == 200 else None
+
+        second = await until(claimed_by_w2)
+        assert second["generation"] > first["generation"]
