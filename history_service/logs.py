@@ -585,10 +585,10 @@ class Warnings(_Windows):
     def __init__(self, *, window: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(window, clock, logging.WARNING, "it was logged")
 
-    def warning(self, logger: logging.Logger, message: str, *args: object) -> None:
+    def warning(self, logger: logging.Logger, message: str, *args: object, exc_info: bool = False) -> None:
         """Log ``message % args`` at WARNING unless a warning of the same ``message`` was logged this window."""
         if self._shown(logger, (message,)):
-            logger.warning(message, *args)
+            logger.warning(message, *args, exc_info=exc_info)
 
 
 def _kind(exc: BaseException) -> tuple[str, ...]:

@@ -71,6 +71,8 @@ _KEYS: Final = "signer"
 _RELOAD_S: Final = 1.0
 # Times a change is made again when another process saved the subscription first.
 _TRIES: Final = 5
+# The least wait of the background work: a lease it cannot close (the store is down) is tried again, not spun on.
+_MOMENT_S: Final = 0.05
 
 T = TypeVar("T")
 _ACTIONS: Final = ("callback", "claim", "ack", "release")
@@ -374,9 +376,8 @@ class Subscriptions:
         body = await webhooks.read(request, webhooks.CALLBACK, self._limit)
         sub = await self._found(owner, sub_id)
         if (sub.config.type == "webhook") != (action == "callback"):
-            raise Refusal(
-                400, "INVALID_REQUEST", f"Subscription is not {'webhook' if action == 'callback' else 'pull-wake'}"
-            )
+            kind = "webhook" if action == "callback" else "pull-wake"
+            raise Refusal(400, "INVALID_REQUEST", f"Subscription is not {kind}")
 
         async def settle(sub: Subscription) -> Response:
             assert self._signer is not None
@@ -504,7 +505,7 @@ class Subscriptions:
             wait = self._loaded_at + _RELOAD_S - time.monotonic()
             if leases:
                 wait = min(wait, (min(leases) - now_ms()) / 1000)
-            with anyio.move_on_after(max(0.0, wait)):
+            with anyio.move_on_after(max(_MOMENT_S, wait)):
                 await self._kick.wait()
             self._kick = anyio.Event()
             try:
@@ -529,7 +530,7 @@ class Subscriptions:
         except Refusal:
             pass  # deleted meanwhile, or changed again and again by other processes: theirs to tend
         except Exception:
-            logger.exception("subscription %r: its wake could not be tended", sub.id)
+            self._warnings.warning(logger, "a subscription's wake could not be tended", exc_info=True)
 
     async def _expire(self, sub: Subscription) -> None:
         """Close the wake if its lease ran out, and open the next if work is pending."""
