@@ -88,7 +88,7 @@ def create_app(
         )
         service = HistoryService(settings, opened, recorded)
         durable = Durable(settings, service)
-        service.hub.streams_changed = durable.changed
+        service.hub.streams_changed = durable.heard
         service.hub.sessions_changed = durable.session_changed
         try:
             async with anyio.create_task_group() as tasks:

@@ -186,6 +186,12 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
         ds_read_bytes: the most bytes of stream data one Durable Streams read answers, or one
             stored piece of an append (1 MiB) when that alone is more; a reader asks again from
             the offset it was given.
+        ds_webhooks: deliver webhook subscriptions (off: a webhook subscription is refused, and
+            none is notified; pull-wake subscriptions still work).
+        ds_webhook_hosts: the only host names a webhook may name; none, the default, allows any
+            public host. Every address a host resolves to must be public either way.
+        ds_webhook_loopback: let webhooks reach loopback addresses (127.0.0.0/8, ``::1``,
+            ``localhost``), over plain http too: for tests and development, never a shared host.
     """
 
     store_url: Annotated[str, Env("HISTORY_STORE")] = DEFAULT_STORE
@@ -220,6 +226,9 @@ class Settings(_FromEnv, frozen=True, kw_only=True):
     durable_streams: Annotated[bool, Env("HISTORY_DURABLE_STREAMS", _zero_or_one)] = True
     ds_long_poll: Annotated[float, Env("HISTORY_DS_LONG_POLL")] = 15.0
     ds_read_bytes: Annotated[int, Env("HISTORY_DS_READ_BYTES")] = 1024 * 1024
+    ds_webhooks: Annotated[bool, Env("HISTORY_DS_WEBHOOKS", _zero_or_one)] = True
+    ds_webhook_hosts: Annotated[tuple[str, ...], Env("HISTORY_DS_WEBHOOK_HOSTS")] = ()
+    ds_webhook_loopback: Annotated[bool, Env("HISTORY_DS_WEBHOOK_LOOPBACK", _zero_or_one)] = False
 
     def __post_init__(self) -> None:
         if self.auth == "token" and not self.tokens:

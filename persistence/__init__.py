@@ -51,6 +51,7 @@ from persistence.rules import expiry, page_span
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
 from persistence.streams import (
+    SHARED_OWNER,
     AppendOutcome,
     AppendRequest,
     Chunk,
@@ -61,6 +62,7 @@ from persistence.streams import (
     ReadResult,
     StreamMeta,
     StreamStore,
+    SubscriptionRecord,
     media_type,
 )
 from persistence.url import describe_url, open_store, shareable_across_workers
@@ -110,6 +112,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionSummary",
     "shareable_across_workers",
+    "SHARED_OWNER",
     "SqlStore",
     "StoreError",
     "StoreNotFoundError",
@@ -125,4 +128,5 @@ __all__ = [
     "StreamStore",
     "StreamValueTooLargeError",
     "subagent_parent",
+    "SubscriptionRecord",
 ]

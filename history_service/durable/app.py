@@ -132,6 +132,11 @@ class Durable:
         response.background = BackgroundTask(sending.release)
         return response
 
+    def heard(self, name: str | None) -> None:
+        """A notice from another process (or this one) that ``name`` changed: its readers and subscriptions wake."""
+        self.changed(name)
+        self.subscriptions.heard(name)
+
     def session_changed(self, session_id: str) -> None:
         """A session's head moved, or it closed or went: wake its readers."""
         self.waker.wake(SESSION_KEY + session_id)
@@ -210,16 +215,16 @@ async def _stream(request: Request, durable: Durable, owner: str | None, headers
         )
         if created and body:
             durable.changed(name)
-            durable.subscriptions.on_append(name, owner)
+            await durable.subscriptions.on_append(name, owner)
     elif method == "POST":
         body = bytes(await read_body(request, durable.settings.max_body_bytes))
         response = await append(request, streams, name, owner, body, max_values=durable.settings.max_body_values)
         durable.changed(name)
-        durable.subscriptions.on_append(name, owner)
+        await durable.subscriptions.on_append(name, owner)
     elif method == "DELETE":
         response = await delete(streams, name, owner)
         durable.changed(name)
-        durable.subscriptions.on_delete(name, owner)
+        await durable.subscriptions.on_delete(name, owner)
     else:
         return PlainTextResponse("method not allowed", 405, {**headers, "Allow": "GET, HEAD, PUT, POST, DELETE"})
     response.headers.update(headers)

@@ -11,27 +11,26 @@ bounds a held wake: when it runs out the wake closes, and the next opens if work
 A token or body of a closed wake is answered 409 FENCED. What crosses the wire, the
 signatures and the deliveries are `history_service.durable.webhooks`'.
 
-Subscriptions live in this process's memory: they do not survive a restart, and replicas
-that share a store do not see each other's. A pattern links a stream at the stream's next
+Subscriptions live in the store (`persistence.SubscriptionRecord`), their wakes and leases
+with them, so they survive a restart and every process of a store serves them alike: each
+change is made to the store's current copy and saved over its version, so of two processes
+that open a wake at once one does and the other reads it again. A write through any process
+wakes them (on PostgreSQL by its notice), and each process reads them all again every
+`_RELOAD_S`. A pattern links a stream at the stream's next
 write, with nothing acked, since a store cannot list the streams a pattern matches (the
 reference links those at their tails when the subscription is made). What a caller can grow
-is bounded: subscriptions per owner and per process, streams per subscription, deliveries
+is bounded: subscriptions per owner and per store, streams per subscription, deliveries
 waiting, and request bodies.
 """
 
 from __future__ import annotations
 
-import hmac
-import itertools
 import logging
 import math
-import operator
 import secrets
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Final
-from urllib.parse import quote
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final, TypeVar
 
 import anyio
 import httpx
@@ -40,12 +39,22 @@ from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from codec import parse_stream_offset, stream_offset
+from codec import parse_stream_offset
 from history_service.durable import webhooks
+from history_service.durable.egress import Egress
 from history_service.durable.streams import plain
-from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, StreamInfo, answer, stream_path
+from history_service.durable.subscription import Link, Subscription, info, new_record, now_ms
+from history_service.durable.tails import Tails
+from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, answer, stream_path
+from history_service.logs import Warnings
 from history_service.settings import Settings
-from persistence import AppendRequest, StreamError, StreamGoneError, StreamNotFoundError, StreamStore
+from persistence import (
+    SHARED_OWNER,
+    AppendRequest,
+    StreamError,
+    StreamStore,
+    SubscriptionRecord,
+)
 
 __all__ = ["Subscriptions"]
 
@@ -55,17 +64,20 @@ _MAX_SUBSCRIPTIONS: Final = 4096
 _MAX_PER_OWNER: Final = 64
 _MAX_BODY: Final = 1024 * 1024
 _MAX_ID: Final = 256
-# Before a stream's first byte: what a pattern's new link has acked.
-_BEFORE_FIRST: Final = -1
+# The shared record of the signing keys (`persistence.streams.subscribed.SHARED_OWNER` owns it).
+_KEYS: Final = "signer"
+# Seconds between two reads of every subscription: how soon one made or changed by another process is tended here.
+_RELOAD_S: Final = 1.0
+# Times a change is made again when another process saved the subscription first.
+_TRIES: Final = 5
+# The least wait of the background work: a lease it cannot close (the store is down) is tried again, not spun on.
+_MOMENT_S: Final = 0.05
+
+T = TypeVar("T")
 _ACTIONS: Final = ("callback", "claim", "ack", "release")
-
-
-class _Link(Struct, frozen=True):
-    """A linked stream: the position its consumer has acked, and whether it is named, matched, or both."""
-
-    acked: int
-    explicit: bool = False
-    glob: bool = False
+_UNQUEUED: Final = (
+    "a webhook delivery could not be queued (the queue, or its owner's share, is full): its lease reopens the wake"
+)
 
 
 class _Job(Struct, frozen=True):
@@ -80,114 +92,30 @@ def _not_found() -> Refusal:
     return Refusal(404, "SUBSCRIPTION_NOT_FOUND", "Subscription not found")
 
 
-def _segments(path: str) -> list[str]:
-    return [part for part in path.split("/") if part]
-
-
-def _matches(glob: list[str], name: str) -> bool:
-    segments = _segments(name)
-    # reach[j]: the glob's segments so far match the name's first j; linear, whatever the pattern.
-    reach = [True] + [False] * len(segments)
-    for part in glob:
-        if part == "**":
-            reach = list(itertools.accumulate(reach, operator.or_))
-        else:
-            literal = part.replace("%2A", "*").replace("%2a", "*")
-            reach = [False] + [reach[j] and (part == "*" or literal == seg) for j, seg in enumerate(segments)]
-    return reach[-1]
-
-
-def _offset(position: int, life: int) -> str:
-    return "-1" if position == _BEFORE_FIRST else stream_offset(position, life)
-
-
-def _info(name: str, link: _Link, life: int, tail: int | None = None) -> StreamInfo:
-    """The stream as a subscription shows it, offsets in its ``life``; with its ``tail``, as a wake does."""
-    kind, acked = "explicit" if link.explicit else "glob", _offset(link.acked, life)
-    if tail is None:
-        return StreamInfo(name, kind, acked)
-    return StreamInfo(name, kind, acked, tail_offset=stream_offset(tail, life), has_pending=tail > link.acked)
-
-
 def _not_allowed(allowed: str, headers: dict[str, str]) -> Response:
     return PlainTextResponse("method not allowed", 405, {**headers, "Allow": allowed})
 
 
-class _Subscription:
-    """One subscription and its open wake; the wake changes only under ``lock``."""
-
-    def __init__(self, id: str, owner: str, config: Config, base: str, links: dict[str, _Link]) -> None:
-        self.id = id
-        self.owner = owner
-        self.config = config
-        self.base = base
-        self.glob = _segments(config.pattern) if config.pattern else None
-        self.links = links
-        self.created_at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        self.status = "active"
-        self.full = False
-        self.generation = 0
-        self.wake_id: str | None = None
-        self.snapshot: dict[str, int] = {}
-        self.token: str | None = None
-        self.holder: str | None = None
-        self.lease_until: float | None = None
-        self.lock = anyio.Lock()
-
-    @property
-    def subject(self) -> list[str]:
-        return [self.owner, self.id]
-
-    def url(self, action: str) -> str:
-        return f"{self.base}/v1/stream/__ds/subscriptions/{quote(self.id, safe='')}/{action}"
-
-    def close_wake(self) -> None:
-        self.wake_id = self.token = self.holder = self.lease_until = None
-        self.snapshot = {}
-
-    def first_pending(self, tails: dict[str, int]) -> str | None:
-        for name, tail in tails.items():
-            link = self.links.get(name)
-            if link is not None and tail > link.acked:
-                return name
-        return None
-
-    def view(self, signer: webhooks.Signer, lives: dict[tuple[str, str], int]) -> webhooks.View:
-        hook = None
-        if self.config.webhook is not None:
-            signing = webhooks.Signing(alg="ed25519", kid=signer.kid, jwks_url=f"{self.base}/v1/stream/__ds/jwks.json")
-            hook = webhooks.HookView(url=self.config.webhook, signing=signing)
-        return webhooks.View(
-            id=self.id,
-            subscription_id=self.id,
-            type=self.config.type,
-            streams=[_info(name, link, lives.get((self.owner, name), 0)) for name, link in self.links.items()],
-            lease_ttl_ms=self.config.lease_ttl_ms,
-            created_at=self.created_at,
-            status=self.status,
-            pattern=self.config.pattern,
-            webhook=hook,
-            wake_stream=self.config.wake_stream,
-            description=self.config.description,
-        )
-
-
 class Subscriptions:
-    """Subscriptions of this process: matched against every write to a generic stream."""
+    """The store's subscriptions, as this process sees them: matched against every write to a generic stream."""
 
     def __init__(self, settings: Settings, streams: StreamStore | None, changed: Callable[[str], None]) -> None:
         self._streams = streams
+        self._tails = Tails(streams)
         self._changed = changed
         self._limit = min(settings.max_body_bytes, _MAX_BODY)
-        self._signer = webhooks.Signer()
-        self._owners: dict[str, dict[str, _Subscription]] = {}
-        self._count = 0
-        # The subscriptions a write has touched since the background work last looked, and the stream that did.
+        self._signer: webhooks.Signer | None = None
+        self._signing = anyio.Lock()
+        # This process's copies of the store's subscriptions, read again before each change and every `_RELOAD_S`.
+        self._owners: dict[str, dict[str, Subscription]] = {}
+        self._loaded_at = -math.inf
+        # The subscriptions a write has touched since the background work last looked, and the stream that did
+        # ("" when any may have: notices were lost).
         self._touched: dict[tuple[str, str], str] = {}
-        # The life of each stream whose tail was last read (owner, name): the epoch of its offsets.
-        self._lives: dict[tuple[str, str], int] = {}
         self._kick = anyio.Event()
-        self._deliveries = webhooks.Deliveries[_Job]()
+        self._egress = Egress.of(settings)
+        self._deliveries = webhooks.Deliveries[_Job](self._egress)
+        self._warnings = Warnings()
         self._closing = False
 
     async def handle(self, request: Request, path: str, owner: str | None, headers: dict[str, str]) -> Response:
@@ -195,39 +123,37 @@ class Subscriptions:
         if self._streams is None:
             return PlainTextResponse("this store keeps no Durable Streams (docs/protocol.md §13)", 501, headers)
         try:
+            signer = await self._signed()
             if owner is None:
                 try:
-                    owner = self._signer.owner(webhooks.bearer(request))
+                    owner = signer.owner(webhooks.bearer(request))
                 except webhooks.TokenError as exc:
                     raise Refusal(401, exc.code, "Token invalid") from None
             return await self._route(request, path, owner, headers)
         except Refusal as refusal:
             return refusal.answer(headers)
 
-    def on_append(self, name: str, owner: str) -> None:
-        """A write to the stream ``name`` committed (a create with a body, an append, a close)."""
-        owned = self._owners.get(owner)
-        if self._closing or not owned:
-            return
-        for sub in owned.values():
-            link = sub.links.get(name)
-            if sub.glob is not None and (link is None or not link.glob) and _matches(sub.glob, name):
-                if link is None and len(sub.links) >= MAX_LINKS:
-                    if not sub.full:
-                        sub.full = True
-                        logger.warning("subscription %r links %d streams: no more are linked", sub.id, MAX_LINKS)
-                    continue
-                link = _Link(acked=_BEFORE_FIRST) if link is None else link
-                link = sub.links[name] = msgspec.structs.replace(link, glob=True)
-            if link is not None:
-                self._touched.setdefault((owner, sub.id), name)
-                self._kick.set()
+    async def on_append(self, name: str, owner: str) -> None:
+        """A write to the stream ``name`` committed here (a create with a body, an append, a close).
 
-    def on_delete(self, name: str, owner: str) -> None:
-        """The stream ``name`` was deleted."""
-        self._lives.pop((owner, name), None)
-        for sub in self._owners.get(owner, {}).values():
-            sub.links.pop(name, None)
+        The owner's patterns that match it link it before the write is answered; its wakes open in the background.
+        """
+        for sub in list(self._owners.get(owner, {}).values()):
+            if sub.glob is not None and sub.wants(name) and not (name in sub.links and sub.links[name].glob):
+                await self._tended(sub, self._matched(name))
+        self._touch(self._owners.get(owner, {}).values(), name)
+
+    def heard(self, name: str | None) -> None:
+        """A write to ``name`` committed in some process (``None``: notices were lost, perhaps to any stream)."""
+        for owned in list(self._owners.values()):
+            self._touch(owned.values(), name)
+
+    async def on_delete(self, name: str, owner: str) -> None:
+        """The stream ``name`` was deleted here: its links go."""
+        self._tails.forget(name, owner)
+        for sub in list(self._owners.get(owner, {}).values()):
+            if name in sub.links:
+                await self._tended(sub, lambda sub: sub.unlink(name, dropped=True))
 
     async def run(self) -> None:
         """The deliveries' background work, for the app's lifespan to run until it cancels it."""
@@ -243,18 +169,41 @@ class Subscriptions:
         self._closing = True
         self._kick.set()
 
+    def _touch(self, subs: Iterable[Subscription], name: str | None) -> None:
+        if self._closing:
+            return
+        for sub in list(subs):
+            if name is None or sub.wants(name):
+                self._touched.setdefault((sub.owner, sub.id), name or "")
+                self._kick.set()
+
+    async def _signed(self) -> webhooks.Signer:
+        """The store's signing keys, made by the first process to need them."""
+        if self._signer is None:
+            assert self._streams is not None
+            async with self._signing:
+                if self._signer is None:
+                    shared = SubscriptionRecord(
+                        owner=SHARED_OWNER, id=_KEYS, config=b"", state=webhooks.Signer.new_keys()
+                    )
+                    created = await self._streams.create_subscription(shared, _MAX_PER_OWNER, _MAX_SUBSCRIPTIONS)
+                    assert created is not None  # the shared owner counts against no limit
+                    self._signer = webhooks.Signer(created[0].state)
+        return self._signer
+
     async def _route(self, request: Request, path: str, owner: str, headers: dict[str, str]) -> Response:
         method = request.method
+        signer = await self._signed()
         if path == "jwks.json":
             if method != "GET":
                 return _not_allowed("GET", headers)
             jwks = {"Content-Type": "application/jwk-set+json", "Cache-Control": "public, max-age=300"}
-            return Response(self._signer.jwks, 200, {**headers, **jwks})
+            return Response(signer.jwks, 200, {**headers, **jwks})
         parts = path.split("/")
         if len(parts) < 2 or parts[0] != "subscriptions" or not parts[1]:
             raise Refusal(404, "SUBSCRIPTION_NOT_FOUND", "Durable Streams control route not found")
         sub_id, rest = parts[1], parts[2:]
-        if not plain(sub_id, _MAX_ID):
+        if not plain(sub_id, _MAX_ID) or (owner == SHARED_OWNER and sub_id == _KEYS):
             raise Refusal(
                 400, "INVALID_REQUEST", f"a subscription id is 1 to {_MAX_ID} characters, no control characters"
             )
@@ -262,9 +211,9 @@ class Subscriptions:
             if method == "PUT":
                 return await self._create(request, owner, sub_id, headers)
             if method == "GET":
-                return answer(self._found(owner, sub_id).view(self._signer, self._lives), 200, headers)
+                return answer(await self._view(await self._found(owner, sub_id), signer), 200, headers)
             if method == "DELETE":
-                self._remove(owner, sub_id)
+                await self._remove(owner, sub_id)
                 return Response(None, 204, headers)
             return _not_allowed("PUT, GET, DELETE", headers)
         if rest[0] == "streams":
@@ -273,7 +222,8 @@ class Subscriptions:
             if len(rest) == 1:
                 await self._link(request, owner, sub_id)
             else:
-                self._unlink(self._found(owner, sub_id), stream_path("/".join(rest[1:]), "the stream"))
+                name = stream_path("/".join(rest[1:]), "the stream")
+                await self._change(await self._found(owner, sub_id), lambda sub: sub.unlink(name))
             return Response(None, 204, headers)
         if len(rest) == 1 and rest[0] in _ACTIONS:
             if method != "POST":
@@ -283,111 +233,148 @@ class Subscriptions:
             return await self._settle(request, owner, sub_id, rest[0], headers)
         raise Refusal(404, "SUBSCRIPTION_NOT_FOUND", "Durable Streams control route not found")
 
-    def _find(self, owner: str, sub_id: str) -> _Subscription | None:
+    def _find(self, owner: str, sub_id: str) -> Subscription | None:
         return self._owners.get(owner, {}).get(sub_id)
 
-    def _found(self, owner: str, sub_id: str) -> _Subscription:
-        sub = self._find(owner, sub_id)
+    def _keep(self, record: SubscriptionRecord) -> Subscription:
+        """This process's copy of ``record``: the one it holds, brought up to date, or a new one."""
+        sub = self._find(record.owner, record.id)
         if sub is None:
-            raise _not_found()
+            sub = self._owners.setdefault(record.owner, {})[record.id] = Subscription(record)
+        else:
+            sub.load(record)
         return sub
 
-    def _current(self, sub: _Subscription) -> None:
-        """Refuse when ``sub`` was deleted while a request waited for its lock."""
-        if self._find(sub.owner, sub.id) is not sub:
-            raise _not_found()
-
-    def _remove(self, owner: str, sub_id: str) -> None:
+    def _forget(self, owner: str, sub_id: str) -> None:
         owned = self._owners.get(owner)
         if owned is not None and owned.pop(sub_id, None) is not None:
-            self._count -= 1
             self._touched.pop((owner, sub_id), None)
             if not owned:
                 del self._owners[owner]
 
-    def _room(self, owner: str) -> None:
-        if self._count >= _MAX_SUBSCRIPTIONS or len(self._owners.get(owner, {})) >= _MAX_PER_OWNER:
-            raise Refusal(409, "LIMIT_EXCEEDED", "too many subscriptions: delete one first")
+    async def _read(self, owner: str, sub_id: str) -> Subscription | None:
+        """The subscription as the store holds it now, or None (and this process forgets it)."""
+        assert self._streams is not None
+        record = await self._streams.subscription(owner, sub_id)
+        if record is None:
+            self._forget(owner, sub_id)
+            return None
+        return self._keep(record)
+
+    async def _found(self, owner: str, sub_id: str) -> Subscription:
+        sub = await self._read(owner, sub_id)
+        if sub is None:
+            raise _not_found()
+        return sub
+
+    async def _change(self, sub: Subscription, change: Callable[[Subscription], Awaitable[T]]) -> T:
+        """``change`` made to the store's current ``sub`` under its lock, and saved; made again on the newer
+        copy when another process saved first. What it opened (a delivery, a wake event) goes out once saved."""
+        assert self._streams is not None
+        for _ in range(_TRIES):
+            async with sub.lock:
+                if await self._read(sub.owner, sub.id) is not sub:
+                    raise _not_found()
+                before = sub.record()
+                opened = sub.opened = []
+                try:
+                    result = await change(sub)
+                    changed = sub.state() != before.state
+                    saved = await self._streams.change_subscription(sub.record()) if changed else before
+                except BaseException:
+                    sub.load(before)  # refused or failed: the copy stays the store's
+                    raise
+                if saved is None:
+                    continue
+                sub.version = saved.version
+            for trigger in opened:
+                await self._announce(sub, trigger)
+            return result
+        raise Refusal(409, "FENCED", "the subscription changed meanwhile: try again")
+
+    async def _remove(self, owner: str, sub_id: str) -> None:
+        assert self._streams is not None
+        await self._streams.remove_subscription(owner, sub_id)
+        self._forget(owner, sub_id)
 
     async def _create(self, request: Request, owner: str, sub_id: str, headers: dict[str, str]) -> Response:
+        assert self._streams is not None
         config = webhooks.config(await webhooks.read(request, webhooks.CREATE, self._limit))
-        if (existing := self._find(owner, sub_id)) is not None:
-            return self._confirm(existing, config, headers)
-        if config.webhook is not None and (why := webhooks.rejected(config.webhook)) is not None:
+        if (existing := await self._read(owner, sub_id)) is not None:
+            return await self._confirm(existing, config, headers)
+        if config.webhook is not None and (why := self._egress.rejected(config.webhook)) is not None:
             raise Refusal(400, "WEBHOOK_URL_REJECTED", why)
-        self._room(owner)
-        links = {name: _Link(acked=await self._tail(name, owner), explicit=True) for name in config.streams}
-        # Another PUT of the same id may have finished while the tails were read.
-        if (existing := self._find(owner, sub_id)) is not None:
-            return self._confirm(existing, config, headers)
-        self._room(owner)
+        links = {name: Link(acked=await self._tails.tail(name, owner), explicit=True) for name in config.streams}
         base = str(request.base_url.replace(path=request.scope.get("root_path", ""))).rstrip("/")
-        sub = self._owners.setdefault(owner, {})[sub_id] = _Subscription(sub_id, owner, config, base, links)
-        self._count += 1
-        return answer(sub.view(self._signer, self._lives), 201, headers)
+        record = new_record(owner, sub_id, config, base, links)
+        made = await self._streams.create_subscription(record, _MAX_PER_OWNER, _MAX_SUBSCRIPTIONS)
+        if made is None:
+            raise Refusal(409, "LIMIT_EXCEEDED", "too many subscriptions: delete one first")
+        sub = self._keep(made[0])
+        # Another PUT of the same id may have made it while the tails were read.
+        if not made[1]:
+            return await self._confirm(sub, config, headers)
+        return answer(await self._view(sub, await self._signed()), 201, headers)
 
-    def _confirm(self, existing: _Subscription, config: Config, headers: dict[str, str]) -> Response:
+    async def _confirm(self, existing: Subscription, config: Config, headers: dict[str, str]) -> Response:
         if existing.config != config:
             raise Refusal(409, "SUBSCRIPTION_ALREADY_EXISTS", "Subscription already exists with another configuration")
-        return answer(existing.view(self._signer, self._lives), 200, headers)
+        assert self._signer is not None
+        return answer(await self._view(existing, self._signer), 200, headers)
+
+    async def _view(self, sub: Subscription, signer: webhooks.Signer) -> webhooks.View:
+        return sub.view(signer, await self._tails.lives(sub.links, sub.owner))
 
     async def _link(self, request: Request, owner: str, sub_id: str) -> None:
         given = (await webhooks.read(request, webhooks.STREAMS, self._limit)).streams
         if not given:
             raise Refusal(400, "INVALID_REQUEST", "streams must be a non-empty string array")
         names = list(dict.fromkeys(stream_path(name, "each of streams") for name in given))
-        sub = self._found(owner, sub_id)
-        async with sub.lock:
-            self._current(sub)
+
+        async def link(sub: Subscription) -> None:
             if len(sub.links) + sum(name not in sub.links for name in names) > MAX_LINKS:
                 raise Refusal(409, "LIMIT_EXCEEDED", f"a subscription links at most {MAX_LINKS} streams")
             for name in names:
-                link = sub.links.get(name)
-                if link is None:
-                    tail = await self._tail(name, owner)
-                    link = sub.links.get(name) or _Link(acked=tail)
+                link = sub.links.get(name) or Link(acked=await self._tails.tail(name, owner))
                 sub.links[name] = msgspec.structs.replace(link, explicit=True)
 
-    @staticmethod
-    def _unlink(sub: _Subscription, name: str) -> None:
-        link = sub.links.get(name)
-        if link is not None and link.glob:
-            sub.links[name] = msgspec.structs.replace(link, explicit=False)
-        elif link is not None:
-            del sub.links[name]
+        await self._change(await self._found(owner, sub_id), link)
 
     async def _claim(self, request: Request, owner: str, sub_id: str, headers: dict[str, str]) -> Response:
         worker = (await webhooks.read(request, webhooks.CLAIM, self._limit)).worker
         if not worker or len(worker) > _MAX_ID:
             raise Refusal(400, "INVALID_REQUEST", f"worker must be a string of 1 to {_MAX_ID} characters")
-        sub = self._found(owner, sub_id)
+        sub = await self._found(owner, sub_id)
         if sub.config.type != "pull-wake":
             raise Refusal(400, "INVALID_REQUEST", "Subscription is not pull-wake")
-        async with sub.lock:
-            self._current(sub)
-            if sub.holder is not None:
+        signer = await self._signed()
+
+        async def claim(sub: Subscription) -> webhooks.Claimed:
+            if sub.holder is not None and not sub.expired(now_ms()):
                 raise Refusal(409, "ALREADY_CLAIMED", "the wake is held", holder=sub.holder, generation=sub.generation)
-            tails = await self._tails(sub)
+            if sub.holder is not None:
+                sub.close_wake()
+            tails = await self._tails.of(sub.links, sub.owner)
             first = sub.first_pending(tails)
             if first is None:
                 raise Refusal(409, "NO_PENDING_WORK", "Subscription has no pending work")
             wake_id = sub.wake_id or await self._open(sub, tails, first)
             sub.holder = worker
-            sub.token = token = self._signer.token(sub.subject, sub.generation)
+            sub.token = token = signer.token(sub.subject, sub.generation)
             self._lease(sub)
-            streams = [
-                _info(name, link, self._lives.get((owner, name), 0), tails[name])
-                for name, link in sub.links.items()
-                if name in tails
-            ]
-            claimed = webhooks.Claimed(
+            return webhooks.Claimed(
                 wake_id=wake_id,
                 generation=sub.generation,
                 token=token,
-                streams=streams,
+                streams=[
+                    info(name, link, self._tails.life(name, sub.owner), tails[name])
+                    for name, link in sub.links.items()
+                    if name in tails
+                ],
                 lease_ttl_ms=sub.config.lease_ttl_ms,
             )
-        return answer(claimed, 200, headers)
+
+        return answer(await self._change(sub, claim), 200, headers)
 
     async def _settle(
         self, request: Request, owner: str, sub_id: str, action: str, headers: dict[str, str]
@@ -395,14 +382,14 @@ class Subscriptions:
         """A callback or an ack (acks, and ``done`` closes the wake), or a release (closes it), by the wake's token."""
         token = webhooks.bearer(request)
         body = await webhooks.read(request, webhooks.CALLBACK, self._limit)
-        sub = self._found(owner, sub_id)
+        sub = await self._found(owner, sub_id)
         if (sub.config.type == "webhook") != (action == "callback"):
-            raise Refusal(
-                400, "INVALID_REQUEST", f"Subscription is not {'webhook' if action == 'callback' else 'pull-wake'}"
-            )
-        async with sub.lock:
-            self._current(sub)
-            self._fence(sub, token, body)
+            kind = "webhook" if action == "callback" else "pull-wake"
+            raise Refusal(400, "INVALID_REQUEST", f"Subscription is not {kind}")
+
+        async def settle(sub: Subscription) -> Response:
+            assert self._signer is not None
+            sub.fence(self._signer, token, body)
             if action == "release":
                 sub.close_wake()
                 await self._next(sub)
@@ -413,24 +400,11 @@ class Subscriptions:
             if body.done:
                 sub.close_wake()
                 next_wake = await self._next(sub)
-        return answer(webhooks.Acked(ok=True, next_wake=next_wake), 200, headers)
+            return answer(webhooks.Acked(ok=True, next_wake=next_wake), 200, headers)
 
-    def _fence(self, sub: _Subscription, token: str, body: Callback) -> None:
-        try:
-            epoch = self._signer.epoch(token, sub.subject)
-        except webhooks.TokenError as exc:
-            raise Refusal(401, exc.code, "Token expired" if exc.code == "TOKEN_EXPIRED" else "Token invalid") from None
-        if (
-            sub.wake_id is None
-            or sub.token is None
-            or not hmac.compare_digest(token.encode(), sub.token.encode())
-            or epoch != sub.generation
-            or body.generation != sub.generation
-            or body.wake_id != sub.wake_id
-        ):
-            raise Refusal(409, "FENCED", "Wake generation is stale")
+        return await self._change(sub, settle)
 
-    async def _apply(self, sub: _Subscription, body: Callback) -> None:
+    async def _apply(self, sub: Subscription, body: Callback) -> None:
         """Move the acked offsets, all or none: each must be a linked stream's, not behind its ack nor past its tail."""
         if len(body.acks) > MAX_LINKS:
             raise Refusal(400, "INVALID_REQUEST", f"at most {MAX_LINKS} acks")
@@ -441,8 +415,8 @@ class Subscriptions:
             if not name or link is None:
                 raise Refusal(409, "INVALID_OFFSET", "Ack references an unknown subscription stream")
             parsed = parse_stream_offset(ack.offset)
-            tail = await self._tail(name, sub.owner)
-            if parsed is None or parsed[0] != self._lives.get((sub.owner, name), 0):
+            tail = await self._tails.tail(name, sub.owner)
+            if parsed is None or parsed[0] != self._tails.life(name, sub.owner):
                 raise Refusal(409, "INVALID_OFFSET", "Ack offset is not an offset of the stream (nor may it be -1)")
             if parsed[1] < link.acked:
                 raise Refusal(409, "INVALID_OFFSET", "Ack offset regresses the committed cursor")
@@ -453,48 +427,37 @@ class Subscriptions:
             if (link := sub.links.get(name)) is not None:
                 sub.links[name] = msgspec.structs.replace(link, acked=position)
 
-    async def _tail(self, name: str, owner: str) -> int:
-        if self._streams is None:
-            return 0
-        try:
-            meta = await self._streams.head(name, owner)
-        except (StreamNotFoundError, StreamGoneError):
-            self._lives.pop((owner, name), None)
-            return 0
-        self._lives[(owner, name)] = meta.life
-        return meta.tail
-
-    async def _tails(self, sub: _Subscription) -> dict[str, int]:
-        return {name: await self._tail(name, sub.owner) for name in list(sub.links)}
-
-    def _lease(self, sub: _Subscription) -> None:
-        sub.lease_until = time.monotonic() + sub.config.lease_ttl_ms / 1000
+    def _lease(self, sub: Subscription) -> None:
+        sub.lease_until = now_ms() + sub.config.lease_ttl_ms
         self._kick.set()
 
-    async def _next(self, sub: _Subscription) -> bool:
-        """Open the next wake if a linked stream has work pending; whether it did. Under ``sub.lock``."""
-        tails = await self._tails(sub)
+    async def _next(self, sub: Subscription) -> bool:
+        """Open the next wake if a linked stream has work pending; whether it did. Within `_change`."""
+        tails = await self._tails.of(sub.links, sub.owner)
         first = sub.first_pending(tails)
         if first is None:
             return False
         await self._open(sub, tails, first)
         return True
 
-    async def _open(self, sub: _Subscription, tails: dict[str, int], trigger: str) -> str:
-        """Open a wake over ``tails``, for a write to ``trigger``; under ``sub.lock``."""
+    async def _open(self, sub: Subscription, tails: dict[str, int], trigger: str) -> str:
+        """Open a wake over ``tails``, for a write to ``trigger``; within `_change`, which sends it once saved."""
+        assert self._signer is not None
         sub.generation += 1
         sub.wake_id = wake_id = f"w_{secrets.token_hex(12)}"
         sub.snapshot = dict(tails)
         if sub.config.type == "webhook":
             sub.token = self._signer.token(sub.subject, sub.generation)
             self._lease(sub)
-            if not self._deliveries.send(_Job(sub.owner, sub.id, sub.generation)):
-                logger.warning("subscription %r: its delivery could not be queued; its lease reopens the wake", sub.id)
-        else:
-            await self._announce(sub, trigger)
+        sub.opened.append(trigger)
         return wake_id
 
-    async def _announce(self, sub: _Subscription, trigger: str) -> None:
+    async def _announce(self, sub: Subscription, trigger: str) -> None:
+        """Send the wake just saved: a webhook's delivery, or a pull-wake's event on its wake stream."""
+        if sub.config.type == "webhook":
+            if not self._deliveries.send(sub.owner, _Job(sub.owner, sub.id, sub.generation)):
+                self._warnings.warning(logger, _UNQUEUED)
+            return
         wake_stream = sub.config.wake_stream
         if self._streams is None or wake_stream is None:
             return
@@ -512,40 +475,86 @@ class Subscriptions:
         # Not `on_append`: a subscription whose pattern matched its own wake stream would wake itself forever.
         self._changed(wake_stream)
 
-    def _all(self) -> list[_Subscription]:
+    def _all(self) -> list[Subscription]:
         return [sub for owned in self._owners.values() for sub in owned.values()]
 
+    async def _reload(self) -> None:
+        """Read every subscription of the store again: those other processes made, changed or deleted."""
+        assert self._streams is not None
+        records = [record for record in await self._streams.subscriptions() if record.owner != SHARED_OWNER]
+        present = {(record.owner, record.id) for record in records}
+        for record in records:
+            known = self._find(record.owner, record.id)
+            if known is None or (known.version != record.version and not known.lock.locked()):
+                self._keep(record)
+        for sub in self._all():
+            if (sub.owner, sub.id) not in present and not sub.lock.locked():
+                self._forget(sub.owner, sub.id)
+        self._loaded_at = time.monotonic()
+
     async def _tend(self) -> None:
-        """Until closed: close the wakes whose lease ran out, and open those that writes have made due."""
+        """Until closed: read the store's subscriptions now and then, close the wakes whose lease ran out, and
+        open those that writes have made due."""
         while not self._closing:
             leases = [sub.lease_until for sub in self._all() if sub.lease_until is not None]
-            with anyio.move_on_after(max(0.0, min(leases) - time.monotonic()) if leases else math.inf):
+            wait = self._loaded_at + _RELOAD_S - time.monotonic()
+            if leases:
+                wait = min(wait, (min(leases) - now_ms()) / 1000)
+            with anyio.move_on_after(max(_MOMENT_S, wait)):
                 await self._kick.wait()
             self._kick = anyio.Event()
-            now = time.monotonic()
+            try:
+                if self._streams is not None and time.monotonic() - self._loaded_at >= _RELOAD_S:
+                    await self._signed()
+                    await self._reload()
+            except Exception as exc:  # the store may be down: try again at the next round
+                self._warnings.warning(logger, "subscriptions could not be read from the store: %s", exc)
+                self._loaded_at = time.monotonic()
+                continue
             touched, self._touched = self._touched, {}
-            for expired in [sub for sub in self._all() if sub.lease_until is not None and sub.lease_until <= now]:
-                await self._tended(expired, None)
+            now = now_ms()
+            for expired in [sub for sub in self._all() if sub.expired(now)]:
+                await self._tended(expired, self._expire)
             for (owner, sub_id), trigger in touched.items():
-                if (sub := self._find(owner, sub_id)) is not None:
-                    await self._tended(sub, trigger)
+                if (found := self._find(owner, sub_id)) is not None:
+                    await self._tended(found, self._due(trigger))
 
-    async def _tended(self, sub: _Subscription, trigger: str | None) -> None:
-        """Close ``sub``'s wake if its lease ran out (no ``trigger``), or open one if a write to ``trigger`` is due."""
+    async def _tended(self, sub: Subscription, change: Callable[[Subscription], Awaitable[None]]) -> None:
         try:
-            async with sub.lock:
-                if self._find(sub.owner, sub.id) is not sub:
-                    return
-                if trigger is None:
-                    if sub.lease_until is not None and sub.lease_until <= time.monotonic():
-                        sub.close_wake()
-                        await self._next(sub)
-                elif sub.wake_id is None and sub.holder is None:
-                    tails = await self._tails(sub)
-                    if sub.first_pending(tails) is not None:
-                        await self._open(sub, tails, trigger)
+            await self._change(sub, change)
+        except Refusal:
+            pass  # deleted meanwhile, or changed again and again by other processes: theirs to tend
         except Exception:
-            logger.exception("subscription %r: its wake could not be tended", sub.id)
+            self._warnings.warning(logger, "a subscription's wake could not be tended", exc_info=True)
+
+    async def _expire(self, sub: Subscription) -> None:
+        """Close the wake if its lease ran out, and open the next if work is pending."""
+        if sub.expired(now_ms()):
+            sub.close_wake()
+            await self._next(sub)
+
+    def _matched(self, name: str) -> Callable[[Subscription], Awaitable[None]]:
+        """Link ``name``, a stream of the owner's that the pattern matches, with nothing acked."""
+
+        async def match(sub: Subscription) -> None:
+            sub.link_matched(name)
+
+        return match
+
+    def _due(self, trigger: str) -> Callable[[Subscription], Awaitable[None]]:
+        """Link ``trigger`` if the pattern matches it, then open a wake if none is open and work is pending."""
+
+        async def due(sub: Subscription) -> None:
+            # A notice names no owner: the stream is linked only if it is the subscription owner's.
+            if trigger and sub.wants(trigger) and sub.matches_anew(trigger):
+                if await self._tails.head(trigger, sub.owner) is not None:
+                    sub.link_matched(trigger)
+            if sub.wake_id is None and sub.holder is None:
+                tails = await self._tails.of(sub.links, sub.owner)
+                if (first := sub.first_pending(tails)) is not None:
+                    await self._open(sub, tails, trigger if trigger in tails else first)
+
+        return due
 
     async def _deliver(self, http: httpx.AsyncClient, job: _Job) -> None:
         sub = self._find(job.owner, job.id)
@@ -561,23 +570,29 @@ class Subscriptions:
 
         if sub is None or not wanted() or sub.config.webhook is None or sub.wake_id is None or sub.token is None:
             return
+        if self._egress.rejected(sub.config.webhook) is not None:
+            # Made before this server's egress settings changed: its lease reopens the wake, undelivered.
+            await self._tended(sub, self._settled(job, None))
+            return
+        assert self._signer is not None
+        lives = await self._tails.lives(sub.snapshot, sub.owner)
         streams = [
-            _info(name, link, self._lives.get((sub.owner, name), 0), tail)
-            for name, tail in sub.snapshot.items()
-            if (link := sub.links.get(name)) is not None
+            info(name, link, lives[name], tail) for name, tail in sub.snapshot.items() if (link := sub.links.get(name))
         ]
         body = webhooks.notification(sub.id, sub.wake_id, sub.generation, streams, sub.url("callback"), sub.token)
         done = await webhooks.deliver(http, sub.config.webhook, body, self._signer, wanted=wanted)
-        if not wanted():
-            return
-        sub.status = "failed" if done is None else "active"
-        if done:
-            async with sub.lock:
-                if not wanted():
-                    return
-                # The receiver took the whole snapshot: ack it, as far as no callback already has.
-                for name, tail in sub.snapshot.items():
-                    if (link := sub.links.get(name)) is not None and tail > link.acked:
-                        sub.links[name] = msgspec.structs.replace(link, acked=tail)
-                sub.close_wake()
+        if wanted():
+            await self._tended(sub, self._settled(job, done))
+
+    def _settled(self, job: _Job, done: bool | None) -> Callable[[Subscription], Awaitable[None]]:
+        """The delivery of ``job`` is over: whether its receiver took the snapshot whole (None: it failed)."""
+
+        async def settled(sub: Subscription) -> None:
+            if sub.generation != job.generation or sub.wake_id is None:
+                return
+            sub.status = "failed" if done is None else "active"
+            if done:
+                sub.take_snapshot()
                 await self._next(sub)
+
+        return settled

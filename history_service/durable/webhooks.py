@@ -6,15 +6,14 @@ wire, with no state of its own beyond a `Signer`'s keys and a `Deliveries` queue
 A notification carries ``Webhook-Signature: t=<unix seconds>,kid=<kid>,ed25519=<signature>``,
 the base64url Ed25519 signature of ``<t>.<body>``; a receiver checks it against the key set
 served at ``__ds/jwks.json``. A callback token is ``<claims>.<HMAC>``, both base64url, bound
-to one subscription and one wake generation. A `Signer` makes both keys, so they live as
-long as the process, like the subscriptions they sign for.
+to one subscription and one wake generation. Both keys are kept in the store, like the
+subscriptions they sign for.
 
 Deliveries wait in a bounded queue for a few workers that share one client; a delivery is
 tried `ATTEMPTS` times at most, with backoff, while its wake is still open.
 
-A webhook URL must be https, or plain http to localhost or 127.0.0.x for development, and
-its host must not be an address that is not public. A host name is not resolved here: one
-that resolves to a private address is for the deployment's egress rules to stop.
+Where a webhook may go, by its URL and by the address it connects to, is
+`history_service.durable.egress`'s: the client the workers share is its.
 """
 
 from __future__ import annotations
@@ -22,11 +21,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 import logging
 import random
 import secrets
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -34,13 +31,14 @@ from typing import Any, Final, Generic, Literal, TypeVar
 import anyio
 import httpx
 import msgspec
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.abc import TaskGroup
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import Response
 
+from history_service.durable.egress import Egress
 from history_service.durable.streams import MAX_NAME, plain
 from history_service.errors import BodyTooLarge
 from history_service.requests import read_body
@@ -73,7 +71,6 @@ __all__ = [
     "deliver",
     "notification",
     "read",
-    "rejected",
     "stream_path",
 ]
 
@@ -81,7 +78,6 @@ logger = logging.getLogger(__name__)
 
 ATTEMPTS: Final = 3
 _BACKOFF_S: Final = 1.0
-_MAX_URL: Final = 2048
 # A receiver's answer is read only for its ``done``; a larger one is not worth holding.
 _MAX_ANSWER: Final = 64 * 1024
 _TOKEN_TTL_S: Final = 3600
@@ -91,8 +87,12 @@ _MAX_TEXT: Final = 4096
 _LEASE_MS: Final = (1_000, 600_000)
 _WAITING: Final = 256
 _WORKERS: Final = 8
+# An owner's share: of the workers, and of the deliveries waiting (as many as its subscriptions may be).
+_PER_OWNER: Final = 2
+_OWNER_WAITING: Final = 64
 
 Job = TypeVar("Job")
+Work = Callable[[httpx.AsyncClient, Job], Awaitable[None]]
 T = TypeVar("T")
 
 
@@ -364,18 +364,37 @@ class TokenError(Exception):
         self.code = code
 
 
-class Signer:
-    """This process's webhook signing key (its key set in ``jwks``) and its callback-token key."""
+class _Keys(Struct, frozen=True, array_like=True):
+    ed25519: bytes
+    hmac: bytes
 
-    def __init__(self) -> None:
-        self._key = Ed25519PrivateKey.generate()
-        self._hmac_key = secrets.token_bytes(32)
+
+_KEYS: Final = msgspec.msgpack.Decoder(_Keys)
+
+
+class Signer:
+    """The webhook signing key (its key set in ``jwks``) and the callback-token key.
+
+    Made from `Signer.new_keys` once and kept in the store, so every process of a store, and
+    every life of one, signs and checks alike.
+    """
+
+    def __init__(self, keys: bytes) -> None:
+        held = _KEYS.decode(keys)
+        self._key = Ed25519PrivateKey.from_private_bytes(held.ed25519)
+        self._hmac_key = held.hmac
         x = _b64url(self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
         thumbprint = hashlib.sha256(msgspec.json.encode(_Thumbprinted(crv="Ed25519", kty="OKP", x=x))).digest()
         self.kid = f"ds_{_b64url(thumbprint)}"
         self.jwks = msgspec.json.encode(
             _Jwks(keys=[_Jwk(kty="OKP", crv="Ed25519", x=x, kid=self.kid, use="sig", alg="EdDSA")])
         )
+
+    @staticmethod
+    def new_keys() -> bytes:
+        """New keys for `Signer`, encoded."""
+        raw = Ed25519PrivateKey.generate().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        return msgspec.msgpack.encode(_Keys(raw, secrets.token_bytes(32)))
 
     def sign(self, body: bytes) -> str:
         """The ``Webhook-Signature`` of ``body``, sent now."""
@@ -418,47 +437,6 @@ class Signer:
         return _b64url(hmac.digest(self._hmac_key, payload.encode(), "sha256"))
 
 
-def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        try:
-            # The resolver reads "2130706433", "0x7f.1" and "127.1" as addresses too.
-            return ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
-def rejected(url: str) -> str | None:
-    """Why ``url`` may not be a webhook's, or None when it may."""
-    if len(url) > _MAX_URL:
-        return f"webhook.url is longer than {_MAX_URL} characters"
-    try:
-        # httpx's own reading of the URL: the one the POST will go to.
-        parsed = httpx.URL(url)
-        scheme, host, port = parsed.scheme, parsed.host.rstrip("."), parsed.port
-    except (httpx.InvalidURL, ValueError):
-        return "webhook.url must be a valid URL"
-    if not host or (port is not None and not 0 < port < 65536):
-        return "webhook.url must be a valid URL"
-    address = _address(host)
-    local = host == "localhost" or (
-        isinstance(address, ipaddress.IPv4Address) and address in ipaddress.IPv4Network("127.0.0.0/24")
-    )
-    if scheme == "http":
-        return None if local else "http webhook URLs are only allowed for localhost or 127.0.0.x"
-    if scheme != "https":
-        return "webhook.url must use https"
-    if host == "localhost":
-        return "localhost webhook URLs must use http for dev"
-    if address is not None and not address.is_global:
-        return "webhook.url must not target private, link-local or other non-public hosts"
-    return None
-
-
 def notification(
     subscription_id: str, wake_id: str, generation: int, streams: list[StreamInfo], callback_url: str, token: str
 ) -> bytes:
@@ -467,53 +445,65 @@ def notification(
     return msgspec.json.encode(wake)
 
 
-class Deliveries(Generic[Job]):
-    """Deliveries waiting, at most a bounded number, and the workers that make them through one client."""
+class _Lane:
+    """One owner's deliveries: how many wait or run, and its share of the workers."""
 
     def __init__(self) -> None:
-        self._waiting: MemoryObjectSendStream[Job] | None = None
+        self.queued = 0
+        self.slots = anyio.Semaphore(_PER_OWNER)
 
-    def send(self, job: Job) -> bool:
-        """Queue ``job``; False when the queue is full or no workers run."""
-        if self._waiting is None:
+
+class Deliveries(Generic[Job]):
+    """Deliveries waiting, a bounded number in all and per owner, and the workers that make them through one client.
+
+    Fair per owner: an owner's deliveries run on at most `_PER_OWNER` of the `_WORKERS` slots,
+    so one owner's slow endpoints always leave the others room, and since each owner has at
+    most that many waiting for a slot, owners take the freed slots in turn.
+    """
+
+    def __init__(self, egress: Egress) -> None:
+        self._egress = egress
+        # While `run` runs: its task group, the work, the client, and the workers' slots.
+        self._running: tuple[TaskGroup, Work[Job], httpx.AsyncClient, anyio.Semaphore] | None = None
+        self._lanes: dict[str, _Lane] = {}
+        self._waiting = 0
+
+    def send(self, owner: str, job: Job) -> bool:
+        """Queue ``job`` of ``owner``'s; False when the queue, or the owner's part of it, is full, or no workers run."""
+        lane = self._lanes.get(owner)
+        if self._running is None or self._waiting >= _WAITING or (lane is not None and lane.queued >= _OWNER_WAITING):
             return False
-        try:
-            self._waiting.send_nowait(job)
-        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return False
+        if lane is None:
+            lane = self._lanes[owner] = _Lane()
+        lane.queued += 1
+        self._waiting += 1
+        self._running[0].start_soon(self._one, owner, lane, job)
         return True
 
-    async def run(self, work: Callable[[httpx.AsyncClient, Job], Awaitable[None]]) -> None:
+    async def run(self, work: Work[Job]) -> None:
         """Make the deliveries with ``work`` until cancelled; a delivery that raises is logged and dropped."""
-        send, receive = anyio.create_memory_object_stream[Job](_WAITING)
-        # Bounded waits, no redirects (a redirect could lead past the URL rule), no proxies from the environment.
-        http = httpx.AsyncClient(
-            timeout=httpx.Timeout(10.0, connect=5.0),
-            follow_redirects=False,
-            trust_env=False,
-            limits=httpx.Limits(max_connections=_WORKERS),
-        )
+        http = self._egress.client(timeout=httpx.Timeout(10.0, connect=5.0), max_connections=_WORKERS)
         async with http, anyio.create_task_group() as tasks:
-            with send, receive:
-                for _ in range(_WORKERS):
-                    tasks.start_soon(self._work, work, http, receive)
-                self._waiting = send
-                try:
-                    await anyio.sleep_forever()
-                finally:
-                    self._waiting = None
-
-    @staticmethod
-    async def _work(
-        work: Callable[[httpx.AsyncClient, Job], Awaitable[None]],
-        http: httpx.AsyncClient,
-        jobs: MemoryObjectReceiveStream[Job],
-    ) -> None:
-        async for job in jobs:
+            self._running = (tasks, work, http, anyio.Semaphore(_WORKERS))
             try:
-                await work(http, job)
-            except Exception:
-                logger.exception("a webhook delivery failed")
+                await anyio.sleep_forever()
+            finally:
+                self._running = None
+                tasks.cancel_scope.cancel()
+
+    async def _one(self, owner: str, lane: _Lane, job: Job) -> None:
+        try:
+            if self._running is not None:
+                _, work, http, slots = self._running
+                async with lane.slots, slots:
+                    await work(http, job)
+        except Exception:
+            logger.exception("a webhook delivery failed")
+        finally:
+            self._waiting -= 1
+            lane.queued -= 1
+            if not lane.queued and self._lanes.get(owner) is lane:
+                del self._lanes[owner]
 
 
 async def _post(http: httpx.AsyncClient, url: str, body: bytes, signer: Signer) -> bool | None:

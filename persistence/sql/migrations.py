@@ -1,4 +1,4 @@
-"""The schema version in ``history_meta``, and the upgrades from versions 1 to 5 to the current one.
+"""The schema version in ``history_meta``, and the upgrades from versions 1 to 6 to the current one.
 
 An older database is upgraded in place when opened; an unknown version refuses to open.
 """
@@ -21,6 +21,7 @@ from persistence.sql.schema import (
     ds_chunks_table,
     ds_producers_table,
     ds_streams_table,
+    ds_subscriptions_table,
     expiry_indexes,
     listing_index,
     meta_table,
@@ -67,6 +68,9 @@ def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) 
         version = "5"
     if version == "5":
         _upgrade_from_5(conn)
+        version = "6"
+    if version == "6":
+        _upgrade_from_6(conn)
         return None
     return version
 
@@ -76,7 +80,7 @@ def refuse(version: str | None) -> None:
     if version is not None and version != str(SCHEMA_VERSION):
         raise SchemaVersionError(
             f"the database has history schema version {version!r}; "
-            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 5"
+            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 6"
         )
 
 
@@ -185,6 +189,12 @@ def _upgrade_from_5(conn: Connection) -> None:
     for table in (ds_streams_table, ds_chunks_table, ds_producers_table):
         table.create(conn, checkfirst=True)
     _set_version(conn, "6")
+
+
+def _upgrade_from_6(conn: Connection) -> None:
+    """Version 7 adds ``ds_subscriptions``: subscriptions are kept in the store (docs/protocol.md §13.6)."""
+    ds_subscriptions_table.create(conn, checkfirst=True)
+    _set_version(conn, "7")
 
 
 def _set_version(conn: Connection, version: str) -> None:

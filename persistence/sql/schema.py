@@ -23,7 +23,9 @@ Tables, keyed ``(session_id, seq)``:
 * ``ds_streams``, ``ds_chunks`` and ``ds_producers``: generic Durable Streams (`persistence.sql.streams`):
   a stream's metadata as one encoded `persistence.streams.StreamMeta`, with ``deadline``, when it
   expires (indexed, for the sweeper); each append's bytes at the position after them; and each
-  idempotent producer's state.
+  idempotent producer's state;
+* ``ds_subscriptions``: Durable Streams subscriptions, each a `persistence.streams.SubscriptionRecord`
+  (its configuration and state encoded, and the version a change is made over).
 
 Each dialect module compiles `CodePointOrder` for its database.
 """
@@ -63,9 +65,10 @@ __all__ = [
     "ds_chunks_table",
     "ds_producers_table",
     "ds_streams_table",
+    "ds_subscriptions_table",
 ]
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 COMPRESS_AT: Final = 4096
 
 
@@ -212,5 +215,14 @@ ds_producers_table = sa.Table(
     metadata,
     sa.Column("name", sa.String, primary_key=True),
     sa.Column("producer_id", sa.String, primary_key=True),
+    sa.Column("state", sa.LargeBinary, nullable=False),
+)
+ds_subscriptions_table = sa.Table(
+    "ds_subscriptions",
+    metadata,
+    sa.Column("owner", sa.String, primary_key=True),
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("config", sa.LargeBinary, nullable=False),
     sa.Column("state", sa.LargeBinary, nullable=False),
 )

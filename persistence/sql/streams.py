@@ -18,10 +18,18 @@ import sqlalchemy as sa
 from persistence.base import now_ms
 from persistence.errors import StoreError, StreamGoneError
 from persistence.sql.prepared import Prepared
-from persistence.sql.schema import ds_chunks_table, ds_producers_table, ds_streams_table
-from persistence.streams import rules
+from persistence.sql.schema import ds_chunks_table, ds_producers_table, ds_streams_table, ds_subscriptions_table
+from persistence.streams import rules, subscribed
 from persistence.streams.base import ReadResult, StreamStore
-from persistence.streams.model import AppendOutcome, AppendRequest, Chunk, CreateRequest, Producer, StreamMeta
+from persistence.streams.model import (
+    AppendOutcome,
+    AppendRequest,
+    Chunk,
+    CreateRequest,
+    Producer,
+    StreamMeta,
+    SubscriptionRecord,
+)
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore
@@ -30,6 +38,7 @@ __all__ = ["SqlStreams"]
 
 T = TypeVar("T")
 _KEY: Final = "ds\x00"
+_SUBSCRIPTION_KEY: Final = "dss\x00"
 _meta_encoder = msgspec.msgpack.Encoder()
 _meta_decoder = msgspec.msgpack.Decoder(StreamMeta)
 _producer_decoder = msgspec.msgpack.Decoder(Producer)
@@ -79,6 +88,21 @@ class _Statements:
             .order_by(c.end_pos)
         )
         self.expired = prepared(sa.select(s.name).where(s.deadline <= b("now")).order_by(s.deadline).limit(b("limit")))
+        u = ds_subscriptions_table.c
+        record = sa.select(u.owner, u.id, u.config, u.state, u.version)
+        one = (u.owner == b("owner"), u.id == b("id"))
+        self.subscription = prepared(record.where(*one))
+        self.subscription_for_update = prepared(ways.lock_head(record.where(*one)))
+        self.subscriptions = prepared(record.order_by(u.owner, u.id))
+        self.count_owner = prepared(sa.select(sa.func.count()).where(u.owner == b("owner")))
+        self.count_all = prepared(sa.select(sa.func.count()).where(u.owner != subscribed.SHARED_OWNER))
+        self.insert_subscription = prepared(sa.insert(ds_subscriptions_table))
+        self.update_subscription = prepared(
+            sa.update(ds_subscriptions_table)
+            .where(*one)
+            .values(config=b("config"), state=b("state"), version=b("version"))
+        )
+        self.drop_subscription = prepared(sa.delete(ds_subscriptions_table).where(*one))
 
 
 # Chunk sizes learned per round trip of a read: a budget's worth of small appends takes a few.
@@ -158,6 +182,52 @@ class _Tx:
         return found
 
 
+def _record(row: Any) -> SubscriptionRecord:
+    owner, id, config, state, version = row
+    return SubscriptionRecord(owner=owner, id=id, config=bytes(config), state=bytes(state), version=version)
+
+
+class _Subscribed:
+    """`subscribed.Tx` on a DBAPI cursor; ``lock`` reads a record for update (a write's unit)."""
+
+    def __init__(self, sql: _Statements, cursor: Any, *, lock: bool) -> None:
+        self._sql = sql
+        self._cursor = cursor
+        self._lock = lock
+        self._present: set[tuple[str, str]] = set()
+
+    def subscription(self, owner: str, id: str) -> SubscriptionRecord | None:
+        statement = self._sql.subscription_for_update if self._lock else self._sql.subscription
+        row = statement.run(self._cursor, owner=owner, id=id).fetchone()
+        if row is None:
+            return None
+        self._present.add((owner, id))
+        return _record(row)
+
+    def count(self, owner: str | None) -> int:
+        if owner is None:
+            return int(self._sql.count_all.run(self._cursor).fetchone()[0])
+        return int(self._sql.count_owner.run(self._cursor, owner=owner).fetchone()[0])
+
+    def put(self, record: SubscriptionRecord) -> None:
+        values = {
+            "owner": record.owner,
+            "id": record.id,
+            "config": record.config,
+            "state": record.state,
+            "version": record.version,
+        }
+        if (record.owner, record.id) in self._present:
+            self._sql.update_subscription.run(self._cursor, **values)
+        else:
+            self._sql.insert_subscription.run(self._cursor, **values)
+            self._present.add((record.owner, record.id))
+
+    def drop(self, owner: str, id: str) -> None:
+        self._sql.drop_subscription.run(self._cursor, owner=owner, id=id)
+        self._present.discard((owner, id))
+
+
 class SqlStreams(StreamStore):
     def __init__(self, store: SqlStore) -> None:
         self._store = store
@@ -224,3 +294,45 @@ class SqlStreams(StreamStore):
 
     async def sweep(self, name: str) -> bool:
         return await self._write(name, lambda tx, now: rules.sweep(tx, name, now))
+
+    async def _subscribed(self, owner: str, id: str, work: Callable[[_Subscribed], T]) -> T:
+        sql = self._sql
+        return await self._store._writer.run(
+            lambda cursor: work(_Subscribed(sql, cursor, lock=True)), f"{_SUBSCRIPTION_KEY}{owner}\x00{id}"
+        )
+
+    async def subscription(self, owner: str, id: str) -> SubscriptionRecord | None:
+        sql = self._sql
+
+        def reading(cursor: Any) -> SubscriptionRecord | None:
+            return _Subscribed(sql, cursor, lock=False).subscription(owner, id)
+
+        return await self._store._dialect.read(self._store, reading)
+
+    async def subscriptions(self) -> list[SubscriptionRecord]:
+        sql = self._sql
+
+        def reading(cursor: Any) -> list[SubscriptionRecord]:
+            return [_record(row) for row in sql.subscriptions.run(cursor).fetchall()]
+
+        return await self._store._dialect.read(self._store, reading)
+
+    async def create_subscription(
+        self, record: SubscriptionRecord, per_owner: int, total: int
+    ) -> tuple[SubscriptionRecord, bool] | None:
+        def creating(tx: _Subscribed) -> tuple[SubscriptionRecord, bool] | None:
+            return subscribed.create(tx, record, per_owner, total)
+
+        try:
+            return await self._subscribed(record.owner, record.id, creating)
+        except StoreError as exc:
+            # Another process inserted it between this unit's read and its insert: read it now.
+            if not isinstance(exc.__cause__, self._store._integrity_error):
+                raise
+        return await self._subscribed(record.owner, record.id, creating)
+
+    async def change_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord | None:
+        return await self._subscribed(record.owner, record.id, lambda tx: subscribed.change(tx, record))
+
+    async def remove_subscription(self, owner: str, id: str) -> bool:
+        return await self._subscribed(owner, id, lambda tx: subscribed.remove(tx, owner, id))

@@ -12,10 +12,13 @@ from persistence.streams.model import (
     Producer,
     ProducerClaim,
     StreamMeta,
+    SubscriptionRecord,
     media_type,
 )
+from persistence.streams.subscribed import SHARED_OWNER
 
 __all__ = [
+    "SHARED_OWNER",
     "AppendOutcome",
     "AppendRequest",
     "Chunk",
@@ -26,5 +29,6 @@ __all__ = [
     "ReadResult",
     "StreamMeta",
     "StreamStore",
+    "SubscriptionRecord",
     "media_type",
 ]

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 
 from msgspec import Struct
 
-from persistence.streams.model import AppendOutcome, AppendRequest, Chunk, CreateRequest, StreamMeta
+from persistence.streams.model import AppendOutcome, AppendRequest, Chunk, CreateRequest, StreamMeta, SubscriptionRecord
 
 __all__ = ["ReadResult", "StreamStore"]
 
@@ -57,3 +57,23 @@ class StreamStore(ABC):
     @abstractmethod
     async def sweep(self, name: str) -> bool:
         """Delete (or mark gone) the stream if it has expired; whether it did."""
+
+    @abstractmethod
+    async def subscription(self, owner: str, id: str) -> SubscriptionRecord | None: ...
+
+    @abstractmethod
+    async def subscriptions(self) -> list[SubscriptionRecord]:
+        """Every subscription record (a bounded number: the service limits them)."""
+
+    @abstractmethod
+    async def create_subscription(
+        self, record: SubscriptionRecord, per_owner: int, total: int
+    ) -> tuple[SubscriptionRecord, bool] | None:
+        """As `persistence.streams.subscribed.create`."""
+
+    @abstractmethod
+    async def change_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord | None:
+        """As `persistence.streams.subscribed.change`."""
+
+    @abstractmethod
+    async def remove_subscription(self, owner: str, id: str) -> bool: ...

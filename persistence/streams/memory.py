@@ -5,9 +5,17 @@ from __future__ import annotations
 import bisect
 
 from persistence.base import now_ms
-from persistence.streams import rules
+from persistence.streams import rules, subscribed
 from persistence.streams.base import ReadResult, StreamStore
-from persistence.streams.model import AppendOutcome, AppendRequest, Chunk, CreateRequest, Producer, StreamMeta
+from persistence.streams.model import (
+    AppendOutcome,
+    AppendRequest,
+    Chunk,
+    CreateRequest,
+    Producer,
+    StreamMeta,
+    SubscriptionRecord,
+)
 
 __all__ = ["MemoryStreams"]
 
@@ -58,6 +66,27 @@ class _Tx:
         return found
 
 
+class _Subscribed:
+    """`subscribed.Tx` on the store's dict of records."""
+
+    def __init__(self, records: dict[tuple[str, str], SubscriptionRecord]) -> None:
+        self._records = records
+
+    def subscription(self, owner: str, id: str) -> SubscriptionRecord | None:
+        return self._records.get((owner, id))
+
+    def count(self, owner: str | None) -> int:
+        if owner is None:
+            return sum(key[0] != subscribed.SHARED_OWNER for key in self._records)
+        return sum(key[0] == owner for key in self._records)
+
+    def put(self, record: SubscriptionRecord) -> None:
+        self._records[record.owner, record.id] = record
+
+    def drop(self, owner: str, id: str) -> None:
+        self._records.pop((owner, id), None)
+
+
 class MemoryStreams(StreamStore):
     def __init__(self) -> None:
         self.metas: dict[str, StreamMeta] = {}
@@ -65,6 +94,8 @@ class MemoryStreams(StreamStore):
         self.ends: dict[str, list[int]] = {}
         self.producers: dict[str, dict[str, Producer]] = {}
         self._tx = _Tx(self)
+        self.subscribed: dict[tuple[str, str], SubscriptionRecord] = {}
+        self._subscribed = _Subscribed(self.subscribed)
 
     async def create(self, request: CreateRequest) -> tuple[StreamMeta, bool]:
         return rules.create(self._tx, request, now_ms())
@@ -89,3 +120,20 @@ class MemoryStreams(StreamStore):
 
     async def sweep(self, name: str) -> bool:
         return rules.sweep(self._tx, name, now_ms())
+
+    async def subscription(self, owner: str, id: str) -> SubscriptionRecord | None:
+        return self._subscribed.subscription(owner, id)
+
+    async def subscriptions(self) -> list[SubscriptionRecord]:
+        return list(self.subscribed.values())
+
+    async def create_subscription(
+        self, record: SubscriptionRecord, per_owner: int, total: int
+    ) -> tuple[SubscriptionRecord, bool] | None:
+        return subscribed.create(self._subscribed, record, per_owner, total)
+
+    async def change_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord | None:
+        return subscribed.change(self._subscribed, record)
+
+    async def remove_subscription(self, owner: str, id: str) -> bool:
+        return subscribed.remove(self._subscribed, owner, id)

@@ -6,7 +6,16 @@ from typing import Literal
 
 from msgspec import Struct
 
-__all__ = ["AppendOutcome", "AppendRequest", "Chunk", "CreateRequest", "Producer", "ProducerClaim", "StreamMeta"]
+__all__ = [
+    "AppendOutcome",
+    "AppendRequest",
+    "Chunk",
+    "CreateRequest",
+    "Producer",
+    "ProducerClaim",
+    "StreamMeta",
+    "SubscriptionRecord",
+]
 
 
 class Producer(Struct, frozen=True, array_like=True):
@@ -129,6 +138,19 @@ class AppendOutcome(Struct, frozen=True, kw_only=True):
     closed: bool
     producer_seq: int | None = None
     life: int = 0
+
+
+class SubscriptionRecord(Struct, frozen=True, kw_only=True):
+    """A subscription as a store keeps it (docs/protocol.md §13.6): its owner and id, and the configuration a
+    second PUT is compared with and the state, both opaque to the store. ``version`` counts its changes, so a
+    change made to a copy that another process has changed since is refused (`persistence.streams.subscribed`).
+    """
+
+    owner: str
+    id: str
+    config: bytes
+    state: bytes
+    version: int = 0
 
 
 def media_type(content_type: str | None) -> str:

@@ -30,6 +30,7 @@ from history_service.logs import (
     QueuedLogHandler,
     Timestamps,
     Tracebacks,
+    Warnings,
     configure_logging,
     current_request_id,
     log_access,
@@ -400,6 +401,27 @@ def test_a_repeated_failure_shows_its_traceback_once_a_window_and_counts_the_oth
         ("failure 6", True),
     ]
     assert all(line["level"] == "ERROR" for line in lines)
+
+
+def test_a_repeated_warning_is_logged_once_a_window_and_then_counted() -> None:
+    clock = Clock()
+    warnings = Warnings(window=10, clock=clock)
+    logger = logging.getLogger("history_service.durable.subscriptions")
+    with captured("json", logging.INFO) as buffer:
+        for _ in range(1000):
+            warnings.warning(logger, "a delivery could not be queued")
+        warnings.warning(logger, "another kind %d", 1)
+        clock.now += 10
+        warnings.warning(logger, "a delivery could not be queued")
+        warnings.close()
+    lines = json_lines(buffer)
+    assert [line["message"] for line in lines] == [
+        "a delivery could not be queued",
+        "another kind 1",
+        "a delivery could not be queued repeated 999 times in the 10 s after it was logged",
+        "a delivery could not be queued",
+    ]
+    assert all(line["level"] == "WARNING" for line in lines)
 
 
 @contextmanager

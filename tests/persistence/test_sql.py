@@ -118,7 +118,7 @@ async def test_unknown_schema_version_refuses_to_open(tmp_path: Path) -> None:
         conn.execute(sa.update(meta_table).values(value="99"))
     engine.dispose()
     with pytest.raises(
-        SchemaVersionError, match="schema version '99'; this build reads version 6 and upgrades versions 1 to 5"
+        SchemaVersionError, match="schema version '99'; this build reads version 7 and upgrades versions 1 to 6"
     ):
         await SqlStore.open(url)
 
@@ -175,14 +175,20 @@ VERSION_4_COLUMNS = {"id", "header", "owner", "parent_id", "head_seq", "created_
 COLUMNS = VERSION_4_COLUMNS | {"expires_at", "touched_at"}
 
 
+def to_version_6(url: str) -> None:
+    """Turn a version-7 database into the version-6 shape: no subscriptions table."""
+    execute(url, "DROP TABLE ds_subscriptions", sa.update(meta_table).values(value="6"))
+
+
 def to_version_5(url: str) -> None:
-    """Turn a version-6 database into the version-5 shape: no Durable Streams tables."""
+    """Turn a version-7 database into the version-5 shape: no Durable Streams tables."""
+    to_version_6(url)
     execute(url, "DROP TABLE ds_producers", "DROP TABLE ds_chunks", "DROP TABLE ds_streams")
     execute(url, sa.update(meta_table).values(value="5"))
 
 
 def to_version_4(url: str) -> None:
-    """Turn a version-6 database into the version-4 shape: no ``expires_at``, ``touched_at`` or purges table."""
+    """Turn a version-7 database into the version-4 shape: no ``expires_at``, ``touched_at`` or purges table."""
     to_version_5(url)
     execute(
         url,
@@ -195,13 +201,13 @@ def to_version_4(url: str) -> None:
 
 
 def to_version_3(url: str) -> None:
-    """Turn a version-6 database into the version-3 shape: sessions without ``closed_at``."""
+    """Turn a version-7 database into the version-3 shape: sessions without ``closed_at``."""
     to_version_4(url)
     execute(url, "ALTER TABLE history_sessions DROP COLUMN closed_at", sa.update(meta_table).values(value="3"))
 
 
 def to_version_2(url: str) -> None:
-    """Turn a version-6 database into the version-2 shape: records without their join columns."""
+    """Turn a version-7 database into the version-2 shape: records without their join columns."""
     to_version_3(url)
     execute(
         url,
@@ -211,7 +217,7 @@ def to_version_2(url: str) -> None:
 
 
 def to_version_1(url: str) -> None:
-    """Turn a version-6 database into the version-1 shape: no join columns, no created_at, no listing index."""
+    """Turn a version-7 database into the version-1 shape: no join columns, no created_at, no listing index."""
     to_version_2(url)
     execute(
         url,
@@ -239,7 +245,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
 
     upgraded = now_ms()
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url) == ("6", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    assert schema_of(sql_url) == ("7", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
     listed = await store.list_sessions("alice", limit=10)
     # An older session's last write is not on record: it counts as written at the upgrade.
     assert all(upgraded <= s.touched_at <= now_ms() for s in listed)
@@ -256,7 +262,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
     ]
     await store.close()
     await (await SqlStore.open(sql_url)).close()
-    assert schema_of(sql_url)[0] == "6"
+    assert schema_of(sql_url)[0] == "7"
 
 
 async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url: str) -> None:
@@ -273,7 +279,7 @@ async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url
     to_version_2(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[0] == "6"
+    assert schema_of(sql_url)[0] == "7"
     assert await store.read_stored("s", 0, len(events)) == before
     assert await page_records(store, "s", 0, len(events)) == [encode(r) for r in pack_page(events)]
     await store.append("s", [plain(len(events))])
@@ -288,7 +294,7 @@ async def test_version_3_sessions_are_open_and_can_be_closed(sql_url: str) -> No
     to_version_3(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[:2] == ("6", COLUMNS)
+    assert schema_of(sql_url)[:2] == ("7", COLUMNS)
     assert not (await store.get_session("s")).closed
     await store.append("s", [plain(1)])
     assert (await store.close_session("s", closed_at=7)).header.closedAt == 7
@@ -310,7 +316,7 @@ async def test_version_4_sessions_count_as_written_at_the_upgrade_and_can_expire
 
     upgraded = now_ms()
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url) == ("6", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    assert schema_of(sql_url) == ("7", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
     touched = {(await store.get_session(s)).touched_at for s in ("empty", "written", "closed")}
     (at,) = touched
     assert upgraded <= at <= now_ms()

@@ -2,12 +2,14 @@
 
 A long-poll and an SSE reader on A see the appends made through B, to a generic stream and to
 a session read as a stream: B's write sends a notice at its commit, and A wakes its readers.
+A subscription is the store's: made through A, it is woken by B's appends and served by both.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import anyio
@@ -71,3 +73,41 @@ def test_readers_on_one_replica_see_appends_made_through_the_other(replicas: tup
             events = data_events(sse.iter_lines())
             assert b.post("/v1/sessions/across/events", json={"events": [event]}).status_code == 201
             assert json.loads(next(events)) == [event]
+
+
+def test_a_subscription_made_through_one_replica_is_woken_by_appends_through_the_other(
+    replicas: tuple[str, str],
+) -> None:
+    """The subscription is the store's: B's append wakes it, B claims the wake, A takes its ack (§13.6)."""
+    a_url, b_url = replicas
+    with httpx.Client(base_url=a_url, timeout=20) as a, httpx.Client(base_url=b_url, timeout=20) as b:
+        assert a.put("/ds/v1/stream/wakes", json=[]).status_code == 201
+        body = {"type": "pull-wake", "pattern": "jobs/*", "wake_stream": "wakes", "lease_ttl_ms": 60_000}
+        assert a.put("/ds/v1/stream/__ds/subscriptions/p1", json=body).status_code == 201
+        assert b.put("/ds/v1/stream/jobs/x", json={"n": 1}).status_code == 201
+
+        # Only a wake opened for B's append writes this event: a claim would open one itself.
+        events = wake_events(b)
+        assert [(e["subscription_id"], e["stream"]) for e in events] == [("p1", "jobs/x")]
+
+        claimed = b.post("/ds/v1/stream/__ds/subscriptions/p1/claim", json={"worker": "w1"})
+        assert claimed.status_code == 200, claimed.text
+        wake = claimed.json()
+        acks = [{"stream": s["path"], "offset": s["tail_offset"]} for s in wake["streams"]]
+        done = {"wake_id": wake["wake_id"], "generation": wake["generation"], "acks": acks, "done": True}
+        auth = {"Authorization": f"Bearer {wake['token']}"}
+        acked = a.post("/ds/v1/stream/__ds/subscriptions/p1/ack", json=done, headers=auth)
+        assert acked.status_code == 200 and acked.json() == {"ok": True, "next_wake": False}
+        streams = b.get("/ds/v1/stream/__ds/subscriptions/p1").json()["streams"]
+        assert [(s["path"], s["acked_offset"]) for s in streams] == [("jobs/x", acks[0]["offset"])]
+
+
+def wake_events(client: httpx.Client) -> list[dict[str, object]]:
+    """The wake stream's events once it has any; fails after a bound."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        events: list[dict[str, object]] = client.get("/ds/v1/stream/wakes", params={"offset": "-1"}).json()
+        if events:
+            return events
+        time.sleep(0.05)
+    raise AssertionError("no wake event within 20 s")

@@ -10,6 +10,7 @@ import base64
 import contextlib
 import http.server
 import inspect
+import logging
 import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -40,22 +41,28 @@ class Receiver:
     def __init__(self, answer: bytes) -> None:
         self.answer = answer
         self.received: list[tuple[bytes, str | None]] = []
+        self.hosts: list[str | None] = []
         self.url = ""
 
 
 @contextlib.contextmanager
-def receiver(answer: bytes = b"{}") -> Iterator[Receiver]:
+def receiver(answer: bytes = b"{}", hold: threading.Event | None = None) -> Iterator[Receiver]:
+    """A receiver; with ``hold``, one that answers nothing until it is set (a slow endpoint)."""
     hooks = Receiver(answer)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             hooks.received.append((body, self.headers.get("Webhook-Signature")))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(hooks.answer)))
-            self.end_headers()
-            self.wfile.write(hooks.answer)
+            hooks.hosts.append(self.headers.get("Host"))
+            if hold is not None:
+                hold.wait(60)
+            with contextlib.suppress(ConnectionError):  # a held POST's client may have given up
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(hooks.answer)))
+                self.end_headers()
+                self.wfile.write(hooks.answer)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -67,6 +74,8 @@ def receiver(answer: bytes = b"{}") -> Iterator[Receiver]:
     try:
         yield hooks
     finally:
+        if hold is not None:
+            hold.set()
         server.shutdown()
         server.server_close()
         thread.join(10)
@@ -104,8 +113,19 @@ def verified(raw: bytes, signature: str | None, jwks: dict[str, Any]) -> bool:
     return True
 
 
+# The receivers listen on loopback, which a webhook reaches only where the server allows it.
+LOOPBACK = Settings(ds_webhook_loopback=True)
+
+
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with serving(create_app(LOOPBACK, store=MemoryStore())) as client:
+        yield client
+
+
+@pytest.fixture
+async def guarded() -> AsyncIterator[httpx.AsyncClient]:
+    """A server with the default egress: no loopback."""
     async with serving(create_app(Settings(), store=MemoryStore())) as client:
         yield client
 
@@ -174,13 +194,17 @@ async def test_a_second_put_confirms_the_same_subscription_and_refuses_another(c
         "https://192.168.1.5/hook",
         "https://169.254.169.254/latest",
         "https://172.16.0.1/hook",
-        "https://127.0.0.1/hook",
-        "https://2130706433/hook",
-        "https://[::1]/hook",
+        "https://100.64.0.1/hook",
+        "https://224.0.0.1/hook",
+        "https://0.0.0.0/hook",
+        "https://[::]/hook",
         "https://[fe80::1]/hook",
+        "https://[fc00::1]/hook",
         "https://[::ffff:10.0.0.1]/hook",
-        "https://localhost/hook",
-        "ftp://127.0.0.1/hook",
+        "https://[2002:a00:1::]/hook",
+        "https://[64:ff9b::a00:1]/hook",
+        "https://0177.0.0.1/hook",
+        "ftp://example.com/hook",
         "not a url",
     ],
 )
@@ -191,9 +215,58 @@ async def test_an_unsafe_webhook_url_is_rejected(client, url):
     assert (await client.get(sub_url("s1"))).status_code == 404
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/hook",
+        "http://127.1:9/hook",
+        "https://2130706433/hook",
+        "https://0x7f.1/hook",
+        "https://127.255.0.9/hook",
+        "https://[::1]/hook",
+        "https://[::ffff:127.0.0.1]/hook",
+        "https://[::ffff:7f00:1]/hook",
+        "http://LOCALHOST:9/hook",
+        "https://localhost./hook",
+        "https://api.localhost/hook",
+    ],
+)
+async def test_a_webhook_to_this_host_in_any_spelling_is_rejected_unless_loopback_is_allowed(guarded, client, url):
+    response = await webhook(guarded, "s1", url)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "WEBHOOK_URL_REJECTED"
+    assert (await guarded.get(sub_url("s1"))).status_code == 404
+    assert (await webhook(client, "s1", url)).status_code == 201
+
+
+@pytest.mark.parametrize("url", ["https://user@127.0.0.1/hook", "https://a:b@example.com/hook"])
+async def test_a_webhook_url_with_userinfo_is_rejected(client, url):
+    response = await webhook(client, "s1", url)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "WEBHOOK_URL_REJECTED"
+
+
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/hook", "http://localhost:9/hook", "https://example.com/hook"])
 async def test_a_local_http_or_public_https_webhook_url_is_accepted(client, url):
     assert (await webhook(client, "s1", url)).status_code == 201
+
+
+async def test_webhooks_turned_off_refuse_a_webhook_and_keep_pull_wake():
+    async with serving(create_app(Settings(ds_webhooks=False), store=MemoryStore())) as client:
+        response = await webhook(client, "s1", "https://example.com/hook")
+        assert response.status_code == 400
+        assert "HISTORY_DS_WEBHOOKS" in response.json()["error"]["message"]
+        pull = {"type": "pull-wake", "pattern": "events/*", "wake_stream": "wakes"}
+        assert (await client.put(sub_url("s2"), json=pull)).status_code == 201
+
+
+async def test_a_webhook_host_allow_list_refuses_every_other_host():
+    settings = Settings(ds_webhook_hosts=("hooks.example.com",))
+    async with serving(create_app(settings, store=MemoryStore())) as client:
+        assert (await webhook(client, "s1", "https://HOOKS.example.com./in")).status_code == 201
+        refused = await webhook(client, "s2", "https://other.example.com/in")
+        assert refused.status_code == 400
+        assert "HISTORY_DS_WEBHOOK_HOSTS" in refused.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -420,7 +493,7 @@ async def test_a_token_of_one_subscription_is_invalid_for_another(client):
 
 
 async def test_subscriptions_belong_to_their_principal():
-    settings = Settings(auth="token", tokens=("t",))
+    settings = Settings(auth="token", tokens=("t",), ds_webhook_loopback=True)
 
     def who(principal: str) -> dict[str, str]:
         return {"Authorization": "Bearer t", "X-Principal": principal}
@@ -445,7 +518,7 @@ async def test_an_unknown_control_route_or_method_is_refused(client):
 async def test_in_token_mode_a_wake_is_acked_by_its_token_alone():
     # The protocol puts the wake's token where the API's credentials go: the worker holding it
     # needs no service token to ack or release, and a token of no wake of ours gets nothing.
-    settings = Settings(auth="token", tokens=("t",))
+    settings = Settings(auth="token", tokens=("t",), ds_webhook_loopback=True)
     alice = {"Authorization": "Bearer t", "X-Principal": "alice"}
     async with serving(create_app(settings, store=MemoryStore())) as client:
         assert (await client.put(f"{DS}/wake/pool", json=[], headers=alice)).status_code == 201
@@ -465,3 +538,129 @@ async def test_in_token_mode_a_wake_is_acked_by_its_token_alone():
         assert acked.status_code == 200 and acked.json()["ok"] is True
         # Everything else still needs the API's credentials.
         assert (await client.post(sub_url("p1", "claim"), json={"worker": "w1"})).status_code == 401
+
+
+def principal(name: str) -> dict[str, str]:
+    return {"Authorization": "Bearer t", "X-Principal": name}
+
+
+async def test_one_owners_slow_endpoints_do_not_hold_back_anothers_webhook():
+    """Every delivery slot hangs on alice's endpoint, for her long lease; bob's wake still goes out meanwhile."""
+    settings = Settings(auth="token", tokens=("t",), ds_webhook_loopback=True)
+    hold = threading.Event()
+    with receiver(hold=hold) as slow, receiver() as fast:
+        async with serving(create_app(settings, store=MemoryStore())) as client:
+            alice, bob = principal("alice"), principal("bob")
+            for n in range(16):
+                body = {"type": "webhook", "pattern": "events/*", "webhook": {"url": slow.url}, "lease_ttl_ms": 600_000}
+                assert (await client.put(sub_url(f"a{n}"), json=body, headers=alice)).status_code == 201
+            assert (await client.put(f"{DS}/events/a", json={"n": 1}, headers=alice)).status_code == 201
+            await until(lambda: len(slow.received) >= 2)
+            body = {"type": "webhook", "pattern": "events/*", "webhook": {"url": fast.url}, "lease_ttl_ms": 600_000}
+            assert (await client.put(sub_url("b"), json=body, headers=bob)).status_code == 201
+            assert (await client.put(f"{DS}/events/b", json={"n": 1}, headers=bob)).status_code == 201
+            # Alice's endpoint answers nothing (each attempt waits out the client's 10 s, three times);
+            # bob's POST arrives while hers still hang.
+            await until(lambda: fast.received, 15)
+            assert not hold.is_set()
+
+
+async def test_a_delivery_that_cannot_be_queued_is_warned_of_once_a_window(caplog):
+    settings = Settings(auth="token", tokens=("t",), ds_webhook_loopback=True)
+    hold = threading.Event()
+    with receiver(hold=hold) as slow:
+        async with serving(create_app(settings, store=MemoryStore())) as client:
+            alice = principal("alice")
+            for n in range(64):
+                body = {"type": "webhook", "pattern": "events/*", "webhook": {"url": slow.url}, "lease_ttl_ms": 1_000}
+                assert (await client.put(sub_url(f"a{n}"), json=body, headers=alice)).status_code == 201
+            with caplog.at_level(logging.WARNING, logger="history_service.durable"):
+                assert (await client.put(f"{DS}/events/a", json={"n": 1}, headers=alice)).status_code == 201
+
+                def unqueued() -> list[logging.LogRecord]:
+                    return [r for r in caplog.records if "could not be queued" in r.getMessage()]
+
+                await until(unqueued, 15)
+                # Each lease (1 s) reopens 64 wakes that find no room: three more rounds of them.
+                await anyio.sleep(3)
+                assert len(unqueued()) == 1
+
+
+async def test_a_subscription_survives_a_restart_with_its_acks_keys_and_generation(tmp_path):
+    settings = Settings(store_url=f"sqlite:///{tmp_path / 'ds.db'}", ds_webhook_loopback=True)
+    with receiver(b'{"done": true}') as hooks:
+        async with serving(create_app(settings)) as client:
+            assert (await webhook(client, "s1", hooks.url)).status_code == 201
+            await write(client, "events/a", {"n": 1})
+            first = msgspec.json.decode((await until(lambda: hooks.received and hooks.received[0]))[0])
+            tail = first["streams"][0]["tail_offset"]
+
+            async def acked() -> bool:
+                streams = (await client.get(sub_url("s1"))).json()["streams"]
+                return [s["acked_offset"] for s in streams] == [tail]
+
+            await until(acked)
+            jwks = (await client.get(f"{DS}/__ds/jwks.json")).json()
+
+        async with serving(create_app(settings)) as client:
+            again = await client.get(sub_url("s1"))
+            assert again.status_code == 200, again.text
+            assert [(s["path"], s["acked_offset"]) for s in again.json()["streams"]] == [("events/a", tail)]
+            assert (await client.get(f"{DS}/__ds/jwks.json")).json() == jwks
+            await write(client, "events/a", {"n": 2})
+            raw, signature = await until(lambda: len(hooks.received) > 1 and hooks.received[1])
+            second = msgspec.json.decode(raw)
+            assert second["generation"] == first["generation"] + 1
+            assert verified(raw, signature, jwks)
+
+
+async def test_a_pull_wake_claimed_before_a_restart_is_acked_after_it(tmp_path):
+    settings = Settings(store_url=f"sqlite:///{tmp_path / 'ds.db'}")
+    async with serving(create_app(settings)) as client:
+        await pull_wake(client)
+        await write(client, "events/a", {"n": 1})
+        await until(lambda: wake_events(client))
+        claimed = (await client.post(sub_url("p1", "claim"), json={"worker": "w1"})).json()
+    async with serving(create_app(settings)) as client:
+        held = await client.post(sub_url("p1", "claim"), json={"worker": "w2"})
+        assert held.status_code == 409 and held.json()["error"]["code"] == "ALREADY_CLAIMED"
+        acks = [{"stream": s["path"], "offset": s["tail_offset"]} for s in claimed["streams"]]
+        done = {"wake_id": claimed["wake_id"], "generation": claimed["generation"], "acks": acks, "done": True}
+        auth = {"Authorization": f"Bearer {claimed['token']}"}
+        acked = await client.post(sub_url("p1", "ack"), json=done, headers=auth)
+        assert acked.status_code == 200 and acked.json() == {"ok": True, "next_wake": False}
+
+
+async def test_two_apps_on_one_store_serve_one_subscription_and_one_wake():
+    """Two processes of a store, without notices: each reads the subscription, its wake and its keys from the store."""
+    store = MemoryStore()
+    async with serving(create_app(Settings(), store=store)) as a, serving(create_app(Settings(), store=store)) as b:
+        await pull_wake(a)
+        assert (await b.get(sub_url("p1"))).status_code == 200
+        await write(b, "events/a", {"n": 1})
+        claimed = await b.post(sub_url("p1", "claim"), json={"worker": "w1"})
+        assert claimed.status_code == 200, claimed.text
+        wake = claimed.json()
+        held = await a.post(sub_url("p1", "claim"), json={"worker": "w2"})
+        assert held.status_code == 409 and held.json()["error"]["code"] == "ALREADY_CLAIMED"
+        acks = [{"stream": s["path"], "offset": s["tail_offset"]} for s in wake["streams"]]
+        done = {"wake_id": wake["wake_id"], "generation": wake["generation"], "acks": acks, "done": True}
+        acked = await a.post(sub_url("p1", "ack"), json=done, headers={"Authorization": f"Bearer {wake['token']}"})
+        assert acked.status_code == 200 and acked.json() == {"ok": True, "next_wake": False}
+        assert (await a.get(f"{DS}/__ds/jwks.json")).json() == (await b.get(f"{DS}/__ds/jwks.json")).json()
+
+
+async def test_a_lease_taken_through_a_process_that_stopped_runs_out_in_another():
+    store = MemoryStore()
+    async with serving(create_app(Settings(), store=store)) as b:
+        async with serving(create_app(Settings(), store=store)) as a:
+            await pull_wake(a, lease_ms=1_000)
+            await write(a, "events/a", {"n": 1})
+            first = (await a.post(sub_url("p1", "claim"), json={"worker": "w1"})).json()
+
+        async def claimed_by_w2() -> dict[str, Any] | None:
+            response = await b.post(sub_url("p1", "claim"), json={"worker": "w2"})
+            return response.json() if response.status_code == 200 else None
+
+        second = await until(claimed_by_w2)
+        assert second["generation"] > first["generation"]

@@ -11,10 +11,17 @@ import sqlalchemy as sa
 from codec import SessionHeader
 from persistence.errors import StreamClosedError, StreamGoneError
 from persistence.sql import SqlStore
-from persistence.streams import AppendOutcome, AppendRequest, CreateRequest, ProducerClaim, StreamStore
+from persistence.streams import (
+    AppendOutcome,
+    AppendRequest,
+    CreateRequest,
+    ProducerClaim,
+    StreamStore,
+    SubscriptionRecord,
+)
 from testing.events import plain
 from testing.postgres import PG_URL, PG_URL_ENV, empty_postgres
-from tests.persistence.test_sql import schema_of, to_version_5
+from tests.persistence.test_sql import schema_of, to_version_5, to_version_6
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +63,7 @@ async def test_a_version_5_database_is_upgraded_and_then_keeps_streams(sql_url: 
 
     store = await SqlStore.open(sql_url)
     try:
-        assert schema_of(sql_url)[0] == "6" and DS_TABLES <= tables_of(sql_url)
+        assert schema_of(sql_url)[0] == "7" and DS_TABLES <= tables_of(sql_url)
         assert await store.read_events("s", 0, 1) == [plain(0)]
         streams = streams_of(store)
         meta, created = await streams.create(
@@ -65,6 +72,28 @@ async def test_a_version_5_database_is_upgraded_and_then_keeps_streams(sql_url: 
         assert created and meta.tail == 1
         assert (await streams.append(appending("ds", b"b"))).tail == 2
         assert await contents(streams, "ds") == b"ab"
+    finally:
+        await store.close()
+
+
+async def test_a_version_6_database_is_upgraded_and_then_keeps_subscriptions(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    await streams_of(store).create(CreateRequest(name="ds", owner=OWNER, content_type="text/plain", body=b"a"))
+    await store.close()
+    to_version_6(sql_url)
+    assert schema_of(sql_url)[0] == "6" and "ds_subscriptions" not in tables_of(sql_url)
+
+    store = await SqlStore.open(sql_url)
+    try:
+        assert schema_of(sql_url)[0] == "7" and "ds_subscriptions" in tables_of(sql_url)
+        assert await contents(streams_of(store), "ds") == b"a"
+        record = SubscriptionRecord(owner=OWNER, id="s1", config=b"c", state=b"s")
+        assert await streams_of(store).create_subscription(record, 64, 4096) is not None
+    finally:
+        await store.close()
+    store = await SqlStore.open(sql_url)
+    try:
+        assert [(r.id, r.version) for r in await streams_of(store).subscriptions()] == [("s1", 1)]
     finally:
         await store.close()
 

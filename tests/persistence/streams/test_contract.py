@@ -31,7 +31,9 @@ from persistence.streams import (
     ProducerClaim,
     StreamMeta,
     StreamStore,
+    SubscriptionRecord,
     rules,
+    subscribed,
 )
 from persistence.streams.rules import MAX_FORK_DEPTH, MAX_SUB_PREFIX, PRODUCER_TTL_MS
 from testing.stores import BACKENDS, open_backend
@@ -843,3 +845,39 @@ async def test_each_life_of_a_name_has_its_own_offsets(streams: StreamStore) -> 
     with pytest.raises(StreamRequestError):
         await create(streams, "fork", content_type=None, forked_from="s", fork_at=4, fork_life=first.life)
     assert (await create(streams, "fork", content_type=None, forked_from="s", fork_at=4, fork_life=second.life))[1]
+
+
+def record(owner: str, id: str, state: bytes = b"s", version: int = 0) -> SubscriptionRecord:
+    return SubscriptionRecord(owner=owner, id=id, config=b"c", state=state, version=version)
+
+
+async def test_a_subscription_record_is_created_once_and_changed_only_over_its_version(streams: StreamStore) -> None:
+    created = await streams.create_subscription(record(OWNER, "s1"), 2, 10)
+    assert created == (record(OWNER, "s1", version=1), True)
+    assert await streams.create_subscription(record(OWNER, "s1", b"other"), 2, 10) == (created[0], False)
+    first = await streams.change_subscription(record(OWNER, "s1", b"first", version=1))
+    assert first == record(OWNER, "s1", b"first", version=2)
+    # A copy read before that change is refused, and leaves the record as it was.
+    assert await streams.change_subscription(record(OWNER, "s1", b"stale", version=1)) is None
+    assert await streams.subscription(OWNER, "s1") == first
+    assert await streams.change_subscription(record(OWNER, "missing", version=1)) is None
+    assert await streams.remove_subscription(OWNER, "s1") is True
+    assert await streams.remove_subscription(OWNER, "s1") is False
+    assert await streams.subscription(OWNER, "s1") is None
+    assert await streams.change_subscription(first) is None
+
+
+async def test_subscription_records_are_bounded_per_owner_and_in_all(streams: StreamStore) -> None:
+    assert await streams.create_subscription(record(OWNER, "a"), 2, 3) is not None
+    assert await streams.create_subscription(record(OWNER, "b"), 2, 3) is not None
+    assert await streams.create_subscription(record(OWNER, "c"), 2, 3) is None
+    assert await streams.create_subscription(record("bob", "a"), 2, 3) is not None
+    assert await streams.create_subscription(record("carol", "a"), 2, 3) is None
+    # The shared record counts against no limit.
+    assert await streams.create_subscription(record(subscribed.SHARED_OWNER, "keys"), 2, 3) is not None
+    assert sorted((r.owner, r.id) for r in await streams.subscriptions()) == [
+        ("", "keys"),
+        (OWNER, "a"),
+        (OWNER, "b"),
+        ("bob", "a"),
+    ]
