@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from persistence import StreamGoneError, StreamNotFoundError
-from persistence.streams import StreamStore
+from persistence import StreamGoneError, StreamNotFoundError, StreamStore
 
 
 class Tails:
