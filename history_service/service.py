@@ -11,10 +11,11 @@ at the edge, in one table (`history_service.errors.ERRORS`).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Final, NamedTuple
 
 import anyio
@@ -39,6 +40,7 @@ from persistence import (
     AppendResult,
     HistoryStore,
     KeyedLocks,
+    Life,
     Lru,
     SeqConflictError,
     SessionExistsError,
@@ -335,12 +337,24 @@ class HistoryService:
         self._learn(info)
         return info
 
+    @contextlib.contextmanager
+    def _written(self, session_id: str, life: Life) -> Iterator[None]:
+        """Around a write to ``life``: if the store finds that life over, what this process keeps of it goes too."""
+        try:
+            yield
+        except SessionNotFoundError:
+            # Deleted since it was checked (through another process, perhaps): the next request reads it afresh.
+            self._forget(session_id, life.incarnation)
+            raise
+
     async def append(self, principal: str, session_id: str, events: Sequence[Event]) -> AppendResult:
+        """Append to the caller's session (§6.2), in the life checked: one deleted meanwhile is not written (§6.4)."""
         owned = await self._owned(principal, session_id, need_head=False)
         # Publishing under the lock keeps each session's frames in seq order.
         async with self._append_locks.hold(session_id):
             try:
-                result = await self.store.append(session_id, events)
+                with self._written(session_id, owned.life):
+                    result = await self.store.append(session_id, events, life=owned.life)
             except SeqConflictError:
                 self.metrics.seq_conflict()
                 raise
@@ -351,11 +365,12 @@ class HistoryService:
 
     async def close(self, principal: str, session_id: str) -> SessionInfo:
         """Close the caller's session (§6.3): durable before it returns, then every follower is told."""
-        await self._owned(principal, session_id, need_head=False)
+        owned = await self._owned(principal, session_id, need_head=False)
         # Under the append lock: the session's last events are published before its end.
         async with self._append_locks.hold(session_id):
             now = time.time_ns() // 1_000_000
-            info = await self.store.close_session(session_id, closed_at=now)
+            with self._written(session_id, owned.life):
+                info = await self.store.close_session(session_id, closed_at=now, life=owned.life)
             self._learn(info)
             if info.header.closedAt == now:
                 # This close, not an earlier one, closed it (a repeat keeps the first time).
@@ -368,12 +383,19 @@ class HistoryService:
 
         ``reason`` is what the metrics count it as: ``request``, or ``expired`` for the sweeper.
         """
-        await self._owned(principal, session_id)
-        return await self._delete(session_id, reason)
+        owned = await self._owned(principal, session_id)
+        return await self._delete(session_id, reason, life=owned.life)
 
     async def _delete(
-        self, session_id: str, reason: str, *, unless_live: bool = False, retention_ms: int | None | Default = DEFAULT
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        life: Life | None = None,
+        unless_live: bool = False,
+        retention_ms: int | None | Default = DEFAULT,
     ) -> list[str]:
+        """Delete ``life`` of the id (the one read under the append lock when ``unless_live``), and its tree."""
         # Shielded: once the store has the delete, this process is told of it, whatever becomes of the request.
         with anyio.CancelScope(shield=True):
             async with self._append_locks.hold(session_id):
@@ -384,7 +406,10 @@ class HistoryService:
                     at = await self.tree_expires_at(info.header, info.touched_at, retention_ms)
                     if at is None or at > now_ms():
                         return []
-                deleted = await self.store.delete_session(session_id)
+                    life = info.life
+                assert life is not None, "a delete names the life it deletes"
+                with self._written(session_id, life):
+                    deleted = await self.store.delete_session(session_id, life=life)
             for gone in deleted:
                 self._forget(gone)
             self.hub.deleted(deleted)

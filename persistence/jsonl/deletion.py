@@ -58,13 +58,15 @@ def delete_tree(
     tree: Callable[[str], list[str]],
     peek: Callable[[Path], SessionHeader | None],
     stale: Callable[[str], object],
+    check: Callable[[Path, SessionHeader | None], object],
 ) -> list[str]:
     """Delete ``session_id`` and the sessions below it (``tree``), under their locks; the ids deleted.
 
     The locks are taken in directory-name order (§7.2), as every deleter takes them. Under its
     lock each session below must still be a subagent in the tree: one made again elsewhere
     since ``tree`` looked, in another tree, is ``stale(id)`` (its kept header dropped), and the
-    tree is looked up again.
+    tree is looked up again. ``check(directory, header)`` is called for ``session_id`` under its
+    lock, and raises to delete nothing (another life of the id than the one the caller means).
     """
     while True:
         members = tree(session_id)
@@ -74,7 +76,9 @@ def delete_tree(
                 directory = root / encode_segment(gone)
                 held.enter_context(locked(directory, gone))
                 header = peek(directory)
-                if gone != session_id and (header is None or subagent_parent(header) not in members):
+                if gone == session_id:
+                    check(directory, header)
+                elif header is None or subagent_parent(header) not in members:
                     stale(gone)
                     break
                 doomed.append(Doomed(directory.name, "" if header is None else incarnation_of(header)))

@@ -28,7 +28,6 @@ from codec import (
     stored_record,
 )
 from persistence._zstd import ZstdContexts
-from persistence.base import DEFAULT_OWNER
 from persistence.errors import CorruptLogError, SessionNotFoundError
 from persistence.jsonl import journal as jsonl_journal
 from persistence.jsonl.files import read_head, truncate, write_atomic
@@ -41,7 +40,7 @@ from persistence.jsonl.index import (
     make_entry,
     read_index,
 )
-from persistence.jsonl.layout import INDEX_NAME, OWNER_NAME
+from persistence.jsonl.layout import INDEX_NAME, owner_of
 from persistence.message_index import index_entries
 
 __all__ = ["Loader"]
@@ -91,10 +90,7 @@ class Loader:
             raise CorruptLogError(f"{log_path}: unreadable header: {exc}") from exc
         if header.id != session_id:
             raise CorruptLogError(f"{log_path}: header names session {header.id!r}, not {session_id!r}")
-        try:
-            owner = (directory / OWNER_NAME).read_text()
-        except FileNotFoundError:
-            owner = DEFAULT_OWNER
+        owner = owner_of(directory)
         head_end = self._header_end(first, header_block)
         loaded = read_index(directory / INDEX_NAME)
         if loaded is None or loaded[0].headerEnd != head_end:

@@ -100,6 +100,7 @@ from persistence.jsonl.layout import (
     encode_segment,
     learn_closed,
     open_root,
+    owner_of,
     read_marker,
     recheck_closed,
     touched_at,
@@ -107,7 +108,7 @@ from persistence.jsonl.layout import (
 from persistence.jsonl.listing import Listing
 from persistence.jsonl.recovery import Loader
 from persistence.jsonl.rewrite import bounded, span, write_plan
-from persistence.rules import confirm_resend, page_span, plan_batch
+from persistence.rules import Life, check_life, confirm_resend, page_span, plan_batch
 from persistence.state import KeyedLocks, Lru
 
 __all__ = ["JsonlStore"]
@@ -266,7 +267,7 @@ class JsonlStore(HistoryStore):
 
     # Appends.
 
-    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+    async def append(self, session_id: str, events: Sequence[Event], *, life: Life | None = None) -> AppendResult:
         self._check_writable()
         async with self._locks.hold(session_id):
             batch = await prepared(events)
@@ -280,7 +281,7 @@ class JsonlStore(HistoryStore):
                 while True:
                     result = await self._writer.run(
                         functools.partial(
-                            self._append_unit, lock=lock, session_id=session_id, events=events, batch=batch
+                            self._append_unit, lock=lock, session_id=session_id, events=events, batch=batch, life=life
                         ),
                         session_id,
                     )
@@ -292,14 +293,14 @@ class JsonlStore(HistoryStore):
                 if lock is not None:
                     lock.release()
 
-    async def delete_session(self, session_id: str) -> list[str]:
+    async def delete_session(self, session_id: str, *, life: Life | None = None) -> list[str]:
         self._check_writable()
         tree = await self._run(self._tree, session_id)
         async with contextlib.AsyncExitStack() as held:
             # In one order, so two deletes of overlapping trees never wait on each other.
             for gone in sorted(tree):
                 await held.enter_async_context(self._locks.hold(gone))
-            return await self._run(self._delete_sync, session_id)
+            return await self._run(self._delete_sync, session_id, life)
 
     def _tree(self, session_id: str) -> list[str]:
         # Its header alone: a session whose log is corrupt can be deleted too.
@@ -307,9 +308,17 @@ class JsonlStore(HistoryStore):
             raise SessionNotFoundError(session_id)
         return self._listing.tree(session_id)
 
-    def _delete_sync(self, session_id: str) -> list[str]:
-        """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`)."""
-        tree = delete_tree(self._root, session_id, self._tree, self._loader.peek_header, self._forget)
+    def _delete_sync(self, session_id: str, life: Life | None) -> list[str]:
+        """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`), if it is ``life``."""
+
+        def check(directory: Path, header: SessionHeader | None) -> None:
+            # Its header and owner file alone, as `_tree`: a session whose log is corrupt can be deleted too.
+            if life is not None:
+                if header is None:
+                    raise SessionNotFoundError(session_id)
+                check_life(session_id, life, header, owner_of(directory))
+
+        tree = delete_tree(self._root, session_id, self._tree, self._loader.peek_header, self._forget, check)
         for gone in tree:
             self._forget(gone)
         return tree
@@ -318,21 +327,38 @@ class JsonlStore(HistoryStore):
         self._states.pop(session_id)
         self._listing.forget(encode_segment(session_id))
 
-    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
+    async def close_session(self, session_id: str, *, closed_at: int, life: Life | None = None) -> SessionInfo:
         self._check_writable()
         async with self._locks.hold(session_id):
-            return await self._run(self._close_sync, session_id, closed_at)
+            return await self._run(self._close_sync, session_id, closed_at, life)
 
-    def _close_sync(self, session_id: str, at: int) -> SessionInfo:
+    def _close_sync(self, session_id: str, at: int, life: Life | None) -> SessionInfo:
         """Write the `CLOSED_NAME` file, atomically and durably, under the lock, unless a close came first."""
         with locked(self._directory(session_id), session_id):
-            state = self._state(session_id, holding_lock=True)
+            state = self._written(session_id, life)
             found = closed_at(state.directory)
             if found is None:
                 write_atomic(state.directory / CLOSED_NAME, str(at).encode())
                 found = at
             learn_closed(state, found)
             return self._info(state)
+
+    def _written(self, session_id: str, life: Life | None) -> IndexedSession:
+        """The state of the session a write (holding its lock) is about to change, if it is ``life``.
+
+        What this process keeps is checked against the header on disk: it may be of an earlier
+        life of the id, deleted and created again since by another process, with an index of
+        the same size.
+        """
+        state = self._state(session_id, holding_lock=True)
+        header = self._loader.peek_header(state.directory)
+        if header is None:
+            raise SessionNotFoundError(session_id)
+        if incarnation_of(header) != incarnation_of(state.header):
+            self._states.pop(session_id)
+            state = self._state(session_id, holding_lock=True)
+        check_life(session_id, life, state.header, state.owner)
+        return state
 
     async def _wait_lock(self, session_id: str) -> SessionLock:
         # Shielded: a lock taken in the thread must come back here to be released.
@@ -348,6 +374,7 @@ class JsonlStore(HistoryStore):
         session_id: str,
         events: Sequence[Event],
         batch: PreparedBatch | None,
+        life: Life | None,
     ) -> AppendResult | None:
         """One append, in the writer thread: checked now, staged for the group's barriers.
 
@@ -368,7 +395,7 @@ class JsonlStore(HistoryStore):
             # A writer died after its journal and before its index entry, so the index
             # looks unchanged; settle before appending, or a later settle would undo this.
             self._states.pop(session_id)
-        state = self._state(session_id, holding_lock=True)
+        state = self._written(session_id, life)
         closed = state.header.closedAt is not msgspec.UNSET
         plan = plan_batch(session_id, [event.seq for event in events], state.head, closed=closed)
         if plan.resend:

@@ -37,7 +37,7 @@ from persistence.sql.groups import Append, SessionUnit, SqlGroups
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
 from persistence.sql.pg_timeouts import Watchdog, connect_options
-from persistence.sql.schema import PROBE, CodePointOrder, bounded_rows, metadata, stored_header
+from persistence.sql.schema import PROBE, CodePointOrder, StoredIncarnation, bounded_rows, metadata, stored_header
 from persistence.state import Lru
 
 if TYPE_CHECKING:
@@ -58,13 +58,25 @@ def _code_point_order(element: CodePointOrder, compiler: SQLCompiler, **kw: Any)
     return f'{compiler.process(element.column, **kw)} COLLATE "C"'
 
 
+# The incarnation a header column (bytea of UTF-8 JSON) names, as `StoredIncarnation` compiles it.
+_INCARNATION_OF: Final = "(convert_from(%s, 'UTF8')::jsonb ->> 'incarnation')"
+
+
+@compiles(StoredIncarnation, "postgresql")
+def _stored_incarnation(element: StoredIncarnation, compiler: SQLCompiler, **kw: Any) -> str:
+    return _INCARNATION_OF % compiler.process(element.header, **kw)
+
+
 # A group's appends in one statement. A sealing append rewrites its open run in place: a record
 # whose seq the rewrite keeps is updated, a piece it joins away deleted, and the rest inserted, so
 # the three touch different rows. Every session the rest of the group appends to is locked
 # first, in code-point order, as the group runs its units, so two processes' groups never wait on
 # each other in a cycle. A head moves only from the head its unit expects, and each table's
 # insert is gated on its session's head having moved (never a closed session's: that append then
-# runs alone, and is refused), so every append is all or nothing; the
+# runs alone, and is refused), and only in the life its unit was checked against (its owner
+# and incarnation, either NULL for any: `persistence.rules.Life`; a header that names no
+# incarnation is one from before incarnations, as in `persistence.sql.schema.of_life`),
+# so every append is all or nothing and never lands in another life of its id; the
 # NOTIFY rides the update, so PostgreSQL sends it at commit and never for a rollback. Every
 # parameter is sent in binary (``%(name)b``): psycopg writes a text array element by element in
 # Python, escaping each bytea, at about four times the cost (1.16 ms against 0.28 ms to adapt a
@@ -75,9 +87,13 @@ WITH locked AS MATERIALIZED (
 ), moved AS (
     UPDATE history_sessions s SET head_seq = u.head,
         touched_at = CASE WHEN s.touched_at < %(touched)s - %(touch_ms)s THEN %(touched)s ELSE s.touched_at END
-    FROM unnest(%(sessions)b::text[], %(expected)b::bigint[], %(heads)b::bigint[], %(notices)b::text[])
-        AS u(session, expected, head, notice)
+    FROM unnest(
+        %(sessions)b::text[], %(expected)b::bigint[], %(heads)b::bigint[], %(notices)b::text[],
+        %(owners)b::text[], %(incarnations)b::text[]
+    ) AS u(session, expected, head, notice, owner, incarnation)
     WHERE s.id = u.session AND s.head_seq = u.expected AND s.closed_at IS NULL AND s.id IN (SELECT id FROM locked)
+        AND s.owner = COALESCE(u.owner, s.owner)
+        AND COALESCE({stored}, u.incarnation, '') = COALESCE(u.incarnation, {stored}, '')
     RETURNING s.id, pg_notify(%(channel)b, u.notice)
 ), records AS (
     INSERT INTO history_records (session_id, seq, members, compressed, data, kind, key, time0, time1)
@@ -114,7 +130,7 @@ WITH locked AS MATERIALIZED (
     WHERE h.session IN (SELECT id FROM moved)
 )
 SELECT id FROM moved
-"""
+""".format(stored=_INCARNATION_OF % "s.header")
 
 
 # The page's head read: the session row, its hidden ranges and its newest
@@ -281,6 +297,9 @@ class PostgresGroups(SqlGroups):
             params["expected"].append(planned.plan.first_seq - 1)
             params["heads"].append(new_head)
             params["notices"].append(notice(session, new_head, self._origin))
+            life = planned.unit.life
+            params["owners"].append(None if life is None else life.owner)
+            params["incarnations"].append(None if life is None else life.incarnation)
             for record in planned.records:
                 row = store._row(session, record)
                 names = _SEALED if record.seq in planned.rewritten else _INSERTED
@@ -319,6 +338,8 @@ _GROUP_ARRAYS: Final = (
     "expected",
     "heads",
     "notices",
+    "owners",
+    "incarnations",
     *_INSERTED,
     *_SEALED,
     "dropped_sessions",

@@ -44,7 +44,7 @@ from persistence.errors import CorruptLogError, SessionExistsError, SessionNotFo
 from persistence.group_commit import GroupCommit
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import HeadListener
-from persistence.rules import confirm_resend, dense_gap, plan_batch
+from persistence.rules import Life, check_life, confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
 from persistence.sql import space
 from persistence.sql.deletion import Deletion, finish_purges
@@ -215,24 +215,27 @@ class SqlStore(KeptReads, HistoryStore):
     async def get_session(self, session_id: str) -> SessionInfo:
         return await self._dialect.read(self, self._info, session_id)
 
-    async def delete_session(self, session_id: str) -> list[str]:
+    async def delete_session(self, session_id: str, *, life: Life | None = None) -> list[str]:
         tree = await self._dialect.read(self, self._deletion.tree, session_id)
-        unit = SessionUnit(session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop), tree)
+        unit = SessionUnit(
+            session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop, life), tree
+        )
         deleted: list[str]
         deleted, left = await self._writer.run(unit, session_id)
         await self._deletion.purge(left, lambda gone, work: self._dialect.purge(self, gone, work))
         return deleted
 
-    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
+    async def close_session(self, session_id: str, *, closed_at: int, life: Life | None = None) -> SessionInfo:
         # Through the writer, so that it is ordered with the session's appends and durable when it returns.
-        unit = SessionUnit(session_id, lambda cursor: self._close_unit(cursor, session_id, closed_at))
+        unit = SessionUnit(session_id, lambda cursor: self._close_unit(cursor, session_id, closed_at, life))
         return await self._writer.run(unit, session_id)
 
-    def _close_unit(self, cursor: Any, session_id: str, closed_at: int) -> SessionInfo:
+    def _close_unit(self, cursor: Any, session_id: str, closed_at: int, life: Life | None) -> SessionInfo:
         row = self._sql.session_for_update.run(cursor, id=session_id).fetchone()
         if row is None:
             raise SessionNotFoundError(session_id)
         header, owner, head, touched = stored_header(row[0], session_id), row[1], row[2], row[4]
+        check_life(session_id, life, header, owner)
         if row[3] is None:
             header, touched = msgspec.structs.replace(header, closedAt=closed_at), closed_at
             extra = self._dialect.advance_params(session_id, head, closed=True)
@@ -277,28 +280,29 @@ class SqlStore(KeptReads, HistoryStore):
 
     # Appends.
 
-    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+    async def append(self, session_id: str, events: Sequence[Event], *, life: Life | None = None) -> AppendResult:
         # Packing is pure work: done before the writer, never inside its transaction.
         batch = await prepared(events)
         # The dialect's group writer commits it, beside the appends that arrive with it.
-        return await self._writer.run(Append(session_id, events, batch, self._append_unit), session_id)
+        return await self._writer.run(Append(session_id, events, batch, self._append_unit, life), session_id)
 
     def _append_unit(
-        self, cursor: Any, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
+        self, cursor: Any, session_id: str, events: Sequence[Event], batch: PreparedBatch | None, life: Life | None
     ) -> AppendResult:
         """One append, in the writer thread, inside its own savepoint of the group's transaction."""
         seqs = [event.seq for event in events]
         if batch is not None and dense_gap(seqs) is None:
-            # The usual case, tried first: the head is just before the batch.
+            # The usual case, tried first: the head is just before the batch, in the life checked.
             hoped = plan_batch(session_id, seqs, seqs[0] - 1)
             expected, new_head = seqs[0] - 1, hoped.head_seq
-            if self._advance(cursor, session_id, expected, new_head):
+            if self._advance(cursor, session_id, expected, new_head, life):
                 # It was, and the row is now locked.
                 self._insert(cursor, session_id, batch)
                 return AppendResult.of(hoped)
         row = self._sql.head_for_update.run(cursor, id=session_id).fetchone()
         if row is None:
             raise SessionNotFoundError(session_id)
+        check_life(session_id, life, stored_header(row[2], session_id), row[3])
         head = row[0]
         closed = row[1] is not None
         plan = plan_batch(session_id, seqs, head, closed=closed)
@@ -308,7 +312,7 @@ class SqlStore(KeptReads, HistoryStore):
             )
             confirm_resend(session_id, events, stored, head, closed=closed)
         if plan.writes and batch is not None:
-            if not self._advance(cursor, session_id, head, plan.head_seq):
+            if not self._advance(cursor, session_id, head, plan.head_seq, life):
                 raise AssertionError("the locked head moved")
             self._insert(cursor, session_id, batch)
         return AppendResult.of(plan)
@@ -322,10 +326,20 @@ class SqlStore(KeptReads, HistoryStore):
         """
         self._tails.put(session_id, (head, next_open_run(kept, records)))
 
-    def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int) -> bool:
-        """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""
+    def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int, life: Life | None) -> bool:
+        """Move the head of ``life`` from ``expected`` to ``new_head``; ``False``, changing nothing, if not there."""
         extra = self._dialect.advance_params(session_id, new_head)
-        self._sql.advance.run(cursor, id=session_id, expected=expected, new_head=new_head, touched=now_ms(), **extra)
+        owner, incarnation = (None, None) if life is None else (life.owner, life.incarnation)
+        self._sql.advance.run(
+            cursor,
+            id=session_id,
+            expected=expected,
+            new_head=new_head,
+            touched=now_ms(),
+            owner=owner,
+            incarnation=incarnation,
+            **extra,
+        )
         return bool(cursor.rowcount == 1)
 
     def _insert(self, cursor: Any, session_id: str, batch: PreparedBatch) -> None:
