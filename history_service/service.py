@@ -22,14 +22,13 @@ import anyio
 import msgspec
 
 from codec import Event, SessionHeader, incarnation_of, snapshot_body
+from history_service.access import check_visible
 from history_service.budget import Hold, InFlight
 from history_service.errors import (
     InvalidHeader,
     InvalidParent,
-    NotADirectChild,
     NotOwner,
     Overloaded,
-    SubagentChild,
 )
 from history_service.follow import Hub
 from history_service.metrics import Metrics
@@ -83,23 +82,6 @@ class Swept(NamedTuple):
 
 # The least a listing reads of the store at once.
 LISTING_READ: Final = 100
-
-
-def _check_visible(principal: str, session_id: str, child: str | None, info: SessionInfo) -> None:
-    """Refuse, as §8 says, a session ``info`` that the address ``session_id`` (and ``child``) may not show the caller.
-
-    For a child address the parent is checked apart; ``info`` is then the child's.
-    """
-    if child is None:
-        if info.owner != principal:
-            raise NotOwner(session_id)
-        parent = subagent_parent(info.header)
-        if parent is not None:
-            raise SubagentChild(session_id, parent=parent)
-    elif subagent_parent(info.header) != session_id:
-        if info.owner == principal:
-            raise NotADirectChild(child, parent=session_id)
-        raise NotOwner(child)
 
 
 class HistoryService:
@@ -239,7 +221,7 @@ class HistoryService:
             await self._owned(principal, session_id, need_head=False)
         info = await self._live(await self.store.get_session(child or session_id))
         self._learn(info)
-        _check_visible(principal, session_id, child, info)
+        check_visible(principal, session_id, child, info)
         if incarnation is not None and incarnation != info.incarnation:
             raise SessionNotFoundError(info.header.id)
         return info
@@ -387,19 +369,13 @@ class HistoryService:
         return await self._delete(session_id, reason, life=owned.life)
 
     async def _delete(
-        self,
-        session_id: str,
-        reason: str,
-        *,
-        life: Life | None = None,
-        unless_live: bool = False,
-        retention_ms: int | None | Default = DEFAULT,
+        self, session_id: str, reason: str, *, life: Life | None = None, retention_ms: int | None | Default = DEFAULT
     ) -> list[str]:
-        """Delete ``life`` of the id (the one read under the append lock when ``unless_live``), and its tree."""
+        """Delete ``life`` of the id, and its tree; without one, the life there now unless it is live (a sweep's)."""
         # Shielded: once the store has the delete, this process is told of it, whatever becomes of the request.
         with anyio.CancelScope(shield=True):
             async with self._append_locks.hold(session_id):
-                if unless_live:
+                if life is None:
                     # Read again under the append lock: an append of this process since the sweep's read keeps it,
                     # and so does a session below it that is still live.
                     info = await self.store.get_session(session_id)
@@ -407,7 +383,6 @@ class HistoryService:
                     if at is None or at > now_ms():
                         return []
                     life = info.life
-                assert life is not None, "a delete names the life it deletes"
                 with self._written(session_id, life):
                     deleted = await self.store.delete_session(session_id, life=life)
             for gone in deleted:
@@ -419,9 +394,7 @@ class HistoryService:
     async def _expire_now(self, session_id: str) -> bool:
         """Delete ``session_id`` now if it has expired, as the sweep would; whether it is gone."""
         try:
-            return bool(
-                await self._delete(session_id, "expired", unless_live=True, retention_ms=self.settings.retention_ms)
-            )
+            return bool(await self._delete(session_id, "expired", retention_ms=self.settings.retention_ms))
         except SessionNotFoundError:
             return True
 
@@ -454,7 +427,7 @@ class HistoryService:
 
         async def expire(session_id: str) -> None:
             try:
-                deleted = await self._delete(session_id, "expired", unless_live=True, retention_ms=retention)
+                deleted = await self._delete(session_id, "expired", retention_ms=retention)
             except SessionNotFoundError:
                 return  # in the tree of a session deleted before it
             except StoreError as exc:
@@ -526,7 +499,7 @@ class HistoryService:
         target = child or session_id
         owner, header = await self._known(target)
         info = SessionInfo(header, owner, -1)
-        _check_visible(principal, session_id, child, info)
+        check_visible(principal, session_id, child, info)
         try:
             return await self.pages.page(target, query, coding, incarnation=info.incarnation)
         except SessionNotFoundError:

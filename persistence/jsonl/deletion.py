@@ -25,8 +25,10 @@ import msgspec
 
 from codec import SessionHeader, incarnation_of
 from persistence.base import subagent_parent
+from persistence.errors import SessionNotFoundError
 from persistence.jsonl.files import fsync_path, locked, write_atomic
-from persistence.jsonl.layout import encode_segment
+from persistence.jsonl.layout import encode_segment, owner_of
+from persistence.rules import Life, check_life
 
 __all__ = [
     "INTENT_PREFIX",
@@ -58,15 +60,15 @@ def delete_tree(
     tree: Callable[[str], list[str]],
     peek: Callable[[Path], SessionHeader | None],
     stale: Callable[[str], object],
-    check: Callable[[Path, SessionHeader | None], object],
+    life: Life | None = None,
 ) -> list[str]:
     """Delete ``session_id`` and the sessions below it (``tree``), under their locks; the ids deleted.
 
     The locks are taken in directory-name order (§7.2), as every deleter takes them. Under its
     lock each session below must still be a subagent in the tree: one made again elsewhere
     since ``tree`` looked, in another tree, is ``stale(id)`` (its kept header dropped), and the
-    tree is looked up again. ``check(directory, header)`` is called for ``session_id`` under its
-    lock, and raises to delete nothing (another life of the id than the one the caller means).
+    tree is looked up again. Under its lock ``session_id`` must be ``life`` (`persistence.rules.check_life`),
+    by its header and owner file alone, so that a session whose log is corrupt can be deleted too.
     """
     while True:
         members = tree(session_id)
@@ -77,7 +79,10 @@ def delete_tree(
                 held.enter_context(locked(directory, gone))
                 header = peek(directory)
                 if gone == session_id:
-                    check(directory, header)
+                    if life is not None:
+                        if header is None:
+                            raise SessionNotFoundError(session_id)
+                        check_life(session_id, life, header, owner_of(directory))
                 elif header is None or subagent_parent(header) not in members:
                     stale(gone)
                     break

@@ -23,6 +23,7 @@ from codec import (
     decode_json,
     encode,
     expand_records,
+    incarnation_of,
     read_header,
     record_from_value,
     stored_record,
@@ -225,3 +226,16 @@ class Loader:
             return read_header(line)
         except (CodecError, zstandard.ZstdError):
             return None
+
+    def incarnation_in(self, directory: Path) -> str | None:
+        """The incarnation the directory's header names, or ``None`` when it holds no readable header."""
+        header = self.peek_header(directory)
+        return None if header is None else incarnation_of(header)
+
+    def same_life(self, state: IndexedSession) -> bool:
+        """Whether ``state`` is of the life its directory holds now: the header on disk names its incarnation.
+
+        What a process keeps may be of an earlier life of the id, deleted and created again by
+        another process since, with an index of the same size.
+        """
+        return self.incarnation_in(state.directory) == incarnation_of(state.header)

@@ -46,7 +46,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from codec import Event, SessionHeader, StoredRecord, decode_json, encode, incarnation_of, record_from_value
+from codec import Event, SessionHeader, StoredRecord, decode_json, encode, record_from_value
 from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
@@ -100,7 +100,6 @@ from persistence.jsonl.layout import (
     encode_segment,
     learn_closed,
     open_root,
-    owner_of,
     read_marker,
     recheck_closed,
     touched_at,
@@ -162,12 +161,8 @@ class JsonlStore(HistoryStore):
     def _open_sync(cls, root: Path, compression: str | None, session_cache: int) -> JsonlStore:
         compression = open_root(root, compression)
         store = cls(root, compression, session_cache=session_cache)
-        finish_deletes(root, store._incarnation_in)
+        finish_deletes(root, store._loader.incarnation_in)
         return store
-
-    def _incarnation_in(self, directory: Path) -> str | None:
-        header = self._loader.peek_header(directory)
-        return None if header is None else incarnation_of(header)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread; an `OSError` it meets comes out as a `StoreError` (503)."""
@@ -245,11 +240,13 @@ class JsonlStore(HistoryStore):
     def _state(self, session_id: str, *, holding_lock: bool = False) -> IndexedSession:
         """The session's state, loaded on first use and reloaded when another writer grew the index.
 
-        ``holding_lock`` says the caller already holds the session's lock (a second flock would wait on it).
+        ``holding_lock`` says the caller already holds the session's lock (a second flock would wait on it): a
+        writer, whose state is then checked against the header on disk too (`Loader.same_life`).
         """
         state = self._states.get(session_id)
         directory = self._directory(session_id)
-        if state is not None and index_size(directory) == state.index_size:
+        fresh = state is not None and index_size(directory) == state.index_size
+        if state is not None and fresh and (not holding_lock or self._loader.same_life(state)):
             recheck_closed(state)
             return state
         if holding_lock:
@@ -310,15 +307,7 @@ class JsonlStore(HistoryStore):
 
     def _delete_sync(self, session_id: str, life: Life | None) -> list[str]:
         """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`), if it is ``life``."""
-
-        def check(directory: Path, header: SessionHeader | None) -> None:
-            # Its header and owner file alone, as `_tree`: a session whose log is corrupt can be deleted too.
-            if life is not None:
-                if header is None:
-                    raise SessionNotFoundError(session_id)
-                check_life(session_id, life, header, owner_of(directory))
-
-        tree = delete_tree(self._root, session_id, self._tree, self._loader.peek_header, self._forget, check)
+        tree = delete_tree(self._root, session_id, self._tree, self._loader.peek_header, self._forget, life)
         for gone in tree:
             self._forget(gone)
         return tree
@@ -335,30 +324,14 @@ class JsonlStore(HistoryStore):
     def _close_sync(self, session_id: str, at: int, life: Life | None) -> SessionInfo:
         """Write the `CLOSED_NAME` file, atomically and durably, under the lock, unless a close came first."""
         with locked(self._directory(session_id), session_id):
-            state = self._written(session_id, life)
+            state = self._state(session_id, holding_lock=True)
+            check_life(session_id, life, state.header, state.owner)
             found = closed_at(state.directory)
             if found is None:
                 write_atomic(state.directory / CLOSED_NAME, str(at).encode())
                 found = at
             learn_closed(state, found)
             return self._info(state)
-
-    def _written(self, session_id: str, life: Life | None) -> IndexedSession:
-        """The state of the session a write (holding its lock) is about to change, if it is ``life``.
-
-        What this process keeps is checked against the header on disk: it may be of an earlier
-        life of the id, deleted and created again since by another process, with an index of
-        the same size.
-        """
-        state = self._state(session_id, holding_lock=True)
-        header = self._loader.peek_header(state.directory)
-        if header is None:
-            raise SessionNotFoundError(session_id)
-        if incarnation_of(header) != incarnation_of(state.header):
-            self._states.pop(session_id)
-            state = self._state(session_id, holding_lock=True)
-        check_life(session_id, life, state.header, state.owner)
-        return state
 
     async def _wait_lock(self, session_id: str) -> SessionLock:
         # Shielded: a lock taken in the thread must come back here to be released.
@@ -395,7 +368,8 @@ class JsonlStore(HistoryStore):
             # A writer died after its journal and before its index entry, so the index
             # looks unchanged; settle before appending, or a later settle would undo this.
             self._states.pop(session_id)
-        state = self._written(session_id, life)
+        state = self._state(session_id, holding_lock=True)
+        check_life(session_id, life, state.header, state.owner)
         closed = state.header.closedAt is not msgspec.UNSET
         plan = plan_batch(session_id, [event.seq for event in events], state.head, closed=closed)
         if plan.resend:
@@ -610,7 +584,7 @@ class JsonlStore(HistoryStore):
         return await self._run(tree_size, self._root)
 
     async def vacuum(self) -> None:
-        await self._run(finish_deletes, self._root, self._incarnation_in)
+        await self._run(finish_deletes, self._root, self._loader.incarnation_in)
 
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self._writer.close)
