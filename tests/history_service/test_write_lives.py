@@ -3,13 +3,14 @@
 Token auth, two principals, real servers. Alice creates an id and sends a 20,000-event
 append; while it is stored she deletes the id twice, closes it and appends three events at
 seq 0, and meanwhile Bob creates the id over and over until he holds it. Whatever order
-those land in, Bob's session is then his alone: there, open and empty, and exactly one of
-Alice's deletes deleted anything (§6.4: a write whose life has ended gets 404).
+those land in, Bob's session is then his alone: created once, there, open and empty, and
+at most one of Alice's deletes deleted anything (§6.4: a write whose life has ended gets 404).
 
 The review found Bob's new session holding Alice's events in a quarter (SQLite) to two
 thirds (JSONL, PostgreSQL) of its races, and a second delete or a close of Alice's reaching
-it. Run against e3149c5, these races broke 9 (SQLite), 6 (JSONL) and 4 (PostgreSQL) of 16:
-Alice's second delete deleted Bob's session, her close closed it, it held her 20,000 events.
+it. Run twice against e3149c5, these races broke 9 and 8 (SQLite), 6 and 5 (JSONL), and 4
+and 5 (PostgreSQL) of 16: Alice's second delete deleted Bob's session, her close closed it,
+it held her 20,000 events.
 PostgreSQL runs two server processes, which share no lock but the database's: Alice writes
 through one, and deletes through the other, where Bob creates.
 """
@@ -33,6 +34,9 @@ from testing.servers import ServerProcess, serve_in_thread
 pytestmark = pytest.mark.anyio
 
 TOKEN = "f1-race-token-0123456789abcdef"
+# A store call bounded as in production may time out on a loaded machine (a 503, not this bug): the races
+# are about which life a write reaches, so they give the store time.
+STORE_TIMEOUT = "60"
 # Races per backend: at e3149c5's lowest rate (2 of 8), 16 races all pass with a chance of 1 in 100.
 RACES = 16
 # When Alice deletes, after her big append was sent: spread over the races, from before its body is
@@ -54,7 +58,8 @@ def _as(who: str, url: str) -> httpx.AsyncClient:
 
 @contextlib.contextmanager
 def _in_process(store_url: str) -> Iterator[tuple[str, str]]:
-    with serve_in_thread(Settings(store_url=store_url, auth="token", tokens=(TOKEN,))) as server:
+    settings = Settings(store_url=store_url, auth="token", tokens=(TOKEN,), store_timeout=float(STORE_TIMEOUT))
+    with serve_in_thread(settings) as server:
         yield server.url, server.url
 
 
@@ -62,7 +67,7 @@ def _in_process(store_url: str) -> Iterator[tuple[str, str]]:
 def _two_processes() -> Iterator[tuple[str, str]]:
     assert PG_URL
     anyio.run(empty_postgres, PG_URL)
-    env = {"HISTORY_AUTH": "token", "HISTORY_SERVICE_TOKENS": TOKEN}
+    env = {"HISTORY_AUTH": "token", "HISTORY_SERVICE_TOKENS": TOKEN, "HISTORY_STORE_TIMEOUT": STORE_TIMEOUT}
     servers = [ServerProcess(PG_URL, env=env), ServerProcess(PG_URL, env=env)]
     try:
         for server in servers:
@@ -127,10 +132,10 @@ async def _race(alice_url: str, other_url: str, session_id: str, delete_after: f
             race.start_soon(alice_writes)
             for _ in range(BOBS):
                 race.start_soon(bob_creates)
-        if answers["delete"].count(204) != 1:
-            return f"Alice's deletes answered {answers}"
+        if answers["delete"].count(204) > 1 or answers["bob"].count(201) > 1:
+            return f"Alice deleted Bob's session: {answers}"
         if 201 not in answers["bob"]:
-            return None  # Bob came too late to race: the id was free, and nothing of Alice's was left in flight
+            return None  # Alice's session outlived the race (a delete that failed): nothing reached Bob's
         got = await bob.get(path)
         if got.status_code != 200:
             return f"Bob's session is gone ({got.status_code}); answers {answers}"
