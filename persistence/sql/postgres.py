@@ -166,15 +166,14 @@ class PostgresGroups(SqlGroups):
         seqs, batch = [event.seq for event in unit.events], unit.batch
         if batch is None or dense_gap(seqs) is not None:
             return None
-        known = self._store._tails.get(unit.session_id)
-        if known is None or known[0] != seqs[0] - 1:
+        tail = self._store._kept_tail(unit.session_id, unit.life, seqs[0] - 1)
+        if tail is None:
             return None
-        plan = plan_batch(unit.session_id, seqs, known[0])
+        plan = plan_batch(unit.session_id, seqs, seqs[0] - 1)
         try:
-            keep, records = plan_append(known[1], batch.records, _written_lines)
+            keep, records = plan_append(tail, batch.records, _written_lines)
         except _Unwritten:
             return None
-        tail = known[1]
         return _Planned(index, unit, plan, tail[:keep], records, frozenset(r.seq for r in tail[keep:]))
 
     def _flush(
@@ -206,7 +205,7 @@ class PostgresGroups(SqlGroups):
         for planned in pending.values():
             unit = planned.unit
             if unit.session_id in moved:
-                self._store._remember(unit.session_id, planned.plan.head_seq, planned.tail, planned.records)
+                self._store._remember(unit.session_id, unit.life, planned.plan.head_seq, planned.tail, planned.records)
                 outcomes[planned.at] = (True, AppendResult.of(planned.plan))
             else:
                 # What the writer knew of the session is stale: the store's own append finds out why.

@@ -103,8 +103,9 @@ class SqlStore(KeptReads, HistoryStore):
         self._driver_error: type[Exception] = dbapi.Error
         self._integrity_error: type[Exception] = dbapi.IntegrityError
         self._zstd = ZstdContexts(level=3)  # zstd contexts are not thread-safe; the store's work runs in several
-        # Each session's open run at the head this process last wrote (its lines; others b""); writer thread only.
-        self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
+        # Each session's open run at the head this process last wrote (its lines; others b""), with the incarnation
+        # it wrote (`_kept_tail`); writer thread only.
+        self._tails: Lru[str, tuple[str | None, int, list[StoredRecord]]] = Lru(session_cache)
         # Kept reader connections, each with the busy timeout (ms) it has now (SQLite's; unused on PostgreSQL).
         self._readers: list[tuple[Any, int]] = []
         self._read_threads: anyio.CapacityLimiter | None = None
@@ -297,7 +298,7 @@ class SqlStore(KeptReads, HistoryStore):
             expected, new_head = seqs[0] - 1, hoped.head_seq
             if self._advance(cursor, session_id, expected, new_head, life):
                 # It was, and the row is now locked.
-                self._insert(cursor, session_id, batch)
+                self._insert(cursor, session_id, batch, life)
                 return AppendResult.of(hoped)
         row = self._sql.head_for_update.run(cursor, id=session_id).fetchone()
         if row is None:
@@ -314,17 +315,33 @@ class SqlStore(KeptReads, HistoryStore):
         if plan.writes and batch is not None:
             if not self._advance(cursor, session_id, head, plan.head_seq, life):
                 raise AssertionError("the locked head moved")
-            self._insert(cursor, session_id, batch)
+            self._insert(cursor, session_id, batch, life)
         return AppendResult.of(plan)
 
     def _remember(
-        self, session_id: str, head: int, kept: Sequence[StoredRecord], records: Sequence[StoredRecord]
+        self,
+        session_id: str,
+        life: Life | None,
+        head: int,
+        kept: Sequence[StoredRecord],
+        records: Sequence[StoredRecord],
     ) -> None:
         """Keep the session's open run for the next append's plan, with the lines this writer wrote (others are b"").
 
-        ``kept`` is what the plan kept of the open run, ``records`` what it wrote after it.
+        ``kept`` is what the plan kept of the open run, ``records`` what it wrote after it, in ``life``.
         """
-        self._tails.put(session_id, (head, next_open_run(kept, records)))
+        self._tails.put(session_id, (None if life is None else life.incarnation, head, next_open_run(kept, records)))
+
+    def _kept_tail(self, session_id: str, life: Life | None, head: int) -> list[StoredRecord] | None:
+        """The open run kept of ``life`` at ``head``, if this writer last wrote it there; else ``None``.
+
+        Only of the life named (a write that names none, of one that named none): another process
+        may have deleted the id and created it again since, to the same head, before its notice said so.
+        """
+        known = self._tails.get(session_id)
+        if known is None or known[:2] != (None if life is None else life.incarnation, head):
+            return None
+        return known[2]
 
     def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int, life: Life | None) -> bool:
         """Move the head of ``life`` from ``expected`` to ``new_head``; ``False``, changing nothing, if not there."""
@@ -342,13 +359,11 @@ class SqlStore(KeptReads, HistoryStore):
         )
         return bool(cursor.rowcount == 1)
 
-    def _insert(self, cursor: Any, session_id: str, batch: PreparedBatch) -> None:
+    def _insert(self, cursor: Any, session_id: str, batch: PreparedBatch, life: Life | None) -> None:
         """Write a batch after the stored head, sealing the open run (the head is locked already)."""
-        known = self._tails.get(session_id)
-        if known is not None and known[0] == batch.records[0].seq - 1:
-            # The head has not moved since this writer last wrote it, so neither has the open run.
-            tail = known[1]
-        else:
+        tail = self._kept_tail(session_id, life, batch.records[0].seq - 1)
+        # Else the head has moved since this writer last wrote it, and so may have the open run.
+        if tail is None:
             trailing = self._sql.tail.run(cursor, id=session_id).fetchall()
             tail = open_run([StoredRecord(r[0], r[1], b"", r[2], bytes(r[3]), r[4], r[5]) for r in reversed(trailing)])
         keep, records = plan_append(tail, batch.records, lambda pieces: self._lines(cursor, session_id, pieces))
@@ -364,7 +379,7 @@ class SqlStore(KeptReads, HistoryStore):
                 cursor,
                 [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
             )
-        self._remember(session_id, records[-1].end - 1, tail[:keep], records)
+        self._remember(session_id, life, records[-1].end - 1, tail[:keep], records)
 
     def _lines(self, cursor: Any, session_id: str, pieces: Sequence[StoredRecord]) -> list[StoredRecord]:
         """``pieces`` (trailing records, columns only) with their stored lines."""

@@ -371,6 +371,31 @@ async def test_a_write_given_a_life_another_process_ended_changes_nothing(
         await other.close()
 
 
+async def test_what_a_process_kept_of_a_life_is_not_used_for_the_next_one(
+    store: HistoryStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A run another process sealed in the id's next life is sealed from that life's own lines."""
+    name = request.node.callspec.params["store"]
+    if name == "memory":
+        pytest.skip("one process holds a memory store")
+    old = await store.create_session(header(), owner="alice")
+    for seq in range(20):  # single deltas: an open run this store keeps, with its lines
+        await store.append("s1", [text(seq, seq, "a")], life=old.life)
+    other = await open_store(backend_url(name, tmp_path), timeout=10)
+    try:
+        await other.delete_session("s1")
+        new = await other.create_session(header(), owner="bob")
+        mine = [text(seq, seq, f"b{seq}") for seq in range(20)]
+        for event in mine:
+            await other.append("s1", [event], life=new.life)
+        # Through the first store, which last wrote the old life at the same head: the run is sealed now.
+        await store.append("s1", [plain(20)], life=new.life)
+        assert await other.read_events("s1", 0, 100) == [*mine, plain(20)]
+        assert await store.read_events("s1", 0, 100) == [*mine, plain(20)]
+    finally:
+        await other.close()
+
+
 # Closing (docs/protocol.md §6.3).
 
 
