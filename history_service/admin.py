@@ -142,14 +142,15 @@ async def _close(store: HistoryStore, args: argparse.Namespace, out: TextIO) -> 
 
 
 async def _delete(store: HistoryStore, args: argparse.Namespace, err: TextIO, out: TextIO) -> None:
-    await store.get_session(args.session_id)
+    # The life asked about is the one deleted: one created again meanwhile is not (404).
+    asked = await store.get_session(args.session_id)
     if not args.yes:
         err.write(f"delete session {args.session_id!r} and every subagent session below it? [y/N] ")
         err.flush()
         answer = sys.stdin.readline().strip().lower()
         if answer not in ("y", "yes"):
             raise CommandError("not deleted: the answer was not yes (pass --yes to delete without asking)")
-    deleted = await store.delete_session(args.session_id)
+    deleted = await store.delete_session(args.session_id, life=asked.life)
     out.write(encode({"deleted": deleted}).decode() + "\n")
 
 

@@ -230,14 +230,15 @@ async def _import_one(
         await _warn_orphan(store, path, header, parent, options.owner, err)
     try:
         if existing is None:
-            await store.create_session(header, owner=options.owner)
+            existing = await store.create_session(header, owner=options.owner)
     except SessionExistsError:
         return failed(f"session {header.id!r} already exists{_exists_hint(recorded, header, options)}")
     except StoreError as exc:
         return failed(f"the store refused session {header.id!r}: {exc}")
     try:
         if log.events:
-            await store.append(header.id, log.events)
+            # Into the life just made (or the empty remnant found): never one created since by another.
+            await store.append(header.id, log.events, life=existing.life)
     except StoreError as exc:
         return failed(
             f"session {header.id!r} was created but its events were not written ({exc}); "

@@ -11,24 +11,24 @@ at the edge, in one table (`history_service.errors.ERRORS`).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Final, NamedTuple
 
 import anyio
 import msgspec
 
 from codec import Event, SessionHeader, incarnation_of, snapshot_body
+from history_service.access import check_visible
 from history_service.budget import Hold, InFlight
 from history_service.errors import (
     InvalidHeader,
     InvalidParent,
-    NotADirectChild,
     NotOwner,
     Overloaded,
-    SubagentChild,
 )
 from history_service.follow import Hub
 from history_service.metrics import Metrics
@@ -39,6 +39,7 @@ from persistence import (
     AppendResult,
     HistoryStore,
     KeyedLocks,
+    Life,
     Lru,
     SeqConflictError,
     SessionExistsError,
@@ -81,23 +82,6 @@ class Swept(NamedTuple):
 
 # The least a listing reads of the store at once.
 LISTING_READ: Final = 100
-
-
-def _check_visible(principal: str, session_id: str, child: str | None, info: SessionInfo) -> None:
-    """Refuse, as §8 says, a session ``info`` that the address ``session_id`` (and ``child``) may not show the caller.
-
-    For a child address the parent is checked apart; ``info`` is then the child's.
-    """
-    if child is None:
-        if info.owner != principal:
-            raise NotOwner(session_id)
-        parent = subagent_parent(info.header)
-        if parent is not None:
-            raise SubagentChild(session_id, parent=parent)
-    elif subagent_parent(info.header) != session_id:
-        if info.owner == principal:
-            raise NotADirectChild(child, parent=session_id)
-        raise NotOwner(child)
 
 
 class HistoryService:
@@ -237,7 +221,7 @@ class HistoryService:
             await self._owned(principal, session_id, need_head=False)
         info = await self._live(await self.store.get_session(child or session_id))
         self._learn(info)
-        _check_visible(principal, session_id, child, info)
+        check_visible(principal, session_id, child, info)
         if incarnation is not None and incarnation != info.incarnation:
             raise SessionNotFoundError(info.header.id)
         return info
@@ -335,12 +319,24 @@ class HistoryService:
         self._learn(info)
         return info
 
+    @contextlib.contextmanager
+    def _written(self, session_id: str, life: Life) -> Iterator[None]:
+        """Around a write to ``life``: if the store finds that life over, what this process keeps of it goes too."""
+        try:
+            yield
+        except SessionNotFoundError:
+            # Deleted since it was checked (through another process, perhaps): the next request reads it afresh.
+            self._forget(session_id, life.incarnation)
+            raise
+
     async def append(self, principal: str, session_id: str, events: Sequence[Event]) -> AppendResult:
+        """Append to the caller's session (§6.2), in the life checked: one deleted meanwhile is not written (§6.4)."""
         owned = await self._owned(principal, session_id, need_head=False)
         # Publishing under the lock keeps each session's frames in seq order.
         async with self._append_locks.hold(session_id):
             try:
-                result = await self.store.append(session_id, events)
+                with self._written(session_id, owned.life):
+                    result = await self.store.append(session_id, events, life=owned.life)
             except SeqConflictError:
                 self.metrics.seq_conflict()
                 raise
@@ -351,11 +347,12 @@ class HistoryService:
 
     async def close(self, principal: str, session_id: str) -> SessionInfo:
         """Close the caller's session (§6.3): durable before it returns, then every follower is told."""
-        await self._owned(principal, session_id, need_head=False)
+        owned = await self._owned(principal, session_id, need_head=False)
         # Under the append lock: the session's last events are published before its end.
         async with self._append_locks.hold(session_id):
             now = time.time_ns() // 1_000_000
-            info = await self.store.close_session(session_id, closed_at=now)
+            with self._written(session_id, owned.life):
+                info = await self.store.close_session(session_id, closed_at=now, life=owned.life)
             self._learn(info)
             if info.header.closedAt == now:
                 # This close, not an earlier one, closed it (a repeat keeps the first time).
@@ -368,23 +365,26 @@ class HistoryService:
 
         ``reason`` is what the metrics count it as: ``request``, or ``expired`` for the sweeper.
         """
-        await self._owned(principal, session_id)
-        return await self._delete(session_id, reason)
+        owned = await self._owned(principal, session_id)
+        return await self._delete(session_id, reason, life=owned.life)
 
     async def _delete(
-        self, session_id: str, reason: str, *, unless_live: bool = False, retention_ms: int | None | Default = DEFAULT
+        self, session_id: str, reason: str, *, life: Life | None = None, retention_ms: int | None | Default = DEFAULT
     ) -> list[str]:
+        """Delete ``life`` of the id, and its tree; without one, the life there now unless it is live (a sweep's)."""
         # Shielded: once the store has the delete, this process is told of it, whatever becomes of the request.
         with anyio.CancelScope(shield=True):
             async with self._append_locks.hold(session_id):
-                if unless_live:
+                if life is None:
                     # Read again under the append lock: an append of this process since the sweep's read keeps it,
                     # and so does a session below it that is still live.
                     info = await self.store.get_session(session_id)
                     at = await self.tree_expires_at(info.header, info.touched_at, retention_ms)
                     if at is None or at > now_ms():
                         return []
-                deleted = await self.store.delete_session(session_id)
+                    life = info.life
+                with self._written(session_id, life):
+                    deleted = await self.store.delete_session(session_id, life=life)
             for gone in deleted:
                 self._forget(gone)
             self.hub.deleted(deleted)
@@ -394,9 +394,7 @@ class HistoryService:
     async def _expire_now(self, session_id: str) -> bool:
         """Delete ``session_id`` now if it has expired, as the sweep would; whether it is gone."""
         try:
-            return bool(
-                await self._delete(session_id, "expired", unless_live=True, retention_ms=self.settings.retention_ms)
-            )
+            return bool(await self._delete(session_id, "expired", retention_ms=self.settings.retention_ms))
         except SessionNotFoundError:
             return True
 
@@ -429,7 +427,7 @@ class HistoryService:
 
         async def expire(session_id: str) -> None:
             try:
-                deleted = await self._delete(session_id, "expired", unless_live=True, retention_ms=retention)
+                deleted = await self._delete(session_id, "expired", retention_ms=retention)
             except SessionNotFoundError:
                 return  # in the tree of a session deleted before it
             except StoreError as exc:
@@ -501,7 +499,7 @@ class HistoryService:
         target = child or session_id
         owner, header = await self._known(target)
         info = SessionInfo(header, owner, -1)
-        _check_visible(principal, session_id, child, info)
+        check_visible(principal, session_id, child, info)
         try:
             return await self.pages.page(target, query, coding, incarnation=info.incarnation)
         except SessionNotFoundError:

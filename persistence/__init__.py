@@ -47,7 +47,7 @@ from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.message_index import select_cuts
 from persistence.notify import HeadListener, Notice, stream_of
-from persistence.rules import expiry, page_span
+from persistence.rules import Life, expiry, page_span
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
 from persistence.streams import (
@@ -87,6 +87,7 @@ __all__ = [
     "InvalidSessionIdError",
     "JsonlStore",
     "KeyedLocks",
+    "Life",
     "Lru",
     "media_type",
     "MemoryStore",

@@ -23,7 +23,7 @@ from msgspec import UNSET, Struct
 from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines, incarnation_of, new_incarnation
 from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes
-from persistence.rules import BatchPlan, PageSpan, page_span
+from persistence.rules import BatchPlan, Life, PageSpan, page_span
 
 if TYPE_CHECKING:
     from persistence.streams.base import StreamStore
@@ -84,6 +84,11 @@ class SessionInfo(Struct, frozen=True):
     def incarnation(self) -> str:
         """The session's incarnation (docs/protocol.md §2.5): its header's, or the one derived for it."""
         return incarnation_of(self.header)
+
+    @property
+    def life(self) -> Life:
+        """The life of the id this session is: what a write checked against it names (`persistence.rules.Life`)."""
+        return Life(self.incarnation, self.owner)
 
 
 class SessionKey(Struct, frozen=True, order=True):
@@ -243,31 +248,38 @@ class HistoryStore(ABC):
         """The header, owner and head seq; raise `SessionNotFoundError` for an unknown id."""
 
     @abstractmethod
-    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+    async def append(self, session_id: str, events: Sequence[Event], *, life: Life | None = None) -> AppendResult:
         """Append a dense batch atomically: all of it is stored, or none.
 
         The first seq must be ``head + 1``; a batch already stored byte for byte in its
         logical events is an idempotent re-send; anything else raises `SeqConflictError`
         carrying the head. The batch is packed into chunk rows before it is stored.
+
+        With ``life``, as every write takes it, the write acts on that life of the id alone:
+        checked in the write's own transaction, or under its lock, in whatever process, so
+        that an id deleted since (and perhaps created again, by anyone) raises
+        `SessionNotFoundError` and changes nothing (`persistence.rules.check_life`).
+        ``None`` acts on whichever life holds the id (the CLI's writes by id).
         """
 
     @abstractmethod
-    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
+    async def close_session(self, session_id: str, *, closed_at: int, life: Life | None = None) -> SessionInfo:
         """Close the session (docs/protocol.md §6.3): its header gains ``closedAt``, and it takes no more appends.
 
         Idempotent: closing a closed session changes nothing, and its ``closedAt`` stays the
-        first close's. Raises `SessionNotFoundError` for an unknown id. A close and an append
-        to the same session are ordered: the append either lands before the close or is
-        refused with `SessionClosedError`.
+        first close's. Raises `SessionNotFoundError` for an unknown id, or another life than
+        ``life`` (as `append`). A close and an append to the same session are ordered: the
+        append either lands before the close or is refused with `SessionClosedError`.
         """
 
     @abstractmethod
-    async def delete_session(self, session_id: str) -> list[str]:
+    async def delete_session(self, session_id: str, *, life: Life | None = None) -> list[str]:
         """Delete the session and its whole subagent tree (docs/protocol.md §6.4); the ids deleted, its own first.
 
         Durable when it returns, and atomic per session on a crash: each session of the tree
         is afterwards whole or gone. The ids may then be created again, as new incarnations.
-        Raises `SessionNotFoundError` for an unknown id.
+        Raises `SessionNotFoundError` for an unknown id, or another life than ``life`` (as
+        `append`): a second delete of a life never deletes the next one.
         """
 
     @abstractmethod

@@ -29,7 +29,7 @@ from persistence.base import (
 from persistence.batch import prepare_batch
 from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
-from persistence.rules import confirm_resend, expiry, plan_batch
+from persistence.rules import Life, check_life, confirm_resend, expiry, plan_batch
 from persistence.sealing import next_open_run, plan_append
 from persistence.streams.memory import MemoryStreams
 
@@ -92,11 +92,13 @@ class MemoryStore(HistoryStore):
         self._sessions: dict[str, _Session] = {}
         self.streams = MemoryStreams()
 
-    def _session(self, session_id: str) -> _Session:
+    def _session(self, session_id: str, life: Life | None = None) -> _Session:
         try:
-            return self._sessions[session_id]
+            session = self._sessions[session_id]
         except KeyError:
             raise SessionNotFoundError(session_id) from None
+        check_life(session_id, life, session.header, session.owner)
+        return session
 
     async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
         if header.id in self._sessions:
@@ -108,8 +110,8 @@ class MemoryStore(HistoryStore):
     async def get_session(self, session_id: str) -> SessionInfo:
         return self._session(session_id).info
 
-    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
-        session = self._session(session_id)
+    async def append(self, session_id: str, events: Sequence[Event], *, life: Life | None = None) -> AppendResult:
+        session = self._session(session_id, life)
         index = session.index
         plan = plan_batch(session_id, [event.seq for event in events], index.head, closed=session.closed)
         if plan.resend:
@@ -125,15 +127,15 @@ class MemoryStore(HistoryStore):
             session.touched = now_ms()
         return AppendResult.of(plan)
 
-    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
-        session = self._session(session_id)
+    async def close_session(self, session_id: str, *, closed_at: int, life: Life | None = None) -> SessionInfo:
+        session = self._session(session_id, life)
         if not session.closed:
             session.header = msgspec.structs.replace(session.header, closedAt=closed_at)
             session.touched = now_ms()
         return session.info
 
-    async def delete_session(self, session_id: str) -> list[str]:
-        self._session(session_id)
+    async def delete_session(self, session_id: str, *, life: Life | None = None) -> list[str]:
+        self._session(session_id, life)
         children: dict[str, list[str]] = {}
         for session in self._sessions.values():
             parent = subagent_parent(session.header)

@@ -6,7 +6,8 @@
   stored at its seqs;
 * `page_span`: a page's exclusive end, whether it is empty, and whether its ``through`` is
   past the head;
-* `expiry`: when a session expires, from its own ``expiresAt`` and the store-wide retention.
+* `expiry`: when a session expires, from its own ``expiresAt`` and the store-wide retention;
+* `check_life`: whether a write reached the life of the id (`Life`) it was checked against.
 
 The sealing plan is `persistence.sealing.plan_append`. Backends execute what these return,
 and the service and the CLI act on it; none of them checks again.
@@ -18,10 +19,40 @@ from collections.abc import Sequence
 
 from msgspec import Struct
 
-from codec import Event, encode
-from persistence.errors import SeqConflictError, SessionClosedError
+from codec import Event, SessionHeader, encode, incarnation_of
+from persistence.errors import SeqConflictError, SessionClosedError, SessionNotFoundError
 
-__all__ = ["BatchPlan", "PageSpan", "confirm_resend", "dense_gap", "expiry", "page_span", "plan_batch"]
+__all__ = [
+    "BatchPlan",
+    "Life",
+    "PageSpan",
+    "check_life",
+    "confirm_resend",
+    "dense_gap",
+    "expiry",
+    "page_span",
+    "plan_batch",
+]
+
+
+class Life(Struct, frozen=True):
+    """One life of a session id (docs/protocol.md §2.5): its incarnation, and the principal that owns it.
+
+    A write given a life acts on that life alone (`check_life`): the id may have been deleted
+    since it was checked, and created again, by anyone.
+    """
+
+    incarnation: str
+    owner: str
+
+
+def check_life(session_id: str, life: Life | None, header: SessionHeader, owner: str) -> None:
+    """Raise `SessionNotFoundError` unless the session stored as ``header`` and ``owner`` is ``life`` (``None``: any).
+
+    A store calls it where the write itself is decided: in its transaction, or under its lock.
+    """
+    if life is not None and (owner != life.owner or incarnation_of(header) != life.incarnation):
+        raise SessionNotFoundError(session_id)
 
 
 class BatchPlan(Struct, frozen=True):

@@ -25,8 +25,10 @@ import msgspec
 
 from codec import SessionHeader, incarnation_of
 from persistence.base import subagent_parent
+from persistence.errors import SessionNotFoundError
 from persistence.jsonl.files import fsync_path, locked, write_atomic
-from persistence.jsonl.layout import encode_segment
+from persistence.jsonl.layout import encode_segment, owner_of
+from persistence.rules import Life, check_life
 
 __all__ = [
     "INTENT_PREFIX",
@@ -58,13 +60,15 @@ def delete_tree(
     tree: Callable[[str], list[str]],
     peek: Callable[[Path], SessionHeader | None],
     stale: Callable[[str], object],
+    life: Life | None = None,
 ) -> list[str]:
     """Delete ``session_id`` and the sessions below it (``tree``), under their locks; the ids deleted.
 
     The locks are taken in directory-name order (§7.2), as every deleter takes them. Under its
     lock each session below must still be a subagent in the tree: one made again elsewhere
     since ``tree`` looked, in another tree, is ``stale(id)`` (its kept header dropped), and the
-    tree is looked up again.
+    tree is looked up again. Under its lock ``session_id`` must be ``life`` (`persistence.rules.check_life`),
+    by its header and owner file alone, so that a session whose log is corrupt can be deleted too.
     """
     while True:
         members = tree(session_id)
@@ -74,7 +78,12 @@ def delete_tree(
                 directory = root / encode_segment(gone)
                 held.enter_context(locked(directory, gone))
                 header = peek(directory)
-                if gone != session_id and (header is None or subagent_parent(header) not in members):
+                if gone == session_id:
+                    if life is not None:
+                        if header is None:
+                            raise SessionNotFoundError(session_id)
+                        check_life(session_id, life, header, owner_of(directory))
+                elif header is None or subagent_parent(header) not in members:
                     stale(gone)
                     break
                 doomed.append(Doomed(directory.name, "" if header is None else incarnation_of(header)))

@@ -109,7 +109,30 @@ def acquire(directory: Path, session_id: str, *, shared: bool = False, wait: boo
     a writer out for ever. A writer waiting for the readers that hold the lock keeps the
     gate meanwhile, so readers that come after it wait behind it. Without ``wait``, a gate or
     lock another holder keeps raises `BlockingIOError` at once.
+
+    The lock held is always the one in the directory the id names now: a delete renames the
+    directory away under the lock, so a holder that waited on the old one tries again on the
+    new one (a create of the id since), or finds the id gone (`SessionNotFoundError`). So no
+    write of one life ever holds a lock the next life's writers do not see.
     """
+    while True:
+        fd = _acquire_once(directory, session_id, shared=shared, wait=wait)
+        if _still_at(fd, directory / LOCK_NAME):
+            return SessionLock(fd)
+        os.close(fd)
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether the open lock file ``fd`` is still the file at ``path`` (its inode cannot be reused while open)."""
+    held = os.fstat(fd)
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (held.st_dev, held.st_ino) == (found.st_dev, found.st_ino)
+
+
+def _acquire_once(directory: Path, session_id: str, *, shared: bool, wait: bool) -> int:
     nowait = 0 if wait else fcntl.LOCK_NB
     gate = _open_lock(directory / GATE_NAME, session_id)
     try:
@@ -122,7 +145,7 @@ def acquire(directory: Path, session_id: str, *, shared: bool = False, wait: boo
             raise
     finally:
         os.close(gate)
-    return SessionLock(fd)
+    return fd
 
 
 @contextlib.contextmanager

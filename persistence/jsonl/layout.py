@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from codec import SessionHeader, encode
+from persistence.base import DEFAULT_OWNER
 from persistence.errors import CorruptLogError, InvalidSessionIdError, SchemaVersionError, StoreError
 from persistence.jsonl.files import write_atomic
 
@@ -28,6 +29,7 @@ __all__ = [
     "learn_closed",
     "named_for",
     "open_root",
+    "owner_of",
     "read_marker",
     "recheck_closed",
     "touched_at",
@@ -56,6 +58,14 @@ def closed_at(directory: Path) -> int | None:
         return int(text)
     except ValueError:
         raise CorruptLogError(f"{directory / CLOSED_NAME}: not a closedAt time: {text[:40]!r}") from None
+
+
+def owner_of(directory: Path) -> str:
+    """The session's owner, from its `OWNER_NAME` file: `DEFAULT_OWNER` for a log placed without one."""
+    try:
+        return (directory / OWNER_NAME).read_text()
+    except FileNotFoundError:
+        return DEFAULT_OWNER
 
 
 def touched_at(directory: Path) -> int:

@@ -20,7 +20,6 @@ from typing import Final
 
 from codec import SessionHeader
 from persistence.base import (
-    DEFAULT_OWNER,
     SessionKey,
     SessionSummary,
     closed_at_of,
@@ -34,10 +33,10 @@ from persistence.errors import CorruptLogError, SessionNotFoundError
 from persistence.jsonl.index import IndexedSession, last_seq, read_last_entry
 from persistence.jsonl.layout import (
     INDEX_NAME,
-    OWNER_NAME,
     closed_at,
     encode_segment,
     named_for,
+    owner_of,
     touched_at,
     with_closed,
 )
@@ -194,10 +193,7 @@ class Listing:
         owner = self._owners.get(name)
         if owner is None:
             # Written before the session's directory appears, and never rewritten: cache it.
-            try:
-                owner = (self._root / name / OWNER_NAME).read_text()
-            except FileNotFoundError:
-                owner = DEFAULT_OWNER
+            owner = owner_of(self._root / name)
             self._owners.put(name, owner)
         return owner
 

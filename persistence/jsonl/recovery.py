@@ -23,12 +23,12 @@ from codec import (
     decode_json,
     encode,
     expand_records,
+    incarnation_of,
     read_header,
     record_from_value,
     stored_record,
 )
 from persistence._zstd import ZstdContexts
-from persistence.base import DEFAULT_OWNER
 from persistence.errors import CorruptLogError, SessionNotFoundError
 from persistence.jsonl import journal as jsonl_journal
 from persistence.jsonl.files import read_head, truncate, write_atomic
@@ -41,7 +41,7 @@ from persistence.jsonl.index import (
     make_entry,
     read_index,
 )
-from persistence.jsonl.layout import INDEX_NAME, OWNER_NAME
+from persistence.jsonl.layout import INDEX_NAME, owner_of
 from persistence.message_index import index_entries
 
 __all__ = ["Loader"]
@@ -91,10 +91,7 @@ class Loader:
             raise CorruptLogError(f"{log_path}: unreadable header: {exc}") from exc
         if header.id != session_id:
             raise CorruptLogError(f"{log_path}: header names session {header.id!r}, not {session_id!r}")
-        try:
-            owner = (directory / OWNER_NAME).read_text()
-        except FileNotFoundError:
-            owner = DEFAULT_OWNER
+        owner = owner_of(directory)
         head_end = self._header_end(first, header_block)
         loaded = read_index(directory / INDEX_NAME)
         if loaded is None or loaded[0].headerEnd != head_end:
@@ -229,3 +226,16 @@ class Loader:
             return read_header(line)
         except (CodecError, zstandard.ZstdError):
             return None
+
+    def incarnation_in(self, directory: Path) -> str | None:
+        """The incarnation the directory's header names, or ``None`` when it holds no readable header."""
+        header = self.peek_header(directory)
+        return None if header is None else incarnation_of(header)
+
+    def same_life(self, state: IndexedSession) -> bool:
+        """Whether ``state`` is of the life its directory holds now: the header on disk names its incarnation.
+
+        What a process keeps may be of an earlier life of the id, deleted and created again by
+        another process since, with an index of the same size.
+        """
+        return self.incarnation_in(state.directory) == incarnation_of(state.header)

@@ -46,7 +46,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from codec import Event, SessionHeader, StoredRecord, decode_json, encode, incarnation_of, record_from_value
+from codec import Event, SessionHeader, StoredRecord, decode_json, encode, record_from_value
 from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
@@ -107,7 +107,7 @@ from persistence.jsonl.layout import (
 from persistence.jsonl.listing import Listing
 from persistence.jsonl.recovery import Loader
 from persistence.jsonl.rewrite import bounded, span, write_plan
-from persistence.rules import confirm_resend, page_span, plan_batch
+from persistence.rules import Life, check_life, confirm_resend, page_span, plan_batch
 from persistence.state import KeyedLocks, Lru
 
 __all__ = ["JsonlStore"]
@@ -161,12 +161,8 @@ class JsonlStore(HistoryStore):
     def _open_sync(cls, root: Path, compression: str | None, session_cache: int) -> JsonlStore:
         compression = open_root(root, compression)
         store = cls(root, compression, session_cache=session_cache)
-        finish_deletes(root, store._incarnation_in)
+        finish_deletes(root, store._loader.incarnation_in)
         return store
-
-    def _incarnation_in(self, directory: Path) -> str | None:
-        header = self._loader.peek_header(directory)
-        return None if header is None else incarnation_of(header)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread; an `OSError` it meets comes out as a `StoreError` (503)."""
@@ -244,11 +240,13 @@ class JsonlStore(HistoryStore):
     def _state(self, session_id: str, *, holding_lock: bool = False) -> IndexedSession:
         """The session's state, loaded on first use and reloaded when another writer grew the index.
 
-        ``holding_lock`` says the caller already holds the session's lock (a second flock would wait on it).
+        ``holding_lock`` says the caller already holds the session's lock (a second flock would wait on it): a
+        writer, whose state is then checked against the header on disk too (`Loader.same_life`).
         """
         state = self._states.get(session_id)
         directory = self._directory(session_id)
-        if state is not None and index_size(directory) == state.index_size:
+        fresh = state is not None and index_size(directory) == state.index_size
+        if state is not None and fresh and (not holding_lock or self._loader.same_life(state)):
             recheck_closed(state)
             return state
         if holding_lock:
@@ -266,7 +264,7 @@ class JsonlStore(HistoryStore):
 
     # Appends.
 
-    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+    async def append(self, session_id: str, events: Sequence[Event], *, life: Life | None = None) -> AppendResult:
         self._check_writable()
         async with self._locks.hold(session_id):
             batch = await prepared(events)
@@ -280,7 +278,7 @@ class JsonlStore(HistoryStore):
                 while True:
                     result = await self._writer.run(
                         functools.partial(
-                            self._append_unit, lock=lock, session_id=session_id, events=events, batch=batch
+                            self._append_unit, lock=lock, session_id=session_id, events=events, batch=batch, life=life
                         ),
                         session_id,
                     )
@@ -292,14 +290,14 @@ class JsonlStore(HistoryStore):
                 if lock is not None:
                     lock.release()
 
-    async def delete_session(self, session_id: str) -> list[str]:
+    async def delete_session(self, session_id: str, *, life: Life | None = None) -> list[str]:
         self._check_writable()
         tree = await self._run(self._tree, session_id)
         async with contextlib.AsyncExitStack() as held:
             # In one order, so two deletes of overlapping trees never wait on each other.
             for gone in sorted(tree):
                 await held.enter_async_context(self._locks.hold(gone))
-            return await self._run(self._delete_sync, session_id)
+            return await self._run(self._delete_sync, session_id, life)
 
     def _tree(self, session_id: str) -> list[str]:
         # Its header alone: a session whose log is corrupt can be deleted too.
@@ -307,9 +305,9 @@ class JsonlStore(HistoryStore):
             raise SessionNotFoundError(session_id)
         return self._listing.tree(session_id)
 
-    def _delete_sync(self, session_id: str) -> list[str]:
-        """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`)."""
-        tree = delete_tree(self._root, session_id, self._tree, self._loader.peek_header, self._forget)
+    def _delete_sync(self, session_id: str, life: Life | None) -> list[str]:
+        """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`), if it is ``life``."""
+        tree = delete_tree(self._root, session_id, self._tree, self._loader.peek_header, self._forget, life)
         for gone in tree:
             self._forget(gone)
         return tree
@@ -318,15 +316,16 @@ class JsonlStore(HistoryStore):
         self._states.pop(session_id)
         self._listing.forget(encode_segment(session_id))
 
-    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
+    async def close_session(self, session_id: str, *, closed_at: int, life: Life | None = None) -> SessionInfo:
         self._check_writable()
         async with self._locks.hold(session_id):
-            return await self._run(self._close_sync, session_id, closed_at)
+            return await self._run(self._close_sync, session_id, closed_at, life)
 
-    def _close_sync(self, session_id: str, at: int) -> SessionInfo:
+    def _close_sync(self, session_id: str, at: int, life: Life | None) -> SessionInfo:
         """Write the `CLOSED_NAME` file, atomically and durably, under the lock, unless a close came first."""
         with locked(self._directory(session_id), session_id):
             state = self._state(session_id, holding_lock=True)
+            check_life(session_id, life, state.header, state.owner)
             found = closed_at(state.directory)
             if found is None:
                 write_atomic(state.directory / CLOSED_NAME, str(at).encode())
@@ -348,6 +347,7 @@ class JsonlStore(HistoryStore):
         session_id: str,
         events: Sequence[Event],
         batch: PreparedBatch | None,
+        life: Life | None,
     ) -> AppendResult | None:
         """One append, in the writer thread: checked now, staged for the group's barriers.
 
@@ -369,6 +369,7 @@ class JsonlStore(HistoryStore):
             # looks unchanged; settle before appending, or a later settle would undo this.
             self._states.pop(session_id)
         state = self._state(session_id, holding_lock=True)
+        check_life(session_id, life, state.header, state.owner)
         closed = state.header.closedAt is not msgspec.UNSET
         plan = plan_batch(session_id, [event.seq for event in events], state.head, closed=closed)
         if plan.resend:
@@ -583,7 +584,7 @@ class JsonlStore(HistoryStore):
         return await self._run(tree_size, self._root)
 
     async def vacuum(self) -> None:
-        await self._run(finish_deletes, self._root, self._incarnation_in)
+        await self._run(finish_deletes, self._root, self._loader.incarnation_in)
 
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self._writer.close)

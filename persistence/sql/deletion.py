@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection, Dialect as SaDialect
 from codec import decode_header, incarnation_of
 from persistence.base import subtree
 from persistence.errors import SessionNotFoundError, StoreError
+from persistence.rules import Life, check_life
 from persistence.sql.dialect import Dialect
 from persistence.sql.prepared import Prepared
 from persistence.sql.schema import hidden_table, messages_table, purges_table, records_table, sessions_table
@@ -49,7 +50,7 @@ class Deletion:
         s, b = sessions_table.c, sa.bindparam
         self._ways = ways
         self._exists = Prepared(sa.select(s.id).where(s.id == b("id")), dialect)
-        self._lock = Prepared(ways.lock_head(sa.select(s.header).where(s.id == b("id"))), dialect)
+        self._lock = Prepared(ways.lock_head(sa.select(s.header, s.owner).where(s.id == b("id"))), dialect)
         self._children = Prepared(sa.select(s.id).where(s.parent_id == b("id")), dialect)
         self._rows = [
             Prepared(sa.delete(table).where(table.c.session_id == b("id")), dialect)
@@ -70,11 +71,14 @@ class Deletion:
             raise SessionNotFoundError(session_id)
         return subtree(session_id, lambda parent: [row[0] for row in self._children.run(cursor, id=parent).fetchall()])
 
-    def run(self, cursor: Any, session_id: str, forget: Callable[[str], object]) -> tuple[list[str], list[str]]:
+    def run(
+        self, cursor: Any, session_id: str, forget: Callable[[str], object], life: Life | None = None
+    ) -> tuple[list[str], list[str]]:
         """Delete ``session_id`` and the sessions below it: the ids deleted, and those with records left to purge.
 
         ``forget(id)`` drops the writer's state. The first `PURGE_ROWS` records of each go at once,
-        so a small session is gone whole in this one unit.
+        so a small session is gone whole in this one unit. With ``life``, ``session_id`` must be
+        that life (`persistence.rules.check_life`), checked once its row is locked.
 
         Every row of the tree is locked first, in code-point order, as a group locks its appends'
         (`persistence.sql.postgres`), so a delete and a group that appends to the tree never wait on each other.
@@ -85,10 +89,13 @@ class Deletion:
             row = self._lock.run(cursor, id=member).fetchone()
             if row is None:
                 raise SessionNotFoundError(member)
-            incarnations[member] = incarnation_of(decode_header(bytes(row[0])))
+            header = decode_header(bytes(row[0]))
+            if member == session_id:
+                check_life(session_id, life, header, row[1])
+            incarnations[member] = incarnation_of(header)
         if self.tree(cursor, session_id) != tree:
             # A child was created meanwhile: it too is locked, as the group order allows, then deleted.
-            return self.run(cursor, session_id, forget)
+            return self.run(cursor, session_id, forget, life)
         left = []
         for gone in reversed(tree):
             self._purge.run(cursor, id=gone, rows=PURGE_ROWS)

@@ -15,6 +15,7 @@ from persistence.base import AppendResult
 from persistence.batch import PreparedBatch
 from persistence.errors import StoreError
 from persistence.group_commit import quietly, unavailable
+from persistence.rules import Life
 
 __all__ = ["Append", "SqlGroups"]
 
@@ -29,28 +30,30 @@ def _unbounded(connection: Any) -> AbstractContextManager[_Bounded | None]:
 
 
 class Append:
-    """An append as a unit of a group: what it writes, and ``write(cursor, session_id, events, batch)``.
+    """An append as a unit of a group: what it writes, in which life, and ``write(cursor, session_id, events, ...)``.
 
     Called with the cursor, it runs the store's own append (each unit alone); a dialect's
     group writer may instead commit it beside others, from its fields.
     """
 
-    __slots__ = ("batch", "events", "session_id", "write")
+    __slots__ = ("batch", "events", "life", "session_id", "write")
 
     def __init__(
         self,
         session_id: str,
         events: Sequence[Event],
         batch: PreparedBatch | None,
-        write: Callable[[Any, str, Sequence[Event], PreparedBatch | None], AppendResult],
+        write: Callable[[Any, str, Sequence[Event], PreparedBatch | None, Life | None], AppendResult],
+        life: Life | None = None,
     ) -> None:
         self.session_id = session_id
         self.events = events
         self.batch = batch
         self.write = write
+        self.life = life
 
     def __call__(self, cursor: Any) -> AppendResult:
-        return self.write(cursor, self.session_id, self.events, self.batch)
+        return self.write(cursor, self.session_id, self.events, self.batch, self.life)
 
 
 class SessionUnit:

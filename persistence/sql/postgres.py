@@ -1,9 +1,9 @@
 """PostgreSQL, for several nodes: the row lock, the group's appends in one statement, async readers and head notices.
 
 Appends lock the session row (``SELECT ... FOR UPDATE``), so two processes never duplicate
-or skip a seq; a group's usual appends are one statement (`PostgresGroups`). Reads wait on
-the network, so a read runs in a worker thread, in one hop for the whole page, or, for a
-page, on the event loop through `AsyncReaders`. Every call is
+or skip a seq; a group's usual appends are one statement (`PostgresGroups`,
+`persistence.sql.pg_group`). Reads wait on the network, so a read runs in a worker thread,
+in one hop for the whole page, or, for a page, on the event loop through `AsyncReaders`. Every call is
 bounded: connecting, each statement (on the server) and each call (a `Watchdog` cuts a
 connection that answers nothing); the connection is then replaced.
 """
@@ -35,10 +35,11 @@ from persistence.rules import BatchPlan, dense_gap, page_span, plan_batch
 from persistence.sealing import plan_append
 from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk, U
 from persistence.sql.groups import Append, SessionUnit, SqlGroups
+from persistence.sql.pg_group import GROUP_APPEND, GROUP_ARRAYS, INCARNATION_OF, INSERTED, SEALED
 from persistence.sql.pg_listener import PostgresListener
 from persistence.sql.pg_readers import AsyncReaders
 from persistence.sql.pg_timeouts import Watchdog, connect_options
-from persistence.sql.schema import PROBE, CodePointOrder, bounded_rows, metadata, stored_header
+from persistence.sql.schema import PROBE, CodePointOrder, StoredIncarnation, bounded_rows, metadata, stored_header
 from persistence.state import Lru
 
 if TYPE_CHECKING:
@@ -59,63 +60,9 @@ def _code_point_order(element: CodePointOrder, compiler: SQLCompiler, **kw: Any)
     return f'{compiler.process(element.column, **kw)} COLLATE "C"'
 
 
-# A group's appends in one statement. A sealing append rewrites its open run in place: a record
-# whose seq the rewrite keeps is updated, a piece it joins away deleted, and the rest inserted, so
-# the three touch different rows. Every session the rest of the group appends to is locked
-# first, in code-point order, as the group runs its units, so two processes' groups never wait on
-# each other in a cycle. A head moves only from the head its unit expects, and each table's
-# insert is gated on its session's head having moved (never a closed session's: that append then
-# runs alone, and is refused), so every append is all or nothing; the
-# NOTIFY rides the update, so PostgreSQL sends it at commit and never for a rollback. Every
-# parameter is sent in binary (``%(name)b``): psycopg writes a text array element by element in
-# Python, escaping each bytea, at about four times the cost (1.16 ms against 0.28 ms to adapt a
-# group of ten appends).
-_GROUP_APPEND: Final = """
-WITH locked AS MATERIALIZED (
-    SELECT id FROM history_sessions WHERE id = ANY(%(locks)b::text[]) ORDER BY id COLLATE "C" FOR UPDATE
-), moved AS (
-    UPDATE history_sessions s SET head_seq = u.head,
-        touched_at = CASE WHEN s.touched_at < %(touched)s - %(touch_ms)s THEN %(touched)s ELSE s.touched_at END
-    FROM unnest(%(sessions)b::text[], %(expected)b::bigint[], %(heads)b::bigint[], %(notices)b::text[])
-        AS u(session, expected, head, notice)
-    WHERE s.id = u.session AND s.head_seq = u.expected AND s.closed_at IS NULL AND s.id IN (SELECT id FROM locked)
-    RETURNING s.id, pg_notify(%(channel)b, u.notice)
-), records AS (
-    INSERT INTO history_records (session_id, seq, members, compressed, data, kind, key, time0, time1)
-    SELECT r.session, r.seq, r.members, r.compressed, r.data, r.kind, r.key, r.time0, r.time1
-    FROM unnest(
-        %(record_sessions)b::text[], %(seqs)b::bigint[], %(members)b::integer[], %(compressed)b::boolean[],
-        %(datas)b::bytea[], %(kinds)b::smallint[], %(keys)b::bytea[], %(time0s)b::bigint[], %(time1s)b::bigint[]
-    ) AS r(session, seq, members, compressed, data, kind, key, time0, time1)
-    WHERE r.session IN (SELECT id FROM moved)
-), sealed AS (
-    UPDATE history_records t SET members = r.members, compressed = r.compressed, data = r.data, kind = r.kind,
-        key = r.key, time0 = r.time0, time1 = r.time1
-    FROM unnest(
-        %(sealed_sessions)b::text[], %(sealed_seqs)b::bigint[], %(sealed_members)b::integer[],
-        %(sealed_compressed)b::boolean[], %(sealed_datas)b::bytea[], %(sealed_kinds)b::smallint[],
-        %(sealed_keys)b::bytea[], %(sealed_time0s)b::bigint[], %(sealed_time1s)b::bigint[]
-    ) AS r(session, seq, members, compressed, data, kind, key, time0, time1)
-    WHERE t.session_id = r.session AND t.seq = r.seq AND r.session IN (SELECT id FROM moved)
-), dropped AS (
-    DELETE FROM history_records t
-    USING unnest(%(dropped_sessions)b::text[], %(dropped_seqs)b::bigint[]) AS d(session, seq)
-    WHERE t.session_id = d.session AND t.seq = d.seq AND d.session IN (SELECT id FROM moved)
-), messages AS (
-    INSERT INTO history_messages (session_id, seq, group_start)
-    SELECT m.session, m.seq, m.group_start
-    FROM unnest(%(message_sessions)b::text[], %(message_seqs)b::bigint[], %(groups)b::bigint[])
-        AS m(session, seq, group_start)
-    WHERE m.session IN (SELECT id FROM moved)
-), hidden AS (
-    INSERT INTO history_hidden (session_id, seq, start, "end")
-    SELECT h.session, h.seq, h.start, h.stop
-    FROM unnest(%(hidden_sessions)b::text[], %(hidden_at)b::bigint[], %(starts)b::bigint[], %(ends)b::bigint[])
-        AS h(session, seq, start, stop)
-    WHERE h.session IN (SELECT id FROM moved)
-)
-SELECT id FROM moved
-"""
+@compiles(StoredIncarnation, "postgresql")
+def _stored_incarnation(element: StoredIncarnation, compiler: SQLCompiler, **kw: Any) -> str:
+    return INCARNATION_OF % compiler.process(element.header, **kw)
 
 
 # The page's head read: the session row, its hidden ranges and its newest
@@ -173,7 +120,7 @@ class _Planned(NamedTuple):
 
 
 class PostgresGroups(SqlGroups):
-    """The group writer: the group's appends in one statement (`_GROUP_APPEND`), not one savepoint each.
+    """The group writer: the group's appends in one statement (`GROUP_APPEND`), not one savepoint each.
 
     An append whose session's open run this writer knows (with the lines of what it rewrites)
     joins the statement. One that does not, or whose head had
@@ -220,15 +167,14 @@ class PostgresGroups(SqlGroups):
         seqs, batch = [event.seq for event in unit.events], unit.batch
         if batch is None or dense_gap(seqs) is not None:
             return None
-        known = self._store._tails.get(unit.session_id)
-        if known is None or known[0] != seqs[0] - 1:
+        tail = self._store._kept_tail(unit.session_id, unit.life, seqs[0] - 1)
+        if tail is None:
             return None
-        plan = plan_batch(unit.session_id, seqs, known[0])
+        plan = plan_batch(unit.session_id, seqs, seqs[0] - 1)
         try:
-            keep, records = plan_append(known[1], batch.records, _written_lines)
+            keep, records = plan_append(tail, batch.records, _written_lines)
         except _Unwritten:
             return None
-        tail = known[1]
         return _Planned(index, unit, plan, tail[:keep], records, frozenset(r.seq for r in tail[keep:]))
 
     def _flush(
@@ -254,13 +200,13 @@ class PostgresGroups(SqlGroups):
                 | {also for work in works[first:] if isinstance(work, SessionUnit) for also in work.also}
             )
             with self._within(connection):
-                cursor.execute(_GROUP_APPEND, self._params(pending.values(), locks))
+                cursor.execute(GROUP_APPEND, self._params(pending.values(), locks))
                 moved = {row[0] for row in cursor.fetchall()}
             self._check_cut()
         for planned in pending.values():
             unit = planned.unit
             if unit.session_id in moved:
-                self._store._remember(unit.session_id, planned.plan.head_seq, planned.tail, planned.records)
+                self._store._remember(unit.session_id, unit.life, planned.plan.head_seq, planned.tail, planned.records)
                 outcomes[planned.at] = (True, AppendResult.of(planned.plan))
             else:
                 # What the writer knew of the session is stale: the store's own append finds out why.
@@ -272,7 +218,7 @@ class PostgresGroups(SqlGroups):
     def _params(self, pending: Iterable[_Planned], locks: list[str]) -> dict[str, Any]:
         store = self._store
         params: dict[str, Any] = {"locks": locks, "channel": NOTIFY_CHANNEL, "touched": now_ms(), "touch_ms": TOUCH_MS}
-        for name in _GROUP_ARRAYS:
+        for name in GROUP_ARRAYS:
             params[name] = []
         for planned in pending:
             session, batch = planned.unit.session_id, planned.unit.batch
@@ -282,9 +228,12 @@ class PostgresGroups(SqlGroups):
             params["expected"].append(planned.plan.first_seq - 1)
             params["heads"].append(new_head)
             params["notices"].append(notice(session, new_head, self._origin))
+            life = planned.unit.life
+            params["owners"].append(None if life is None else life.owner)
+            params["incarnations"].append(None if life is None else life.incarnation)
             for record in planned.records:
                 row = store._row(session, record)
-                names = _SEALED if record.seq in planned.rewritten else _INSERTED
+                names = SEALED if record.seq in planned.rewritten else INSERTED
                 values = (session, record.seq, record.members, row["compressed"], row["data"], record.kind)
                 for name, value in zip(names, (*values, record.key, record.time0, record.time1), strict=True):
                     params[name].append(value)
@@ -301,37 +250,6 @@ class PostgresGroups(SqlGroups):
                 params["starts"].append(hidden.start)
                 params["ends"].append(hidden.end)
         return params
-
-
-_INSERTED: Final = (
-    "record_sessions",
-    "seqs",
-    "members",
-    "compressed",
-    "datas",
-    "kinds",
-    "keys",
-    "time0s",
-    "time1s",
-)
-_SEALED: Final = tuple(f"sealed_{name}" for name in ("sessions", *_INSERTED[1:]))
-_GROUP_ARRAYS: Final = (
-    "sessions",
-    "expected",
-    "heads",
-    "notices",
-    *_INSERTED,
-    *_SEALED,
-    "dropped_sessions",
-    "dropped_seqs",
-    "message_sessions",
-    "message_seqs",
-    "groups",
-    "hidden_sessions",
-    "hidden_at",
-    "starts",
-    "ends",
-)
 
 
 class PostgresDialect(Dialect):

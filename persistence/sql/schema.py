@@ -27,7 +27,7 @@ Tables, keyed ``(session_id, seq)``:
 * ``ds_subscriptions``: Durable Streams subscriptions, each a `persistence.streams.SubscriptionRecord`
   (its configuration and state encoded, and the version a change is made over).
 
-Each dialect module compiles `CodePointOrder` for its database.
+Each dialect module compiles `CodePointOrder` and `StoredIncarnation` for its database.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ __all__ = [
     "PROBE",
     "purges_table",
     "SCHEMA_VERSION",
+    "StoredIncarnation",
     "bounded_rows",
     "hidden_table",
     "line_size",
@@ -59,6 +60,7 @@ __all__ = [
     "messages_table",
     "meta_table",
     "metadata",
+    "of_life",
     "records_table",
     "sessions_table",
     "stored_header",
@@ -81,6 +83,17 @@ class CodePointOrder(sa.ColumnElement[str]):
 
     def __init__(self, column: sa.ColumnElement[str]) -> None:
         self.column = column
+
+
+class StoredIncarnation(sa.ColumnElement[str]):
+    """The incarnation a stored header names, read in SQL: ``NULL`` for a header from before incarnations."""
+
+    inherit_cache = True
+    _traverse_internals = [("header", InternalTraversal.dp_clauseelement)]
+    type = sa.String()
+
+    def __init__(self, header: sa.ColumnElement[bytes]) -> None:
+        self.header = header
 
 
 metadata = sa.MetaData()
@@ -170,6 +183,21 @@ def bounded_rows(cuts: list[int], to_seq: int, rows: Sequence[Any], max_bytes: i
     ]
     return bounded_cuts(
         cuts, to_seq, records, floor_sizes(records, [line_size(row[2], row[3]) for row in rows]), max_bytes
+    )
+
+
+def of_life(owner: sa.ColumnElement[str], header: sa.ColumnElement[bytes]) -> sa.ColumnElement[bool]:
+    """Whether a session row is the life (`persistence.rules.Life`) the ``owner`` and ``incarnation`` parameters name.
+
+    Either parameter ``NULL`` matches any. A header that names no incarnation is from before
+    incarnations, and every life created since names one, so such a row is the only life its
+    id has had since: it is the one named, whatever its derived incarnation.
+    """
+    owner_param, incarnation = sa.bindparam("owner", type_=sa.String), sa.bindparam("incarnation", type_=sa.String)
+    stored = StoredIncarnation(header)
+    return sa.and_(
+        owner == sa.func.coalesce(owner_param, owner),
+        sa.func.coalesce(stored, incarnation, "") == sa.func.coalesce(incarnation, stored, ""),
     )
 
 

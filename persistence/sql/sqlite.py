@@ -30,7 +30,7 @@ from persistence.rules import page_span
 from persistence.sql.dialect import Busy, Deadline, Dialect, Head, LongWalk, U
 from persistence.sql.groups import SqlGroups
 from persistence.sql.holders import Holders
-from persistence.sql.schema import PROBE, CodePointOrder
+from persistence.sql.schema import PROBE, CodePointOrder, StoredIncarnation
 
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore
@@ -50,6 +50,12 @@ T = TypeVar("T")
 def _code_point_order(element: CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
     # SQLite's default BINARY collation already compares UTF-8 text by code point.
     return compiler.process(element.column, **kw)
+
+
+@compiles(StoredIncarnation)
+def _stored_incarnation(element: StoredIncarnation, compiler: SQLCompiler, **kw: Any) -> str:
+    # The header is stored as a blob of UTF-8 JSON; SQLite's JSON functions read text.
+    return f"json_extract(CAST({compiler.process(element.header, **kw)} AS TEXT), '$.incarnation')"
 
 
 def _prepare(dbapi_connection: Any, busy_ms: int) -> None:

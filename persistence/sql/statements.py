@@ -20,6 +20,7 @@ from persistence.sql.schema import (
     CodePointOrder,
     hidden_table,
     messages_table,
+    of_life,
     records_table,
     sessions_table,
 )
@@ -72,13 +73,16 @@ class Statements:
         self.session = prepared(sa.select(s.header, s.owner, s.head_seq, s.touched_at).where(s.id == b("id")))
         self.exists = prepared(sa.select(s.id).where(s.id == b("id")))
         self.children = prepared(sa.select(s.id, s.header).where(s.parent_id == b("id")).order_by(s.id))
-        head = sa.select(s.head_seq, s.closed_at).where(s.id == b("id"))
+        head = sa.select(s.head_seq, s.closed_at, s.header, s.owner).where(s.id == b("id"))
         self.head_for_update = prepared(ways.lock_head(head))
         self.session_for_update = prepared(
             ways.lock_head(sa.select(s.header, s.owner, s.head_seq, s.closed_at, s.touched_at).where(s.id == b("id")))
         )
-        # A closed session's head never moves: an append to it is then refused under the row's lock.
-        advance = sa.update(sessions_table).where(s.id == b("id"), s.head_seq == b("expected"), s.closed_at.is_(None))
+        # A closed session's head never moves: an append to it is then refused under the row's lock. Nor does
+        # another life's: an append checked against one life never lands in the next (`persistence.rules.Life`).
+        advance = sa.update(sessions_table).where(
+            s.id == b("id"), s.head_seq == b("expected"), s.closed_at.is_(None), of_life(s.owner, s.header)
+        )
         # The time only once it is `TOUCH_MS` old: appends in between leave every indexed column as it was.
         touched = sa.case((s.touched_at < b("touched") - TOUCH_MS, b("touched")), else_=s.touched_at)
         self.advance = prepared(ways.advance(advance.values(head_seq=b("new_head"), touched_at=touched)))

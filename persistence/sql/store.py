@@ -45,7 +45,7 @@ from persistence.errors import CorruptLogError, SessionExistsError, SessionNotFo
 from persistence.group_commit import GroupCommit
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import HeadListener
-from persistence.rules import confirm_resend, dense_gap, plan_batch
+from persistence.rules import Life, check_life, confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
 from persistence.sql import space
 from persistence.sql.deletion import Deletion, finish_purges
@@ -104,8 +104,9 @@ class SqlStore(KeptReads, HistoryStore):
         self._driver_error: type[Exception] = dbapi.Error
         self._integrity_error: type[Exception] = dbapi.IntegrityError
         self._zstd = ZstdContexts(level=3)  # zstd contexts are not thread-safe; the store's work runs in several
-        # Each session's open run at the head this process last wrote (its lines; others b""); writer thread only.
-        self._tails: Lru[str, tuple[int, list[StoredRecord]]] = Lru(session_cache)
+        # Each session's open run at the head this process last wrote (its lines; others b""), with the incarnation
+        # it wrote (`_kept_tail`); writer thread only.
+        self._tails: Lru[str, tuple[str | None, int, list[StoredRecord]]] = Lru(session_cache)
         # Kept reader connections, each with the busy timeout (ms) it has now (SQLite's; unused on PostgreSQL).
         self._readers: list[tuple[Any, int]] = []
         self._read_threads: anyio.CapacityLimiter | None = None
@@ -217,24 +218,27 @@ class SqlStore(KeptReads, HistoryStore):
     async def get_session(self, session_id: str) -> SessionInfo:
         return await self._dialect.read(self, self._info, session_id)
 
-    async def delete_session(self, session_id: str) -> list[str]:
+    async def delete_session(self, session_id: str, *, life: Life | None = None) -> list[str]:
         tree = await self._dialect.read(self, self._deletion.tree, session_id)
-        unit = SessionUnit(session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop), tree)
+        unit = SessionUnit(
+            session_id, lambda cursor: self._deletion.run(cursor, session_id, self._tails.pop, life), tree
+        )
         deleted: list[str]
         deleted, left = await self._writer.run(unit, session_id)
         await self._deletion.purge(left, lambda gone, work: self._dialect.purge(self, gone, work))
         return deleted
 
-    async def close_session(self, session_id: str, *, closed_at: int) -> SessionInfo:
+    async def close_session(self, session_id: str, *, closed_at: int, life: Life | None = None) -> SessionInfo:
         # Through the writer, so that it is ordered with the session's appends and durable when it returns.
-        unit = SessionUnit(session_id, lambda cursor: self._close_unit(cursor, session_id, closed_at))
+        unit = SessionUnit(session_id, lambda cursor: self._close_unit(cursor, session_id, closed_at, life))
         return await self._writer.run(unit, session_id)
 
-    def _close_unit(self, cursor: Any, session_id: str, closed_at: int) -> SessionInfo:
+    def _close_unit(self, cursor: Any, session_id: str, closed_at: int, life: Life | None) -> SessionInfo:
         row = self._sql.session_for_update.run(cursor, id=session_id).fetchone()
         if row is None:
             raise SessionNotFoundError(session_id)
         header, owner, head, touched = stored_header(row[0], session_id), row[1], row[2], row[4]
+        check_life(session_id, life, header, owner)
         if row[3] is None:
             header, touched = msgspec.structs.replace(header, closedAt=closed_at), closed_at
             extra = self._dialect.advance_params(session_id, head, closed=True)
@@ -279,28 +283,29 @@ class SqlStore(KeptReads, HistoryStore):
 
     # Appends.
 
-    async def append(self, session_id: str, events: Sequence[Event]) -> AppendResult:
+    async def append(self, session_id: str, events: Sequence[Event], *, life: Life | None = None) -> AppendResult:
         # Packing is pure work: done before the writer, never inside its transaction.
         batch = await prepared(events)
         # The dialect's group writer commits it, beside the appends that arrive with it.
-        return await self._writer.run(Append(session_id, events, batch, self._append_unit), session_id)
+        return await self._writer.run(Append(session_id, events, batch, self._append_unit, life), session_id)
 
     def _append_unit(
-        self, cursor: Any, session_id: str, events: Sequence[Event], batch: PreparedBatch | None
+        self, cursor: Any, session_id: str, events: Sequence[Event], batch: PreparedBatch | None, life: Life | None
     ) -> AppendResult:
         """One append, in the writer thread, inside its own savepoint of the group's transaction."""
         seqs = [event.seq for event in events]
         if batch is not None and dense_gap(seqs) is None:
-            # The usual case, tried first: the head is just before the batch.
+            # The usual case, tried first: the head is just before the batch, in the life checked.
             hoped = plan_batch(session_id, seqs, seqs[0] - 1)
             expected, new_head = seqs[0] - 1, hoped.head_seq
-            if self._advance(cursor, session_id, expected, new_head):
+            if self._advance(cursor, session_id, expected, new_head, life):
                 # It was, and the row is now locked.
-                self._insert(cursor, session_id, batch)
+                self._insert(cursor, session_id, batch, life)
                 return AppendResult.of(hoped)
         row = self._sql.head_for_update.run(cursor, id=session_id).fetchone()
         if row is None:
             raise SessionNotFoundError(session_id)
+        check_life(session_id, life, stored_header(row[2], session_id), row[3])
         head = row[0]
         closed = row[1] is not None
         plan = plan_batch(session_id, seqs, head, closed=closed)
@@ -310,33 +315,57 @@ class SqlStore(KeptReads, HistoryStore):
             )
             confirm_resend(session_id, events, stored, head, closed=closed)
         if plan.writes and batch is not None:
-            if not self._advance(cursor, session_id, head, plan.head_seq):
+            if not self._advance(cursor, session_id, head, plan.head_seq, life):
                 raise AssertionError("the locked head moved")
-            self._insert(cursor, session_id, batch)
+            self._insert(cursor, session_id, batch, life)
         return AppendResult.of(plan)
 
     def _remember(
-        self, session_id: str, head: int, kept: Sequence[StoredRecord], records: Sequence[StoredRecord]
+        self,
+        session_id: str,
+        life: Life | None,
+        head: int,
+        kept: Sequence[StoredRecord],
+        records: Sequence[StoredRecord],
     ) -> None:
         """Keep the session's open run for the next append's plan, with the lines this writer wrote (others are b"").
 
-        ``kept`` is what the plan kept of the open run, ``records`` what it wrote after it.
+        ``kept`` is what the plan kept of the open run, ``records`` what it wrote after it, in ``life``.
         """
-        self._tails.put(session_id, (head, next_open_run(kept, records)))
+        self._tails.put(session_id, (None if life is None else life.incarnation, head, next_open_run(kept, records)))
 
-    def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int) -> bool:
-        """Move the head from ``expected`` to ``new_head``; ``False``, changing nothing, if it was elsewhere."""
+    def _kept_tail(self, session_id: str, life: Life | None, head: int) -> list[StoredRecord] | None:
+        """The open run kept of ``life`` at ``head``, if this writer last wrote it there; else ``None``.
+
+        Only of the life named (a write that names none, of one that named none): another process
+        may have deleted the id and created it again since, to the same head, before its notice said so.
+        """
+        known = self._tails.get(session_id)
+        if known is None or known[:2] != (None if life is None else life.incarnation, head):
+            return None
+        return known[2]
+
+    def _advance(self, cursor: Any, session_id: str, expected: int, new_head: int, life: Life | None) -> bool:
+        """Move the head of ``life`` from ``expected`` to ``new_head``; ``False``, changing nothing, if not there."""
         extra = self._dialect.advance_params(session_id, new_head)
-        self._sql.advance.run(cursor, id=session_id, expected=expected, new_head=new_head, touched=now_ms(), **extra)
+        owner, incarnation = (None, None) if life is None else (life.owner, life.incarnation)
+        self._sql.advance.run(
+            cursor,
+            id=session_id,
+            expected=expected,
+            new_head=new_head,
+            touched=now_ms(),
+            owner=owner,
+            incarnation=incarnation,
+            **extra,
+        )
         return bool(cursor.rowcount == 1)
 
-    def _insert(self, cursor: Any, session_id: str, batch: PreparedBatch) -> None:
+    def _insert(self, cursor: Any, session_id: str, batch: PreparedBatch, life: Life | None) -> None:
         """Write a batch after the stored head, sealing the open run (the head is locked already)."""
-        known = self._tails.get(session_id)
-        if known is not None and known[0] == batch.records[0].seq - 1:
-            # The head has not moved since this writer last wrote it, so neither has the open run.
-            tail = known[1]
-        else:
+        tail = self._kept_tail(session_id, life, batch.records[0].seq - 1)
+        # Else the head has moved since this writer last wrote it, and so may have the open run.
+        if tail is None:
             trailing = self._sql.tail.run(cursor, id=session_id).fetchall()
             tail = open_run([StoredRecord(r[0], r[1], b"", r[2], bytes(r[3]), r[4], r[5]) for r in reversed(trailing)])
         keep, records = plan_append(tail, batch.records, lambda pieces: self._lines(cursor, session_id, pieces))
@@ -352,7 +381,7 @@ class SqlStore(KeptReads, HistoryStore):
                 cursor,
                 [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
             )
-        self._remember(session_id, records[-1].end - 1, tail[:keep], records)
+        self._remember(session_id, life, records[-1].end - 1, tail[:keep], records)
 
     def _lines(self, cursor: Any, session_id: str, pieces: Sequence[StoredRecord]) -> list[StoredRecord]:
         """``pieces`` (trailing records, columns only) with their stored lines."""

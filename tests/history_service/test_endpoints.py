@@ -15,7 +15,7 @@ from codec import SessionHeader
 from history_service.app import create_app
 from history_service.service import HistoryService, Swept
 from history_service.settings import Settings
-from persistence import HistoryStore, SessionNotFoundError, StoreError, now_ms
+from persistence import HistoryStore, Life, SessionNotFoundError, StoreError, now_ms
 from testing.asgi import serving
 from testing.events import plain
 
@@ -463,10 +463,10 @@ async def test_a_sweep_that_cannot_delete_one_session_deletes_the_others_and_the
         await store.create_session(SessionHeader(id=f"s{k}", createdAt=k, expiresAt=1_000))
     delete = store.delete_session
 
-    async def failing(session_id: str) -> list[str]:
+    async def failing(session_id: str, *, life: Life | None = None) -> list[str]:
         if session_id == "s1":
             raise StoreError("store unavailable: the disk is gone")
-        return await delete(session_id)
+        return await delete(session_id, life=life)
 
     monkeypatch.setattr(store, "delete_session", failing)
     service = HistoryService(settings, store)

@@ -177,7 +177,7 @@ def test_an_append_that_fails_leaves_an_empty_session_that_a_rerun_completes(
     store_type = type(anyio.run(_opened, url))
     original = store_type.append
 
-    async def failing(self: HistoryStore, session_id: str, batch: Any) -> Any:
+    async def failing(self: HistoryStore, session_id: str, batch: Any, *, life: Any = None) -> Any:
         calls.append(len(batch))
         raise StoreError("disk full")
 

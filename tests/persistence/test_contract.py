@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from itertools import pairwise
+from pathlib import Path
 
 import anyio
 import msgspec
@@ -26,9 +27,11 @@ from history_service.pages import choose_body
 from history_service.scenarios import compaction, multi_turn
 from persistence.base import DEFAULT_OWNER, TOUCH_MS, HistoryStore, PageRead, SessionKey, SessionSummary, now_ms
 from persistence.errors import SeqConflictError, SessionClosedError, SessionExistsError, SessionNotFoundError
+from persistence.rules import Life
 from persistence.sealing import SINGLES
+from persistence.url import open_store
 from testing.events import plain, text
-from testing.stores import page_records
+from testing.stores import backend_url, page_records
 
 pytestmark = pytest.mark.anyio
 
@@ -298,6 +301,99 @@ async def test_appends_racing_a_delete_land_before_it_or_find_no_session(store: 
         await store.get_session("s1")
     await store.create_session(header())
     assert await store.read_stored("s1", 0, 100) == []
+
+
+async def test_a_second_delete_of_a_life_never_deletes_the_next(store: HistoryStore) -> None:
+    old = await store.create_session(header(), owner="alice")
+    assert await store.delete_session("s1", life=old.life) == ["s1"]
+    new = await store.create_session(header(), owner="bob")
+    with pytest.raises(SessionNotFoundError):
+        await store.delete_session("s1", life=old.life)
+    assert (await store.get_session("s1")).header == new.header
+
+
+@pytest.mark.parametrize("next_owner", ["alice", "bob"])
+async def test_a_write_given_an_ended_life_raises_not_found_and_changes_nothing(
+    store: HistoryStore, next_owner: str
+) -> None:
+    """Issue 41 F1: an append, close or delete checked against one life never lands in the id's next one."""
+    events = multi_turn(seed=6, turns=1)
+    old = await store.create_session(header(), owner="alice")
+    await store.append("s1", events[:2], life=old.life)
+    await store.delete_session("s1", life=old.life)
+    new = await store.create_session(header(), owner=next_owner)
+    await store.append("s1", events[:3], life=new.life)
+    await store.append("s1", events[3:5], life=new.life)  # the writer now knows the head: its fastest path
+    wrong_owner = Life(new.incarnation, "mallory")
+    for life in (old.life, wrong_owner):
+        for batch in (events[:3], events[5:8], events[:1]):
+            with pytest.raises(SessionNotFoundError):
+                await store.append("s1", batch, life=life)
+        with pytest.raises(SessionNotFoundError):
+            await store.close_session("s1", closed_at=7, life=life)
+        with pytest.raises(SessionNotFoundError):
+            await store.delete_session("s1", life=life)
+    got = await store.get_session("s1")
+    assert (got.header, got.owner, got.head_seq, got.closed) == (new.header, next_owner, 4, False)
+    assert await store.read_events("s1", 0, 100) == events[:5]
+    assert (await store.append("s1", events[5:8], life=new.life)).head_seq == 7
+    assert (await store.close_session("s1", closed_at=7, life=new.life)).closed
+    assert await store.delete_session("s1", life=new.life) == ["s1"]
+
+
+async def test_a_write_given_a_life_another_process_ended_changes_nothing(
+    store: HistoryStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Issue 41 F1, across processes: what this store keeps of the old life does not let its write through."""
+    name = request.node.callspec.params["store"]
+    if name == "memory":
+        pytest.skip("one process holds a memory store")
+    events = multi_turn(seed=7, turns=1)
+    old = await store.create_session(header(), owner="alice")
+    await store.append("s1", events[:2], life=old.life)
+    other = await open_store(backend_url(name, tmp_path), timeout=10)
+    try:
+        await other.delete_session("s1")
+        new = await other.create_session(header(), owner="bob")
+        await other.append("s1", events[:2], life=new.life)
+        with pytest.raises(SessionNotFoundError):
+            await store.append("s1", events[2:4], life=old.life)
+        with pytest.raises(SessionNotFoundError):
+            await store.append("s1", events[:2], life=old.life)
+        with pytest.raises(SessionNotFoundError):
+            await store.close_session("s1", closed_at=7, life=old.life)
+        with pytest.raises(SessionNotFoundError):
+            await store.delete_session("s1", life=old.life)
+        got = await other.get_session("s1")
+        assert (got.header, got.owner, got.head_seq, got.closed) == (new.header, "bob", 1, False)
+        assert await other.read_events("s1", 0, 100) == events[:2]
+    finally:
+        await other.close()
+
+
+async def test_what_a_process_kept_of_a_life_is_not_used_for_the_next_one(
+    store: HistoryStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A run another process sealed in the id's next life is sealed from that life's own lines."""
+    name = request.node.callspec.params["store"]
+    if name == "memory":
+        pytest.skip("one process holds a memory store")
+    old = await store.create_session(header(), owner="alice")
+    for seq in range(20):  # single deltas: an open run this store keeps, with its lines
+        await store.append("s1", [text(seq, seq, "a")], life=old.life)
+    other = await open_store(backend_url(name, tmp_path), timeout=10)
+    try:
+        await other.delete_session("s1")
+        new = await other.create_session(header(), owner="bob")
+        mine = [text(seq, seq, f"b{seq}") for seq in range(20)]
+        for event in mine:
+            await other.append("s1", [event], life=new.life)
+        # Through the first store, which last wrote the old life at the same head: the run is sealed now.
+        await store.append("s1", [plain(20)], life=new.life)
+        assert await other.read_events("s1", 0, 100) == [*mine, plain(20)]
+        assert await store.read_events("s1", 0, 100) == [*mine, plain(20)]
+    finally:
+        await other.close()
 
 
 # Closing (docs/protocol.md §6.3).

@@ -407,8 +407,8 @@ def plan(tail, batch, load):
 
 insert = sql.SqlStore._insert
 
-def insert_then_die(self, conn, session_id, batch):
-    insert(self, conn, session_id, batch)
+def insert_then_die(self, conn, session_id, batch, life):
+    insert(self, conn, session_id, batch, life)
     if sealing[-1]:
         # The pieces are deleted and the sealed row written, in a transaction not yet committed.
         os.kill(os.getpid(), signal.SIGKILL)

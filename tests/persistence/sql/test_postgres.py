@@ -15,6 +15,7 @@ from codec import DeltaData, Event, SessionHeader, TextDelta
 from persistence.base import AppendResult
 from persistence.batch import prepare_batch
 from persistence.errors import SeqConflictError, SessionNotFoundError, StoreError
+from persistence.rules import Life
 from persistence.sealing import SINGLES
 from persistence.sql import SqlStore
 from persistence.sql.groups import Append
@@ -217,13 +218,13 @@ async def test_two_services_sweeping_at_once_never_delete_at_once(store: SqlStor
     def counted(opened: SqlStore, name: str) -> None:
         delete = opened.delete_session
 
-        async def delete_session(session_id: str) -> list[str]:
+        async def delete_session(session_id: str, *, life: Life | None = None) -> list[str]:
             nonlocal overlaps
             deleting[name] += 1
             overlaps += all(deleting.values())
             try:
                 await anyio.sleep(0.01)  # long enough for the other sweeper to meet it, were it let in
-                return await delete(session_id)
+                return await delete(session_id, life=life)
             finally:
                 deleting[name] -= 1
 
