@@ -344,7 +344,8 @@ def test_through_nginx_a_follower_survives_a_killed_replica(gateway_replicas: li
 
 def test_workers_need_a_store_every_process_hears(tmp_path: Any) -> None:
     err = io.StringIO()
-    status = main(["serve", "--workers", "2", "--store", f"sqlite:///{tmp_path / 'h.db'}"], out=io.StringIO(), err=err)
+    argv = ["serve", "--workers", "2", "--store", f"sqlite:///{tmp_path / 'h.db'}", "--port", str(free_port())]
+    status = main(argv, out=io.StringIO(), err=err)
     assert status == 1
     assert err.getvalue().splitlines()[-1].startswith("history-service: error: --workers 2 needs a PostgreSQL store")
     assert not (tmp_path / "h.db").exists()
