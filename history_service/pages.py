@@ -259,6 +259,8 @@ class PageReader:
         else:
             reading = holds[0]
         try:
+            # The store held this incarnation when the read began, not when the page is built.
+            read_at = time.monotonic()
             read = await self._store.read_page(
                 session_id,
                 through=query.through,
@@ -284,7 +286,7 @@ class PageReader:
                 if cached is not None:
                     return cached
             started = time.perf_counter()
-            served = await self._build(read, query, coding)
+            served = await self._build(read, query, coding, read_at)
             self.metrics.page_built(time.perf_counter() - started, immutable=query.through is not None)
             if holds is None:
                 return served._replace(hold=await self._inflight.to_send(served.body.size))
@@ -320,7 +322,7 @@ class PageReader:
                 self._cache.forget(session_id, incarnation)
             raise SessionNotFoundError(session_id)
 
-    async def _build(self, read: PageRead, query: PageQuery, coding: str) -> ServedPage:
+    async def _build(self, read: PageRead, query: PageQuery, coding: str, read_at: float) -> ServedPage:
         body, _ = await _chosen(read, query)
         incarnation = read.info.incarnation
         if query.through is None:
@@ -332,6 +334,7 @@ class PageReader:
             page = encode_page(identity, incarnation)
         else:
             page = await anyio.to_thread.run_sync(encode_page, identity, incarnation)
+        page.checked = read_at
         key = _key(read.info.header.id, incarnation, query)
         if self._cache is not None and not self._gone(read.info.header.id, incarnation):
             self._cache.put(key, page)

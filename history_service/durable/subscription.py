@@ -36,11 +36,20 @@ BEFORE_FIRST: Final = -1
 
 
 class Link(Struct, frozen=True, array_like=True):
-    """A linked stream: the position its consumer has acked, and whether it is named, matched, or both."""
+    """A linked stream: the position its consumer has acked, and whether it is named, matched, or both.
+
+    ``life`` is the life of the stream (§13.3) that ``acked`` is a position in: a stream deleted
+    and made again, by any process, is a new stream, with nothing of it acked.
+    """
 
     acked: int
     explicit: bool = False
     glob: bool = False
+    life: int = 0
+
+    def acked_in(self, life: int) -> int:
+        """What is acked of the stream in its ``life``."""
+        return self.acked if life == self.life else BEFORE_FIRST
 
 
 class _State(Struct, frozen=True, kw_only=True):
@@ -90,10 +99,11 @@ def _offset(position: int, life: int) -> str:
 
 def info(name: str, link: Link, life: int, tail: int | None = None) -> StreamInfo:
     """The stream as a subscription shows it, offsets in its ``life``; with its ``tail``, as a wake does."""
-    kind, acked = "explicit" if link.explicit else "glob", _offset(link.acked, life)
+    position = link.acked_in(life)
+    kind, acked = "explicit" if link.explicit else "glob", _offset(position, life)
     if tail is None:
         return StreamInfo(name, kind, acked)
-    return StreamInfo(name, kind, acked, tail_offset=stream_offset(tail, life), has_pending=tail > link.acked)
+    return StreamInfo(name, kind, acked, tail_offset=stream_offset(tail, life), has_pending=tail > position)
 
 
 def new_record(owner: str, id: str, config: Config, base: str, links: dict[str, Link]) -> SubscriptionRecord:
@@ -217,6 +227,12 @@ class Subscription:
             if (link := self.links.get(name)) is not None and tail > link.acked:
                 self.links[name] = msgspec.structs.replace(link, acked=tail)
         self.close_wake()
+
+    def relive(self, lives: Mapping[str, int]) -> None:
+        """Links acked in another life of their stream than ``lives`` says start again, with nothing acked."""
+        for name, life in lives.items():
+            if (link := self.links.get(name)) is not None and link.life != life:
+                self.links[name] = msgspec.structs.replace(link, acked=BEFORE_FIRST, life=life)
 
     def first_pending(self, tails: dict[str, int]) -> str | None:
         for name, tail in tails.items():

@@ -43,7 +43,7 @@ from codec import parse_stream_offset
 from history_service.durable import webhooks
 from history_service.durable.egress import Egress
 from history_service.durable.streams import plain
-from history_service.durable.subscription import Link, Subscription, info, new_record, now_ms
+from history_service.durable.subscription import Subscription, info, new_record, now_ms
 from history_service.durable.tails import Tails
 from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, answer, stream_path
 from history_service.logs import Warnings
@@ -145,6 +145,8 @@ class Subscriptions:
 
     def heard(self, name: str | None) -> None:
         """A write to ``name`` committed in some process (``None``: notices were lost, perhaps to any stream)."""
+        # It may have deleted the stream and made it again, in another life: its offsets are read afresh.
+        self._tails.forget_all(name)
         for owned in list(self._owners.values()):
             self._touch(owned.values(), name)
 
@@ -304,7 +306,7 @@ class Subscriptions:
             return await self._confirm(existing, config, headers)
         if config.webhook is not None and (why := self._egress.rejected(config.webhook)) is not None:
             raise Refusal(400, "WEBHOOK_URL_REJECTED", why)
-        links = {name: Link(acked=await self._tails.tail(name, owner), explicit=True) for name in config.streams}
+        links = {name: await self._tails.link(name, owner, explicit=True) for name in config.streams}
         base = str(request.base_url.replace(path=request.scope.get("root_path", ""))).rstrip("/")
         record = new_record(owner, sub_id, config, base, links)
         made = await self._streams.create_subscription(record, _MAX_PER_OWNER, _MAX_SUBSCRIPTIONS)
@@ -335,7 +337,7 @@ class Subscriptions:
             if len(sub.links) + sum(name not in sub.links for name in names) > MAX_LINKS:
                 raise Refusal(409, "LIMIT_EXCEEDED", f"a subscription links at most {MAX_LINKS} streams")
             for name in names:
-                link = sub.links.get(name) or Link(acked=await self._tails.tail(name, owner))
+                link = sub.links.get(name) or await self._tails.link(name, owner)
                 sub.links[name] = msgspec.structs.replace(link, explicit=True)
 
         await self._change(await self._found(owner, sub_id), link)
@@ -354,7 +356,7 @@ class Subscriptions:
                 raise Refusal(409, "ALREADY_CLAIMED", "the wake is held", holder=sub.holder, generation=sub.generation)
             if sub.holder is not None:
                 sub.close_wake()
-            tails = await self._tails.of(sub.links, sub.owner)
+            tails = await self._tails.of(sub)
             first = sub.first_pending(tails)
             if first is None:
                 raise Refusal(409, "NO_PENDING_WORK", "Subscription has no pending work")
@@ -408,24 +410,24 @@ class Subscriptions:
         """Move the acked offsets, all or none: each must be a linked stream's, not behind its ack nor past its tail."""
         if len(body.acks) > MAX_LINKS:
             raise Refusal(400, "INVALID_REQUEST", f"at most {MAX_LINKS} acks")
-        checked: dict[str, int] = {}
+        checked: dict[str, tuple[int, int]] = {}
         for ack in body.acks:
             name = (ack.stream or ack.path or "").strip("/")
             link = sub.links.get(name)
             if not name or link is None:
                 raise Refusal(409, "INVALID_OFFSET", "Ack references an unknown subscription stream")
             parsed = parse_stream_offset(ack.offset)
-            tail = await self._tails.tail(name, sub.owner)
-            if parsed is None or parsed[0] != self._tails.life(name, sub.owner):
+            tail, life = await self._tails.at(name, sub.owner)
+            if parsed is None or parsed[0] != life:
                 raise Refusal(409, "INVALID_OFFSET", "Ack offset is not an offset of the stream (nor may it be -1)")
-            if parsed[1] < link.acked:
+            if parsed[1] < link.acked_in(life):
                 raise Refusal(409, "INVALID_OFFSET", "Ack offset regresses the committed cursor")
             if parsed[1] > tail:
                 raise Refusal(409, "INVALID_OFFSET", "Ack offset is beyond stream tail")
-            checked[name] = parsed[1]
-        for name, position in checked.items():
+            checked[name] = (parsed[1], life)
+        for name, (position, life) in checked.items():
             if (link := sub.links.get(name)) is not None:
-                sub.links[name] = msgspec.structs.replace(link, acked=position)
+                sub.links[name] = msgspec.structs.replace(link, acked=position, life=life)
 
     def _lease(self, sub: Subscription) -> None:
         sub.lease_until = now_ms() + sub.config.lease_ttl_ms
@@ -433,7 +435,7 @@ class Subscriptions:
 
     async def _next(self, sub: Subscription) -> bool:
         """Open the next wake if a linked stream has work pending; whether it did. Within `_change`."""
-        tails = await self._tails.of(sub.links, sub.owner)
+        tails = await self._tails.of(sub)
         first = sub.first_pending(tails)
         if first is None:
             return False
@@ -550,7 +552,7 @@ class Subscriptions:
                 if await self._tails.head(trigger, sub.owner) is not None:
                     sub.link_matched(trigger)
             if sub.wake_id is None and sub.holder is None:
-                tails = await self._tails.of(sub.links, sub.owner)
+                tails = await self._tails.of(sub)
                 if (first := sub.first_pending(tails)) is not None:
                     await self._open(sub, tails, trigger if trigger in tails else first)
 
