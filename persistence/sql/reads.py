@@ -41,6 +41,9 @@ class KeptReads:
     _driver_error: type[Exception]
     _busy_ms: int
     _timeout: float
+    # Set once the store closes: a read its caller gave up on (`persistence.call_bound`) may end
+    # after that, and its connection is then closed, not kept where no one will close it.
+    _reads_closed: bool = False
 
     def _failure(self, exc: BaseException | None, deadline: Deadline | None) -> str:
         """What went wrong, for a `StoreError`: the bound when the watchdog cut the call, else the driver's words."""
@@ -99,8 +102,8 @@ class KeptReads:
         return result
 
     def _keep(self, connection: Any, busy: int, deadline: Deadline | None = None) -> None:
-        if deadline is not None and deadline.expired:
-            # The watchdog cut it: the next read opens a new one.
+        if self._reads_closed or (deadline is not None and deadline.expired):
+            # The store closed, or the watchdog cut it: the next read opens a new one.
             with contextlib.suppress(Exception):
                 connection.close()
         elif len(self._readers) < READERS_KEPT:

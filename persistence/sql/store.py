@@ -564,6 +564,7 @@ class SqlStore(KeptReads, HistoryStore):
     def _close_sync(self) -> None:
         self._writer.close()
         self._groups.close()
+        self._reads_closed = True
         self._drop_readers()
         self._engine.dispose()
         self._dialect.close_sync()

@@ -38,3 +38,19 @@ async def test_a_refusal_on_a_sound_reader_is_the_stores_own(tmp_path: Path) -> 
         assert store._readers  # the reader that answered it is kept
     finally:
         await store.close()
+
+
+class _Connection:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_read_that_ends_after_the_store_closed_closes_its_connection(tmp_path: Path) -> None:
+    """A read its caller gave up on may end after the store closed: its connection is not kept, unclosed, for ever."""
+    store = await SqlStore.open(f"sqlite:///{tmp_path / 'h.db'}")
+    await store.close()
+    late = _Connection()
+    store._keep(late, 0)
+    assert late.closed and store._readers == []
