@@ -13,6 +13,7 @@ same seqs is idempotent. A SQL dialect says whether its calls take this bound
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final, TypeVar
@@ -21,7 +22,7 @@ import anyio.to_thread
 
 from persistence.errors import StoreError
 
-__all__ = ["CALL_MARGIN", "call_bound", "in_thread", "no_answer", "within"]
+__all__ = ["CALL_MARGIN", "Outstanding", "call_bound", "in_thread", "no_answer", "within"]
 
 # Beyond the store's timeout: a call cut by its own bound at the timeout is answered first.
 CALL_MARGIN: Final = 1.0
@@ -50,13 +51,47 @@ def within(seconds: float | None) -> Iterator[None]:
         raise no_answer(seconds)
 
 
+class Outstanding:
+    """The calls running in worker threads, left behind by their callers or not: what a store's close waits for.
+
+    A call its caller gave up on still holds its connection; a store that closed under it would
+    leave that connection open, for no one to close.
+    """
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def run(self, work: Callable[..., T], *args: object) -> T:
+        with self._idle:
+            self._count += 1
+        try:
+            return work(*args)
+        finally:
+            with self._idle:
+                self._count -= 1
+                self._idle.notify_all()
+
+    def wait(self, seconds: float) -> bool:
+        """Wait at most ``seconds`` until no call runs; whether none does."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout=seconds)
+
+
 async def in_thread(
-    seconds: float | None, work: Callable[..., T], *args: object, limiter: anyio.CapacityLimiter | None = None
+    seconds: float | None,
+    work: Callable[..., T],
+    *args: object,
+    limiter: anyio.CapacityLimiter | None = None,
+    outstanding: Outstanding | None = None,
 ) -> T:
-    """``work(*args)`` in a worker thread, waited for at most ``seconds``; a thread left behind ends on its own.
+    """``work(*args)`` in a worker thread, waited for at most ``seconds``; a thread left behind ends on its own,
+    counted in ``outstanding`` until it does.
 
     Unbounded, it is waited for even when cancelled, as a worker-thread hop is.
     """
     with within(seconds):
-        partial = functools.partial(work, *args)
+        partial = (
+            functools.partial(work, *args) if outstanding is None else functools.partial(outstanding.run, work, *args)
+        )
         return await anyio.to_thread.run_sync(partial, limiter=limiter, abandon_on_cancel=seconds is not None)

@@ -319,7 +319,8 @@ class PostgresDialect(Dialect):
         # the id named, and whatever finishes purges (§7.3) removes the rest.
         if store._writer.closed:
             raise StoreError("the store is closed")
-        return await in_thread(call_bound(self._watchdog.timeout), self._purge_apart, store, work)
+        bound = call_bound(self._watchdog.timeout)
+        return await in_thread(bound, self._purge_apart, store, work, outstanding=store._outstanding)
 
     @staticmethod
     def _purge_apart(store: SqlStore, work: Callable[[Any], bool]) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio.to_thread
 import sqlalchemy as sa
 
-from persistence.call_bound import in_thread
+from persistence.call_bound import Outstanding, in_thread
 from persistence.errors import StoreError
 from persistence.sql.dialect import READERS_KEPT, Busy, Deadline
 
@@ -44,6 +44,7 @@ class KeptReads:
     # Set once the store closes: a read its caller gave up on (`persistence.call_bound`) may end
     # after that, and its connection is then closed, not kept where no one will close it.
     _reads_closed: bool = False
+    _outstanding: Outstanding
 
     def _failure(self, exc: BaseException | None, deadline: Deadline | None) -> str:
         """What went wrong, for a `StoreError`: the bound when the watchdog cut the call, else the driver's words."""
@@ -116,4 +117,6 @@ class KeptReads:
             # As many reads at once as connections are kept, so no read opens a connection of its own.
             self._read_threads = anyio.CapacityLimiter(READERS_KEPT)
         bound = self._dialect.call_bound(self._timeout)
-        return await in_thread(bound, self._reading, work, *args, limiter=self._read_threads)
+        return await in_thread(
+            bound, self._reading, work, *args, limiter=self._read_threads, outstanding=self._outstanding
+        )

@@ -40,7 +40,7 @@ from persistence.base import (
     subagent_parent,
 )
 from persistence.batch import PreparedBatch, prepared
-from persistence.call_bound import in_thread
+from persistence.call_bound import Outstanding, call_bound, in_thread
 from persistence.errors import CorruptLogError, SessionExistsError, SessionNotFoundError, StoreError
 from persistence.group_commit import GroupCommit
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
@@ -110,6 +110,7 @@ class SqlStore(KeptReads, HistoryStore):
         # Kept reader connections, each with the busy timeout (ms) it has now (SQLite's; unused on PostgreSQL).
         self._readers: list[tuple[Any, int]] = []
         self._read_threads: anyio.CapacityLimiter | None = None
+        self._outstanding = Outstanding()
         self._groups = self._dialect.groups(self)
         self._writer = GroupCommit(self._groups, name="history-sql-writer", bound=self._dialect.call_bound(timeout))
         self.streams = SqlStreams(self)
@@ -256,7 +257,8 @@ class SqlStore(KeptReads, HistoryStore):
         return [stored_header(data, child_id) for child_id, data in rows]
 
     async def _rows(self, query: sa.Select[Any]) -> Sequence[sa.Row[Any]]:
-        return await in_thread(self._dialect.call_bound(self._timeout), self._rows_sync, query)
+        bound = self._dialect.call_bound(self._timeout)
+        return await in_thread(bound, self._rows_sync, query, outstanding=self._outstanding)
 
     def _rows_sync(self, query: sa.Select[Any]) -> Sequence[sa.Row[Any]]:
         with self._read() as conn:
@@ -564,6 +566,9 @@ class SqlStore(KeptReads, HistoryStore):
     def _close_sync(self) -> None:
         self._writer.close()
         self._groups.close()
+        # Calls whose callers gave up (`persistence.call_bound`) end within the timeout: their connections
+        # come back, to be closed with the rest.
+        self._outstanding.wait(call_bound(self._timeout))
         self._reads_closed = True
         self._drop_readers()
         self._engine.dispose()

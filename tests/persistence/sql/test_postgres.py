@@ -248,3 +248,20 @@ async def test_two_services_sweeping_at_once_never_delete_at_once(store: SqlStor
         await other.close()
     assert overlaps == 0 and sum(swept) == 12 and sorted(swept)[0] in (0, 12)
     assert await store.expired(now=2_000, retention_ms=None, limit=None) == []
+
+
+async def test_a_store_closed_under_a_read_its_caller_gave_up_on_waits_for_it_and_closes_its_connection() -> None:
+    """A read cancelled by its caller (the app shutting down, a bound) goes on in its thread: close waits for it."""
+    assert PG_URL
+    await empty_postgres(PG_URL)
+    store = await SqlStore.open(PG_URL)
+    used: list[Any] = []
+
+    def slow(cursor: Any) -> None:
+        used.append(cursor.connection)
+        cursor.execute("SELECT pg_sleep(1)")
+
+    with anyio.move_on_after(0.2):
+        await store._dialect.read(store, slow)
+    await store.close()
+    assert len(used) == 1 and used[0].closed
