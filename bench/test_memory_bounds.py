@@ -48,7 +48,7 @@ import pytest
 
 from bench.machine import emit, machine
 from codec import encode
-from testing.hostile import JSON, make_wide_session, open_stalled_follow, rss
+from testing.hostile import JSON, make_wide_session, open_stalled_follow, read_head, rss
 from testing.postgres import PG_URL
 from testing.servers import ServerProcess
 from testing.stores import backend_url, emptied_backend_url
@@ -348,11 +348,7 @@ def _stalled_sse(port: int) -> tuple[socket.socket, int]:
     sock.settimeout(60)
     sock.connect(("127.0.0.1", port))
     sock.sendall(f"GET {STREAM}?offset=-1&live=sse HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(1)
-        assert chunk, head
-        head += chunk
+    head = read_head(sock)
     return sock, int(head.split(b" ", 2)[1])
 
 

@@ -9,7 +9,7 @@ import httpx
 
 from codec import encode
 
-__all__ = ["make_wide_session", "open_stalled_follow", "rss"]
+__all__ = ["make_wide_session", "open_stalled_follow", "read_head", "rss"]
 
 JSON = {"Content-Type": "application/json"}
 
@@ -43,15 +43,21 @@ def rss(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def open_stalled_follow(port: int, path: str) -> tuple[socket.socket, int, bytes]:
-    """A follow request whose reader reads nothing past the response head: the socket, the status, a refusal's body."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+def read_head(sock: socket.socket) -> bytes:
+    """A response's head, read a byte at a time, so that nothing past it leaves the socket."""
     head = b""
     while b"\r\n\r\n" not in head:
         chunk = sock.recv(1)
         assert chunk, head
         head += chunk
+    return head
+
+
+def open_stalled_follow(port: int, path: str) -> tuple[socket.socket, int, bytes]:
+    """A follow request whose reader reads nothing past the response head: the socket, the status, a refusal's body."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    head = read_head(sock)
     status = int(head.split(b" ", 2)[1])
     body = b""
     if status != 200:
