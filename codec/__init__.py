@@ -61,6 +61,7 @@ from codec.events import (
     TextDelta,
     ToolCallDelta,
     check_session_id,
+    written,
 )
 from codec.incarnation import (
     INCARNATION_PATTERN,
@@ -69,7 +70,6 @@ from codec.incarnation import (
     incarnation_of,
     new_incarnation,
     parse_event_id,
-    written,
 )
 from codec.limits import values_within
 from codec.numerals import decimal

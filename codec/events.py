@@ -17,10 +17,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final, Literal, TypeGuard
 
+import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from codec.errors import EventValidationError, SessionIdError
-from codec.incarnation import Incarnation
+from codec.incarnation import Incarnation, derived_incarnation
 
 __all__ = [
     "CHUNK_EVENT_TYPE",
@@ -43,6 +44,7 @@ __all__ = [
     "canonical_event",
     "check_depth",
     "check_session_id",
+    "written",
 ]
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
@@ -268,3 +270,10 @@ def check_depth(value: Any, *, where: str, limit: int = MAX_DEPTH) -> None:
         for member in container.values() if type(container) is dict else container:
             if type(member) is dict or type(member) is list:
                 stack.append((member, depth + 1))
+
+
+def written(header: SessionHeader) -> SessionHeader:
+    """``header`` as a log writes it: without an incarnation that is only the derived one (readers derive it)."""
+    if header.incarnation != derived_incarnation(header.id, header.createdAt):
+        return header
+    return msgspec.structs.replace(header, incarnation=UNSET)

@@ -12,13 +12,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import Annotated, Final, Protocol
 
-import msgspec
-from msgspec import Meta
-
-if TYPE_CHECKING:
-    from codec.events import SessionHeader
+from msgspec import Meta, UnsetType
 
 __all__ = [
     "INCARNATION_PATTERN",
@@ -28,13 +24,23 @@ __all__ = [
     "incarnation_of",
     "new_incarnation",
     "parse_event_id",
-    "written",
 ]
 
 INCARNATION_PATTERN: Final = r"^[0-9a-z]{1,32}$"
 Incarnation = Annotated[str, Meta(pattern=INCARNATION_PATTERN)]
 _INCARNATION: Final = re.compile(INCARNATION_PATTERN)
 _SEQ: Final = re.compile(r"^-?[0-9]{1,16}$")
+
+
+class Headed(Protocol):
+    """What the rules below read of a header (`codec.events.SessionHeader`): neither module imports the other."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def createdAt(self) -> int: ...  # noqa: N802 - the wire's name
+    @property
+    def incarnation(self) -> str | UnsetType: ...
 
 
 def new_incarnation() -> str:
@@ -48,18 +54,11 @@ def derived_incarnation(session_id: str, created_at: int) -> str:
     return digest.hexdigest()
 
 
-def incarnation_of(header: SessionHeader) -> str:
+def incarnation_of(header: Headed) -> str:
     """The header's incarnation: the one it holds, else the one derived from its id and ``createdAt``."""
     if isinstance(header.incarnation, str):
         return header.incarnation
     return derived_incarnation(header.id, header.createdAt)
-
-
-def written(header: SessionHeader) -> SessionHeader:
-    """``header`` as a log writes it: without an incarnation that is only the derived one (readers derive it)."""
-    if header.incarnation != derived_incarnation(header.id, header.createdAt):
-        return header
-    return msgspec.structs.replace(header, incarnation=msgspec.UNSET)
 
 
 def event_id(incarnation: str, seq: int) -> bytes:

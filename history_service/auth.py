@@ -7,11 +7,11 @@ constant time against every configured token, and ``X-Principal: <user id>``.
 from __future__ import annotations
 
 import hmac
-import re
 from typing import Final
 
 from starlette.requests import Request
 
+from history_service.control import has_control
 from history_service.errors import DuplicateHeader, InvalidParameter, Unauthenticated
 from history_service.settings import Settings
 from persistence import DEFAULT_OWNER
@@ -20,7 +20,6 @@ __all__ = ["check_service_token", "principal"]
 
 _MAX_PRINCIPAL: Final = 256
 # C0, DEL and C1 (a header's bytes are read as Latin-1): a principal holding one could forge a log line.
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _single(request: Request, name: str) -> str:
@@ -58,7 +57,7 @@ def principal(request: Request, settings: Settings) -> str:
         return DEFAULT_OWNER
     check_service_token(request, settings)
     given = _single(request, "X-Principal")
-    if _CONTROL.search(given.strip(" \t")):
+    if has_control(given.strip(" \t")):
         raise InvalidParameter("X-Principal holds a control character")
     who = given.strip()
     if not who or len(who) > _MAX_PRINCIPAL:

@@ -42,6 +42,7 @@ from typing import Any, Final, NamedTuple, TextIO
 import msgspec
 from starlette.types import Scope
 
+from history_service.control import CONTROL_CLASS
 from history_service.settings import Settings
 
 __all__ = [
@@ -74,7 +75,7 @@ _SAFE_ID: Final = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
 _PLAIN: Final = re.compile(r"[\x21-\x7e]+")
 # What could end a line or hide in a terminal: C0, DEL, C1, and the separators str.splitlines() also
 # splits on. JSON escapes only C0 (msgspec leaves the rest), so both formats escape these last.
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL: Final = re.compile(f"[{CONTROL_CLASS}\u2028\u2029]")
 _SHORT: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # Loggers that write data they are handed (SQL parameters: event content) below WARNING.
 _HELD_AT_WARNING: Final = ("sqlalchemy",)

@@ -31,7 +31,7 @@ from history_service.budget import Hold, InFlight
 from history_service.encoding import compress
 from history_service.errors import ThroughBeyondHead
 from history_service.metrics import Metrics
-from persistence import HistoryStore, PageRead, SessionNotFoundError, page_span
+from persistence import OFF_LOOP_BYTES, HistoryStore, PageRead, SessionNotFoundError, page_span
 
 __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
 
@@ -39,8 +39,6 @@ MIN_COMPRESS: Final = 1024
 # A kept page is served without asking the store whether its life still exists for at most this many
 # seconds: a delete by another process (the CLI, another replica) sends this one no word (§4.4).
 LIFE_CHECK_EVERY: Final = 1.0
-# Hashing, compressing or splicing this many bytes runs in a worker thread.
-_THREAD_AT: Final = 256 * 1024
 
 
 class PageQuery(msgspec.Struct, frozen=True):
@@ -330,7 +328,7 @@ class PageReader:
                 return ServedPage(body, "identity", None, incarnation=incarnation)
             return ServedPage(PageBody.of(await _compressed(body, coding)), coding, None, incarnation=incarnation)
         identity = body.join()
-        if body.size < _THREAD_AT:
+        if body.size < OFF_LOOP_BYTES:
             page = encode_page(identity, incarnation)
         else:
             page = await anyio.to_thread.run_sync(encode_page, identity, incarnation)
@@ -360,13 +358,13 @@ async def _chosen(read: PageRead, query: PageQuery) -> tuple[PageBody, int]:
     # Splicing is cheap but for rows it decodes (cut at an edge, or every row when raw),
     # whose cost follows their bytes; large reads go to a worker thread.
     stored, cuts = read.stored, read.cuts
-    if not query.raw and sum(len(record.line) for record in stored) < _THREAD_AT:
+    if not query.raw and sum(len(record.line) for record in stored) < OFF_LOOP_BYTES:
         return choose_body(stored, cuts, read.to_seq, query.max_bytes, query.raw)
     return await anyio.to_thread.run_sync(choose_body, stored, cuts, read.to_seq, query.max_bytes, query.raw)
 
 
 async def _compressed(body: PageBody, coding: str) -> bytes:
     """``body`` in ``coding``, off the event loop when it is large."""
-    if body.size >= _THREAD_AT:
+    if body.size >= OFF_LOOP_BYTES:
         return await anyio.to_thread.run_sync(compress, body.parts, coding)
     return compress(body.parts, coding)

@@ -68,7 +68,7 @@ from history_service.params import (
     parameters,
 )
 from history_service.settings import Settings
-from persistence import SessionKey
+from persistence import OFF_LOOP_BYTES, SessionKey
 
 __all__ = [
     "accepted_coding",
@@ -95,10 +95,8 @@ __all__ = [
     "session_id",
 ]
 
-# Bodies this large, and every coded body, are decoded and measured in a worker thread, so
-# the event loop keeps serving other requests meanwhile.
-_OFF_THE_LOOP: Final = 256 * 1024
-# Append bodies this large are parsed in a worker thread, for the same reason.
+# Append bodies this large are parsed in a worker thread, so the event loop keeps serving
+# other requests meanwhile (smaller bodies, and every coded body, leave it at OFF_LOOP_BYTES).
 _PARSE_IN_THREAD: Final = 1 << 20
 _HEADERS: Final = {LAST_EVENT_ID.name: parameter(LAST_EVENT_ID.name, LAST_EVENT_ID.type)}
 T = TypeVar("T")
@@ -119,7 +117,7 @@ async def read_json_body(request: Request, settings: Settings) -> bytes | bytear
         raise NotJson("request bodies must be sent as Content-Type: application/json")
     received = await read_body(request, settings.max_body_bytes)
     coding = request.headers.get("content-encoding")
-    if coding is None and len(received) < _OFF_THE_LOOP:
+    if coding is None and len(received) < OFF_LOOP_BYTES:
         return _measured(received, coding, settings)
     return await anyio.to_thread.run_sync(_measured, received, coding, settings)
 

@@ -47,6 +47,7 @@ from persistence.jsonl import JsonlStore
 from persistence.memory import MemoryStore
 from persistence.message_index import select_cuts
 from persistence.notify import HeadListener, Notice, stream_of
+from persistence.off_loop import OFF_LOOP_BYTES
 from persistence.rules import Life, expiry, page_span
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
@@ -95,6 +96,7 @@ __all__ = [
     "newest_first",
     "Notice",
     "now_ms",
+    "OFF_LOOP_BYTES",
     "open_store",
     "page_span",
     "PageRead",

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from codec import MAX_SAFE_INTEGER, decimal, parse_stream_offset, stream_offset
+from history_service.control import has_control
 from history_service.durable.reading import CLOSED, NEXT, Snapshot
 from history_service.params import MAX_TTL_MS
 from persistence import (
@@ -139,7 +140,7 @@ def _source(request: Request) -> str | None:
 
 def plain(text: str, most: int = MAX_NAME) -> bool:
     """Whether ``text`` may name a stream or a subscription: 1 to ``most`` characters, no control character."""
-    return 0 < len(text) <= most and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+    return 0 < len(text) <= most and not has_control(text)
 
 
 def checked_name(name: str) -> str:

@@ -40,7 +40,7 @@ import os
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -107,6 +107,7 @@ from persistence.jsonl.layout import (
 from persistence.jsonl.listing import Listing
 from persistence.jsonl.recovery import Loader
 from persistence.jsonl.rewrite import bounded, span, write_plan
+from persistence.off_loop import OFF_LOOP_BYTES
 from persistence.rules import Life, check_life, confirm_resend, page_span, plan_batch
 from persistence.state import KeyedLocks, Lru
 
@@ -114,7 +115,6 @@ __all__ = ["JsonlStore"]
 
 logger = logging.getLogger(__name__)
 
-INLINE_BYTES: Final = 256 * 1024
 T = TypeVar("T")
 Ids = Collection[str]
 
@@ -522,7 +522,7 @@ class JsonlStore(HistoryStore):
             with locked(state.directory, session_id, shared=True, wait=False):
                 if index_size(state.directory) != state.index_size:
                     return None
-                return self._page_of(state, through, before, max_messages, max_bytes, INLINE_BYTES)
+                return self._page_of(state, through, before, max_messages, max_bytes, OFF_LOOP_BYTES)
         except (BlockingIOError, SessionNotFoundError):
             return None
 

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from persistence.sql.schema import meta_table, metadata, records_table, sessions_table
-from persistence.sql.store import INLINE_BYTES, SCHEMA_VERSION, SqlStore
+from persistence.sql.store import SCHEMA_VERSION, SqlStore
 
-__all__ = ["INLINE_BYTES", "SCHEMA_VERSION", "SqlStore", "meta_table", "metadata", "records_table", "sessions_table"]
+__all__ = ["SCHEMA_VERSION", "SqlStore", "meta_table", "metadata", "records_table", "sessions_table"]

@@ -24,10 +24,8 @@ from persistence.sql.groups import SessionUnit, SqlGroups
 if TYPE_CHECKING:
     from persistence.sql.store import SqlStore
 
-__all__ = ["INLINE_BYTES", "MESSAGE_PAGE", "READERS_KEPT", "Busy", "Deadline", "Dialect", "Head", "LongWalk"]
+__all__ = ["MESSAGE_PAGE", "READERS_KEPT", "Busy", "Deadline", "Dialect", "Head", "LongWalk"]
 
-# A read whose records' stored bytes pass this, or hold a compressed line, is finished in a worker thread.
-INLINE_BYTES: Final = 256 * 1024
 READERS_KEPT: Final = 8
 # Messages per read of the message index.
 MESSAGE_PAGE: Final = 256

@@ -31,9 +31,10 @@ from persistence.errors import SessionNotFoundError, StoreError
 from persistence.group_commit import unavailable
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import NOTIFY_CHANNEL, STREAM_NOTICE, HeadListener, notice
+from persistence.off_loop import OFF_LOOP_BYTES
 from persistence.rules import BatchPlan, dense_gap, page_span, plan_batch
 from persistence.sealing import plan_append
-from persistence.sql.dialect import INLINE_BYTES, MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk, U
+from persistence.sql.dialect import MESSAGE_PAGE, READERS_KEPT, Deadline, Dialect, LongWalk, U
 from persistence.sql.groups import Append, SessionUnit, SqlGroups
 from persistence.sql.pg_group import GROUP_APPEND, GROUP_ARRAYS, INCARNATION_OF, INSERTED, SEALED
 from persistence.sql.pg_listener import PostgresListener
@@ -445,7 +446,7 @@ class PostgresDialect(Dialect):
         if not cuts:
             # The cut needs more messages than one read brings: page through them in a worker thread.
             return await store._in_thread(store._page_walked, session_id, info, to_seq, max_messages, max_bytes)
-        if sum(len(row[3]) for row in rows) < INLINE_BYTES and not any(row[2] for row in rows):
+        if sum(len(row[3]) for row in rows) < OFF_LOOP_BYTES and not any(row[2] for row in rows):
             return PageRead(info, to_seq, cuts, store._records(rows))
         return PageRead(info, to_seq, cuts, await anyio.to_thread.run_sync(store._records, rows))
 

@@ -2,7 +2,7 @@
 
 A read runs on the calling event loop, where a small page costs tens of microseconds, less
 than the hop to a worker thread (about 110 µs measured); a read whose records pass
-`INLINE_BYTES`, or that would wait for another connection's lock, is finished in a worker
+`OFF_LOOP_BYTES`, or that would wait for another connection's lock, is finished in a worker
 thread. A writer, or a read in a worker thread, waits up to the store's bound for a lock.
 """
 

@@ -45,12 +45,12 @@ from persistence.errors import CorruptLogError, SessionExistsError, SessionNotFo
 from persistence.group_commit import GroupCommit
 from persistence.message_index import HiddenRange, MessageEntry, select_cuts
 from persistence.notify import HeadListener
+from persistence.off_loop import OFF_LOOP_BYTES
 from persistence.rules import Life, check_life, confirm_resend, dense_gap, plan_batch
 from persistence.sealing import next_open_run, open_run, plan_append
 from persistence.sql import space
 from persistence.sql.deletion import Deletion, finish_purges
 from persistence.sql.dialect import (
-    INLINE_BYTES,
     MESSAGE_PAGE,
     Deadline,
     Dialect,
@@ -68,7 +68,7 @@ from persistence.sql.statements import Statements, expired, listing
 from persistence.sql.streams import SqlStreams
 from persistence.state import Lru
 
-__all__ = ["INLINE_BYTES", "SCHEMA_VERSION", "SqlStore"]
+__all__ = ["SCHEMA_VERSION", "SqlStore"]
 
 _MAX_LINE: Final = 256 * 1024 * 1024
 T = TypeVar("T")
@@ -491,7 +491,7 @@ class SqlStore(KeptReads, HistoryStore):
             found = self._sql.stored_bytes.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchone()
             sized = (int(found[0]), bool(found[1]))
         size, compressed = sized
-        return size <= INLINE_BYTES and not compressed
+        return size <= OFF_LOOP_BYTES and not compressed
 
     def _stored(self, cursor: Any, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
         return self._records(self._sql.stored.run(cursor, id=session_id, from_seq=from_seq, to_seq=to_seq).fetchall())
