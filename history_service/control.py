@@ -12,8 +12,8 @@ from typing import Final
 
 __all__ = ["CONTROL", "CONTROL_CLASS", "has_control"]
 
-# The characters as the body of a regular expression's class, for patterns that add to them.
-CONTROL_CLASS: Final = "\x00-\x1f\x7f-\x9f"
+# The body of a regular expression's class, escaped, so Python and JSON Schema patterns (OpenAPI) read it alike.
+CONTROL_CLASS: Final = r"\x00-\x1f\x7f-\x9f"
 CONTROL: Final = re.compile(f"[{CONTROL_CLASS}]")
 
 

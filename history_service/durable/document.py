@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from history_service.control import CONTROL_CLASS
 from history_service.durable.streams import MAX_TTL_S
 
 __all__ = ["TAG", "durable_paths"]
@@ -132,7 +133,7 @@ def _writes(auth: str, path: list[dict[str, Any]]) -> dict[str, Any]:
                 _header(
                     "Stream-Forked-From",
                     "The path of the stream to fork.",
-                    pattern="^/v1/stream/[^\\x00-\\x1f\\x7f]{1,1024}$",
+                    pattern=f"^/v1/stream/[^{CONTROL_CLASS}]{{1,1024}}$",
                 ),
                 _header(
                     "Stream-Fork-Offset",
@@ -185,7 +186,7 @@ def durable_paths(auth: str) -> dict[str, Any]:
         "in": "path",
         "required": True,
         "description": "The stream's name.",
-        "schema": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^[^\\x00-\\x1f\\x7f]+$"},
+        "schema": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": f"^[^{CONTROL_CLASS}]+$"},
     }
     session_id = {"$ref": "#/components/schemas/SessionId"}
     ids = {
