@@ -23,8 +23,10 @@ import msgspec
 from msgspec import Struct
 
 from codec import stream_offset
-from history_service.durable import webhooks
-from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, StreamInfo
+from history_service.durable import subscription_bodies as bodies
+from history_service.durable.signing import Signer
+from history_service.durable.subscription_bodies import MAX_LINKS, Callback, Config, StreamInfo
+from history_service.errors import WakeFenced
 from persistence import SubscriptionRecord
 
 __all__ = ["BEFORE_FIRST", "Link", "Subscription", "info", "matches", "new_record", "now_ms", "segments"]
@@ -178,12 +180,9 @@ class Subscription:
     def expired(self, now: int) -> bool:
         return self.lease_until is not None and self.lease_until <= now
 
-    def fence(self, signer: webhooks.Signer, token: str, body: Callback) -> None:
+    def fence(self, signer: Signer, token: str, body: Callback) -> None:
         """Refuse ``token`` and ``body`` unless they are the open wake's, its lease still running."""
-        try:
-            epoch = signer.epoch(token, self.subject)
-        except webhooks.TokenError as exc:
-            raise Refusal(401, exc.code, "Token expired" if exc.code == "TOKEN_EXPIRED" else "Token invalid") from None
+        epoch = signer.epoch(token, self.subject)
         if (
             self.wake_id is None
             or self.token is None
@@ -193,7 +192,7 @@ class Subscription:
             or body.generation != self.generation
             or body.wake_id != self.wake_id
         ):
-            raise Refusal(409, "FENCED", "Wake generation is stale")
+            raise WakeFenced("Wake generation is stale")
 
     def matches_anew(self, name: str) -> bool:
         """Whether the pattern matches ``name`` and has not linked it yet."""
@@ -247,12 +246,12 @@ class Subscription:
             return False  # its own wake events would wake it again, without end
         return name in self.links or (self.glob is not None and matches(self.glob, name))
 
-    def view(self, signer: webhooks.Signer, lives: Mapping[str, int]) -> webhooks.View:
+    def view(self, signer: Signer, lives: Mapping[str, int]) -> bodies.View:
         hook = None
         if self.config.webhook is not None:
-            signing = webhooks.Signing(alg="ed25519", kid=signer.kid, jwks_url=f"{self.base}/v1/stream/__ds/jwks.json")
-            hook = webhooks.HookView(url=self.config.webhook, signing=signing)
-        return webhooks.View(
+            signing = bodies.Signing(alg="ed25519", kid=signer.kid, jwks_url=f"{self.base}/v1/stream/__ds/jwks.json")
+            hook = bodies.HookView(url=self.config.webhook, signing=signing)
+        return bodies.View(
             id=self.id,
             subscription_id=self.id,
             type=self.config.type,
