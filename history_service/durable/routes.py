@@ -21,14 +21,14 @@ from starlette.types import Receive, Scope, Send
 from history_service.durable import subscription_api as api
 from history_service.durable.app import METHODS, Handler, guarded, session_handler, stream_handler
 from history_service.durable.document import child_item, session_item, stream_item
+from history_service.durable.streams import RESERVED, STREAMS
 
 __all__ = ["PREFIX", "ROUTES", "DurableRoute", "durable_mount"]
 
 PREFIX: Final = "/ds"
 # A session read as a stream takes no writes: the router answers them 405.
 _READS: Final = ("GET", "HEAD", "OPTIONS")
-# The reserved names of the protocol's own API (docs/protocol.md §13.6).
-_API: Final = "/v1/stream/__ds"
+_API: Final = STREAMS + RESERVED
 _SUBSCRIPTION: Final = _API + "/subscriptions/{sub_id}"
 
 
@@ -64,7 +64,7 @@ ROUTES: Final = (
     ),
     DurableRoute(path=_SUBSCRIPTION + "/{rest:path}", handler=api.endpoint({})),
     DurableRoute(path=_API + "/{rest:path}", handler=api.endpoint({})),
-    DurableRoute(path="/v1/stream/{name:path}", handler=stream_handler, methods=METHODS, document=stream_item),
+    DurableRoute(path=STREAMS + "{name:path}", handler=stream_handler, methods=METHODS, document=stream_item),
     DurableRoute(path="/v1/session/{session_id}", handler=session_handler, methods=_READS, document=session_item),
     DurableRoute(
         path="/v1/session/{session_id}/subagents/{child_id}",

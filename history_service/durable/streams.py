@@ -32,6 +32,7 @@ from persistence import (
 __all__ = [
     "MAX_NAME",
     "MAX_TTL_S",
+    "RESERVED",
     "STREAMS",
     "UNKEPT",
     "StreamView",
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 STREAMS: Final = "/v1/stream/"
+# The stream names of the protocol's own API (docs/protocol.md §13.6): ``__ds`` and those under ``__ds/``.
+RESERVED: Final = "__ds"
 # What every request to a generic stream, the subscription API's included, answers on a store that keeps none (JSONL).
 UNKEPT: Final = "this store keeps no Durable Streams (docs/protocol.md §13)"
 MAX_NAME: Final = 1024

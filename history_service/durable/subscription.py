@@ -25,6 +25,7 @@ from msgspec import Struct
 from codec import stream_offset
 from history_service.durable import subscription_bodies as bodies
 from history_service.durable.signing import Signer
+from history_service.durable.streams import RESERVED, STREAMS
 from history_service.durable.subscription_bodies import MAX_LINKS, Callback, Config, StreamInfo
 from history_service.errors import WakeFenced
 from persistence import SubscriptionRecord
@@ -171,7 +172,7 @@ class Subscription:
         return [self.owner, self.id]
 
     def url(self, action: str) -> str:
-        return f"{self.base}/v1/stream/__ds/subscriptions/{quote(self.id, safe='')}/{action}"
+        return f"{self.base}{STREAMS}{RESERVED}/subscriptions/{quote(self.id, safe='')}/{action}"
 
     def close_wake(self) -> None:
         self.wake_id = self.token = self.holder = self.lease_until = None
@@ -249,7 +250,8 @@ class Subscription:
     def view(self, signer: Signer, lives: Mapping[str, int]) -> bodies.View:
         hook = None
         if self.config.webhook is not None:
-            signing = bodies.Signing(alg="ed25519", kid=signer.kid, jwks_url=f"{self.base}/v1/stream/__ds/jwks.json")
+            jwks_url = f"{self.base}{STREAMS}{RESERVED}/jwks.json"
+            signing = bodies.Signing(alg="ed25519", kid=signer.kid, jwks_url=jwks_url)
             hook = bodies.HookView(url=self.config.webhook, signing=signing)
         return bodies.View(
             id=self.id,

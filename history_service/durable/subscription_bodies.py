@@ -14,7 +14,7 @@ from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import Response
 
-from history_service.durable.streams import MAX_NAME, plain
+from history_service.durable.streams import MAX_NAME, RESERVED, plain
 from history_service.errors import (
     BodyTooLarge,
     SubscriptionBodyTooLarge,
@@ -224,8 +224,8 @@ def stream_path(text: str, what: str) -> str:
     path = text.strip("/")
     if not plain(path):
         raise SubscriptionInvalid(f"{what} is 1 to {MAX_NAME} characters, no control characters")
-    if path == "__ds" or path.startswith("__ds/"):
-        raise SubscriptionInvalid(f"{what} may not be under __ds/")
+    if path == RESERVED or path.startswith(RESERVED + "/"):
+        raise SubscriptionInvalid(f"{what} may not be under {RESERVED}/")
     return path
 
 
