@@ -127,7 +127,7 @@ class Subscription:
         self.glob = segments(self.config.pattern) if self.config.pattern else None
         self.lock = anyio.Lock()
         self.full = False
-        # The wakes a change has opened, to send once it is saved (`Subscriptions._change`).
+        # The wakes a change has opened, to send once it is saved (`Subscriptions.change`).
         self.opened: list[str] = []
         self.load(record)
 
