@@ -265,65 +265,49 @@ class SubscriptionRefused(HistoryServiceError):
 
     code: ClassVar[str] = "INTERNAL"
 
+    def __init_subclass__(cls, *, code: str, **options: Any) -> None:
+        super().__init_subclass__(**options)
+        cls.code = code
 
-class SubscriptionNotFound(SubscriptionRefused):
+
+class SubscriptionNotFound(SubscriptionRefused, code="SUBSCRIPTION_NOT_FOUND"):
     """Raised when the owner has no subscription of the id, or a path under ``__ds/`` names no route of the API."""
 
-    code = "SUBSCRIPTION_NOT_FOUND"
 
-
-class SubscriptionInvalid(SubscriptionRefused):
+class SubscriptionInvalid(SubscriptionRefused, code="INVALID_REQUEST"):
     """Raised when a subscription request's body, id, stream name or acks are malformed or out of range."""
 
-    code = "INVALID_REQUEST"
 
-
-class SubscriptionBodyTooLarge(SubscriptionRefused):
+class SubscriptionBodyTooLarge(SubscriptionRefused, code="INVALID_REQUEST"):
     """Raised when a subscription request's body is past the API's byte limit."""
 
-    code = "INVALID_REQUEST"
 
-
-class WebhookUrlRejected(SubscriptionRefused):
+class WebhookUrlRejected(SubscriptionRefused, code="WEBHOOK_URL_REJECTED"):
     """Raised when a webhook's URL is one this server may not notify (`history_service.durable.egress`)."""
 
-    code = "WEBHOOK_URL_REJECTED"
 
-
-class WakeTokenInvalid(SubscriptionRefused):
+class WakeTokenInvalid(SubscriptionRefused, code="TOKEN_INVALID"):
     """Raised when a wake's callback, ack or release carries no token, or one that is not ours or not its own."""
 
-    code = "TOKEN_INVALID"
 
-
-class WakeTokenExpired(WakeTokenInvalid):
+class WakeTokenExpired(WakeTokenInvalid, code="TOKEN_EXPIRED"):
     """Raised when a wake token of ours has passed its time."""
 
-    code = "TOKEN_EXPIRED"
 
-
-class WakeFenced(SubscriptionRefused):
+class WakeFenced(SubscriptionRefused, code="FENCED"):
     """Raised when a token or body is not the open wake's, or a change lost every race to other processes."""
 
-    code = "FENCED"
 
-
-class SubscriptionExists(SubscriptionRefused):
+class SubscriptionExists(SubscriptionRefused, code="SUBSCRIPTION_ALREADY_EXISTS"):
     """Raised when a PUT names a subscription that exists with another configuration."""
 
-    code = "SUBSCRIPTION_ALREADY_EXISTS"
 
-
-class SubscriptionLimit(SubscriptionRefused):
+class SubscriptionLimit(SubscriptionRefused, code="LIMIT_EXCEEDED"):
     """Raised when a subscription would pass the owner's or the store's count, or link too many streams."""
 
-    code = "LIMIT_EXCEEDED"
 
-
-class WakeClaimed(SubscriptionRefused):
+class WakeClaimed(SubscriptionRefused, code="ALREADY_CLAIMED"):
     """Raised when a worker claims a wake that ``holder`` holds, at ``generation``, its lease still running."""
-
-    code = "ALREADY_CLAIMED"
 
     def __init__(self, message: str, *, holder: str, generation: int) -> None:
         super().__init__(message)
@@ -331,16 +315,12 @@ class WakeClaimed(SubscriptionRefused):
         self.generation = generation
 
 
-class NoPendingWork(SubscriptionRefused):
+class NoPendingWork(SubscriptionRefused, code="NO_PENDING_WORK"):
     """Raised when a worker claims a wake while no linked stream holds data past its ack."""
 
-    code = "NO_PENDING_WORK"
 
-
-class InvalidAck(SubscriptionRefused):
+class InvalidAck(SubscriptionRefused, code="INVALID_OFFSET"):
     """Raised when an ack names no linked stream, or an offset not of it, behind its ack or past its tail."""
-
-    code = "INVALID_OFFSET"
 
 
 def _no_fields(exc: Any) -> dict[str, Any]:
