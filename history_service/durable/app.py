@@ -39,7 +39,7 @@ from persistence import (
     StreamError,
 )
 
-__all__ = ["METHODS", "Durable", "Handler", "guarded", "session_handler", "stream_handler"]
+__all__ = ["METHODS", "Durable", "Handler", "guarded", "not_allowed", "session_handler", "stream_handler"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +162,11 @@ def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
     return PlainTextResponse(str(exc), answer.status, headers)
 
 
+def not_allowed(allowed: str, headers: dict[str, str]) -> Response:
+    """A method the route does not serve, refused as the protocol's peers do: plain text, naming the ones it does."""
+    return PlainTextResponse("method not allowed", 405, {**headers, "Allow": allowed})
+
+
 Handler = Callable[[Request, Durable, str | None, dict[str, str]], Awaitable[Response]]
 
 
@@ -224,7 +229,7 @@ async def stream_handler(request: Request, durable: Durable, owner: str | None, 
         durable.changed(name)
         await durable.subscriptions.on_delete(name, owner)
     else:
-        return PlainTextResponse("method not allowed", 405, {**headers, "Allow": "GET, HEAD, PUT, POST, DELETE"})
+        return not_allowed("GET, HEAD, PUT, POST, DELETE", headers)
     response.headers.update(headers)
     return response
 

@@ -17,11 +17,11 @@ from typing import Final
 import msgspec
 from starlette._utils import get_route_path
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 
 from codec import parse_stream_offset
 from history_service.durable import subscription_bodies as bodies
-from history_service.durable.app import Durable, Handler
+from history_service.durable.app import Durable, Handler, not_allowed
 from history_service.durable.streams import STREAMS, checked_name, plain, unkept
 from history_service.durable.subscription import Subscription, info, new_record, now_ms
 from history_service.durable.subscription_bodies import MAX_LINKS, Callback, Config, answer_json, refused, stream_path
@@ -80,7 +80,7 @@ def endpoint(actions: Mapping[str, Action]) -> Handler:
                 raise SubscriptionNotFound("Durable Streams control route not found")
             action = actions.get(request.method)
             if action is None:
-                return PlainTextResponse("method not allowed", 405, {**headers, "Allow": ", ".join(actions)})
+                return not_allowed(", ".join(actions), headers)
             return await action(subscriptions, request, owner, sub_id, headers)
         except SubscriptionRefused as exc:
             return refused(exc, headers)
