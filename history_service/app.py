@@ -20,7 +20,8 @@ from history_service import openapi, routes
 from history_service.allocator import Trimmer, fix_mmap_threshold
 from history_service.assets import viewer_routes
 from history_service.cors import cors_middleware
-from history_service.durable.app import Durable, durable_mount
+from history_service.durable.app import Durable
+from history_service.durable.routes import durable_mount
 from history_service.edge import Edge
 from history_service.errors import EXCEPTION_HANDLERS
 from history_service.logs import Tracebacks, configure_logging, finish_queued_logs

@@ -23,7 +23,20 @@ Each error is named for what happened; only `ERRORS` knows how it is answered::
     ├── InvalidParent                a child header whose parent the caller does not own
     ├── ThroughBeyondHead            a page asked to end past the session's head
     ├── Overloaded                   too many bytes in flight, or too many follow streams: retry later
-    └── ViewerUnavailable            the viewer's sources are not installed
+    ├── ViewerUnavailable            the viewer's sources are not installed
+    └── SubscriptionRefused          the subscription API under /ds refuses a request (§13.6)
+        ├── SubscriptionNotFound         no such subscription, or no such route of the API
+        ├── SubscriptionInvalid          a malformed body, id, stream name or ack
+        ├── SubscriptionBodyTooLarge     a body past the API's limit
+        ├── WebhookUrlRejected           a webhook URL this server will not notify
+        ├── WakeTokenInvalid             a missing or wrong wake token
+        │   └── WakeTokenExpired         a wake token past its time
+        ├── WakeFenced                   a token or body of a wake no longer open, or a change that lost its race
+        ├── SubscriptionExists           a PUT of an id that has another configuration
+        ├── SubscriptionLimit            too many subscriptions, or links of one
+        ├── WakeClaimed                  a claim of a wake another worker holds
+        ├── NoPendingWork                a claim with nothing to wake for
+        └── InvalidAck                   an ack of no linked stream, behind its ack or past its tail
 
 `ERRORS` maps error classes of every package to their answers, and the nearest class in
 an error's MRO decides, as Starlette looks handlers up. So:
@@ -37,6 +50,9 @@ an error's MRO decides, as Starlette looks handlers up. So:
   failure is one line; the app's `Tracebacks` adds the traceback to the first of a kind
   and then to one every few seconds.
 
+A `SubscriptionRefused` is answered under ``/ds`` in the Durable Streams protocol's shape:
+its status the table's, its ``code`` the protocol's spelling (`SubscriptionRefused.code`).
+
 `EXCEPTION_HANDLERS` is what the app passes to ``Starlette(exception_handlers=...)``.
 """
 
@@ -44,7 +60,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -88,17 +104,30 @@ __all__ = [
     "InvalidParameter",
     "InvalidParent",
     "InvalidSeed",
+    "InvalidAck",
     "NoAcceptableCoding",
+    "NoPendingWork",
     "NotADirectChild",
     "NotJson",
     "NotOwner",
     "Overloaded",
     "RequestError",
     "SubagentChild",
+    "SubscriptionBodyTooLarge",
+    "SubscriptionExists",
+    "SubscriptionInvalid",
+    "SubscriptionLimit",
+    "SubscriptionNotFound",
+    "SubscriptionRefused",
     "ThroughBeyondHead",
     "Unauthenticated",
     "UnsupportedEncoding",
     "ViewerUnavailable",
+    "WakeClaimed",
+    "WakeFenced",
+    "WakeTokenExpired",
+    "WakeTokenInvalid",
+    "WebhookUrlRejected",
     "answer_for",
     "error_response",
     "stream_error",
@@ -228,6 +257,72 @@ class ViewerUnavailable(HistoryServiceError):
         )
 
 
+class SubscriptionRefused(HistoryServiceError):
+    """Base class for a request the subscription API refuses (docs/protocol.md §13.6).
+
+    ``code`` is the code as the Durable Streams protocol spells it in its answers under ``/ds``.
+    """
+
+    code: ClassVar[str] = "INTERNAL"
+
+    def __init_subclass__(cls, *, code: str, **options: Any) -> None:
+        super().__init_subclass__(**options)
+        cls.code = code
+
+
+class SubscriptionNotFound(SubscriptionRefused, code="SUBSCRIPTION_NOT_FOUND"):
+    """Raised when the owner has no subscription of the id, or a path under ``__ds/`` names no route of the API."""
+
+
+class SubscriptionInvalid(SubscriptionRefused, code="INVALID_REQUEST"):
+    """Raised when a subscription request's body, id, stream name or acks are malformed or out of range."""
+
+
+class SubscriptionBodyTooLarge(SubscriptionRefused, code="INVALID_REQUEST"):
+    """Raised when a subscription request's body is past the API's byte limit."""
+
+
+class WebhookUrlRejected(SubscriptionRefused, code="WEBHOOK_URL_REJECTED"):
+    """Raised when a webhook's URL is one this server may not notify (`history_service.durable.egress`)."""
+
+
+class WakeTokenInvalid(SubscriptionRefused, code="TOKEN_INVALID"):
+    """Raised when a wake's callback, ack or release carries no token, or one that is not ours or not its own."""
+
+
+class WakeTokenExpired(WakeTokenInvalid, code="TOKEN_EXPIRED"):
+    """Raised when a wake token of ours has passed its time."""
+
+
+class WakeFenced(SubscriptionRefused, code="FENCED"):
+    """Raised when a token or body is not the open wake's, or a change lost every race to other processes."""
+
+
+class SubscriptionExists(SubscriptionRefused, code="SUBSCRIPTION_ALREADY_EXISTS"):
+    """Raised when a PUT names a subscription that exists with another configuration."""
+
+
+class SubscriptionLimit(SubscriptionRefused, code="LIMIT_EXCEEDED"):
+    """Raised when a subscription would pass the owner's or the store's count, or link too many streams."""
+
+
+class WakeClaimed(SubscriptionRefused, code="ALREADY_CLAIMED"):
+    """Raised when a worker claims a wake that ``holder`` holds, at ``generation``, its lease still running."""
+
+    def __init__(self, message: str, *, holder: str, generation: int) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.generation = generation
+
+
+class NoPendingWork(SubscriptionRefused, code="NO_PENDING_WORK"):
+    """Raised when a worker claims a wake while no linked stream holds data past its ack."""
+
+
+class InvalidAck(SubscriptionRefused, code="INVALID_OFFSET"):
+    """Raised when an ack names no linked stream, or an offset not of it, behind its ack or past its tail."""
+
+
 def _no_fields(exc: Any) -> dict[str, Any]:
     return {}
 
@@ -312,6 +407,20 @@ ERRORS: Final[Mapping[type[Exception], Answer]] = {
     StreamClosedError: Answer(409, "stream_closed"),
     ProducerFencedError: Answer(403, "producer_fenced"),
     ProducerGapError: Answer(409, "producer_seq_gap"),
+    # The subscription API (§13.6): answered under /ds in the protocol's shape and spelling of the code.
+    SubscriptionRefused: _INTERNAL,
+    SubscriptionNotFound: Answer(404, "subscription_not_found"),
+    SubscriptionInvalid: Answer(400, "subscription_invalid"),
+    SubscriptionBodyTooLarge: Answer(413, "body_too_large"),
+    WebhookUrlRejected: Answer(400, "webhook_url_rejected"),
+    WakeTokenInvalid: Answer(401, "token_invalid"),
+    WakeTokenExpired: Answer(401, "token_expired"),
+    WakeFenced: Answer(409, "fenced"),
+    SubscriptionExists: Answer(409, "subscription_exists"),
+    SubscriptionLimit: Answer(409, "limit_exceeded"),
+    WakeClaimed: Answer(409, "already_claimed"),
+    NoPendingWork: Answer(409, "no_pending_work"),
+    InvalidAck: Answer(409, "invalid_offset"),
 }
 
 

@@ -41,7 +41,8 @@ from codec import (
     distribution_version,
 )
 from history_service import bodies, routes
-from history_service.durable.document import TAG, durable_paths
+from history_service.durable import routes as durable_routes
+from history_service.durable.document import TAG
 from history_service.errors import ERRORS
 from history_service.params import NoParams, Param, parameter, parameters
 from history_service.routes import Operation, Reply, Route
@@ -143,9 +144,12 @@ def _refine(components: dict[str, Any]) -> None:
 
 
 def documented_path(path: str) -> str:
-    """A route's path as the document names it: a session ``{id}``, a subagent's address ``{parent}``, ``{child}``."""
+    """A route's path as the document names it: a session ``{id}``, a subagent's address ``{parent}``, ``{child}``.
+
+    A parameter's convertor is Starlette's; the document names the parameter alone.
+    """
     names = {"session_id": "parent", "child_id": "child"} if "{child_id}" in path else {"session_id": "id"}
-    return re.sub(r"\{(\w+)\}", lambda found: "{" + names.get(found[1], found[1]) + "}", path)
+    return re.sub(r"\{(\w+)(?::\w+)?\}", lambda found: "{" + names.get(found[1], found[1]) + "}", path)
 
 
 def _schema(param: Param, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -300,7 +304,11 @@ def document(
     builder = _Builder(auth=auth, settings={"default_max_bytes": default_max_bytes})
     paths = builder.paths(routes.ROUTES if table is None else table, metrics=metrics)
     if durable_streams:
-        paths |= durable_paths(auth)
+        paths |= {
+            documented_path(durable_routes.PREFIX + route.path): route.document(auth)
+            for route in durable_routes.ROUTES
+            if route.document is not None
+        }
         doc["tags"] = [*_TAGS, TAG]
     # A tree of its own: the constants it is built from stay as they are, whatever the caller does with it.
     return copy.deepcopy({**doc, "paths": paths, "components": components})

@@ -1,24 +1,24 @@
-"""The Durable Streams server, mounted at ``/ds`` (docs/protocol.md §13): its routes, headers and refusals.
+"""The Durable Streams server, mounted at ``/ds`` (docs/protocol.md §13): its runtime, headers and refusals.
 
-``/ds/v1/stream/{name}`` is a generic stream on the store; ``/ds/v1/stream/__ds/...`` the
-reserved subscription API (`history_service.durable.subscriptions`);
-``/ds/v1/session/{id}`` a session read as a stream (`history_service.durable.sessions`).
-Every answer carries the protocol's browser headers, errors included. A refusal is plain
-text, as the protocol's peers answer; credentials are checked as on the rest of the API.
+`history_service.durable.routes` declares the routes: a generic stream on the store
+(`stream_handler`), the reserved subscription API (`history_service.durable.subscription_api`),
+and a session read as a stream (`session_handler`). Each is `guarded`: every answer carries
+the protocol's browser headers, errors included, and credentials are checked as on the rest
+of the API. A refusal is plain text, as the protocol's peers answer, its status the one
+error table's.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 import anyio
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
 
 from codec import CodecError, stream_offset
 from history_service.auth import principal
@@ -26,7 +26,7 @@ from history_service.cors import ALLOW_HEADERS, ALLOW_METHODS, MAX_AGE
 from history_service.durable.live import SharedReads, Waker
 from history_service.durable.reading import NEXT, Reading, View, read
 from history_service.durable.sessions import SESSION_KEY, session
-from history_service.durable.streams import StreamView, append, checked_name, create, delete, head
+from history_service.durable.streams import StreamView, append, checked_name, create, delete, head, unkept
 from history_service.durable.subscriptions import Subscriptions
 from history_service.errors import BodyTooLarge, Overloaded, answer_for
 from history_service.requests import read_body
@@ -39,16 +39,12 @@ from persistence import (
     StreamError,
 )
 
-__all__ = ["Durable", "durable_mount"]
+__all__ = ["METHODS", "Durable", "Handler", "guarded", "not_allowed", "session_handler", "stream_handler"]
 
 logger = logging.getLogger(__name__)
 
-PREFIX: Final = "/ds"
-# Stream names under this prefix are the protocol's own API (`history_service.durable.subscriptions`).
-RESERVED: Final = "__ds/"
-_METHODS: Final = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"]
-# A session read as a stream takes no writes: the router answers them 405.
-_READS: Final = ["GET", "HEAD", "OPTIONS"]
+# The methods the protocol names; any other is refused 405 before a route looks at it.
+METHODS: Final = ("GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS")
 # The protocol's browser headers, on every answer. Cross-origin access is the app's CORS policy
 # (`history_service.cors`, ``HISTORY_CORS_ORIGINS``), as on every route: never a wildcard of our own.
 # A stream holds what its writers sent, HTML included: served in a sandbox, it runs nothing on our origin.
@@ -154,7 +150,7 @@ def _headers() -> dict[str, str]:
 def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
     """A refusal as plain text, its status the one error table's (`history_service.errors.ERRORS`)."""
     answer = answer_for(type(exc))
-    status = 400 if answer is None else answer.status
+    assert answer is not None, "every error class is in ERRORS"
     if isinstance(exc, ProducerFencedError):
         headers["Producer-Epoch"] = str(exc.epoch)
     elif isinstance(exc, ProducerGapError):
@@ -163,15 +159,24 @@ def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
     elif isinstance(exc, StreamClosedError):
         headers["Stream-Closed"] = "true"
         headers[NEXT] = stream_offset(exc.tail, exc.life)
-    return PlainTextResponse(str(exc), status, headers)
+    return PlainTextResponse(str(exc), answer.status, headers)
+
+
+def not_allowed(allowed: str, headers: dict[str, str]) -> Response:
+    """A method the route does not serve, refused as the protocol's peers do: plain text, naming the ones it does."""
+    return PlainTextResponse("method not allowed", 405, {**headers, "Allow": allowed})
 
 
 Handler = Callable[[Request, Durable, str | None, dict[str, str]], Awaitable[Response]]
-_WAKE_ROUTE: Final = re.compile(r"/ds/v1/stream/__ds/subscriptions/[^/]+/(callback|ack|release)")
 
 
-def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+def guarded(handler: Handler, *, by_token: bool = False) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint of ``handler``: the preflight, the caller's principal (none when the route proves itself
+    ``by_token``, in token mode), the browser headers, and the refusals."""
+
     async def endpoint(request: Request) -> Response:
+        if request.method not in METHODS:
+            raise HTTPException(405, headers={"Allow": ", ".join(METHODS)})
         headers = _headers()
         if request.method == "OPTIONS":
             return Response(None, 204, {**headers, **_PREFLIGHT})
@@ -179,8 +184,7 @@ def _guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         try:
             # A wake's callback, ack or release carries the wake's token where the API's credentials
             # go (the protocol's choice): in token mode it proves itself by that token alone.
-            by_token = durable.settings.auth == "token" and _WAKE_ROUTE.fullmatch(request.url.path) is not None
-            owner = None if by_token else principal(request, durable.settings)
+            owner = None if by_token and durable.settings.auth == "token" else principal(request, durable.settings)
             return await handler(request, durable, owner, headers)
         except (StreamError, CodecError, BodyTooLarge) as exc:
             if request.method == "HEAD":
@@ -194,14 +198,13 @@ def _name(request: Request) -> str:
     return checked_name(request.path_params["name"])
 
 
-async def _stream(request: Request, durable: Durable, owner: str | None, headers: dict[str, str]) -> Response:
+async def stream_handler(request: Request, durable: Durable, owner: str | None, headers: dict[str, str]) -> Response:
+    """A generic stream: read, head, create, append and close, or delete it."""
     name = _name(request)
-    if name.startswith(RESERVED):
-        return await durable.subscriptions.handle(request, name[len(RESERVED) :], owner, headers)
     assert owner is not None
     streams = durable.streams
     if streams is None:
-        return PlainTextResponse("this store keeps no Durable Streams (docs/protocol.md §13)", 501, headers)
+        return unkept(headers)
     method = request.method
     if method == "GET":
         meta = await streams.head(name, owner)
@@ -226,24 +229,12 @@ async def _stream(request: Request, durable: Durable, owner: str | None, headers
         durable.changed(name)
         await durable.subscriptions.on_delete(name, owner)
     else:
-        return PlainTextResponse("method not allowed", 405, {**headers, "Allow": "GET, HEAD, PUT, POST, DELETE"})
+        return not_allowed("GET, HEAD, PUT, POST, DELETE", headers)
     response.headers.update(headers)
     return response
 
 
-async def _session(request: Request, durable: Durable, owner: str | None, headers: dict[str, str]) -> Response:
+async def session_handler(request: Request, durable: Durable, owner: str | None, headers: dict[str, str]) -> Response:
+    """A session, or a subagent child through its parent, read as a stream."""
     assert owner is not None
     return await session(request, durable.service, durable.read, owner, headers)
-
-
-def durable_mount() -> Mount:
-    """The ``/ds`` mount; the app's lifespan puts its `Durable` in the request state."""
-    sessions = _guarded(_session)
-    return Mount(
-        PREFIX,
-        routes=[
-            Route("/v1/stream/{name:path}", _guarded(_stream), methods=_METHODS),
-            Route("/v1/session/{session_id}", sessions, methods=_READS),
-            Route("/v1/session/{session_id}/subagents/{child_id}", sessions, methods=_READS),
-        ],
-    )

@@ -1,4 +1,6 @@
-"""The ``/ds`` paths of the OpenAPI document (`history_service.openapi`): the Durable Streams protocol, §13.
+"""The ``/ds`` path items of the OpenAPI document (`history_service.openapi`): the Durable Streams protocol, §13.
+
+`history_service.durable.routes` gives each route the item that documents it.
 
 The protocol's answers are plain text or a stream's own bytes, so these operations declare
 statuses and headers, not JSON schemas. A stream's name may hold ``/``; OpenAPI cannot say
@@ -10,9 +12,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from history_service.control import CONTROL_CLASS
-from history_service.durable.streams import MAX_TTL_S
+from history_service.durable.streams import MAX_TTL_S, UNKEPT
 
-__all__ = ["TAG", "durable_paths"]
+__all__ = ["TAG", "child_item", "session_item", "stream_item"]
 
 TAG: Final = {
     "name": "durable-streams",
@@ -43,7 +45,7 @@ def _refusals(auth: str, *statuses: int) -> dict[str, Any]:
         410: "Deleted, but still read through by its forks; or an offset of an earlier life of a session id.",
         413: "The body is past `HISTORY_MAX_BODY_BYTES`, or a JSON-mode body past `HISTORY_MAX_BODY_VALUES` values.",
         422: "A session id outside §2.4.",
-        501: "The store keeps no Durable Streams (JSONL).",
+        501: f"A store that keeps no generic streams (JSONL) answers: {UNKEPT}.",
         503: "The store is unavailable.",
     }
     answers: dict[str, Any] = {
@@ -179,43 +181,49 @@ def _writes(auth: str, path: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def durable_paths(auth: str) -> dict[str, Any]:
-    """The path items of ``/ds``, for an app in this auth mode (``token`` adds 401)."""
-    name = {
-        "name": "name",
-        "in": "path",
-        "required": True,
-        "description": "The stream's name.",
-        "schema": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": f"^[^{CONTROL_CLASS}]+$"},
-    }
-    session_id = {"$ref": "#/components/schemas/SessionId"}
-    ids = {
-        key: {"name": key, "in": "path", "required": True, "description": text, "schema": session_id}
-        for key, text in (("id", "A session id."), ("parent", "The parent's id."), ("child", "The child's id."))
-    }
+_NAME: Final = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "description": "The stream's name.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": f"^[^{CONTROL_CLASS}]+$"},
+}
+
+
+def _id(key: str, text: str) -> dict[str, Any]:
+    schema = {"$ref": "#/components/schemas/SessionId"}
+    return {"name": key, "in": "path", "required": True, "description": text, "schema": schema}
+
+
+def stream_item(auth: str) -> dict[str, Any]:
+    """The path item of a generic stream, for an app in this auth mode (``token`` adds 401)."""
     return {
-        "/ds/v1/stream/{name}": {
-            "get": _read(auth, [name], "dsRead", "Read a stream: catch-up, long-poll or SSE.", gone=True),
-            **_writes(auth, [name]),
-        },
-        "/ds/v1/session/{id}": {
-            "get": _read(
-                auth,
-                [ids["id"]],
-                "dsReadSession",
-                "A session's events, as a read-only JSON stream.",
-                gone=True,
-                session=True,
-            ),
-        },
-        "/ds/v1/session/{parent}/subagents/{child}": {
-            "get": _read(
-                auth,
-                [ids["parent"], ids["child"]],
-                "dsReadChild",
-                "A child's events, through its parent.",
-                gone=True,
-                session=True,
-            ),
-        },
+        "get": _read(auth, [_NAME], "dsRead", "Read a stream: catch-up, long-poll or SSE.", gone=True),
+        **_writes(auth, [_NAME]),
     }
+
+
+def session_item(auth: str) -> dict[str, Any]:
+    """The path item of a session read as a stream."""
+    read = _read(
+        auth,
+        [_id("id", "A session id.")],
+        "dsReadSession",
+        "A session's events, as a read-only JSON stream.",
+        gone=True,
+        session=True,
+    )
+    return {"get": read}
+
+
+def child_item(auth: str) -> dict[str, Any]:
+    """The path item of a subagent child read as a stream, through its parent."""
+    read = _read(
+        auth,
+        [_id("parent", "The parent's id."), _id("child", "The child's id.")],
+        "dsReadChild",
+        "A child's events, through its parent.",
+        gone=True,
+        session=True,
+    )
+    return {"get": read}

@@ -13,7 +13,7 @@ from typing import Final, Literal
 from urllib.parse import quote, unquote, urlsplit
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from codec import MAX_SAFE_INTEGER, decimal, parse_stream_offset, stream_offset
 from history_service.control import has_control
@@ -30,9 +30,27 @@ from persistence import (
     media_type,
 )
 
-__all__ = ["MAX_NAME", "MAX_TTL_S", "StreamView", "append", "checked_name", "create", "delete", "head", "plain"]
+__all__ = [
+    "MAX_NAME",
+    "MAX_TTL_S",
+    "RESERVED",
+    "STREAMS",
+    "UNKEPT",
+    "StreamView",
+    "append",
+    "checked_name",
+    "create",
+    "delete",
+    "head",
+    "plain",
+    "unkept",
+]
 
 STREAMS: Final = "/v1/stream/"
+# The stream names of the protocol's own API (docs/protocol.md §13.6): ``__ds`` and those under ``__ds/``.
+RESERVED: Final = "__ds"
+# What every request to a generic stream, the subscription API's included, answers on a store that keeps none (JSONL).
+UNKEPT: Final = "this store keeps no Durable Streams (docs/protocol.md §13)"
 MAX_NAME: Final = 1024
 _MEDIA_TYPE: Final = re.compile(r"^[\w.+-]+/[\w.+-]+")
 # The longest Stream-TTL: 100 years, as a session's ttlMs, so every deadline it gives is a safe integer.
@@ -141,6 +159,11 @@ def _source(request: Request) -> str | None:
 def plain(text: str, most: int = MAX_NAME) -> bool:
     """Whether ``text`` may name a stream or a subscription: 1 to ``most`` characters, no control character."""
     return 0 < len(text) <= most and not has_control(text)
+
+
+def unkept(headers: dict[str, str]) -> Response:
+    """The 501 of a store that keeps no generic streams."""
+    return PlainTextResponse(UNKEPT, 501, headers)
 
 
 def checked_name(name: str) -> str:

@@ -23,8 +23,11 @@ import msgspec
 from msgspec import Struct
 
 from codec import stream_offset
-from history_service.durable import webhooks
-from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, StreamInfo
+from history_service.durable import subscription_bodies as bodies
+from history_service.durable.signing import Signer
+from history_service.durable.streams import RESERVED, STREAMS
+from history_service.durable.subscription_bodies import MAX_LINKS, Callback, Config, StreamInfo
+from history_service.errors import WakeFenced
 from persistence import SubscriptionRecord
 
 __all__ = ["BEFORE_FIRST", "Link", "Subscription", "info", "matches", "new_record", "now_ms", "segments"]
@@ -124,7 +127,7 @@ class Subscription:
         self.glob = segments(self.config.pattern) if self.config.pattern else None
         self.lock = anyio.Lock()
         self.full = False
-        # The wakes a change has opened, to send once it is saved (`Subscriptions._change`).
+        # The wakes a change has opened, to send once it is saved (`Subscriptions.change`).
         self.opened: list[str] = []
         self.load(record)
 
@@ -169,7 +172,7 @@ class Subscription:
         return [self.owner, self.id]
 
     def url(self, action: str) -> str:
-        return f"{self.base}/v1/stream/__ds/subscriptions/{quote(self.id, safe='')}/{action}"
+        return f"{self.base}{STREAMS}{RESERVED}/subscriptions/{quote(self.id, safe='')}/{action}"
 
     def close_wake(self) -> None:
         self.wake_id = self.token = self.holder = self.lease_until = None
@@ -178,12 +181,9 @@ class Subscription:
     def expired(self, now: int) -> bool:
         return self.lease_until is not None and self.lease_until <= now
 
-    def fence(self, signer: webhooks.Signer, token: str, body: Callback) -> None:
+    def fence(self, signer: Signer, token: str, body: Callback) -> None:
         """Refuse ``token`` and ``body`` unless they are the open wake's, its lease still running."""
-        try:
-            epoch = signer.epoch(token, self.subject)
-        except webhooks.TokenError as exc:
-            raise Refusal(401, exc.code, "Token expired" if exc.code == "TOKEN_EXPIRED" else "Token invalid") from None
+        epoch = signer.epoch(token, self.subject)
         if (
             self.wake_id is None
             or self.token is None
@@ -193,7 +193,7 @@ class Subscription:
             or body.generation != self.generation
             or body.wake_id != self.wake_id
         ):
-            raise Refusal(409, "FENCED", "Wake generation is stale")
+            raise WakeFenced("Wake generation is stale")
 
     def matches_anew(self, name: str) -> bool:
         """Whether the pattern matches ``name`` and has not linked it yet."""
@@ -247,12 +247,13 @@ class Subscription:
             return False  # its own wake events would wake it again, without end
         return name in self.links or (self.glob is not None and matches(self.glob, name))
 
-    def view(self, signer: webhooks.Signer, lives: Mapping[str, int]) -> webhooks.View:
+    def view(self, signer: Signer, lives: Mapping[str, int]) -> bodies.View:
         hook = None
         if self.config.webhook is not None:
-            signing = webhooks.Signing(alg="ed25519", kid=signer.kid, jwks_url=f"{self.base}/v1/stream/__ds/jwks.json")
-            hook = webhooks.HookView(url=self.config.webhook, signing=signing)
-        return webhooks.View(
+            jwks_url = f"{self.base}{STREAMS}{RESERVED}/jwks.json"
+            signing = bodies.Signing(alg="ed25519", kid=signer.kid, jwks_url=jwks_url)
+            hook = bodies.HookView(url=self.config.webhook, signing=signing)
+        return bodies.View(
             id=self.id,
             subscription_id=self.id,
             type=self.config.type,

@@ -24,7 +24,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from history_service.app import create_app
-from history_service.durable.webhooks import MAX_LINKS
+from history_service.durable.subscription_bodies import MAX_LINKS
 from history_service.settings import Settings
 from persistence import MemoryStore
 from testing.asgi import serving

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from history_service.durable.subscription import BEFORE_FIRST, Link, Subscription, new_record
+from history_service.durable.subscription_bodies import Config
 from history_service.durable.tails import Tails
-from history_service.durable.webhooks import Config
 from persistence.streams import CreateRequest, StreamStore
 from persistence.streams.memory import MemoryStreams
 
