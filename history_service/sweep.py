@@ -9,9 +9,9 @@ contend for that one lock.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import anyio
 
@@ -19,9 +19,11 @@ from history_service.expiry import DEFAULT, Default, Expiry
 from history_service.lifecycle import Lifecycle
 from persistence import HistoryStore, SessionNotFoundError, StoreError, now_ms
 
-__all__ = ["Sweeper", "Swept"]
+__all__ = ["Sweeper", "Swept", "every"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Swept(NamedTuple):
@@ -103,13 +105,21 @@ class Sweeper:
 
     async def run(self, interval: float) -> None:
         """Sweep every ``interval`` seconds, until cancelled; a failure waits for the next."""
-        while True:
-            try:
-                swept = await self.sweep()
-            except Exception:
-                # Background work: whatever it met, the service serves on, and the next sweep tries again.
-                logger.exception("the sweep of expired sessions failed")
-            else:
-                if swept is not None and swept.deleted:
-                    logger.info("swept %d expired sessions", len(swept.deleted))
-            await anyio.sleep(interval)
+        await every(interval, self.sweep, "expired sessions", lambda swept: 0 if swept is None else len(swept.deleted))
+
+
+async def every(interval: float, sweep: Callable[[], Awaitable[T]], what: str, count: Callable[[T], int]) -> None:
+    """Run ``sweep`` every ``interval`` seconds, until cancelled, logging how many of ``what`` each swept (``count``).
+
+    A failure is logged, and waits for the next.
+    """
+    while True:
+        try:
+            swept = count(await sweep())
+        except Exception:
+            # Background work: whatever it met, the service serves on, and the next sweep tries again.
+            logger.exception("the sweep of %s failed", what)
+        else:
+            if swept:
+                logger.info("swept %d %s", swept, what)
+        await anyio.sleep(interval)

@@ -13,8 +13,7 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
-import anyio
-
+from history_service.sweep import every
 from persistence import StoreError, StreamStore, now_ms
 
 __all__ = ["StreamExpiry"]
@@ -60,13 +59,4 @@ class StreamExpiry:
 
     async def run(self, interval: float) -> None:
         """Expire every ``interval`` seconds, until cancelled; a failure waits for the next."""
-        while True:
-            try:
-                swept = await self.expire()
-            except Exception:
-                # Background work: whatever it met, the service serves on, and the next sweep tries again.
-                logger.exception("the sweep of expired Durable Streams failed")
-            else:
-                if swept:
-                    logger.info("swept %d expired Durable Streams", len(swept))
-            await anyio.sleep(interval)
+        await every(interval, self.expire, "expired Durable Streams", lambda swept: len(swept or ()))
