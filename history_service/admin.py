@@ -16,6 +16,7 @@ from typing import Final, TextIO
 from codec import CodecError, check_session_id, encode, written
 from history_service.bodies import Closed, ListedSession
 from history_service.command import CommandError
+from history_service.durable.expiry import StreamExpiry
 from history_service.errors import ThroughBeyondHead
 from history_service.importer import ImportOptions, find_logs, import_logs
 from history_service.pages import PageQuery, PageReader
@@ -164,6 +165,10 @@ async def _purge(store: HistoryStore, args: argparse.Namespace, settings: Settin
     swept = await service.sweep(retention)
     if swept is None:
         raise CommandError("another process is sweeping this store now: nothing was deleted; try again later")
+    if store.streams is not None:
+        # The server's sweep expires Durable Streams too (docs/protocol.md §13.5), in the same turn.
+        changed = service.notices.stream_changed
+        await StreamExpiry(store.streams, batch=settings.sweep_batch, turn=service.sweeping, changed=changed).expire()
     out.write(encode({"deleted": swept.deleted}).decode() + "\n")
     if swept.failed:
         raise CommandError(

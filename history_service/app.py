@@ -87,16 +87,16 @@ def create_app(
                 timeout=settings.store_timeout,
             )
         )
+        # The follow hub and Durable Streams each subscribe to the service's one fan-out of changes.
         service = HistoryService(settings, opened, recorded)
         durable = Durable(settings, service)
-        service.hub.streams_changed = durable.heard
-        service.hub.sessions_changed = durable.session_changed
         try:
             async with anyio.create_task_group() as tasks:
                 await tasks.start(service.hub.run)
+                await tasks.start(service.notices.run, service.closing)
                 if settings.sweep_interval > 0:
-                    tasks.start_soon(service.sweeper)
-                tasks.start_soon(durable.subscriptions.run)
+                    tasks.start_soon(service.sweeper.run, settings.sweep_interval)
+                tasks.start_soon(durable.run)
                 # After a burst of large pages, give the memory they used back to the system.
                 fix_mmap_threshold()
                 trimmer, pools = Trimmer(every=settings.inflight_bytes), (service.reading, service.sending)

@@ -98,7 +98,7 @@ class ListedSession(Struct, frozen=True, forbid_unknown_fields=True):
 
     @classmethod
     def of(cls, summary: SessionSummary) -> ListedSession:
-        """The entry of a summary whose ``expires_at`` is when it expires (`HistoryService.sessions`)."""
+        """The entry of a summary whose ``expires_at`` is when it expires (`Listing.sessions`)."""
         closed = UNSET if summary.closed_at is None else summary.closed_at
         expires = UNSET if summary.expires_at is None else summary.expires_at
         return cls(summary.id, summary.created_at, summary.head_seq, summary.child_count, closed, expires)

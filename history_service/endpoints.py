@@ -18,7 +18,7 @@ from codec import encode
 from history_service import bodies
 from history_service.auth import principal
 from history_service.errors import stream_error, tracebacks_of
-from history_service.follow import sse_frame
+from history_service.follow_frames import sse_frame
 from history_service.logs import Tracebacks
 from history_service.readiness import readiness
 from history_service.requests import (
@@ -77,7 +77,7 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     service = _service(request)
-    ready, body = await readiness(service.store, service.hub)
+    ready, body = await readiness(service.store, service.notices)
     return _json(bodies.Readiness(**body), 200 if ready else 503)
 
 

@@ -1,11 +1,11 @@
 """``session.follow`` (docs/protocol.md §5): live SSE with exact resume, in every process of a deployment.
 
-A session's followers in one process share a `Channel`: the most recent frames, seq
-contiguous, in a bounded buffer, and a wake-up. Frames reach a channel two ways:
+A session's followers in one process share a `history_service.channel.Channel`: the most
+recent frames, seq contiguous, in a bounded buffer, and a wake-up. Frames reach a channel two ways:
 
 * an append through this process publishes its events once they are durable;
-* a head notice (the store's `HeadListener`: PostgreSQL NOTIFY, from any process) makes the
-  channel read the new events from the store, once for all its followers.
+* a head notice (another process's append, heard through `history_service.notices.Notices`)
+  makes the channel read the new events from the store, once for all its followers.
 
 So a follower never gets a frame that exists only in another process's memory. A follower
 that has fallen behind the buffer, or joined before what it holds, catches up from the
@@ -20,7 +20,6 @@ follower writes at most once per interval, carrying everything published meanwhi
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
@@ -28,29 +27,15 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from codec import Event, StoredRecord, encode, event_id, event_lines
+from codec import Event, encode, event_id
 from history_service.bodies import FollowEnd, FollowError
+from history_service.channel import Channel
+from history_service.follow_frames import event_frame, sse_frame, stored_frames
 from history_service.metrics import Metrics
-from persistence import (
-    HeadListener,
-    HistoryStore,
-    Notice,
-    SessionInfo,
-    SessionNotFoundError,
-    StoreError,
-    stream_of,
-)
+from history_service.notices import Subscriber
+from persistence import HistoryStore, SessionInfo, SessionNotFoundError, StoreError
 
-__all__ = [
-    "CATCH_UP_WINDOW",
-    "PING_SLOTS",
-    "Channel",
-    "Hub",
-    "Subscription",
-    "event_frame",
-    "sse_frame",
-    "stored_frames",
-]
+__all__ = ["CATCH_UP_WINDOW", "PING_SLOTS", "Hub", "Subscription"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,109 +45,12 @@ PING_SLOTS: Final = 16
 Snapshot = Callable[[SessionInfo], Awaitable[bytes]]
 
 
-def sse_frame(event: str, data: bytes, *, event_id: bytes | None = None, before: bytes = b"") -> bytes:
-    """One SSE frame, after ``before``. ``data`` is single-line JSON, so it needs no splitting.
-
-    ``event_id`` is the frame's ``id:`` (`codec.event_id`). It is joined once: ``data`` may be
-    a whole snapshot, and each concatenation would copy it.
-    """
-    head = b"" if event_id is None else b"id: %s\n" % event_id
-    return b"".join((before, head, b"event: ", event.encode(), b"\ndata: ", data, b"\n\n"))
-
-
-def event_frame(event: Event, incarnation: str) -> bytes:
-    return sse_frame("event", encode(event), event_id=event_id(incarnation, event.seq))
-
-
-def stored_frames(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, incarnation: str) -> list[bytes]:
-    """The event frames of ``[from_seq, to_seq)`` from the stored records that cover it.
-
-    A stored event's line is its canonical JSON and goes into its frame as it is; a row's
-    members get their lines from the codec without becoming events.
-    """
-    return [
-        sse_frame("event", line, event_id=event_id(incarnation, seq + i))
-        for seq, lines in event_lines(stored, from_seq, to_seq)
-        for i, line in enumerate(lines)
-    ]
-
-
-class Channel:
-    """The recent frames of one session, seq contiguous, the newest head heard of, and a wake-up."""
-
-    def __init__(self, capacity: int, slot: int = 0) -> None:
-        self._capacity = capacity
-        self.slot = slot
-        self._frames: list[bytes] = []
-        self.first_seq = 0
-        self.followers = 0
-        self.anchored = False
-        self.known_head = -1
-        # The head at which the session was closed, once this process knows it was: followers end there.
-        self.closed_head: int | None = None
-        # The incarnation the channel's frames name (§2.5), once known; a deleted one ends its followers.
-        self.incarnation: str | None = None
-        self.deleted = False
-        self.fetching = False
-        self._wake = anyio.Event()
-        self._last_publish = 0.0
-        self.interval = 1.0  # moving average of seconds between publishes
-
-    @property
-    def next_seq(self) -> int:
-        return self.first_seq + len(self._frames)
-
-    def anchor(self, head: int) -> None:
-        """Learn the durable head from the store; an empty buffer starts right after it."""
-        if not self.anchored:
-            self.anchored = True
-            if not self._frames:
-                self.first_seq = head + 1
-        self.known_head = max(self.known_head, head)
-
-    def publish(self, first_seq: int, frames: Sequence[bytes]) -> None:
-        """Add the frames of durable events ``first_seq ..``; what the buffer already holds is skipped."""
-        now = time.monotonic()
-        if self._last_publish:
-            self.interval = 0.8 * self.interval + 0.2 * (now - self._last_publish)
-        self._last_publish = now
-        if first_seq < self.next_seq:
-            frames = frames[self.next_seq - first_seq :]
-            first_seq = self.next_seq
-        elif first_seq > self.next_seq:
-            # Seqs this buffer never saw: start over there; followers behind it read the store.
-            self._frames = []
-            self.first_seq = first_seq
-        if not frames:
-            return
-        self._frames.extend(frames)
-        self.known_head = max(self.known_head, self.next_seq - 1)
-        if len(self._frames) > 2 * self._capacity:
-            drop = len(self._frames) - self._capacity
-            del self._frames[:drop]
-            self.first_seq += drop
-        self.wake()
-
-    def frames_from(self, seq: int) -> bytes | None:
-        """Every buffered frame from ``seq`` on, joined; ``None`` if ``seq`` is older than the buffer."""
-        if seq < self.first_seq:
-            return None
-        return b"".join(self._frames[seq - self.first_seq :])
-
-    async def wait(self) -> None:
-        """Wait for the next publish, ping tick or shutdown."""
-        await self._wake.wait()
-
-    def wake(self) -> None:
-        wake, self._wake = self._wake, anyio.Event()
-        wake.set()
-
-
-class Hub:
+class Hub(Subscriber):
     """Every channel of the process, the store reads that feed them, and the shutdown signal.
 
-    `run` must be running (the app's lifespan starts it) for pings, head notices and the
-    channel reads they cause.
+    It hears of appends, closes and deletes as a subscriber of the process's `Notices`. `run`
+    must be running (the app's lifespan starts it) for pings and the channel reads that head
+    notices cause. ``closing`` is the app's one shutdown signal; without it, the hub's own.
     """
 
     def __init__(
@@ -174,6 +62,7 @@ class Hub:
         coalesce: float = 0.0,
         metrics: Metrics | None = None,
         forget: Callable[[str | None, str | None], None] | None = None,
+        closing: anyio.Event | None = None,
     ) -> None:
         self.store = store
         # Told of sessions deleted through another process (the id and its incarnation), so what the service
@@ -184,12 +73,7 @@ class Hub:
         self._channels: dict[str, Channel] = {}
         self._created = 0
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._listener: HeadListener | None = store.listener()
-        self.closing = anyio.Event()
-        # Told of writes to Durable Streams through other processes (the stream's name; ``None``: any),
-        # and of every session whose head moved, closed or went, through any process (its id).
-        self.streams_changed: Callable[[str | None], None] | None = None
-        self.sessions_changed: Callable[[str], None] | None = None
+        self.closing = closing if closing is not None else anyio.Event()
         self.ping_interval = ping_interval
         self.coalesce = coalesce
 
@@ -198,18 +82,11 @@ class Hub:
         """How many sessions have channels: those with followers, or a store read in flight."""
         return len(self._channels)
 
-    @property
-    def notifier(self) -> str:
-        """``in-process`` when only this process appends; else the listener's state."""
-        return "in-process" if self._listener is None else self._listener.state
-
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Ping idle streams, listen for head notices and read what they announce, until `close`."""
+        """Ping idle streams, and read what head notices announce, until `close`."""
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
             tasks.start_soon(self._ticker)
-            if self._listener is not None:
-                tasks.start_soon(self._listener.run, self.heard, self.resync)
             task_status.started()
             await self.closing.wait()
             tasks.cancel_scope.cancel()
@@ -233,8 +110,6 @@ class Hub:
 
         Without ``incarnation``, the channel's; before a channel knows it, its followers read the store.
         """
-        if self.sessions_changed is not None:
-            self.sessions_changed(session_id)
         channel = self._channels.get(session_id)
         if channel is None or not events:
             return
@@ -249,8 +124,6 @@ class Hub:
         A follower that comes later, of an id created again, gets a channel of its own.
         """
         for session_id in session_ids:
-            if self.sessions_changed is not None:
-                self.sessions_changed(session_id)
             channel = self._channels.pop(session_id, None)
             if channel is not None:
                 channel.deleted = True
@@ -259,16 +132,6 @@ class Hub:
     def ended(self, session_id: str, head: int) -> None:
         """The session was closed at ``head`` (through this process): its followers end once they reach it."""
         self.advanced(session_id, head, closed=True)
-
-    def heard(self, notice: Notice) -> None:
-        """A notice from another process: a head moved, a session was closed or deleted, or a stream changed."""
-        if (stream := stream_of(notice)) is not None:
-            if self.streams_changed is not None:
-                self.streams_changed(stream)
-        elif notice.deleted:
-            self.gone(notice.session_id, notice.incarnation)
-        else:
-            self.advanced(notice.session_id, notice.head, notice.closed)
 
     def gone(self, session_id: str, incarnation: str | None) -> None:
         """Another process deleted ``incarnation`` of the session (``None``: whichever this one knows).
@@ -283,8 +146,6 @@ class Hub:
 
     def advanced(self, session_id: str, head: int, closed: bool = False) -> None:
         """A head notice: ``session_id`` has durable events up to ``head`` (from any process); ``closed`` at it."""
-        if self.sessions_changed is not None:
-            self.sessions_changed(session_id)
         channel = self._channels.get(session_id)
         if channel is None:
             return
@@ -301,8 +162,6 @@ class Hub:
 
     async def resync(self) -> None:
         """Re-read the head of every followed session, after notices may have been lost."""
-        if self.streams_changed is not None:
-            self.streams_changed(None)
         if self._forget is not None:
             self._forget(None, None)
         for session_id, channel in list(self._channels.items()):

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import anyio
 
-from history_service.follow import Hub
+from history_service.notices import Notices
 from persistence import HistoryStore, StoreError
 
 __all__ = ["PROBE_TIMEOUT", "readiness"]
@@ -25,7 +25,7 @@ PROBE_TIMEOUT: Final = 5.0
 _NOTIFIER_READY: Final = frozenset({"in-process", "listening"})
 
 
-async def readiness(store: HistoryStore, hub: Hub) -> tuple[bool, dict[str, Any]]:
+async def readiness(store: HistoryStore, notices: Notices) -> tuple[bool, dict[str, Any]]:
     """Whether the process is ready, and the body that says so.
 
     The body is ``{"status": "ready" | "not_ready", "store": "ok" | "unavailable", "notifier": …}``,
@@ -40,7 +40,7 @@ async def readiness(store: HistoryStore, hub: Hub) -> tuple[bool, dict[str, Any]
             logger.warning("not ready: the store failed its probe: %s", exc)
     if probe.cancelled_caught:
         logger.warning("not ready: the store did not answer its probe within %.0f s", PROBE_TIMEOUT)
-    notifier = hub.notifier
+    notifier = notices.state
     reasons = []
     if not store_ok:
         reasons.append("the store failed a read or did not answer; the server log has the details")

@@ -11,7 +11,7 @@ error table's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 import anyio
@@ -20,15 +20,17 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-from codec import CodecError, stream_offset
+from codec import CodecError, Event, stream_offset
 from history_service.auth import principal
 from history_service.cors import ALLOW_HEADERS, ALLOW_METHODS, MAX_AGE
+from history_service.durable.expiry import StreamExpiry
 from history_service.durable.live import SharedReads, Waker
 from history_service.durable.reading import NEXT, Reading, View, read
 from history_service.durable.sessions import SESSION_KEY, session
 from history_service.durable.streams import StreamView, append, checked_name, create, delete, head, unkept
 from history_service.durable.subscriptions import Subscriptions
-from history_service.errors import BodyTooLarge, Overloaded, answer_for
+from history_service.errors import BodyTooLarge, answer_for
+from history_service.notices import Subscriber
 from history_service.requests import read_body
 from history_service.service import HistoryService
 from history_service.settings import Settings
@@ -62,31 +64,75 @@ _PREFLIGHT: Final = {
 }
 
 
-class Durable:
-    """One app's Durable Streams: the store's streams, the waker, and the read limits."""
+class Durable(Subscriber):
+    """One app's Durable Streams: the store's streams, the waker, the read limits, and the stream sweep.
+
+    It subscribes to the service's `Notices`, the one fan-out the session follow hears too: a write
+    through this process (`changed`) and another process's notice wake its readers the same way.
+    Live reads count under the service's `FollowerCap`, and end on the service's one shutdown signal.
+    """
 
     def __init__(self, settings: Settings, service: HistoryService) -> None:
         self.settings = settings
         self.service = service
         self.streams = service.store.streams
         self.waker = Waker()
-        self.stopping = anyio.Event()
         self.reading = Reading(
             waker=self.waker,
             shared=SharedReads(self.waker),
             long_poll=settings.ds_long_poll,
             budget=settings.ds_read_bytes,
-            stopping=self.stopping,
+            stopping=service.closing,
             sending=service.sending,
         )
         self.subscriptions = Subscriptions(settings, self.streams, self.changed)
+        self.expiry = (
+            None
+            if self.streams is None
+            else StreamExpiry(
+                self.streams, batch=settings.sweep_batch, turn=service.sweeping, changed=service.notices.stream_changed
+            )
+        )
+        service.notices.subscribe(self)
 
-    def changed(self, name: str | None) -> None:
-        """A write to ``name`` committed, here or in another process (``None``: perhaps to any): wake its readers."""
+    async def run(self) -> None:
+        """The background work, for the app's lifespan to run until it cancels it: deliveries, and the stream sweep."""
+        async with anyio.create_task_group() as tasks:
+            if self.expiry is not None and self.settings.sweep_interval > 0:
+                tasks.start_soon(self.expiry.run, self.settings.sweep_interval)
+            await self.subscriptions.run()
+            tasks.cancel_scope.cancel()
+
+    def changed(self, name: str) -> None:
+        """A write to ``name`` committed through this process: its readers wake, through the one fan-out."""
+        self.service.notices.stream_written(name)
+
+    def stream_written(self, name: str) -> None:
+        self.waker.wake(name)
+
+    def stream_changed(self, name: str | None) -> None:
+        """``name`` changed where no one here saw it (``None``: perhaps any): its readers and subscriptions wake."""
         if name is None:
             self.waker.wake_all()
         else:
             self.waker.wake(name)
+        self.subscriptions.heard(name)
+
+    async def resync(self) -> None:
+        self.stream_changed(None)
+
+    def publish(self, session_id: str, events: Sequence[Event], incarnation: str | None = None) -> None:
+        self.waker.wake(SESSION_KEY + session_id)
+
+    def advanced(self, session_id: str, head: int, closed: bool = False) -> None:
+        self.waker.wake(SESSION_KEY + session_id)
+
+    def deleted(self, session_ids: Sequence[str]) -> None:
+        for session_id in session_ids:
+            self.waker.wake(SESSION_KEY + session_id)
+
+    def gone(self, session_id: str, incarnation: str | None) -> None:
+        self.waker.wake(SESSION_KEY + session_id)
 
     async def read(self, request: Request, view: View, headers: dict[str, str]) -> Response:
         """A read within the service's bounds: a live one counts as a follow stream (`Settings.follower_cap`);
@@ -94,17 +140,15 @@ class Durable:
         SSE one each event until the server has taken the next (`history_service.durable.reading`)."""
         service = self.service
         if request.query_params.get("live") in ("long-poll", "sse"):
-            if service.followers >= self.settings.follower_cap:
-                raise Overloaded(f"{service.followers} follow streams are open, the most this server keeps")
-            # One count with `session.follow`'s: both kinds together stay within the cap.
-            service.followers += 1
+            # One cap with `session.follow`'s: both kinds together stay within it.
+            service.cap.admit()
             released = False
 
             def release() -> None:
                 nonlocal released
                 if not released:
                     released = True
-                    service.followers -= 1
+                    service.cap.leave()
 
             try:
                 response = await read(request, view, self.reading, headers, release)
@@ -128,17 +172,9 @@ class Durable:
         response.background = BackgroundTask(sending.release)
         return response
 
-    def heard(self, name: str | None) -> None:
-        """A notice from another process (or this one) that ``name`` changed: its readers and subscriptions wake."""
-        self.changed(name)
-        self.subscriptions.heard(name)
-
-    def session_changed(self, session_id: str) -> None:
-        """A session's head moved, or it closed or went: wake its readers."""
-        self.waker.wake(SESSION_KEY + session_id)
-
     def close(self) -> None:
-        self.stopping.set()
+        """Shut down: the one shutdown signal is set (`HistoryService.closing`), and every reader wakes to see it."""
+        self.service.closing.set()
         self.waker.wake_all()
         self.subscriptions.close()
 

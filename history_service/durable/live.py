@@ -2,8 +2,9 @@
 
 A reader takes a `Waker.watch` ticket before it reads, then waits on it: a write that lands
 between the read and the wait has already set the ticket, so no wake-up is lost. Writes
-in this process wake their stream's tickets directly; on a store several processes share,
-the other processes' writes arrive as notices (`history_service.durable.service`).
+in this process and the other processes' writes (on a store several processes share, as
+the store's notices) wake their stream's tickets alike, through the process's one fan-out
+(`history_service.notices.Notices`).
 """
 
 from __future__ import annotations

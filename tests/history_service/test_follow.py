@@ -10,7 +10,8 @@ import pytest
 
 from codec import SessionHeader, StoredRecord
 from history_service.app import create_app
-from history_service.follow import Channel, Hub
+from history_service.channel import Channel
+from history_service.follow import Hub
 from history_service.settings import Settings
 from history_service.shutdown import Shutdown
 from persistence import MemoryStore, SessionInfo
