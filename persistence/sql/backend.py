@@ -38,8 +38,10 @@ T = TypeVar("T")
 class Backend(ABC):
     """One database's runtime for a `SqlStore` on ``engine``: reads, the group writer, notices, readiness, closing.
 
-    ``lines`` are the store's lines' packing and ``tails`` the open runs its writer keeps. A
-    subclass sets ``dialect`` and its own state, then calls this, then sets ``readers``.
+    ``lines`` are the store's lines' packing and ``tails`` the open runs its writer keeps. It
+    holds the statements compiled for its dialect (``sql``), its connections, and the writer
+    thread (``writer``) that commits groups with ``groups``. A subclass sets ``dialect`` and
+    its own state, then calls this, then sets ``readers``.
     """
 
     dialect: Dialect
