@@ -31,7 +31,7 @@ from history_service.budget import Hold, InFlight
 from history_service.encoding import compress
 from history_service.errors import ThroughBeyondHead
 from history_service.metrics import Metrics
-from persistence import OFF_LOOP_BYTES, HistoryStore, PageRead, SessionNotFoundError, page_span
+from persistence import OFF_LOOP_BYTES, HistoryStore, PageRead, SessionNotFoundError
 
 __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
 
@@ -275,7 +275,7 @@ class PageReader:
                 size = sum(len(record.line) for record in read.stored)
                 reading.resize(size)
                 self._inflight.learned(shape, size)
-            if query.through is not None and page_span(read.info.head_seq, query.through, query.before).beyond_head:
+            if query.through is not None and read.beyond_head:
                 raise ThroughBeyondHead(query.through, read.info.head_seq)
             if query.through is None and read.info.closed:
                 # A closed session's head never moves: its newest page is the one through the head (§6.3).

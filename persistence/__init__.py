@@ -19,9 +19,9 @@ from persistence.base import (
     expires_at_of,
     in_listing,
     newest_first,
-    now_ms,
     subagent_parent,
 )
+from persistence.clock import now_ms
 from persistence.errors import (
     CorruptLogError,
     InvalidSessionIdError,

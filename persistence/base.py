@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import heapq
-import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -47,7 +46,6 @@ __all__ = [
     "in_listing",
     "incarnated",
     "newest_first",
-    "now_ms",
     "sole_sweeper",
     "subagent_parent",
 ]
@@ -140,18 +138,20 @@ class PageRead(Struct, frozen=True):
     ``to_seq`` is the exclusive end (`persistence.rules.page_span`). ``cuts`` are the
     candidate starts, newest first, and ``stored`` covers the oldest of them; both are empty
     when the page is empty (``to_seq <= 0``) or when ``through`` is beyond the head, which
-    the page reader refuses (`persistence.rules.PageSpan.beyond_head`).
+    the page reader refuses: ``beyond_head`` (`persistence.rules.PageSpan.beyond_head`), so
+    that the span the store computed is the one the reader judges.
     """
 
     info: SessionInfo
     to_seq: int
     cuts: list[int]
     stored: list[StoredRecord]
+    beyond_head: bool = False
 
     @classmethod
     def unread(cls, info: SessionInfo, span: PageSpan) -> PageRead:
         """The read of a page whose span has nothing to read (``not span.reads``)."""
-        return cls(info, span.to_seq, [], [])
+        return cls(info, span.to_seq, [], [], span.beyond_head)
 
 
 def closed_at_of(header: SessionHeader) -> int | None:
@@ -162,11 +162,6 @@ def closed_at_of(header: SessionHeader) -> int | None:
 def expires_at_of(header: SessionHeader) -> int | None:
     """The header's ``expiresAt``, or ``None`` when its creator set none."""
     return None if header.expiresAt is UNSET else header.expiresAt
-
-
-def now_ms() -> int:
-    """The store's clock, in epoch ms: what ``touched_at`` records."""
-    return time.time_ns() // 1_000_000
 
 
 def incarnated(header: SessionHeader) -> SessionHeader:

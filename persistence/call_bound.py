@@ -6,8 +6,8 @@ bound covers it whole: a connect begun after another call's connection was cut, 
 the writer or a reader behind a hung one, a checkout. So the caller waits for the whole
 call at most its bound, then gets `StoreError` (a 503). The work it leaves may still finish:
 a write may then be committed, as after any lost answer, and an append retried with the
-same seqs is idempotent. A SQL dialect says whether its calls take this bound
-(`persistence.sql.dialect.Dialect.call_bound`): PostgreSQL's do, SQLite's wait only for locks.
+same seqs is idempotent. A SQL backend says whether its calls take this bound
+(`persistence.sql.backend.Backend.call_bound`): PostgreSQL's do, SQLite's wait only for locks.
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ from persistence.base import (
     in_listing,
     incarnated,
     newest_first,
-    now_ms,
     subagent_parent,
     subtree,
 )
 from persistence.batch import prepare_batch
+from persistence.clock import now_ms
 from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 from persistence.rules import Life, check_life, confirm_resend, expiry, plan_batch

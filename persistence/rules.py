@@ -1,7 +1,8 @@
 """The store's rules (docs/protocol.md §4.1, §6), each once, as pure functions of plain values.
 
 * `plan_batch`: the head check of an append, which says whether to store the batch, do
-  nothing, or confirm a re-send; a closed session takes nothing but a re-send;
+  nothing, or confirm a re-send; a closed session takes nothing but a re-send (`next_plan`
+  is the plan an append hopes for, checking once that its seqs are dense);
 * `confirm_resend`: the resend check, which says whether a re-send is exactly the events
   stored at its seqs;
 * `page_span`: a page's exclusive end, whether it is empty, and whether its ``through`` is
@@ -30,6 +31,7 @@ __all__ = [
     "confirm_resend",
     "dense_gap",
     "expiry",
+    "next_plan",
     "page_span",
     "plan_batch",
 ]
@@ -97,18 +99,33 @@ def dense_gap(seqs: Sequence[int]) -> int | None:
     return None
 
 
-def plan_batch(session_id: str, seqs: Sequence[int], head_seq: int, *, closed: bool = False) -> BatchPlan:
+def next_plan(seqs: Sequence[int]) -> BatchPlan | None:
+    """The plan of a batch written just after the head it expects (``seqs[0] - 1``); ``None`` if empty or not dense.
+
+    What a SQL append tries first, before it reads the head: an append's one density check,
+    which `plan_batch` then takes as ``dense``.
+    """
+    if not seqs or dense_gap(seqs) is not None:
+        return None
+    first, count = seqs[0], len(seqs)
+    return BatchPlan(first, first + count - 1, count, writes=True, resend=False)
+
+
+def plan_batch(
+    session_id: str, seqs: Sequence[int], head_seq: int, *, closed: bool = False, dense: bool = False
+) -> BatchPlan:
     """The head check: a batch with these seqs, at a session whose head is ``head_seq`` (-1 when empty).
 
     A batch must be dense and start at ``head_seq + 1``. One that lies wholly at or before
     the head may be a re-send. Anything else raises `SeqConflictError`, carrying the head.
     A ``closed`` session takes only a re-send: any other batch, an empty one or a conflicting
     one too, raises `SessionClosedError` (and so does a re-send that `confirm_resend` refuses).
+    ``dense``: the seqs are known dense already (`next_plan`).
     """
     if not closed:
-        return _planned(session_id, seqs, head_seq)
+        return _planned(session_id, seqs, head_seq, dense)
     try:
-        plan = _planned(session_id, seqs, head_seq)
+        plan = _planned(session_id, seqs, head_seq, dense)
     except SeqConflictError:
         raise SessionClosedError(session_id, head_seq=head_seq) from None
     if not plan.resend:
@@ -116,11 +133,11 @@ def plan_batch(session_id: str, seqs: Sequence[int], head_seq: int, *, closed: b
     return plan
 
 
-def _planned(session_id: str, seqs: Sequence[int], head_seq: int) -> BatchPlan:
+def _planned(session_id: str, seqs: Sequence[int], head_seq: int, dense: bool) -> BatchPlan:
     if not seqs:
         return BatchPlan(head_seq + 1, head_seq, 0, writes=False, resend=False)
     first, count = seqs[0], len(seqs)
-    gap = dense_gap(seqs)
+    gap = None if dense else dense_gap(seqs)
     if gap is not None:
         raise SeqConflictError(
             f"batch seqs are not dense: events[{gap}].seq is {seqs[gap]}, expected {first + gap}",

@@ -1,4 +1,4 @@
-"""The SQL store: SQLite embedded, PostgreSQL for several nodes, one store behind one dialect interface."""
+"""The SQL store: SQLite embedded, PostgreSQL for several nodes, one store behind one backend interface."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ deleted, delivered at commit.
 The records, which may be a hundred megabytes, stay behind the gone rows, and no read sees
 them (every read of records asks for its session's row in the same statement). The same unit
 names each id in ``history_purges``; then `Deletion.purge` removes their records a bounded
-batch at a time (`Dialect.purge`: a unit of SQLite's writer, or a transaction of its own
+batch at a time (`Backend.purge`: a unit of SQLite's writer, or a transaction of its own
 beside PostgreSQL's), so appends to other sessions commit between the batches. A create of
 a purged id removes what is left at once, and opening the store finishes any purge a crash cut.
 """
@@ -127,7 +127,7 @@ class Deletion:
     async def purge(self, left: list[str], batch: Callable[[str, Callable[[Any], bool]], Awaitable[bool]]) -> None:
         """Remove the records of the deleted sessions ``left``, a batch (`purge_some`) at a time, a pause between.
 
-        ``batch(id, work)`` runs one (`Dialect.purge`). The delete itself is durable by now: a
+        ``batch(id, work)`` runs one (`Backend.purge`). The delete itself is durable by now: a
         batch that fails is logged, and what is left stays named, for `finish_purges`.
         """
         try:

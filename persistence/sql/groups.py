@@ -1,7 +1,8 @@
 """SQL group commit: a `persistence.group_commit` group as one transaction.
 
-`SqlGroups` runs each unit in a savepoint of its own. A dialect may commit some units
-together in fewer statements (`persistence.sql.postgres.PostgresGroups`); it overrides `_run`.
+`SqlGroups` runs each unit in a savepoint of its own (an append is `persistence.sql.writes.Append`).
+A backend may commit some units together in fewer statements
+(`persistence.sql.pg_group.PostgresGroups`); it overrides `_run`.
 """
 
 from __future__ import annotations
@@ -10,14 +11,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
-from codec import Event
-from persistence.base import AppendResult
-from persistence.batch import PreparedBatch
 from persistence.errors import StoreError
 from persistence.group_commit import quietly, unavailable
-from persistence.rules import Life
 
-__all__ = ["Append", "SqlGroups"]
+__all__ = ["SessionUnit", "SqlGroups"]
 
 
 class _Bounded(Protocol):
@@ -29,37 +26,10 @@ def _unbounded(connection: Any) -> AbstractContextManager[_Bounded | None]:
     return nullcontext()
 
 
-class Append:
-    """An append as a unit of a group: what it writes, in which life, and ``write(cursor, session_id, events, ...)``.
-
-    Called with the cursor, it runs the store's own append (each unit alone); a dialect's
-    group writer may instead commit it beside others, from its fields.
-    """
-
-    __slots__ = ("batch", "events", "life", "session_id", "write")
-
-    def __init__(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        batch: PreparedBatch | None,
-        write: Callable[[Any, str, Sequence[Event], PreparedBatch | None, Life | None], AppendResult],
-        life: Life | None = None,
-    ) -> None:
-        self.session_id = session_id
-        self.events = events
-        self.batch = batch
-        self.write = write
-        self.life = life
-
-    def __call__(self, cursor: Any) -> AppendResult:
-        return self.write(cursor, self.session_id, self.events, self.batch, self.life)
-
-
 class SessionUnit:
     """A unit of a group other than an append that locks sessions' rows (a close, a delete): ``work(cursor)``.
 
-    A dialect's group writer takes their locks in the group's order, with the appends': the
+    A backend's group writer takes their locks in the group's order, with the appends': the
     session's, and those of ``also`` (a delete's subagent tree, as found before it ran).
     """
 

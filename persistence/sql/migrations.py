@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from codec import CodecError, SessionHeader, decode_storage_line, stored_record
-from persistence.base import now_ms
+from persistence.clock import now_ms
 from persistence.errors import CorruptLogError, SchemaVersionError
 from persistence.sql.dialect import Dialect
 from persistence.sql.schema import (

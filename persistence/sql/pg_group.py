@@ -1,14 +1,33 @@
-"""PostgreSQL's group append: a group's appends in one statement, and the names of its array parameters.
+"""PostgreSQL's group writer: a group's appends in one statement (`GROUP_APPEND`), run by `PostgresGroups`.
 
-`persistence.sql.postgres.PostgresGroups` runs it; `persistence.sql.postgres` compiles
-`persistence.sql.schema.StoredIncarnation` with `INCARNATION_OF`, which it uses too.
+`persistence.sql.pg_dialect` compiles `persistence.sql.schema.StoredIncarnation` with
+`INCARNATION_OF`, which the statement uses too.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Final, NamedTuple
 
-__all__ = ["GROUP_APPEND", "GROUP_ARRAYS", "INCARNATION_OF", "INSERTED", "SEALED"]
+import psycopg
+
+from codec import StoredRecord
+from persistence.base import TOUCH_MS, AppendResult
+from persistence.clock import now_ms
+from persistence.notify import NOTIFY_CHANNEL, notice
+from persistence.rules import BatchPlan
+from persistence.sealing import plan_append
+from persistence.sql.dialect import Deadline
+from persistence.sql.groups import SessionUnit, SqlGroups
+from persistence.sql.lines import Lines
+from persistence.sql.tails import Tails
+from persistence.sql.writes import Append
+
+__all__ = ["GROUP_APPEND", "GROUP_ARRAYS", "INCARNATION_OF", "INSERTED", "SEALED", "PostgresGroups"]
+
+logger = logging.getLogger(__name__)
 
 # The incarnation a header column (bytea of UTF-8 JSON) names, as `StoredIncarnation` compiles it.
 INCARNATION_OF: Final = "(convert_from(%s, 'UTF8')::jsonb ->> 'incarnation')"
@@ -107,3 +126,166 @@ GROUP_ARRAYS: Final = (
     "starts",
     "ends",
 )
+
+
+class _Unwritten(Exception):
+    """A record the append rewrites whose line this writer did not keep: the append run alone reads it."""
+
+
+def _written_lines(pieces: Sequence[StoredRecord]) -> Sequence[StoredRecord]:
+    # A stored line is never empty: b"" is a line this writer never held.
+    if not all(piece.line for piece in pieces):
+        raise _Unwritten
+    return pieces
+
+
+class _Planned(NamedTuple):
+    """A unit the group statement can write: its heads, and its records planned from the known open run."""
+
+    at: int
+    unit: Append
+    plan: BatchPlan
+    tail: list[StoredRecord]
+    records: list[StoredRecord]
+    # The seqs of the open run's records that the append rewrites (none when it only extends the run).
+    rewritten: frozenset[int]
+
+
+class PostgresGroups(SqlGroups):
+    """The group writer: the group's appends in one statement (`GROUP_APPEND`), not one savepoint each.
+
+    An append whose session's open run this writer knows (with the lines of what it rewrites)
+    joins the statement. One that does not, or whose head had moved (a seq conflict, a resend,
+    an unknown session), then runs as its own append (`persistence.sql.writes.append`) in a
+    savepoint, so it fails alone. A second append to a session in the group, or a create,
+    waits for what came before it.
+    Should the statement itself fail, the group's transaction is rolled back and the group runs
+    again, every unit in a savepoint, so the unit the database refused fails alone.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        *,
+        tails: Tails,
+        lines: Lines,
+        origin: str,
+        bound: Callable[[Any], AbstractContextManager[Deadline]],
+    ) -> None:
+        super().__init__(connect, begin=None, aborted=tails.clear, bound=bound)
+        self._tails = tails
+        self._lines = lines
+        self._origin = origin
+
+    def _run(self, connection: Any, cursor: Any, works: Sequence[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any] | None] = [None] * len(works)
+        # Appends to sessions of their own: those the statement writes, and those that run alone after it.
+        pending: dict[str, _Planned] = {}
+        alone: dict[str, int] = {}
+        try:
+            for index, work in enumerate(works):
+                if not isinstance(work, Append) or work.session_id in pending or work.session_id in alone:
+                    # What comes after must see what came before: a create, or a session's next append.
+                    self._flush(connection, cursor, works, pending, alone, outcomes)
+                    pending, alone = {}, {}
+                if not isinstance(work, Append):
+                    outcomes[index] = self._unit(connection, cursor, work)
+                elif (planned := self._plan(index, work)) is not None:
+                    pending[work.session_id] = planned
+                else:
+                    alone[work.session_id] = index
+            self._flush(connection, cursor, works, pending, alone, outcomes)
+        except (psycopg.IntegrityError, psycopg.DataError) as exc:
+            # The database refused what a unit writes: only a unit alone can tell which.
+            logger.warning("a group statement failed; its %d units run one by one: %s", len(works), exc)
+            return super()._run(connection, self._restart(connection), works)
+        done = [outcome for outcome in outcomes if outcome is not None]
+        assert len(done) == len(works)
+        return done
+
+    def _plan(self, index: int, unit: Append) -> _Planned | None:
+        """The unit as the statement writes it, when its head and open run are known and it only extends the run."""
+        batch, plan = unit.batch, unit.hoped
+        if batch is None or plan is None:
+            return None
+        tail = self._tails.kept(unit.session_id, unit.life, plan.first_seq - 1)
+        if tail is None:
+            return None
+        try:
+            keep, records = plan_append(tail, batch.records, _written_lines)
+        except _Unwritten:
+            return None
+        return _Planned(index, unit, plan, tail[:keep], records, frozenset(r.seq for r in tail[keep:]))
+
+    def _flush(
+        self,
+        connection: Any,
+        cursor: Any,
+        works: Sequence[Callable[[Any], Any]],
+        pending: dict[str, _Planned],
+        alone: dict[str, int],
+        outcomes: list[tuple[bool, Any] | None],
+    ) -> None:
+        """Write the pending units in one statement; then run the others, and those it could not write, each alone.
+
+        The statement locks the sessions of every append from the first of these on, so the
+        appends run alone after it take no lock out of the group's order.
+        """
+        moved: set[str] = set()
+        if pending:
+            first = min(min(planned.at for planned in pending.values()), *alone.values(), len(works))
+            # A close's session too: it runs after the statement, and must not lock out of this order.
+            locks = sorted(
+                {work.session_id for work in works[first:] if isinstance(work, (Append, SessionUnit))}
+                | {also for work in works[first:] if isinstance(work, SessionUnit) for also in work.also}
+            )
+            with self._within(connection):
+                cursor.execute(GROUP_APPEND, self._params(pending.values(), locks))
+                moved = {row[0] for row in cursor.fetchall()}
+            self._check_cut()
+        for planned in pending.values():
+            unit = planned.unit
+            if unit.session_id in moved:
+                self._tails.remember(unit.session_id, unit.life, planned.plan.head_seq, planned.tail, planned.records)
+                outcomes[planned.at] = (True, AppendResult.of(planned.plan))
+            else:
+                # What the writer knew of the session is stale: the append run alone finds out why.
+                self._tails.forget(unit.session_id)
+                alone[unit.session_id] = planned.at
+        for index in sorted(alone.values()):
+            outcomes[index] = self._unit(connection, cursor, works[index])
+
+    def _params(self, pending: Iterable[_Planned], locks: list[str]) -> dict[str, Any]:
+        params: dict[str, Any] = {"locks": locks, "channel": NOTIFY_CHANNEL, "touched": now_ms(), "touch_ms": TOUCH_MS}
+        for name in GROUP_ARRAYS:
+            params[name] = []
+        for planned in pending:
+            session, batch = planned.unit.session_id, planned.unit.batch
+            assert batch is not None
+            new_head = planned.plan.head_seq
+            params["sessions"].append(session)
+            params["expected"].append(planned.plan.first_seq - 1)
+            params["heads"].append(new_head)
+            params["notices"].append(notice(session, new_head, self._origin))
+            life = planned.unit.life
+            params["owners"].append(None if life is None else life.owner)
+            params["incarnations"].append(None if life is None else life.incarnation)
+            for record in planned.records:
+                row = self._lines.row(session, record)
+                names = SEALED if record.seq in planned.rewritten else INSERTED
+                values = (session, record.seq, record.members, row["compressed"], row["data"], record.kind)
+                for name, value in zip(names, (*values, record.key, record.time0, record.time1), strict=True):
+                    params[name].append(value)
+            for seq in sorted(planned.rewritten - {record.seq for record in planned.records}):
+                params["dropped_sessions"].append(session)
+                params["dropped_seqs"].append(seq)
+            for message in batch.messages:
+                params["message_sessions"].append(session)
+                params["message_seqs"].append(message.seq)
+                params["groups"].append(message.group_start)
+            for hidden in batch.hidden:
+                params["hidden_sessions"].append(session)
+                params["hidden_at"].append(hidden.at)
+                params["starts"].append(hidden.start)
+                params["ends"].append(hidden.end)
+        return params

@@ -2,11 +2,13 @@
 
 A delete frees pages inside the database: SQLite reuses them for later writes, and
 PostgreSQL's autovacuum marks dead rows reusable. Neither gives space back to the file
-system by itself; `vacuum` runs what the dialect says does (`Dialect.vacuum_statements`).
+system by itself; `vacuum` runs what the dialect says does (`Dialect.vacuum_statements`),
+holding the database alone where the backend must (`Backend.alone`).
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -17,9 +19,9 @@ from persistence.sql.dialect import Dialect
 __all__ = ["vacuum"]
 
 
-def vacuum(engine: Engine, dialect: Dialect) -> None:
-    """Run the dialect's vacuum, with the database alone where the dialect needs it (`Dialect.alone`)."""
-    with dialect.alone():
+def vacuum(engine: Engine, dialect: Dialect, alone: AbstractContextManager[None]) -> None:
+    """Run the dialect's vacuum within ``alone``: the database held alone where the backend needs it."""
+    with alone:
         _vacuum(engine, dialect)
 
 

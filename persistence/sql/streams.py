@@ -10,16 +10,20 @@ kept readers, as a page does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 import sqlalchemy as sa
+from sqlalchemy.engine import Dialect as SaDialect
 
-from persistence.base import now_ms
+import persistence.streams.rules as rules
+import persistence.streams.subscribed as subscribed
+from persistence.clock import now_ms
 from persistence.errors import StoreError, StreamGoneError
+from persistence.sql.backend import Backend
+from persistence.sql.dialect import Dialect
 from persistence.sql.prepared import Prepared
 from persistence.sql.schema import ds_chunks_table, ds_producers_table, ds_streams_table, ds_subscriptions_table
-from persistence.streams import rules, subscribed
 from persistence.streams.base import ReadResult, StreamStore
 from persistence.streams.model import (
     AppendOutcome,
@@ -30,9 +34,6 @@ from persistence.streams.model import (
     StreamMeta,
     SubscriptionRecord,
 )
-
-if TYPE_CHECKING:
-    from persistence.sql.store import SqlStore
 
 __all__ = ["SqlStreams"]
 
@@ -53,10 +54,9 @@ def _deadline(meta: StreamMeta) -> int | None:
 
 
 class _Statements:
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, dialect: SaDialect, ways: Dialect) -> None:
         s, c, p = ds_streams_table.c, ds_chunks_table.c, ds_producers_table.c
         b = sa.bindparam
-        dialect, ways = store._engine.dialect, store._dialect
 
         def prepared(statement: Any) -> Prepared:
             return Prepared(statement, dialect)
@@ -229,12 +229,14 @@ class _Subscribed:
 
 
 class SqlStreams(StreamStore):
-    def __init__(self, store: SqlStore) -> None:
-        self._store = store
-        self._sql = _Statements(store)
+    """The streams of a SQL store on ``dialect`` (SQLAlchemy's), through its ``backend``'s writer and readers."""
+
+    def __init__(self, dialect: SaDialect, backend: Backend) -> None:
+        self._backend = backend
+        self._sql = _Statements(dialect, backend.dialect)
 
     async def _write(self, name: str, work: Callable[[_Tx, int], T], *, notify: bool = True) -> T:
-        sql, dialect = self._sql, self._store._dialect
+        sql, dialect = self._sql, self._backend.dialect
 
         def unit(cursor: Any) -> T:
             result = work(_Tx(sql, cursor, lock=True), now_ms())
@@ -242,7 +244,7 @@ class SqlStreams(StreamStore):
                 dialect.notify_stream(cursor, name)
             return result
 
-        return await self._store._writer.run(unit, _KEY + name)
+        return await self._backend.writer.run(unit, _KEY + name)
 
     async def _read(self, work: Callable[[_Tx, int], T], *, data: bool = False) -> T:
         sql = self._sql
@@ -252,10 +254,10 @@ class SqlStreams(StreamStore):
 
         if data:
             # A read of chunks may take a budget's worth (a megabyte or more): never on the event loop.
-            return await self._store._in_thread(reading)
+            return await self._backend.readers.in_thread(reading)
         # The store's own read path, as a page's: PostgreSQL's kept async readers (which readiness
         # checks), SQLite's reader on the loop unless a writer holds the lock.
-        return await self._store._dialect.read(self._store, reading)
+        return await self._backend.read(reading)
 
     async def create(self, request: CreateRequest) -> tuple[StreamMeta, bool]:
         try:
@@ -263,7 +265,7 @@ class SqlStreams(StreamStore):
         except StoreError as exc:
             # Another process inserted the name between this unit's read and its insert (no row to
             # lock then): once more, the unit reads that row and answers as for any existing stream.
-            if not isinstance(exc.__cause__, self._store._integrity_error):
+            if not isinstance(exc.__cause__, self._backend.integrity_error):
                 raise
         return await self._write(request.name, lambda tx, now: rules.create(tx, request, now))
 
@@ -297,7 +299,7 @@ class SqlStreams(StreamStore):
 
     async def _subscribed(self, owner: str, id: str, work: Callable[[_Subscribed], T]) -> T:
         sql = self._sql
-        return await self._store._writer.run(
+        return await self._backend.writer.run(
             lambda cursor: work(_Subscribed(sql, cursor, lock=True)), f"{_SUBSCRIPTION_KEY}{owner}\x00{id}"
         )
 
@@ -307,7 +309,7 @@ class SqlStreams(StreamStore):
         def reading(cursor: Any) -> SubscriptionRecord | None:
             return _Subscribed(sql, cursor, lock=False).subscription(owner, id)
 
-        return await self._store._dialect.read(self._store, reading)
+        return await self._backend.read(reading)
 
     async def subscriptions(self) -> list[SubscriptionRecord]:
         sql = self._sql
@@ -315,7 +317,7 @@ class SqlStreams(StreamStore):
         def reading(cursor: Any) -> list[SubscriptionRecord]:
             return [_record(row) for row in sql.subscriptions.run(cursor).fetchall()]
 
-        return await self._store._dialect.read(self._store, reading)
+        return await self._backend.read(reading)
 
     async def create_subscription(
         self, record: SubscriptionRecord, per_owner: int, total: int
@@ -327,7 +329,7 @@ class SqlStreams(StreamStore):
             return await self._subscribed(record.owner, record.id, creating)
         except StoreError as exc:
             # Another process inserted it between this unit's read and its insert: read it now.
-            if not isinstance(exc.__cause__, self._store._integrity_error):
+            if not isinstance(exc.__cause__, self._backend.integrity_error):
                 raise
         return await self._subscribed(record.owner, record.id, creating)
 

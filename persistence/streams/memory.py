@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import bisect
 
-from persistence.base import now_ms
-from persistence.streams import rules, subscribed
+import persistence.streams.rules as rules
+import persistence.streams.subscribed as subscribed
+from persistence.clock import now_ms
 from persistence.streams.base import ReadResult, StreamStore
 from persistence.streams.model import (
     AppendOutcome,

@@ -25,7 +25,8 @@ from codec import (
 )
 from history_service.pages import choose_body
 from history_service.scenarios import compaction, multi_turn
-from persistence.base import DEFAULT_OWNER, TOUCH_MS, HistoryStore, PageRead, SessionKey, SessionSummary, now_ms
+from persistence.base import DEFAULT_OWNER, TOUCH_MS, HistoryStore, PageRead, SessionKey, SessionSummary
+from persistence.clock import now_ms
 from persistence.errors import SeqConflictError, SessionClosedError, SessionExistsError, SessionNotFoundError
 from persistence.rules import Life
 from persistence.sealing import SINGLES

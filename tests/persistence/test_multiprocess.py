@@ -90,12 +90,12 @@ async def test_two_processes_append_to_one_session(tmp_path: Path, kind: str) ->
 KILLER = textwrap.dedent(
     """
     import anyio, os, sys
-    import persistence.sql.store as sql
+    import persistence.sql.tails as tails
     from codec import Event
     from persistence.url import open_store
 
     calls = 0
-    original = sql.SqlStore._remember
+    original = tails.Tails.remember
 
     def remember_then_die(self, *args, **kwargs):
         # Dies inside the third append's transaction, after its rows were inserted, before the commit.
@@ -105,7 +105,7 @@ KILLER = textwrap.dedent(
             os._exit(17)
         return original(self, *args, **kwargs)
 
-    sql.SqlStore._remember = remember_then_die
+    tails.Tails.remember = remember_then_die
 
     async def main(url):
         store = await open_store(url)

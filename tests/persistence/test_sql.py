@@ -27,9 +27,11 @@ from codec import (
     stored_record,
 )
 from history_service.scenarios import multi_turn
-from persistence.base import SessionKey, SessionSummary, now_ms
+from persistence.base import SessionKey, SessionSummary
+from persistence.clock import now_ms
 from persistence.errors import CorruptLogError, SchemaVersionError, StoreError
 from persistence.sql import SqlStore, meta_table, records_table, sessions_table
+from persistence.sql.reads import KeptReaders
 from persistence.url import open_store
 from testing.events import plain, text
 from testing.postgres import PG_URL, empty_postgres
@@ -82,26 +84,26 @@ async def test_sqlite_reads_on_the_event_loop_only_what_is_small_and_plain(
     events = [plain(0, "user/message", {"text": "q"}, surfaceOp="append"), Event("tool/result", 1, 0, {"text": text})]
     await store.append("s", events)
     hops: list[str] = []
-    original = SqlStore._in_thread
+    original = KeptReaders.in_thread
 
-    async def counted(self: SqlStore, work: Any, *args: Any) -> Any:
+    async def counted(self: KeptReaders, work: Any, *args: Any) -> Any:
         hops.append(work.__name__)
         return await original(self, work, *args)
 
-    monkeypatch.setattr(SqlStore, "_in_thread", counted)
+    monkeypatch.setattr(KeptReaders, "in_thread", counted)
     read = await store.read_page("s", through=None, before=None, max_messages=5)
     stored = await store.read_stored("s", 0, 2)
     await store.close()
     assert [record.line for record in read.stored] == [record.line for record in stored]
     assert [decode_event(record.line) for record in stored] == events
-    assert hops == (["_stored", "_stored_checked"] if in_thread else [])
+    assert hops == (["stored", "stored_checked"] if in_thread else [])
 
 
 async def test_data_is_kept_raw_when_compression_does_not_shrink_it(tmp_path: Path) -> None:
     store = await SqlStore.open(f"sqlite:///{tmp_path / 'h.db'}")
 
     def stored(line: bytes) -> dict[str, object]:
-        return store._row("s", StoredRecord(0, 1, line))
+        return store._lines.row("s", StoredRecord(0, 1, line))
 
     noise = os.urandom(8000)
     assert (stored(noise)["compressed"], stored(noise)["data"]) == (False, noise)
@@ -391,7 +393,7 @@ CRASHING_APPENDER = """
 import os, signal, sys
 import anyio
 from codec import decode_event
-from persistence.sql import store as sql
+from persistence.sql import store as sql, writes
 from persistence.sealing import plan_append
 
 url, kill_at, when = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -405,16 +407,16 @@ def plan(tail, batch, load):
         os.kill(os.getpid(), signal.SIGKILL)
     return keep, records
 
-insert = sql.SqlStore._insert
+insert = writes._insert
 
-def insert_then_die(self, conn, session_id, batch, life):
-    insert(self, conn, session_id, batch, life)
+def insert_then_die(cursor, w, session_id, batch, life):
+    insert(cursor, w, session_id, batch, life)
     if sealing[-1]:
         # The pieces are deleted and the sealed row written, in a transaction not yet committed.
         os.kill(os.getpid(), signal.SIGKILL)
 
-sql.plan_append = plan
-sql.SqlStore._insert = insert_then_die
+writes.plan_append = plan
+writes._insert = insert_then_die
 
 async def main():
     store = await sql.SqlStore.open(url)
@@ -482,9 +484,8 @@ async def test_sqlite_read_on_the_event_loop_never_waits_for_a_lock(tmp_path: Pa
     store, path = await sqlite_store_with_a_session(tmp_path, timeout=20 if released else 0.2)
     # The store's connections would keep the holder from its exclusive lock: it keeps none open meanwhile.
     await store._writer.run(lambda cursor: None)
-    store._groups.close()
-    while store._readers:
-        store._readers.pop()[0].close()
+    store._backend.groups.close()
+    store._backend.readers.drop()
     store._engine.dispose()
     holder = exclusive_lock(path)
     order: list[str] = []

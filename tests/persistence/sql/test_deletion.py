@@ -95,7 +95,7 @@ async def test_an_id_created_again_never_reads_the_records_its_last_incarnation_
         await big(store, "s", 300)
         # The delete's own unit alone, as if its purge were still to come (or another process ran it).
         tree = ["s"]
-        await store._writer.run(lambda cursor: store._deletion.run(cursor, "s", store._tails.pop), "s")
+        await store._writer.run(lambda cursor: store._deletion.run(cursor, "s", store._tails.forget), "s")
         # Its unit removed the first batch of records; the rest wait for the purge.
         assert len(rows(sql_url, records_table)) == 300 - PURGE_ROWS and rows(sql_url, purges_table) == [("s",)]
         with pytest.raises(SessionNotFoundError):
@@ -108,7 +108,7 @@ async def test_an_id_created_again_never_reads_the_records_its_last_incarnation_
         assert await store.read_events("s", 0, 300) == notes(0, 3)
         # A purge that comes late, where this database runs it, finds the id no longer named and
         # leaves the new incarnation alone.
-        assert not await store._dialect.purge(store, "s", lambda cursor: store._deletion.purge_some(cursor, "s"))
+        assert not await store._backend.purge("s", lambda cursor: store._deletion.purge_some(cursor, "s"))
         assert await store.read_events("s", 0, 300) == notes(0, 3) and tree == ["s"]
     finally:
         await store.close()
@@ -124,7 +124,7 @@ async def test_a_purge_that_fails_leaves_the_delete_done_and_the_rest_named_for_
     async def failing(*args: object) -> bool:
         raise StoreError("store unavailable: the connection was cut")
 
-    monkeypatch.setattr(store._dialect, "purge", failing)
+    monkeypatch.setattr(store._backend, "purge", failing)
     try:
         # Durable at the delete's own unit: the answer is the tree, whatever its purge meets after.
         assert await store.delete_session("big") == ["big"]

@@ -15,10 +15,10 @@ from codec import DeltaData, Event, SessionHeader, TextDelta
 from persistence.base import AppendResult
 from persistence.batch import prepare_batch
 from persistence.errors import SeqConflictError, SessionNotFoundError, StoreError
-from persistence.rules import Life
+from persistence.rules import Life, next_plan
 from persistence.sealing import SINGLES
 from persistence.sql import SqlStore
-from persistence.sql.groups import Append
+from persistence.sql.writes import Append
 from testing.postgres import PG_URL, empty_postgres
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(not PG_URL, reason="HISTORY_TEST_PG_URL is not set")]
@@ -54,20 +54,21 @@ async def store() -> AsyncIterator[SqlStore]:
 
 
 def unit(store: SqlStore, session: str, events: Sequence[Event]) -> Append:
-    return Append(session, events, prepare_batch(events) if events else None, store._append_unit)
+    batch = prepare_batch(events) if events else None
+    return Append(store._writes, session, events, batch, next_plan([e.seq for e in events]) if batch else None)
 
 
 async def group(store: SqlStore, units: list[Any]) -> tuple[list[tuple[bool, Any]], list[str]]:
     """Commit ``units`` as one group on the store's writer connection; the outcomes and the statements sent."""
-    connection = store._groups._connection
+    connection = store._backend.groups._connection
     assert connection is not None
     connection.cursor_factory = Recording
     Recording.sent = []
     try:
-        outcomes = await anyio.to_thread.run_sync(store._groups, units)
+        outcomes = await anyio.to_thread.run_sync(store._backend.groups, units)
     finally:
-        if store._groups._connection is not None:
-            store._groups._connection.cursor_factory = psycopg.Cursor
+        if store._backend.groups._connection is not None:
+            store._backend.groups._connection.cursor_factory = psycopg.Cursor
     return outcomes, Recording.sent
 
 
@@ -262,6 +263,6 @@ async def test_a_store_closed_under_a_read_its_caller_gave_up_on_waits_for_it_an
         cursor.execute("SELECT pg_sleep(1)")
 
     with anyio.move_on_after(0.2):
-        await store._dialect.read(store, slow)
+        await store._backend.read(slow)
     await store.close()
     assert len(used) == 1 and used[0].closed

@@ -18,12 +18,12 @@ async def test_a_kept_reader_that_died_is_replaced_and_the_read_still_answers(tm
     try:
         await store.create_session(SessionHeader(id="s", createdAt=1))
         assert (await store.get_session("s")).head_seq == -1
-        kept = [connection for connection, _ in store._readers]
+        kept = [connection for connection, _ in store._backend.readers.connections]
         assert kept
         for connection in kept:
             connection.close()  # as a server restart leaves them: unusable, and not yet known to be
         assert (await store.get_session("s")).head_seq == -1
-        assert all(connection not in kept for connection, _ in store._readers)
+        assert all(connection not in kept for connection, _ in store._backend.readers.connections)
     finally:
         await store.close()
 
@@ -35,7 +35,7 @@ async def test_a_refusal_on_a_sound_reader_is_the_stores_own(tmp_path: Path) -> 
         await store.get_session("s")
         with pytest.raises(SessionNotFoundError):
             await store.get_session("nope")
-        assert store._readers  # the reader that answered it is kept
+        assert store._backend.readers.connections  # the reader that answered it is kept
     finally:
         await store.close()
 
@@ -52,5 +52,5 @@ async def test_a_read_that_ends_after_the_store_closed_closes_its_connection(tmp
     store = await SqlStore.open(f"sqlite:///{tmp_path / 'h.db'}")
     await store.close()
     late = _Connection()
-    store._keep(late, 0)
-    assert late.closed and store._readers == []
+    store._backend.readers.keep(late, 0)
+    assert late.closed and store._backend.readers.connections == []

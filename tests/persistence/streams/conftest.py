@@ -10,7 +10,7 @@ import pytest
 
 import persistence.sql.streams
 import persistence.streams.memory
-from persistence.base import now_ms
+from persistence.clock import now_ms
 from persistence.streams import StreamStore
 from testing.postgres import PG_URL, PG_URL_ENV
 from testing.stores import open_backend
