@@ -13,6 +13,7 @@ import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from types import MethodType
 from typing import Any, Concatenate, Final, Generic, ParamSpec, Self, TypeVar, overload
 
 import httpx
@@ -52,6 +53,16 @@ class _Operation(Generic[P, T]):
     def __init__(self, op: Callable[Concatenate[Calls, P], Call[T]]) -> None:
         self._op = op
         self.__doc__ = op.__doc__
+        self.__wrapped__ = op
+
+        async def awaited(client: AsyncHistoryClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return await client._call(op, *args, **kwargs)
+
+        # A coroutine function, so that the async client's methods read as such (inspect, frameworks).
+        self._awaited = functools.update_wrapper(awaited, op)
+
+    def __call__(self, client: Any, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        return client._call(self._op, *args, **kwargs)
 
     @overload
     def __get__(self, client: None, owner: type) -> Self: ...
@@ -60,7 +71,9 @@ class _Operation(Generic[P, T]):
     @overload
     def __get__(self, client: HistoryClient, owner: type) -> Callable[P, T]: ...
     def __get__(self, client: Any, owner: type) -> Any:
-        return self if client is None else functools.partial(client._call, self._op)
+        if client is None:
+            return self
+        return MethodType(self._awaited if isinstance(client, AsyncHistoryClient) else self, client)
 
 
 class _Walking(Generic[P, T]):
@@ -69,6 +82,10 @@ class _Walking(Generic[P, T]):
     def __init__(self, op: Callable[Concatenate[Calls, P], Walk[T]]) -> None:
         self._op = op
         self.__doc__ = op.__doc__
+        self.__wrapped__ = op
+
+    def __call__(self, client: Any, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        return client._drive(self._op(client._calls, *args, **kwargs))
 
     @overload
     def __get__(self, client: None, owner: type) -> Self: ...
@@ -77,10 +94,7 @@ class _Walking(Generic[P, T]):
     @overload
     def __get__(self, client: HistoryClient, owner: type) -> Callable[P, Iterator[T]]: ...
     def __get__(self, client: Any, owner: type) -> Any:
-        if client is None:
-            return self
-        op, calls, drive = self._op, client._calls, client._drive
-        return lambda *args, **kwargs: drive(op(calls, *args, **kwargs))
+        return self if client is None else MethodType(self, client)
 
 
 class _Client(Generic[HttpT, TransportT]):
