@@ -1,11 +1,10 @@
 """The JSONL store's append unit, run in the writer thread, and what a failed append leaves behind.
 
-An append writes its index entry first and fsyncs it, then writes the batch to the log and
-fsyncs that, so a torn batch is marked by its entry and cut whole on open. An append that
-seals the open run rewrites the log under a rollback journal (`persistence.jsonl.journal`):
-the journal is durable before anything is overwritten, and is cleared once the rewrite is.
-A rewrite that fails and cannot be undone from its journal makes the store fail closed: no
-append is taken until it is reopened.
+The unit checks an append against the session's loaded state and stages its writes for the
+group's barriers, in the order `persistence.jsonl.store` describes: the index entry before
+the log bytes, and a sealing rewrite's rollback journal before either. A failed append is
+undone; a failed rewrite is undone from its journal, and when that cannot be trusted the
+store fails closed: no append is taken until it is reopened.
 """
 
 from __future__ import annotations
