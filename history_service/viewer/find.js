@@ -4,7 +4,7 @@
 // and where the browser has the CSS Custom Highlight API each occurrence is highlighted in
 // place, without touching the text nodes that live tokens extend. A new query starts at the
 // newest match, as a reader of a chat is usually at its end; next and previous wrap around.
-import { shownText } from "./timeline.js";
+import { shownText } from "./render.js";
 
 const MATCH = "find-match";
 const CURRENT = "find-current";

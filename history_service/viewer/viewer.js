@@ -6,7 +6,8 @@
 import { Backoff, HistoryClient, MAX_MESSAGES, ServiceError, SessionDeletedError } from "history-transport-client";
 import { Finder } from "./find.js";
 import { showSessions } from "./sessions.js";
-import { Timeline, eventItem, joinItems, recordItem } from "./timeline.js";
+import { eventItem, joinItems, recordItem } from "./items.js";
+import { Timeline } from "./timeline.js";
 
 const TOKEN_KEY = "history.token";
 const PRINCIPAL_KEY = "history.principal";
@@ -67,7 +68,7 @@ const children = new Map();
  * Link each tool call and result that names a subagent child of this session to the child's
  * view. A named id is looked up once (`/v1/sessions/{this}/subagents/{id}`): only a child
  * the service holds under this session gets a link.
- * @param {import("./timeline.js").Item[]} items
+ * @param {import("./items.js").Item[]} items
  */
 function linkChildren(items) {
   const client = state.client;

@@ -23,8 +23,10 @@ from typing import Final, NamedTuple
 import msgspec
 
 from codec import SessionHeader, StoredRecord
+from persistence.base import SessionInfo
+from persistence.errors import SessionNotFoundError
 from persistence.group_commit import unavailable
-from persistence.jsonl.layout import INDEX_NAME
+from persistence.jsonl.layout import INDEX_NAME, closed_at, touched_at, with_closed
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 
 __all__ = [
@@ -265,6 +267,23 @@ class IndexedSession:
         self.head = -1
         # Per entry: where its records, messages and hidden ranges begin in the columns.
         self._first: list[tuple[int, int, int]] = []
+
+    def info(self) -> SessionInfo:
+        try:
+            touched = touched_at(self.directory)  # two stats, as checking the index's size makes one: on the loop
+        except FileNotFoundError:
+            raise SessionNotFoundError(self.header.id) from None  # deleted by another process meanwhile
+        return SessionInfo(self.header, self.owner, self.head, touched)
+
+    def learn_closed(self, at: int | None) -> None:
+        """Keep that the session was closed at ``at`` (from `closed_at`), if it was."""
+        self.header = with_closed(self.header, at)
+
+    def recheck_closed(self) -> None:
+        """Look again whether the session is closed: another process (the CLI, say) may have closed it,
+        and a close leaves the index as it was."""
+        if self.header.closedAt is msgspec.UNSET:
+            self.learn_closed(closed_at(self.directory))
 
     def add(self, entry: Entry) -> None:
         self.add_all([entry])

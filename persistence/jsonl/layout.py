@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import msgspec
 
@@ -12,9 +12,6 @@ from codec import SessionHeader, encode
 from persistence.base import DEFAULT_OWNER
 from persistence.errors import CorruptLogError, InvalidSessionIdError, SchemaVersionError, StoreError
 from persistence.jsonl.files import write_atomic
-
-if TYPE_CHECKING:
-    from persistence.jsonl.index import IndexedSession
 
 __all__ = [
     "CLOSED_NAME",
@@ -26,12 +23,10 @@ __all__ = [
     "RootMarker",
     "closed_at",
     "encode_segment",
-    "learn_closed",
     "named_for",
     "open_root",
     "owner_of",
     "read_marker",
-    "recheck_closed",
     "touched_at",
     "with_closed",
 ]
@@ -44,7 +39,6 @@ OWNER_NAME: Final = "owner"
 # Present once the session is closed: its closedAt, as decimal text, written atomically.
 CLOSED_NAME: Final = "closed"
 _MAX_DIR_NAME: Final = 240
-# A page whose records span more log bytes than this is read in a worker thread, off the event loop.
 _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
@@ -86,18 +80,6 @@ def with_closed(header: SessionHeader, at: int | None) -> SessionHeader:
     if at is None or header.closedAt is not msgspec.UNSET:
         return header
     return msgspec.structs.replace(header, closedAt=at)
-
-
-def learn_closed(state: IndexedSession, at: int | None) -> None:
-    """Keep in the session's state that it was closed at ``at`` (from `closed_at`), if it was."""
-    state.header = with_closed(state.header, at)
-
-
-def recheck_closed(state: IndexedSession) -> None:
-    """Look again whether the session is closed: another process (the CLI, say) may have closed it,
-    and a close leaves the index as it was."""
-    if state.header.closedAt is msgspec.UNSET:
-        learn_closed(state, closed_at(state.directory))
 
 
 def encode_segment(session_id: str) -> str:

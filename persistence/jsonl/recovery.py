@@ -30,7 +30,6 @@ from codec import (
 )
 from persistence._zstd import ZstdContexts
 from persistence.errors import CorruptLogError, SessionNotFoundError
-from persistence.jsonl import journal as jsonl_journal
 from persistence.jsonl.files import read_head, truncate, write_atomic
 from persistence.jsonl.index import (
     INDEX_VERSION,
@@ -41,6 +40,7 @@ from persistence.jsonl.index import (
     make_entry,
     read_index,
 )
+from persistence.jsonl.journal import settle, undo
 from persistence.jsonl.layout import INDEX_NAME, owner_of
 from persistence.message_index import index_entries
 
@@ -73,9 +73,9 @@ class Loader:
     def load(self, directory: Path, session_id: str, *, distrust: bool = False) -> IndexedSession:
         """The session's state from its files, a crashed rewrite settled first (undone, with ``distrust``)."""
         log_path = directory / self._log_name
-        settle = jsonl_journal.undo if distrust else jsonl_journal.settle
+        settling = undo if distrust else settle
         try:
-            if settle(directory, log_path, directory / INDEX_NAME):
+            if settling(directory, log_path, directory / INDEX_NAME):
                 logger.warning("session %r: undid a sealing rewrite that a crash interrupted", session_id)
             log_size = log_path.stat().st_size
             first = read_head(log_path, self._zstd)

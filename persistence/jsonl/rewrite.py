@@ -13,9 +13,9 @@ from typing import Final, Protocol
 
 from codec import StoredRecord
 from persistence.batch import PreparedBatch
-from persistence.jsonl import journal as jsonl_journal
 from persistence.jsonl.files import pread, reading
 from persistence.jsonl.index import Entry, IndexedRecord, IndexedSession, make_entry, position
+from persistence.jsonl.journal import Journal
 from persistence.jsonl.recovery import Loader
 from persistence.message_index import MessageEntry
 from persistence.page_bound import bounded_cuts, floor_sizes
@@ -34,7 +34,7 @@ class Records(Protocol):
 
 def write_plan(
     state: IndexedSession, batch: PreparedBatch, loader: Loader, stored: Stored
-) -> tuple[list[Entry], int, bytes, jsonl_journal.Journal | None]:
+) -> tuple[list[Entry], int, bytes, Journal | None]:
     """The entries, log offset and bytes that append a batch, sealing the open run; a journal for a rewrite."""
     count = len(state.starts)
     tail = trailing_run(state, count)
@@ -77,7 +77,7 @@ def write_plan(
         both = ([*old_messages, *batch.messages], [*old_hidden, *batch.hidden])
         entries = [make_entry(split, split + len(block), indexed, *both, replaces=number)]
     written = kept_block + block
-    journal = jsonl_journal.Journal(start, saved, state.index_size, len(written), zlib.crc32(written))
+    journal = Journal(start, saved, state.index_size, len(written), zlib.crc32(written))
     return entries, start, written, journal
 
 

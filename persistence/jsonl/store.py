@@ -26,19 +26,22 @@ append's unit tries its lock in the writer thread without waiting; a busy lock i
 for in a worker thread of the append's own, which joins the next group with it, so the
 writer thread never waits on a lock.
 
+`JsonlStore` holds the sessions' loaded states and their lifecycle (create, close, delete),
+and hands the rest to one module per job: `persistence.jsonl.appends` (the append unit in the
+writer thread), `persistence.jsonl.reads` (records and pages), `persistence.jsonl.listing`,
+`persistence.jsonl.deletion` and `persistence.jsonl.recovery` (loading a session's files).
+
 A log placed in a root by hand (a recorded fixture, say) is served as it is: lines that
 omit ``seq``/``time`` get them rebuilt when read, and its owner is `DEFAULT_OWNER`.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import functools
-import logging
 import os
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,7 +49,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from codec import Event, SessionHeader, StoredRecord, decode_json, encode, record_from_value
+from codec import Event, SessionHeader, StoredRecord, encode
 from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
@@ -57,38 +60,16 @@ from persistence.base import (
     SessionInfo,
     SessionKey,
     SessionSummary,
-    events_in,
     incarnated,
 )
-from persistence.batch import PreparedBatch, prepared
+from persistence.batch import prepared
 from persistence.errors import SessionExistsError, SessionNotFoundError, StoreError
 from persistence.group_commit import GroupCommit, unavailable
-from persistence.jsonl import journal as jsonl_journal
+from persistence.jsonl.appends import Appends
 from persistence.jsonl.deletion import delete_tree, finish_deletes, tree_size
-from persistence.jsonl.file_groups import FileGroup, FileGroups, Staged, Step
-from persistence.jsonl.files import (
-    SessionLock,
-    acquire,
-    fsync_path,
-    locked,
-    pread,
-    reading,
-    truncate,
-    write_atomic,
-    write_file,
-    write_unsynced,
-)
-from persistence.jsonl.index import (
-    INDEX_VERSION,
-    Entry,
-    IndexedSession,
-    IndexHead,
-    block_ranges,
-    index_frame,
-    index_size,
-    position,
-    windows,
-)
+from persistence.jsonl.file_groups import FileGroups
+from persistence.jsonl.files import SessionLock, acquire, fsync_path, locked, write_atomic, write_file
+from persistence.jsonl.index import INDEX_VERSION, IndexedSession, IndexHead, index_size
 from persistence.jsonl.layout import (
     CLOSED_NAME,
     FORMAT_VERSION,
@@ -98,22 +79,17 @@ from persistence.jsonl.layout import (
     ROOT_MARKER,
     closed_at,
     encode_segment,
-    learn_closed,
     open_root,
     read_marker,
-    recheck_closed,
     touched_at,
 )
 from persistence.jsonl.listing import Listing
+from persistence.jsonl.reads import Reads
 from persistence.jsonl.recovery import Loader
-from persistence.jsonl.rewrite import bounded, span, write_plan
-from persistence.off_loop import OFF_LOOP_BYTES
-from persistence.rules import Life, check_life, confirm_resend, page_span, plan_batch
+from persistence.rules import Life, check_life
 from persistence.state import KeyedLocks, Lru
 
 __all__ = ["JsonlStore"]
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Ids = Collection[str]
@@ -139,10 +115,27 @@ class JsonlStore(HistoryStore):
         self._locks = KeyedLocks()
         self._groups = FileGroups()
         self._writer = GroupCommit(self._groups, name="history-jsonl-writer")
-        # Set when a failed rewrite may not be undone from its journal: appends stop until the store is reopened.
-        self._broken: str | None = None
-        # Its sessions: their files may look whole in the page cache and not be, so their journals are undone.
+        # The sessions of a store that failed closed: their files may look whole in the page cache and not be,
+        # so their journals are undone when they load.
         self._distrusted: set[str] = set()
+        self._reads = Reads(
+            zstd=self._zstd,
+            contexts=self._contexts,
+            log_name=self._log_name,
+            states=self._states,
+            state=self._state,
+            directory=self._directory,
+        )
+        self._appends = Appends(
+            root=root,
+            loader=self._loader,
+            log_name=self._log_name,
+            states=self._states,
+            state=functools.partial(self._state, holding_lock=True),
+            stored=self._reads.stored,
+            directory=self._directory,
+            distrusted=self._distrusted,
+        )
 
     @classmethod
     async def open(
@@ -208,22 +201,14 @@ class JsonlStore(HistoryStore):
         state = self._fresh(session_id)
         if state is None:
             state = await self._run(self._state, session_id)
-        return self._info(state)
-
-    @staticmethod
-    def _info(state: IndexedSession) -> SessionInfo:
-        try:
-            touched = touched_at(state.directory)  # two stats, as `_fresh` makes one: on the loop
-        except FileNotFoundError:
-            raise SessionNotFoundError(state.header.id) from None  # deleted by another process meanwhile
-        return SessionInfo(state.header, state.owner, state.head, touched)
+        return state.info()
 
     def _fresh(self, session_id: str) -> IndexedSession | None:
         """The loaded state when its index has not grown since, found without leaving the event loop; else ``None``."""
         state = self._states.get(session_id)
         if state is None or index_size(state.directory) != state.index_size:
             return None
-        recheck_closed(state)
+        state.recheck_closed()
         return state
 
     async def children(self, parent_id: str) -> list[SessionHeader]:
@@ -247,7 +232,7 @@ class JsonlStore(HistoryStore):
         directory = self._directory(session_id)
         fresh = state is not None and index_size(directory) == state.index_size
         if state is not None and fresh and (not holding_lock or self._loader.same_life(state)):
-            recheck_closed(state)
+            state.recheck_closed()
             return state
         if holding_lock:
             state = self._load(directory, session_id)
@@ -259,13 +244,13 @@ class JsonlStore(HistoryStore):
 
     def _load(self, directory: Path, session_id: str) -> IndexedSession:
         state = self._loader.load(directory, session_id, distrust=session_id in self._distrusted)
-        learn_closed(state, closed_at(directory))
+        state.learn_closed(closed_at(directory))
         return state
 
     # Appends.
 
     async def append(self, session_id: str, events: Sequence[Event], *, life: Life | None = None) -> AppendResult:
-        self._check_writable()
+        self._appends.check_writable()
         async with self._locks.hold(session_id):
             batch = await prepared(events)
             if session_id not in self._states:
@@ -278,7 +263,7 @@ class JsonlStore(HistoryStore):
                 while True:
                     result = await self._writer.run(
                         functools.partial(
-                            self._append_unit, lock=lock, session_id=session_id, events=events, batch=batch, life=life
+                            self._appends.unit, lock=lock, session_id=session_id, events=events, batch=batch, life=life
                         ),
                         session_id,
                     )
@@ -291,7 +276,7 @@ class JsonlStore(HistoryStore):
                     lock.release()
 
     async def delete_session(self, session_id: str, *, life: Life | None = None) -> list[str]:
-        self._check_writable()
+        self._appends.check_writable()
         tree = await self._run(self._tree, session_id)
         async with contextlib.AsyncExitStack() as held:
             # In one order, so two deletes of overlapping trees never wait on each other.
@@ -317,7 +302,7 @@ class JsonlStore(HistoryStore):
         self._listing.forget(encode_segment(session_id))
 
     async def close_session(self, session_id: str, *, closed_at: int, life: Life | None = None) -> SessionInfo:
-        self._check_writable()
+        self._appends.check_writable()
         async with self._locks.hold(session_id):
             return await self._run(self._close_sync, session_id, closed_at, life)
 
@@ -330,8 +315,8 @@ class JsonlStore(HistoryStore):
             if found is None:
                 write_atomic(state.directory / CLOSED_NAME, str(at).encode())
                 found = at
-            learn_closed(state, found)
-            return self._info(state)
+            state.learn_closed(found)
+            return state.info()
 
     async def _wait_lock(self, session_id: str) -> SessionLock:
         # Shielded: a lock taken in the thread must come back here to be released.
@@ -339,160 +324,10 @@ class JsonlStore(HistoryStore):
             lock = await self._run(acquire, self._directory(session_id), session_id)
         return lock
 
-    def _append_unit(
-        self,
-        group: FileGroup,
-        *,
-        lock: SessionLock | None,
-        session_id: str,
-        events: Sequence[Event],
-        batch: PreparedBatch | None,
-        life: Life | None,
-    ) -> AppendResult | None:
-        """One append, in the writer thread: checked now, staged for the group's barriers.
-
-        Without ``lock`` it tries the session's lock itself, and is ``None`` when that is busy:
-        the caller waits for it outside the writer, which serves every session, and comes back with it.
-        """
-        directory = self._directory(session_id)
-        if lock is None:
-            try:
-                lock = acquire(directory, session_id, wait=False)
-            except BlockingIOError:
-                return None
-        # Held until the group is durable: no reader or other process sees the session mid-append.
-        group.hold(lock)
-        self._check_writable()
-        journal_size = jsonl_journal.journal_size(directory)
-        if journal_size:
-            # A writer died after its journal and before its index entry, so the index
-            # looks unchanged; settle before appending, or a later settle would undo this.
-            self._states.pop(session_id)
-        state = self._state(session_id, holding_lock=True)
-        check_life(session_id, life, state.header, state.owner)
-        closed = state.header.closedAt is not msgspec.UNSET
-        plan = plan_batch(session_id, [event.seq for event in events], state.head, closed=closed)
-        if plan.resend:
-            stored = events_in(self._stored(state, plan.first_seq, plan.to_seq), plan.first_seq, plan.to_seq)
-            confirm_resend(session_id, events, stored, state.head, closed=closed)
-        if not plan.writes or batch is None:
-            return AppendResult.of(plan)
-        entries, start, block, journal = write_plan(state, batch, self._loader, self._stored)
-        line = b"".join(map(index_frame, entries))
-        index_at = state.index_size
-        index_path, log_path = directory / INDEX_NAME, directory / self._log_name
-        write_index = functools.partial(write_unsynced, index_path, index_at, line, size=index_at)
-        write_log = functools.partial(write_unsynced, log_path, start, block)
-        if journal is None:
-            # The index entry before the log bytes: if the log write tears, the entry marks the batch as torn.
-            steps: tuple[tuple[Step, ...], ...] = ((write_index,), (write_log,))
-            failed = functools.partial(self._undo, state, start, index_at)
-        else:
-            # A sealing rewrite: its journal is durable before anything is overwritten, and can undo any part
-            # of the entries and bytes after it, so those share the second barrier; it is cleared in a third.
-            if journal_size is None:
-                jsonl_journal.ready(directory)
-            journal = msgspec.structs.replace(journal, entries=line)
-            clearing = jsonl_journal.Clearing(directory)
-            steps = (
-                (functools.partial(jsonl_journal.written, directory, journal),),
-                (write_index, write_log),
-                (clearing,),
-            )
-            failed = functools.partial(self._settle_failed, state, clearing)
-        durable = functools.partial(self._applied, state, entries, len(line))
-        group.stage(Staged(steps, log_path, durable, failed))
-        return AppendResult.of(plan)
-
-    @staticmethod
-    def _applied(state: IndexedSession, entries: list[Entry], size: int) -> None:
-        state.add_all(entries)
-        state.index_size += size
-
-    def _settle_failed(self, state: IndexedSession, clearing: jsonl_journal.Clearing) -> None:
-        """Undo a failed rewrite from its journal, or stop appends when that fails or its journal may not be clear.
-
-        Undone whatever the files now hold: a write whose fsync failed may look whole in the
-        page cache and still be lost. A journal whose clearing was not made durable can come
-        back after a power loss, after later appends; were the index lost too, settling it
-        then would cut them. So when the failure came at the clearing, or the undoing fails,
-        the store fails closed: no append is taken, and `check_ready` fails, until a reopen
-        settles the session again. Until then its reads undo a journal still pending, too.
-        """
-        session_id = state.header.id
-        self._states.pop(session_id)
-        try:
-            # Still pending: the failure came before the clearing's write, and undoing clears it durably.
-            pending = jsonl_journal.pending(state.directory)
-            jsonl_journal.undo(state.directory, state.directory / self._log_name, state.directory / INDEX_NAME)
-        except OSError as exc:
-            self._fail_closed(session_id, f"undoing its failed rewrite failed: {exc}")
-            return
-        if clearing.started and not pending:
-            self._fail_closed(session_id, "the journal of its rewrite could not be cleared durably")
-
-    def _fail_closed(self, session_id: str, why: str) -> None:
-        self._distrusted.add(session_id)
-        self._broken = f"session {session_id!r}: {why}; appends are refused until the store is reopened"
-        logger.error("JSONL store %s fails closed: %s", self._root, self._broken)
-
-    def _check_writable(self) -> None:
-        if self._broken is not None:
-            raise StoreError(f"store unavailable: {self._broken}")
-
-    def _undo(self, state: IndexedSession, start: int, index_size: int) -> None:
-        """Put a failed append's files back as they were, as far as they let us; the state is read again."""
-        self._states.pop(state.header.id)
-        with contextlib.suppress(OSError):
-            truncate(state.directory / self._log_name, start)
-            truncate(state.directory / INDEX_NAME, index_size)
-
     # Reads.
 
     async def read_stored(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
-        return await self._run(self._read_stored_sync, session_id, from_seq, to_seq)
-
-    def _read_stored_sync(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
-        with self._reading(session_id) as state:
-            return self._stored(state, from_seq, to_seq)
-
-    @contextlib.contextmanager
-    def _reading(self, session_id: str) -> Iterator[IndexedSession]:
-        """The session's current state, with the lock shared: no append rewrites the log meanwhile."""
-        directory = self._directory(session_id)
-        while True:
-            state = self._state(session_id)
-            with locked(directory, session_id, shared=True):
-                # The index only grows, except when a crash is undone, which restores an earlier state.
-                if index_size(directory) == state.index_size:
-                    yield state
-                    return
-
-    def _stored(self, state: IndexedSession, from_seq: int, to_seq: int) -> list[StoredRecord]:
-        first = max(0, bisect.bisect_right(state.starts, from_seq) - 1)
-        last = bisect.bisect_left(state.starts, to_seq)
-        out: list[StoredRecord] = []
-        if first >= last:
-            return out
-        with reading(state.directory / self._log_name) as log:
-            ranges = block_ranges(state, first, last) if self._zstd else windows(state, first, last)
-            for start, lo, hi in ranges:
-                if self._zstd:
-                    entry = state.entries[start]
-                    content = (
-                        self._contexts.decompressor().decompressobj().decompress(pread(log, entry.start, entry.end))
-                    )
-                    base = 0
-                else:
-                    content = pread(log, start, position(state, hi - 1) + state.lengths[hi - 1])
-                    base = start
-                for i in range(lo, hi):
-                    offset = (state.offsets[i] if self._zstd else position(state, i)) - base
-                    line = content[offset : offset + state.lengths[i]]
-                    if not state.canonical[i]:
-                        line = encode(record_from_value(decode_json(line), state.starts[i]))
-                    out.append(state.record(i, line))
-        return out
+        return await self._run(self._reads.read_stored, session_id, from_seq, to_seq)
 
     async def read_page(
         self,
@@ -505,63 +340,13 @@ class JsonlStore(HistoryStore):
     ) -> PageRead:
         # A loaded session's small page is read on the event loop: the index is in memory and the
         # records are one pread, which costs less than the hop to a worker thread.
-        read = _translated(self._page_inline, session_id, through, before, max_messages, max_bytes)
+        read = _translated(self._reads.page_inline, session_id, through, before, max_messages, max_bytes)
         if read is None:
-            read = await self._run(self._page_sync, session_id, through, before, max_messages, max_bytes)
+            read = await self._run(self._reads.page, session_id, through, before, max_messages, max_bytes)
         return read
-
-    def _page_inline(
-        self, session_id: str, through: int | None, before: int | None, max_messages: int, max_bytes: int | None
-    ) -> PageRead | None:
-        state = self._states.get(session_id)
-        if state is None or self._zstd:
-            # A zstd frame may decompress to any size: those reads go to a worker thread.
-            return None
-        try:
-            # Never wait on the event loop: a writer holding the lock sends the read to a worker thread.
-            with locked(state.directory, session_id, shared=True, wait=False):
-                if index_size(state.directory) != state.index_size:
-                    return None
-                return self._page_of(state, through, before, max_messages, max_bytes, OFF_LOOP_BYTES)
-        except (BlockingIOError, SessionNotFoundError):
-            return None
-
-    def _page_sync(
-        self, session_id: str, through: int | None, before: int | None, max_messages: int, max_bytes: int | None
-    ) -> PageRead:
-        with self._reading(session_id) as state:
-            read = self._page_of(state, through, before, max_messages, max_bytes, None)
-        assert read is not None
-        return read
-
-    def _page_of(
-        self,
-        state: IndexedSession,
-        through: int | None,
-        before: int | None,
-        max_messages: int,
-        max_bytes: int | None,
-        limit: int | None,
-    ) -> PageRead | None:
-        """The page's read from a state the caller holds the lock on; ``None`` if its records pass ``limit`` bytes."""
-        info = self._info(state)
-        window = page_span(state.head, through, before)
-        if not window.reads:
-            return PageRead.unread(info, window)
-        to_seq = window.to_seq
-        cuts = state.messages.cuts(to_seq, max_messages)
-        if max_bytes is not None and len(cuts) > 1:
-            cuts = bounded(state, cuts, to_seq, max_bytes)
-        if limit is not None and span(state, cuts[-1], to_seq) > limit:
-            return None
-        return PageRead(info, to_seq, cuts, self._stored(state, cuts[-1], to_seq))
 
     async def page_cuts(self, session_id: str, *, to_seq: int, max_messages: int) -> list[int]:
-        return await self._run(self._cuts_sync, session_id, to_seq, max_messages)
-
-    def _cuts_sync(self, session_id: str, to_seq: int, max_messages: int) -> list[int]:
-        with self._reading(session_id) as state:
-            return state.messages.cuts(to_seq, max_messages)
+        return await self._run(self._reads.cuts, session_id, to_seq, max_messages)
 
     # Readiness.
 
@@ -570,7 +355,7 @@ class JsonlStore(HistoryStore):
         await self._run(self._check_ready_sync)
 
     def _check_ready_sync(self) -> None:
-        self._check_writable()
+        self._appends.check_writable()
         try:
             found = read_marker((self._root / ROOT_MARKER).read_bytes())
             with os.scandir(self._root) as entries:

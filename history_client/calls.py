@@ -1,0 +1,256 @@
+"""The client's operations, each written once as a plan that does no I/O.
+
+A single request is a `Call`: what to send and how to read the answer. A paged or live read
+is a `Walk`: a paging or follow plan (`history_client.history`, `history_client.follow`) and
+the session it reads. `Calls` holds one method per public operation of the clients, with its
+parameters and promises; `AsyncHistoryClient` and `HistoryClient` are generated from it and
+only run its plans, one with an ``httpx.AsyncClient`` and one with an ``httpx.Client``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar
+
+import httpx
+
+from codec import Event, SessionHeader, encode
+from history_client.follow import Backoff, Connect, ConnectionHook, FollowPlan, follow_plan
+from history_client.history import Fetch, PageAnswer, Plan, history_plan, pages_plan
+from history_client.incarnations import INCARNATION_HEADER, Pin
+from history_client.pages import HistoryPage, read_page
+from history_client.requests import Requests, answer_error, auth_headers, json_body, service_error
+
+__all__ = ["Call", "Calls", "Walk"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class Call(NamedTuple, Generic[T]):
+    """One request, and how to read its answer: ``read`` returns the result or raises the error."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    read: Callable[[httpx.Response], T]
+    params: Mapping[str, int | str] | None = None
+    body: bytes | None = None
+
+    def build(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        return http.build_request(self.method, self.path, params=self.params, content=self.body, headers=self.headers)
+
+
+class Walk(NamedTuple, Generic[T]):
+    """A paging or follow plan over one session (or child); it emits ``T`` values."""
+
+    plan: Plan | FollowPlan
+    session: str
+    child: str | None
+    max_messages: int | None = None
+
+
+def _raw(page: Callable[P, Call[HistoryPage]]) -> Callable[P, Call[bytes]]:
+    """The same request as ``page``, read as the bare body."""
+
+    def page_body(*args: P.args, **kwargs: P.kwargs) -> Call[bytes]:
+        call = page(*args, **kwargs)
+        return Call(call.method, call.path, call.headers, _body, call.params)
+
+    page_body.__doc__ = "The raw JSON body of a page, decompressed but not decoded (see `iter_body_events`)."
+    return page_body
+
+
+class Calls:
+    """Every operation of the clients as a `Call` or a `Walk`, and the requests a walk needs."""
+
+    def __init__(
+        self,
+        *,
+        token: str | None,
+        principal: str | None,
+        timeout: float,
+        follow_read_timeout: float,
+        max_messages: int | None,
+        max_bytes: int | None,
+        backoff: Backoff | None,
+    ) -> None:
+        self._headers = auth_headers(token, principal)
+        self._requests = Requests(max_messages=max_messages, max_bytes=max_bytes)
+        self._follow_timeout = httpx.Timeout(timeout, read=follow_read_timeout)
+        self.backoff = backoff or Backoff()
+
+    def create_session(self, header: SessionHeader) -> Call[Any]:
+        """Create a session from its header (docs/protocol.md §6.1).
+
+        Returns ``{"id", "headSeq": -1, "incarnation"}``: the new session's incarnation (§2.5).
+
+        A subagent child is created the same way, with ``parentSession`` naming a session the
+        caller owns and ``origin="subagent"``. Raises `ServiceError` with ``code``
+        ``session_exists`` (even for the same header), ``invalid_header``,
+        ``invalid_session_id`` or ``invalid_parent``; `TransportError` when the service
+        cannot be reached.
+        """
+        return self._post("/v1/sessions", encode(header))
+
+    def append(self, session: str, events: Sequence[Event]) -> Call[Any]:
+        """Append one atomic batch to a session, or a subagent child, by its own id (§6.2).
+
+        The batch must continue the head: its first ``seq`` is ``headSeq + 1`` and the seqs
+        run without gaps. Delta ``assistant/chunk`` events (``data`` a `DeltaData`) are packed
+        into chunk rows by the service. Returns ``{"firstSeq", "headSeq"}``; the exact batch
+        sent again is a no-op that adds ``"idempotent": True``, so a batch whose answer was
+        lost can be re-sent. Raises `ServiceError` with ``code`` ``seq_conflict`` (its
+        ``response`` body holds the ``headSeq`` to continue from), ``invalid_batch``,
+        ``invalid_event``, ``batch_too_large`` or ``session_not_found``.
+        """
+        return self._post(Requests.path(session, None, "events"), encode({"events": events}))
+
+    def close_session(self, session: str) -> Call[Any]:
+        """Close a session, or a subagent child, by its own id (§6.3); returns ``{"headSeq", "closedAt"}``.
+
+        Idempotent: a closed session answers the same. Its follow streams end after its last
+        event, and a later append raises `ServiceError` with ``code`` ``session_closed``.
+        """
+        return self._post(Requests.path(session, None, "close"), b"")
+
+    def delete_session(self, session: str) -> Call[None]:
+        """Delete a session and its whole subagent tree, by the session's own id (§6.4).
+
+        Durable when it returns. Its followers end with `SessionDeletedError`, and the id may
+        be created again, as a new incarnation (§2.5). Raises `ServiceError` with ``code``
+        ``session_not_found`` for an unknown id (a deleted one too) or another principal's.
+        """
+        return Call("DELETE", Requests.address(session), self._headers, _deleted)
+
+    def page(
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        through: int | None = None,
+        before: int | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        incarnation: str | None = None,
+    ) -> Call[HistoryPage]:
+        """One validated page. Its records cover exactly ``[from_seq, to_seq)`` and it ends at the cursor asked for.
+
+        Its ``incarnation`` is the one the service named (§2.5). Given ``incarnation``, the page
+        must be of it: once that session is deleted, `SessionDeletedError` is raised.
+        """
+        params = self._requests.page_params(
+            through=through, before=before, max_messages=max_messages, max_bytes=max_bytes, incarnation=incarnation
+        )
+
+        def read(response: httpx.Response) -> HistoryPage:
+            body = _body(response)
+            pin = Pin(incarnation)
+            pin.learn(response.headers.get(INCARNATION_HEADER), "the page")
+            return read_page(body, through=through, before=before, incarnation=pin.incarnation)
+
+        return self._get(Requests.path(session, child, "page"), params, read)
+
+    page_body = _raw(page)
+
+    def iter_pages(
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        through: int | None = None,
+        after: int = -1,
+        incarnation: str | None = None,
+    ) -> Walk[HistoryPage]:
+        """Validated pages, newest first, back to the one holding ``after + 1``; each joins the last.
+
+        Every page is of one incarnation: ``incarnation``, or the first page's. If the session is
+        deleted meanwhile (and perhaps created again), `SessionDeletedError` is raised.
+        """
+        return Walk(pages_plan(through=through, after=after, incarnation=incarnation), session, child)
+
+    def iter_history(
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        after: int = -1,
+        through: int | None = None,
+        incarnation: str | None = None,
+    ) -> Walk[Event]:
+        """The exact events with ``after < seq <= through`` (default: to the head), in seq order.
+
+        Pages back from ``through``, keeping each page's body on disk, never decoded as a
+        whole, and replays them oldest first one row at a time (see `history_plan`). The pages
+        are of one incarnation, as in `iter_pages`.
+        """
+        return Walk(history_plan(through=through, after=after, incarnation=incarnation), session, child)
+
+    def follow(
+        self,
+        session: str,
+        *,
+        child: str | None = None,
+        after: int | None = None,
+        max_messages: int | None = None,
+        on_connection: ConnectionHook | None = None,
+        incarnation: str | None = None,
+    ) -> Walk[Event]:
+        """Every event after ``after`` (or from a fresh snapshot's tail page), exactly once, in order, live.
+
+        Reconnects with ``Last-Event-ID: <incarnation>:<seq>`` on any break, as ``backoff``
+        says; repairs gaps from pages. It ends when the session is closed (after its last
+        event), when the caller stops iterating, or when an error that retrying cannot fix is
+        raised: `SessionDeletedError` once the session is deleted, without reconnecting.
+        ``on_connection`` hears each failure that will be retried (`Retrying`) and each
+        stream that opens again after failures (`Reconnected`).
+
+        The follow is of one incarnation (§2.5): ``incarnation`` (say a page's, to follow on
+        from it), or the one its first frame names. Without it, a resume with ``after`` that
+        is cut before any event arrives reconnects to whichever session then holds the id.
+        """
+        plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection, incarnation=incarnation)
+        return Walk(plan, session, child, max_messages)
+
+    def fetch(self, page_path: str, action: Fetch) -> Call[PageAnswer]:
+        """The page at ``page_path`` that a walk's `Fetch` asks for."""
+        params = self._requests.page_params(
+            through=action.through,
+            before=action.before,
+            max_messages=None,
+            max_bytes=None,
+            incarnation=action.incarnation,
+        )
+        return self._get(page_path, params, _answer)
+
+    def connect(self, http: httpx.Client | httpx.AsyncClient, walk: Walk[Any], action: Connect) -> httpx.Request:
+        """The follow request a walk's `Connect` asks for; its answer is streamed."""
+        return http.build_request(
+            "GET",
+            Requests.path(walk.session, walk.child, "follow"),
+            params=Requests.follow_params(action.after, action.incarnation, walk.max_messages),
+            headers={**self._headers, **Requests.follow_headers(action.after, action.incarnation)},
+            timeout=self._follow_timeout,
+        )
+
+    def _get(self, path: str, params: Mapping[str, int | str], read: Callable[[httpx.Response], T]) -> Call[T]:
+        return Call("GET", path, self._headers, read, params=params)
+
+    def _post(self, path: str, body: bytes) -> Call[Any]:
+        return Call("POST", path, {**self._headers, "Content-Type": "application/json"}, json_body, body=body)
+
+
+def _body(response: httpx.Response) -> bytes:
+    """The body of a successful read; a failed one raises its error."""
+    if not response.is_success:
+        raise answer_error(response)
+    return response.content
+
+
+def _answer(response: httpx.Response) -> PageAnswer:
+    return PageAnswer(_body(response), response.headers.get(INCARNATION_HEADER))
+
+
+def _deleted(response: httpx.Response) -> None:
+    if not response.is_success:
+        raise service_error(response)

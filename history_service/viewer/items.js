@@ -1,0 +1,234 @@
+// The viewer's items: page records and live events become the things a reader sees, in seq order.
+//
+// An item is one thing a reader sees: a run of one block's deltas (text, reasoning or a tool
+// call's arguments), a user message, a tool result or a turn marker. A chunk row becomes one
+// item through joinedText, without expanding it; a live delta of the same block, next in seq,
+// joins the item in place. Every item carries its seq range, so order and coverage can be checked.
+//
+// An item also carries its first event's time and, for a model step's blocks, the step; a step's
+// `usage` chunk is not an item on screen but a line on the step's last block (timeline.js).
+import { joinedText } from "history-transport-client";
+
+const DELTA_KINDS = { "text-delta": "text", "reasoning-delta": "reasoning", "tool-call-delta": "tool" };
+const ROW_KINDS = { "text-chunks": "text", "reasoning-chunks": "reasoning", "tool-call-chunks": "tool" };
+
+/**
+ * An item, and what it hides when it is an edit (`conversationOp`) or a replacement (`surfaceOp`).
+ * @typedef {{start: number, end: number, why: string}} Hiding
+ * A step's token counts, as the harness's `usage` chunk gives them.
+ * @typedef {{inputTokens?: number, outputTokens?: number, cacheReadTokens?: number, reasoningTokens?: number}} Usage
+ * An item may also carry its tool call's id (`callId`), whether a tool result is an error
+ * (`error`), for injected context the kind of its source (`source`), its first event's time
+ * (`time`), the model step its blocks belong to (`step`) and token counts (`usage`). A `usage`
+ * item is a step's usage chunk: never rendered itself.
+ * @typedef {{kind: string, key: string, seq0: number, seq1: number, text: string, name?: string, hides?: Hiding, callId?: string, error?: boolean, source?: string, time?: number, step?: string, usage?: Usage}} Item
+ */
+
+
+export const USAGE_FIELDS = /** @type {const} */ (["inputTokens", "outputTokens", "cacheReadTokens", "reasoningTokens"]);
+
+/** @param {any} data @param {string} kind @param {any} chunk */
+function blockKey(data, kind, chunk) {
+  return JSON.stringify([kind, data.turn, data.step, chunk.index, kind === "tool" ? chunk.id : null]);
+}
+
+/** The model step a chunk belongs to, or undefined when it names none. @param {any} data */
+function stepKey(data) {
+  return data.step === undefined ? undefined : JSON.stringify([data.turn ?? null, data.step]);
+}
+
+/** Token counts from a usage object: its numeric fields, or undefined when it has none. @param {any} value @returns {Usage | undefined} */
+function usageOf(value) {
+  if (!value || typeof value !== "object") return undefined;
+  /** @type {Usage} */
+  const out = {};
+  for (const field of USAGE_FIELDS) if (typeof value[field] === "number") out[field] = value[field];
+  return Object.keys(out).length ? out : undefined;
+}
+
+/**
+ * The time an event carries, or undefined. A log that recorded none reads as time 0 (§13),
+ * so 0 is no time, and neither is one outside the range a Date holds.
+ * @param {unknown} time
+ */
+function timeOf(time) {
+  return typeof time === "number" && time !== 0 && Number.isFinite(new Date(time).getTime()) ? time : undefined;
+}
+
+/**
+ * The range an edit or a replacement hides (§2.1), or undefined.
+ * @param {any} event
+ * @returns {Hiding | undefined}
+ */
+function hiding(event) {
+  const op = event.conversationOp ?? event.surfaceOp;
+  if (!op || typeof op !== "object" || op.op !== "replace") return undefined;
+  return { start: op.start, end: op.end, why: event.conversationOp ? "edited out" : "replaced" };
+}
+
+/**
+ * The text of a message's content: its text parts, and the text nested in its tool-result
+ * parts (a harness's tool result holds `{type: "tool-result", content: [...]}`), joined by lines.
+ * @param {any} content
+ * @returns {string}
+ */
+export function messageText(content) {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  /** @type {string[]} */
+  const texts = [];
+  for (const part of content) {
+    if (!part || typeof part !== "object") continue;
+    if (part.type === "text" && typeof part.text === "string") texts.push(part.text);
+    else if (part.type === "tool-result") texts.push(messageText(part.content));
+  }
+  return texts.join("\n");
+}
+
+/** Whether a tool result says it failed: its own flag, an error beside it, or a part's flag. @param {any} data @param {any} message */
+function isErrorResult(data, message) {
+  if (data.isError === true || message.isError === true || (data.error !== undefined && data.error !== null)) return true;
+  return Array.isArray(message.content) && message.content.some((/** @type {any} */ part) => part && part.isError === true);
+}
+
+/** The call a tool result answers. @param {any} data @param {any} message @returns {string | undefined} */
+function resultCallId(data, message) {
+  if (typeof data.callId === "string") return data.callId;
+  if (message.source && typeof message.source.callId === "string") return message.source.callId;
+  const part = Array.isArray(message.content) ? message.content.find((/** @type {any} */ p) => p && typeof p.toolCallId === "string") : undefined;
+  return part ? part.toolCallId : undefined;
+}
+
+/**
+ * The item of one logical event, or null for an event the viewer does not show.
+ * @param {any} event
+ * @returns {Item | null}
+ */
+export function eventItem(event) {
+  const data = event.data;
+  const seq = event.seq;
+  const time = timeOf(event.time);
+  if (event.type === "assistant/chunk" && data && typeof data === "object" && data.chunk) {
+    const chunk = data.chunk;
+    if (chunk.type === "usage") {
+      const usage = usageOf(chunk.usage);
+      const step = stepKey(data);
+      return usage && step ? { kind: "usage", key: "", seq0: seq, seq1: seq, text: "", step, usage } : null;
+    }
+    const kind = DELTA_KINDS[/** @type {keyof DELTA_KINDS} */ (chunk.type)];
+    if (!kind) return null;
+    const text = kind === "tool" ? chunk.argumentsDelta : chunk.text;
+    if (typeof text !== "string") return null;
+    const item = withStep({ kind, key: blockKey(data, kind, chunk), seq0: seq, seq1: seq, text, time }, data);
+    return kind === "tool" ? toolCall(item, chunk) : item;
+  }
+  if (event.type === "user/message" && data && typeof data === "object") {
+    const text = typeof data.text === "string" ? data.text : messageText(data.content);
+    // Context the harness injected (its runtime context, a plugin's, a subagent's report) is not the user.
+    const source = data.source && typeof data.source === "object" ? data.source.kind : undefined;
+    if (typeof source === "string" && source !== "user") {
+      return withHiding({ kind: "context", key: "", seq0: seq, seq1: seq, text, source, time }, event);
+    }
+    return withHiding({ kind: "user", key: "", seq0: seq, seq1: seq, text, time }, event);
+  }
+  // A message built from deltas is already on screen as they were; one without is shown itself.
+  if (event.type === "assistant/message" && data && typeof data === "object" && !event.sourceEventSeqs?.length) {
+    const message = data.message && typeof data.message === "object" ? data.message : data;
+    const text = typeof message.text === "string" ? message.text : messageText(message.content);
+    /** @type {Item} */
+    const item = { kind: "assistant", key: "", seq0: seq, seq1: seq, text, time };
+    const usage = usageOf(message.usage ?? data.usage);
+    if (usage) item.usage = usage;
+    return withHiding(item, event);
+  }
+  if (event.type === "tool/result" && data && typeof data === "object") {
+    const message = data.message && typeof data.message === "object" ? data.message : data;
+    /** @type {Item} */
+    const item = { kind: "tool-result", key: "", seq0: seq, seq1: seq, text: messageText(message.content), time };
+    if (isErrorResult(data, message)) item.error = true;
+    const callId = resultCallId(data, message);
+    if (callId !== undefined) item.callId = callId;
+    return withHiding(item, event);
+  }
+  if (event.type === "turn/start" && data && typeof data === "object" && data.turn !== undefined) {
+    return { kind: "turn", key: "", seq0: seq, seq1: seq, text: String(data.turn), time };
+  }
+  return null;
+}
+
+/** A tool call's item with its name and call id, where the chunk or row has them. @param {Item} item @param {any} source @returns {Item} */
+function toolCall(item, source) {
+  const out = { ...item };
+  if (typeof source.name === "string") out.name = source.name;
+  if (typeof source.id === "string") out.callId = source.id;
+  return out;
+}
+
+/** @param {Item} item @param {any} data @returns {Item} */
+function withStep(item, data) {
+  const step = stepKey(data);
+  return step === undefined ? item : { ...item, step };
+}
+
+/** @param {Item} item @param {any} event @returns {Item} */
+function withHiding(item, event) {
+  const hides = hiding(event);
+  return hides ? { ...item, hides } : item;
+}
+
+/**
+ * The item of a page record (`{event}` or `{chunks}`, or a bare event or row).
+ * @param {any} record
+ * @returns {Item | null}
+ */
+export function recordItem(record) {
+  const value = record.chunks ?? record.event ?? record;
+  const kind = ROW_KINDS[/** @type {keyof ROW_KINDS} */ (value.type)];
+  if (!kind) return eventItem(value);
+  const data = value.data;
+  const joined = joinedText(value);
+  const members = kind === "tool" ? data.args.length : data.texts.length;
+  const item = withStep(
+    {
+      kind,
+      key: blockKey(data, kind, data),
+      seq0: value.seq0,
+      seq1: value.seq0 + members - 1,
+      text: joined.text,
+      time: timeOf(value.time0),
+    },
+    data,
+  );
+  return kind === "tool" ? toolCall(item, data) : item;
+}
+
+/** Whether `after` continues the block of `before`, next in seq. @param {Item} before @param {Item} after */
+export function joins(before, after) {
+  return before.key !== "" && before.key === after.key && before.seq1 + 1 === after.seq0;
+}
+
+/**
+ * Items in order, each run of one block joined.
+ * @param {Iterable<Item | null>} items
+ * @returns {Item[]}
+ */
+export function joinItems(items) {
+  /** @type {Item[]} */
+  const out = [];
+  for (const item of items) {
+    if (item === null) continue;
+    const last = out[out.length - 1];
+    if (last && joins(last, item)) {
+      out[out.length - 1] = {
+        ...last,
+        seq1: item.seq1,
+        text: last.text + item.text,
+        name: last.name ?? item.name,
+        callId: last.callId ?? item.callId,
+      };
+    } else {
+      out.push(item);
+    }
+  }
+  return out;
+}

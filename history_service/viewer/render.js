@@ -1,0 +1,215 @@
+// An item on screen: its element, label, body and meta line (time, token usage, copy button).
+import { USAGE_FIELDS } from "./items.js";
+
+/** @typedef {import("./items.js").Item} Item */
+/** @typedef {import("./items.js").Usage} Usage */
+
+/**
+ * An item on screen: its element, the text node of its body, its name line (a tool call's),
+ * the formatted copy of its arguments (a tool call's, once they parse as JSON) and its meta
+ * line (time, token usage, copy button), which stays outside the body.
+ * @typedef {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null, pretty: HTMLElement | null, meta: HTMLElement, usage: Usage | null}} Rendered
+ */
+
+// Each count's name in the usage line's title, and, for the two the line itself shows, its short name.
+const USAGE_NAMES = { inputTokens: "input", outputTokens: "output", cacheReadTokens: "cache read", reasoningTokens: "reasoning" };
+const USAGE_SHORT = { inputTokens: "in", outputTokens: "out" };
+// The time on each item: short and local; its title says the date too, and `datetime` the ISO time.
+const SHORT_TIME = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+const FULL_TIME = new Intl.DateTimeFormat(undefined, { dateStyle: "full", timeStyle: "long" });
+const COUNT = new Intl.NumberFormat();
+// Items a reader may want to copy: everything but turn markers.
+const COPYABLE = new Set(["text", "reasoning", "tool", "user", "assistant", "tool-result", "context"]);
+
+const LABELS = {
+  text: "Assistant",
+  reasoning: "Reasoning",
+  tool: "Tool call",
+  user: "User",
+  assistant: "Assistant",
+  "tool-result": "Tool result",
+  context: "Context",
+  turn: "Turn",
+};
+
+/** The text an item shows, which its copy button copies and find searches: a tool call's formatted arguments once they parse. @param {Element} el */
+export function shownText(el) {
+  const shown = el.classList.contains("formatted") ? el.querySelector(":scope > .pretty") : el.querySelector(":scope > .body");
+  return shown?.textContent ?? "";
+}
+
+/** A tool call's arguments as indented JSON, or null while they do not parse (yet). @param {string} text */
+export function prettyArguments(text) {
+  if (!text.trim()) return null;
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Put `text` on the clipboard; true when it got there. Without the Clipboard API (a page not
+ * served from a secure origin) a selected, off-screen textarea is copied instead.
+ * @param {Document} doc @param {string} text
+ */
+async function copyText(doc, text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    const area = doc.createElement("textarea");
+    area.className = "copy-source";
+    area.value = text;
+    doc.body.append(area);
+    area.select();
+    try {
+      return doc.execCommand("copy");
+    } finally {
+      area.remove();
+    }
+  }
+}
+
+/** Copy an item's shown text when its copy button is clicked; the button says whether it got there. @param {HTMLElement} root */
+export function handleCopies(root) {
+  root.addEventListener("click", (event) => {
+    const button = event.target instanceof Element ? event.target.closest("button.copy") : null;
+    const el = button?.closest(".item");
+    if (!button || !el) return;
+    void copyText(root.ownerDocument, shownText(el)).then((copied) => {
+      const state = copied ? "copied" : "failed";
+      /** @type {HTMLElement} */ (button).dataset.state = state;
+      button.textContent = copied ? "Copied" : "Copy failed";
+      setTimeout(() => {
+        if (/** @type {HTMLElement} */ (button).dataset.state !== state) return;
+        delete (/** @type {HTMLElement} */ (button).dataset.state);
+        button.textContent = "Copy";
+      }, 1500);
+    });
+  });
+}
+
+/** An item's element. @param {Document} doc @param {Item} item @returns {Rendered} */
+export function render(doc, item) {
+  const folded = item.kind === "reasoning" || item.kind === "context";
+  const el = doc.createElement(folded ? "details" : "div");
+  el.className = `item ${item.kind}`;
+  // Time, usage and the copy button: outside the label and the body, which hold only the item's own text.
+  const meta = doc.createElement("div");
+  meta.className = "meta";
+  if (COPYABLE.has(item.kind)) {
+    const copy = doc.createElement("button");
+    copy.type = "button";
+    copy.className = "copy";
+    copy.title = "Copy the text shown";
+    copy.textContent = "Copy";
+    meta.append(copy);
+  }
+  /** @type {HTMLElement | null} */
+  let name = null;
+  /** @type {HTMLElement | null} */
+  let pretty = null;
+  if (folded) {
+    const summary = doc.createElement("summary");
+    summary.textContent = item.kind === "context" ? `${LABELS.context}: ${item.source}` : LABELS.reasoning;
+    el.append(summary);
+  }
+  // After a details element's summary: in its folded part.
+  el.append(meta);
+  if (item.kind === "tool") {
+    name = doc.createElement("div");
+    name.className = "name";
+    name.textContent = item.name ?? "";
+    el.append(name);
+  } else if (item.kind === "tool-result" && item.error) {
+    const label = doc.createElement("div");
+    label.className = "label";
+    label.textContent = "Tool result: error";
+    el.append(label);
+  } else if (!folded && LABELS[/** @type {keyof LABELS} */ (item.kind)]) {
+    const label = doc.createElement("div");
+    label.className = "label";
+    label.textContent = LABELS[/** @type {keyof LABELS} */ (item.kind)];
+    el.append(label);
+  }
+  const body = doc.createElement(item.kind === "tool" || item.kind === "tool-result" ? "pre" : "div");
+  body.className = "body";
+  const text = doc.createTextNode(item.text);
+  body.append(text);
+  el.append(body);
+  if (item.kind === "tool") {
+    // The arguments as sent stay in the body; a formatted copy is shown once they parse.
+    pretty = doc.createElement("pre");
+    pretty.className = "pretty";
+    el.append(pretty);
+  }
+  /** @type {Rendered} */
+  const node = { item, el, body: text, name, pretty, meta, usage: null };
+  mark(node);
+  showTime(node);
+  if (item.usage) showUsage(node, item.usage);
+  return node;
+}
+
+/** Bring a node's data attributes and formatted arguments up to its item. @param {Rendered} node */
+export function mark(node) {
+  const { el, item } = node;
+  el.dataset.kind = item.kind;
+  el.dataset.seq0 = String(item.seq0);
+  el.dataset.seq1 = String(item.seq1);
+  if (item.error) el.dataset.error = "true";
+  if (item.callId !== undefined) el.dataset.callId = item.callId;
+  if (node.pretty) {
+    const formatted = prettyArguments(item.text);
+    node.pretty.textContent = formatted ?? "";
+    el.classList.toggle("formatted", formatted !== null);
+  }
+}
+
+/** Show the item's time on its meta line, or none. @param {Rendered} node */
+export function showTime(node) {
+  const time = node.item.time;
+  let el = /** @type {HTMLTimeElement | null} */ (node.meta.querySelector(":scope > time"));
+  if (time === undefined) {
+    el?.remove();
+    return;
+  }
+  if (el === null) {
+    el = node.el.ownerDocument.createElement("time");
+    node.meta.prepend(el);
+  }
+  const date = new Date(time);
+  el.dateTime = date.toISOString();
+  el.title = FULL_TIME.format(date);
+  el.textContent = SHORT_TIME.format(date);
+}
+
+/** Show a step's token usage on a node's meta line, or none. @param {Rendered} node @param {Usage | null} usage */
+export function showUsage(node, usage) {
+  node.usage = usage;
+  let el = /** @type {HTMLElement | null} */ (node.meta.querySelector(":scope > .usage"));
+  if (usage === null) {
+    el?.remove();
+    return;
+  }
+  if (el === null) {
+    el = node.el.ownerDocument.createElement("span");
+    el.className = "usage";
+    node.meta.insertBefore(el, node.meta.querySelector(":scope > .copy"));
+  }
+  const short = [];
+  const all = [];
+  for (const field of USAGE_FIELDS) {
+    const value = usage[field];
+    if (value === undefined) {
+      delete el.dataset[field];
+      continue;
+    }
+    el.dataset[field] = String(value);
+    all.push(`${USAGE_NAMES[field]} ${COUNT.format(value)}`);
+    if (field === "inputTokens" || field === "outputTokens") short.push(`${COUNT.format(value)} ${USAGE_SHORT[field]}`);
+  }
+  el.textContent = `${(short.length ? short : all).join(" · ")} tokens`;
+  el.title = `Tokens this step: ${all.join(", ")}`;
+}
