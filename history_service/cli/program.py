@@ -1,4 +1,4 @@
-"""The ``history-service`` command line: serve, import, export, list and page (parsing; `serve` and `admin` run them).
+"""The ``history-service`` program: its commands and their flags, and `main`, which runs one.
 
 Every command reads the same settings as ``serve`` (``HISTORY_*`` variables, then flags),
 says on stderr which store it uses, and reports a failure as one line on stderr with a
@@ -16,14 +16,14 @@ from urllib.parse import urlsplit
 
 from codec import distribution_version
 from history_client import cli_args
-from history_service.command import PROG, CommandError
+from history_service.cli import PROG, CommandError
 from history_service.params import DEFAULT_MAX_MESSAGES
 from history_service.settings import DEFAULT_STORE, ServerSettings, Settings, read_token_file
 
 try:
     import anyio
 
-    from history_service import admin, serve
+    from history_service.cli import launcher, store_commands
     from persistence import DEFAULT_OWNER, StoreError, describe_url
 except ModuleNotFoundError as missing:  # a client-only install: say what to install, not a traceback
     _MISSING: ModuleNotFoundError | None = missing
@@ -296,12 +296,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     try:
         if args.command == "serve":
             server = _server_settings(args)
-            with serve.listen(server) as sock:
+            with launcher.listen(server) as sock:
                 print(f"{PROG}: store {describe_url(server.app.store_url)}", file=err)
-                return serve.serve(sock, server, demo=args.demo, out=out, err=err)
+                return launcher.serve(sock, server, demo=args.demo, out=out, err=err)
         settings = _settings(args)
         print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
-        anyio.run(admin.run, args, settings, out, err)
+        anyio.run(store_commands.run, args, settings, out, err)
         out.flush()
     except BrokenPipeError:
         # The reader went away (`export ... | head`): it has what it wanted.
@@ -313,7 +313,3 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         print(f"{PROG}: error: {'; '.join(lines)}", file=err)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
