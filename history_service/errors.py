@@ -23,7 +23,9 @@ Each error is named for what happened; only `ERRORS` knows how it is answered::
     ├── InvalidParent                a child header whose parent the caller does not own
     ├── ThroughBeyondHead            a page asked to end past the session's head
     ├── Overloaded                   too many bytes in flight, or too many follow streams: retry later
-    └── ViewerUnavailable            the viewer's sources are not installed
+    ├── ViewerUnavailable            the viewer's sources are not installed
+    ├── TokenError                   a Durable Streams callback token that is not ours, or has expired
+    └── CommandError                 a ``history-service`` command's failure, reported as one line
 
 `ERRORS` maps error classes of every package to their answers, and the nearest class in
 an error's MRO decides, as Starlette looks handlers up. So:
@@ -36,6 +38,9 @@ an error's MRO decides, as Starlette looks handlers up. So:
   ``store_unavailable``, logged, with a fixed message that names no path. Each logged
   failure is one line; the app's `Tracebacks` adds the traceback to the first of a kind
   and then to one every few seconds.
+
+`TokenError` and `CommandError` have no row of their own: the subscriptions answer a bad
+token with their own 401, and a command's failure is a line on stderr, never an answer.
 
 `EXCEPTION_HANDLERS` is what the app passes to ``Starlette(exception_handlers=...)``.
 """
@@ -78,6 +83,7 @@ __all__ = [
     "EXCEPTION_HANDLERS",
     "Answer",
     "BodyTooLarge",
+    "CommandError",
     "ContentEncodingError",
     "ContentTooLargeError",
     "DuplicateHeader",
@@ -96,6 +102,7 @@ __all__ = [
     "RequestError",
     "SubagentChild",
     "ThroughBeyondHead",
+    "TokenError",
     "Unauthenticated",
     "UnsupportedEncoding",
     "ViewerUnavailable",
@@ -226,6 +233,18 @@ class ViewerUnavailable(HistoryServiceError):
         super().__init__(
             "the viewer needs the JavaScript client's sources (clients/js/src), which this install does not have"
         )
+
+
+class TokenError(HistoryServiceError):
+    """Raised when a callback token is not ours or not for its subscription (``code`` TOKEN_INVALID), or has expired."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class CommandError(HistoryServiceError):
+    """Raised by a ``history-service`` command for a failure it reports as one line on stderr, exiting 1."""
 
 
 def _no_fields(exc: Any) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """The ``history-service`` command line, and the name its commands report under.
 
+A command's failure is a `history_service.errors.CommandError`, reported as one line.
+
 Nothing else in the product imports this package. Its modules:
 
 * `history_service.cli.program`: the commands and their flags, and ``main``, which runs one
@@ -18,10 +20,6 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["PROG", "CommandError"]
+__all__ = ["PROG"]
 
 PROG: Final = "history-service"
-
-
-class CommandError(Exception):
-    """A failure the command reports as one line."""

@@ -26,8 +26,9 @@ import anyio
 import msgspec
 from prometheus_client import start_wsgi_server
 
-from history_service.cli import PROG, CommandError
+from history_service.cli import PROG
 from history_service.cli.demo import DEMO_SESSION, demo_sessions
+from history_service.errors import CommandError
 from history_service.metrics import Metrics, PrometheusMetrics, metrics_for, multiprocess_registry
 from history_service.settings import ServerSettings, Settings
 from persistence import StoreError, describe_url, open_store, shareable_across_workers

@@ -15,8 +15,9 @@ from typing import Final, TextIO
 from urllib.parse import urlsplit
 
 from codec import count, discard, distribution_version, port, positive
-from history_service.cli import PROG, CommandError
+from history_service.cli import PROG
 from history_service.durations import duration_ms
+from history_service.errors import CommandError
 from history_service.params import DEFAULT_MAX_MESSAGES
 from history_service.settings import DEFAULT_STORE, ServerSettings, Settings, read_token_file
 

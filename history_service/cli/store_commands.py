@@ -15,9 +15,8 @@ from typing import Final, TextIO
 
 from codec import CodecError, check_session_id, encode, written
 from history_service.bodies import Closed, ListedSession
-from history_service.cli import CommandError
 from history_service.cli.importer import ImportOptions, find_logs, import_logs
-from history_service.errors import ThroughBeyondHead
+from history_service.errors import CommandError, ThroughBeyondHead
 from history_service.pages import PageQuery, PageReader
 from history_service.params import MAX_MESSAGES
 from history_service.service import HistoryService

@@ -40,7 +40,7 @@ from starlette.responses import Response
 
 from history_service.durable.egress import Egress
 from history_service.durable.streams import MAX_NAME, plain
-from history_service.errors import BodyTooLarge
+from history_service.errors import BodyTooLarge, TokenError
 from history_service.requests import read_body
 
 __all__ = [
@@ -62,7 +62,6 @@ __all__ = [
     "Signer",
     "Signing",
     "StreamInfo",
-    "TokenError",
     "View",
     "WakeEvent",
     "answer",
@@ -354,14 +353,6 @@ class _Answer(Struct, frozen=True):
 
 _CLAIMS: Final = msgspec.json.Decoder(_Claims)
 _ANSWER: Final = msgspec.json.Decoder(_Answer)
-
-
-class TokenError(Exception):
-    """A callback token that is not ours or not for this subscription (``code`` TOKEN_INVALID), or has expired."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
 
 
 class _Keys(Struct, frozen=True, array_like=True):
