@@ -25,7 +25,6 @@ from msgspec import Struct
 from codec import stream_offset
 from history_service.durable import webhooks
 from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, StreamInfo
-from history_service.errors import TokenError
 from persistence import SubscriptionRecord
 
 __all__ = ["BEFORE_FIRST", "Link", "Subscription", "info", "matches", "new_record", "now_ms", "segments"]
@@ -183,7 +182,7 @@ class Subscription:
         """Refuse ``token`` and ``body`` unless they are the open wake's, its lease still running."""
         try:
             epoch = signer.epoch(token, self.subject)
-        except TokenError as exc:
+        except webhooks.TokenError as exc:
             raise Refusal(401, exc.code, "Token expired" if exc.code == "TOKEN_EXPIRED" else "Token invalid") from None
         if (
             self.wake_id is None

@@ -46,7 +46,6 @@ from history_service.durable.streams import plain
 from history_service.durable.subscription import Subscription, info, new_record, now_ms
 from history_service.durable.tails import Tails
 from history_service.durable.webhooks import MAX_LINKS, Callback, Config, Refusal, answer, stream_path
-from history_service.errors import TokenError
 from history_service.logs import Warnings
 from history_service.settings import Settings
 from persistence import (
@@ -128,7 +127,7 @@ class Subscriptions:
             if owner is None:
                 try:
                     owner = signer.owner(webhooks.bearer(request))
-                except TokenError as exc:
+                except webhooks.TokenError as exc:
                     raise Refusal(401, exc.code, "Token invalid") from None
             return await self._route(request, path, owner, headers)
         except Refusal as refusal:

@@ -62,6 +62,7 @@ __all__ = [
     "Signer",
     "Signing",
     "StreamInfo",
+    "TokenError",
     "View",
     "WakeEvent",
     "answer",
