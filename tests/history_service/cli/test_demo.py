@@ -1,4 +1,4 @@
-"""`history_service.demo`: the demo reads as a coding agent's session, and round-trips exactly."""
+"""`history_service.cli.demo`: the demo reads as a coding agent's session, and round-trips exactly."""
 
 from __future__ import annotations
 
