@@ -1,7 +1,8 @@
 """The pure codec: logical events, lossless chunk rows, stored records and the page wire format.
 
 It does no I/O and imports only msgspec and the standard library. The names here are what
-the stores, the service and the client use; the modules hold the rest.
+the stores, the service and the client use, with the flag types and the broken-pipe exit
+both command lines share (`codec.cli_args`); the modules hold the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from codec.chunk_rows import (
     expand_row,
     pack,
 )
+from codec.cli_args import count, discard, port, positive, seconds
 from codec.distribution import distribution_version
 from codec.durable import (
     MAX_LIFE,
@@ -112,6 +114,7 @@ __all__ = [
     "CHUNK_EVENT_TYPE",
     "ChunkRow",
     "CodecError",
+    "count",
     "decimal",
     "decode_event",
     "DECODE_FAILURES",
@@ -126,6 +129,7 @@ __all__ = [
     "decode_storage_line",
     "DeltaData",
     "derived_incarnation",
+    "discard",
     "distribution_version",
     "encode",
     "encode_lines",
@@ -163,6 +167,8 @@ __all__ = [
     "Part",
     "PIECE_BYTES",
     "pieces",
+    "port",
+    "positive",
     "raw_records",
     "read_header",
     "read_session_log",
@@ -175,6 +181,7 @@ __all__ = [
     "RESERVED_TYPES",
     "RowFormatError",
     "runs",
+    "seconds",
     "SESSION_ID_CHARS",
     "SessionHeader",
     "SessionIdError",

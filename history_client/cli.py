@@ -9,8 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
-from codec import Event, SessionIdError, distribution_version, encode, encode_lines
-from history_client import cli_args
+from codec import Event, SessionIdError, cli_args, distribution_version, encode, encode_lines
 from history_client.client import HistoryClient
 from history_client.errors import ClientError
 from history_client.follow import (

@@ -24,19 +24,20 @@ Each error is named for what happened; only `ERRORS` knows how it is answered::
     ├── ThroughBeyondHead            a page asked to end past the session's head
     ├── Overloaded                   too many bytes in flight, or too many follow streams: retry later
     ├── ViewerUnavailable            the viewer's sources are not installed
-    └── SubscriptionRefused          the subscription API under /ds refuses a request (§13.6)
-        ├── SubscriptionNotFound         no such subscription, or no such route of the API
-        ├── SubscriptionInvalid          a malformed body, id, stream name or ack
-        ├── SubscriptionBodyTooLarge     a body past the API's limit
-        ├── WebhookUrlRejected           a webhook URL this server will not notify
-        ├── WakeTokenInvalid             a missing or wrong wake token
-        │   └── WakeTokenExpired         a wake token past its time
-        ├── WakeFenced                   a token or body of a wake no longer open, or a change that lost its race
-        ├── SubscriptionExists           a PUT of an id that has another configuration
-        ├── SubscriptionLimit            too many subscriptions, or links of one
-        ├── WakeClaimed                  a claim of a wake another worker holds
-        ├── NoPendingWork                a claim with nothing to wake for
-        └── InvalidAck                   an ack of no linked stream, behind its ack or past its tail
+    ├── SubscriptionRefused          the subscription API under /ds refuses a request (§13.6)
+    │   ├── SubscriptionNotFound         no such subscription, or no such route of the API
+    │   ├── SubscriptionInvalid          a malformed body, id, stream name or ack
+    │   ├── SubscriptionBodyTooLarge     a body past the API's limit
+    │   ├── WebhookUrlRejected           a webhook URL this server will not notify
+    │   ├── WakeTokenInvalid             a missing or wrong wake token
+    │   │   └── WakeTokenExpired         a wake token past its time
+    │   ├── WakeFenced                   a token or body of a wake no longer open, or a change that lost its race
+    │   ├── SubscriptionExists           a PUT of an id that has another configuration
+    │   ├── SubscriptionLimit            too many subscriptions, or links of one
+    │   ├── WakeClaimed                  a claim of a wake another worker holds
+    │   ├── NoPendingWork                a claim with nothing to wake for
+    │   └── InvalidAck                   an ack of no linked stream, behind its ack or past its tail
+    └── CommandError                 a ``history-service`` command's failure, reported as one line
 
 `ERRORS` maps error classes of every package to their answers, and the nearest class in
 an error's MRO decides, as Starlette looks handlers up. So:
@@ -52,6 +53,8 @@ an error's MRO decides, as Starlette looks handlers up. So:
 
 A `SubscriptionRefused` is answered under ``/ds`` in the Durable Streams protocol's shape:
 its status the table's, its ``code`` the protocol's spelling (`SubscriptionRefused.code`).
+
+`CommandError` has no row of its own: a command's failure is a line on stderr, never an answer.
 
 `EXCEPTION_HANDLERS` is what the app passes to ``Starlette(exception_handlers=...)``.
 """
@@ -94,6 +97,7 @@ __all__ = [
     "EXCEPTION_HANDLERS",
     "Answer",
     "BodyTooLarge",
+    "CommandError",
     "ContentEncodingError",
     "ContentTooLargeError",
     "DuplicateHeader",
@@ -321,6 +325,10 @@ class NoPendingWork(SubscriptionRefused, code="NO_PENDING_WORK"):
 
 class InvalidAck(SubscriptionRefused, code="INVALID_OFFSET"):
     """Raised when an ack names no linked stream, or an offset not of it, behind its ack or past its tail."""
+
+
+class CommandError(HistoryServiceError):
+    """Raised by a ``history-service`` command for a failure it reports as one line on stderr, exiting 1."""
 
 
 def _no_fields(exc: Any) -> dict[str, Any]:

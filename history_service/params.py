@@ -17,7 +17,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from codec import INCARNATION_PATTERN, MAX_SAFE_INTEGER
-from history_client.cli_args import MOST_MS
+from history_service.durations import MOST_MS
 from history_service.encoding import Coding, spoken
 
 __all__ = [

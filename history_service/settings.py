@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from history_client.cli_args import duration_ms
+from history_service.durations import duration_ms
 from persistence import DEFAULT_SESSION_CACHE, DEFAULT_STORE_TIMEOUT
 
 __all__ = ["DEFAULT_STORE", "Env", "ServerSettings", "Settings", "environment_variables"]

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-from history_service.demo import DEMO_SESSION
+from history_service.cli.demo import DEMO_SESSION
 from testing.browser import launch, missing_reason
 from testing.servers import ServerProcess
 

@@ -186,7 +186,7 @@ class ServerProcess:
         self._log: Any = None
 
     def start(self, *extra: str) -> None:
-        code = "import sys; from history_service.cli import main; sys.exit(main())"
+        code = "import sys; from history_service.cli.program import main; sys.exit(main())"
         # Another venv's interpreter runs isolated (-I): neither the caller's PYTHONPATH nor the working
         # directory's packages may stand in for what that venv installed.
         isolated = ["-I"] if self.python != sys.executable else []

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from history_service.demo import DEMO_SESSION
+from history_service.cli.demo import DEMO_SESSION
 from testing.browser import checked_page, launch, missing_reason
 from testing.servers import ServerProcess
 

@@ -23,7 +23,7 @@ from testing.asgi import serving
 from testing.servers import free_port, wait_healthy
 
 LAUNCHERS = {
-    "history-service": ["-c", "import sys; from history_service.cli import main; sys.exit(main())", "serve"],
+    "history-service": ["-c", "import sys; from history_service.cli.program import main; sys.exit(main())", "serve"],
     "uvicorn-factory": ["-m", "uvicorn", "--factory", "history_service.app:app_factory"],
 }
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from codec import encode
-from history_service import cli, serve as launcher
 from history_service.app import create_app
+from history_service.cli import launcher, program as cli
 from history_service.cors import ALLOW_HEADERS, EXPOSE_HEADERS, MAX_AGE
 from history_service.settings import ServerSettings, Settings
 from persistence import SessionKey, SessionSummary

@@ -34,6 +34,7 @@ from history_service.errors import (
     ERRORS,
     EXCEPTION_HANDLERS,
     BodyTooLarge,
+    CommandError,
     ContentEncodingError,
     ContentTooLargeError,
     DuplicateHeader,
@@ -107,6 +108,9 @@ BASES: dict[str, type[Exception]] = {
 INHERITED: dict[type[Exception], type[Exception]] = {
     # Raised only as one of its subclasses.
     RequestError: HistoryServiceError,
+    # Never answered over HTTP: the subscriptions answer a bad callback token with their own
+    # 401, and a command's failure is a line on stderr.
+    CommandError: HistoryServiceError,
     # Placed by history_service.requests as a header's, the batch's or an item's; unplaced, an
     # internal failure on the service's own data.
     EventValidationError: CodecError,

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 from codec import DeltaData, Event, TextDelta, encode
 from history_client import Backoff, HistoryClient
-from history_service.cli import main
+from history_service.cli.program import main
 from testing.postgres import PG_URL, empty_postgres
 from testing.servers import ServerProcess, free_port, wait_healthy
 from testing.wire import id_seq
@@ -354,7 +354,7 @@ def test_workers_need_a_store_every_process_hears(tmp_path: Any) -> None:
 def test_two_workers_on_postgresql_serve_and_follow_across_each_other(pg: str) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
     argv = [sys.executable, "-c", code, "serve", "--workers", "2", "--store", pg, "--port", str(port)]
     env = {**os.environ, "HISTORY_PING_INTERVAL": "1"}
     quiet = subprocess.DEVNULL

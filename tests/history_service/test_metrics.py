@@ -375,7 +375,7 @@ def test_two_workers_report_the_sum_of_both(tmp_path: Path, metrics_port: bool) 
     metrics_url = f"http://127.0.0.1:{free_port()}" if metrics_port else base
     temp = tmp_path / "tmp"
     temp.mkdir()
-    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
     argv = [sys.executable, "-c", code, "serve", "--workers", "2", "--store", PG_URL, "--port", str(port)]
     if metrics_port:
         argv += ["--metrics-port", metrics_url.rsplit(":", 1)[1]]

@@ -12,7 +12,7 @@ import pytest
 import zstandard
 
 from codec import Page, PageRecord, SessionHeader, encode, pack_page
-from history_service.cli import main
+from history_service.cli.program import main
 from history_service.pages import LIFE_CHECK_EVERY, EncodedPage, PageCache, encode_page
 from history_service.scenarios import multi_turn
 from persistence import HistoryStore

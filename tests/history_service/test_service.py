@@ -25,7 +25,7 @@ from codec import (
 )
 from codec.events import MAX_DEPTH, MAX_SESSION_ID
 from history_client import HistoryClient
-from history_service.cli import main
+from history_service.cli.program import main
 from history_service.errors import ERRORS, NotOwner
 from history_service.pages import PageQuery
 from history_service.service import HistoryService

@@ -33,7 +33,7 @@ from msgspec import UNSET
 
 from codec import Event, ReplaceOp, encode
 from history_client import HistoryClient
-from history_service.demo import DEMO_CHILD, DEMO_SESSION
+from history_service.cli.demo import DEMO_CHILD, DEMO_SESSION
 from testing.browser import OUTPUT_DIR, checked_page, launch, missing_reason, screenshot
 from testing.corpus import CORPUS_ENV, corpus_dir
 from testing.docs_screenshots import SCHEMES, VIEWPORT, make_screenshots
@@ -619,7 +619,7 @@ def imported(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[s
     scenario: Path = request.param
     store = f"sqlite:///{tmp_path / 'corpus.db'}"
     # Its own process: Playwright's sync API already runs an event loop in this thread.
-    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
     done = subprocess.run([sys.executable, "-c", code, "import", "--store", store, str(scenario)], capture_output=True)
     assert done.returncode == 0, done.stderr
     headers = [json.loads(path.read_bytes().split(b"\n", 1)[0]) for path in sorted(scenario.glob("session*.jsonl"))]

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from codec import encode
-from history_service.cli import main
+from history_service.cli.program import main
 from persistence.errors import StoreError
 from persistence.sql.holders import Holders
 from persistence.sql.store import SqlStore

@@ -1,21 +1,19 @@
-"""What both command lines share: argparse validators, and leaving quietly when the reader goes away.
+"""What both command lines share: the argparse types of their flags, and leaving quietly when the reader goes away.
 
-Standard library only, so ``history-service`` can use it in a client-only install too.
+Both command lines read whole numbers from their flags and write to pipes, and the codec
+is the one package both may import: what they share is here, beside the other flag types
+of the same kind (a port, seconds). Standard library only, like the rest of the codec;
+`discard` is its one call that touches a file descriptor, made by a command's ``main``
+only, never by the codec itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
-from typing import Final, TextIO
+from typing import TextIO
 
-__all__ = ["MOST_MS", "count", "discard", "duration_ms", "port", "positive", "seconds"]
-
-# 100 years: a time that far ahead is still a safe integer (2^53 ms is 285,000 years).
-MOST_MS: Final = 36_500 * 86_400_000
-_UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION: Final = re.compile(r"([0-9]{1,12})(ms|s|m|h|d)")
+__all__ = ["count", "discard", "port", "positive", "seconds"]
 
 
 def port(text: str) -> int:
@@ -48,16 +46,6 @@ def seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected seconds, more than 0, not {text!r}")
     return value
-
-
-def duration_ms(text: str) -> int:
-    """A duration such as ``30d``, ``12h``, ``15m``, ``90s`` or ``500ms``, more than 0 and at most 100 years, in ms."""
-    found = _DURATION.fullmatch(text.strip())
-    if found is None or not 0 < int(found[1]) * _UNITS[found[2]] <= MOST_MS:
-        raise argparse.ArgumentTypeError(
-            f"expected a duration such as 30d, 12h, 15m, 90s or 500ms, at most 36500d, not {text!r}"
-        )
-    return int(found[1]) * _UNITS[found[2]]
 
 
 def _whole(text: str, least: int) -> int:

@@ -37,11 +37,11 @@ from codec import (
     read_header,
     read_session_log,
 )
+from history_service.cli import PROG
 from persistence import HistoryStore, SessionExistsError, SessionNotFoundError, StoreError, subagent_parent
 
 __all__ = ["ImportOptions", "Outcome", "derived_id", "find_logs", "import_logs", "is_templated", "plan_ids"]
 
-PROG: Final = "history-service"
 _CHILD: Final = re.compile(r"session\.(\d+)\.jsonl")
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._:@~-]")
 

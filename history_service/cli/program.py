@@ -1,4 +1,4 @@
-"""The ``history-service`` command line: serve, import, export, list and page (parsing; `serve` and `admin` run them).
+"""The ``history-service`` program: its commands and their flags, and `main`, which runs one.
 
 Every command reads the same settings as ``serve`` (``HISTORY_*`` variables, then flags),
 says on stderr which store it uses, and reports a failure as one line on stderr with a
@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import Final, TextIO
 from urllib.parse import urlsplit
 
-from codec import distribution_version
-from history_client import cli_args
-from history_service.command import PROG, CommandError
+from codec import count, discard, distribution_version, port, positive
+from history_service.cli import PROG
+from history_service.durations import duration_ms
+from history_service.errors import CommandError
 from history_service.params import DEFAULT_MAX_MESSAGES
 from history_service.settings import DEFAULT_STORE, ServerSettings, Settings, read_token_file
 
 try:
     import anyio
 
-    from history_service import admin, serve
+    from history_service.cli import launcher, store_commands
     from persistence import DEFAULT_OWNER, StoreError, describe_url
 except ModuleNotFoundError as missing:  # a client-only install: say what to install, not a traceback
     _MISSING: ModuleNotFoundError | None = missing
@@ -62,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     server.add_argument("--store", help=STORE_HELP)
     server.add_argument("--host", help="interface to bind (default: $HISTORY_HOST, else 127.0.0.1)")
-    server.add_argument("--port", type=cli_args.port, help="port to bind, 1-65535 (default: $HISTORY_PORT, else 8000)")
+    server.add_argument("--port", type=port, help="port to bind, 1-65535 (default: $HISTORY_PORT, else 8000)")
     server.add_argument(
         "--auth",
         choices=["none", "token"],
@@ -82,12 +83,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     server.add_argument(
         "--workers",
-        type=cli_args.positive,
+        type=positive,
         help="server processes (default: $HISTORY_WORKERS, else 1); more than one needs a PostgreSQL store",
     )
     server.add_argument(
         "--metrics-port",
-        type=cli_args.port,
+        type=port,
         help=(
             "serve GET /metrics on this port of --host instead of the API port, without authentication "
             "(or HISTORY_METRICS_PORT)"
@@ -161,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     lister.add_argument("--store", help=STORE_HELP)
     lister.add_argument("--owner", default=DEFAULT_OWNER, help="whose sessions (default: %(default)s)")
-    lister.add_argument("--limit", type=cli_args.count, metavar="N", help="print at most N sessions (default: all)")
+    lister.add_argument("--limit", type=count, metavar="N", help="print at most N sessions (default: all)")
 
     closer = commands.add_parser(
         "close",
@@ -204,7 +205,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     purger.add_argument(
         "--older-than",
-        type=cli_args.duration_ms,
+        type=duration_ms,
         metavar="DURATION",
         help="also delete sessions last written this long ago: 30d, 12h, 15m, 90s or 500ms "
         "(default: $HISTORY_RETENTION, else only sessions past their own expiresAt)",
@@ -232,12 +233,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     pager.add_argument("session_id", metavar="SESSION_ID")
     pager.add_argument("--store", help=STORE_HELP)
-    pager.add_argument("--through", type=cli_args.count, metavar="N", help="inclusive upper seq (default: the head)")
-    pager.add_argument("--before", type=cli_args.count, metavar="N", help="exclusive upper seq, for paging backwards")
+    pager.add_argument("--through", type=count, metavar="N", help="inclusive upper seq (default: the head)")
+    pager.add_argument("--before", type=count, metavar="N", help="exclusive upper seq, for paging backwards")
     pager.add_argument(
         "--max-messages", type=int, default=DEFAULT_MAX_MESSAGES, metavar="N", help="messages (default: %(default)s)"
     )
-    pager.add_argument("--max-bytes", type=cli_args.count, metavar="N", help="byte target for the body")
+    pager.add_argument("--max-bytes", type=count, metavar="N", help="byte target for the body")
     return parser
 
 
@@ -296,16 +297,16 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     try:
         if args.command == "serve":
             server = _server_settings(args)
-            with serve.listen(server) as sock:
+            with launcher.listen(server) as sock:
                 print(f"{PROG}: store {describe_url(server.app.store_url)}", file=err)
-                return serve.serve(sock, server, demo=args.demo, out=out, err=err)
+                return launcher.serve(sock, server, demo=args.demo, out=out, err=err)
         settings = _settings(args)
         print(f"{PROG}: store {describe_url(settings.store_url)}", file=err)
-        anyio.run(admin.run, args, settings, out, err)
+        anyio.run(store_commands.run, args, settings, out, err)
         out.flush()
     except BrokenPipeError:
         # The reader went away (`export ... | head`): it has what it wanted.
-        cli_args.discard(out)
+        discard(out)
         return 0
     except (CommandError, StoreError, OSError) as exc:
         # One line, whatever the driver's message looks like.
@@ -313,7 +314,3 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         print(f"{PROG}: error: {'; '.join(lines)}", file=err)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
-"""The store tools of ``history-service``: import, export, list and page, straight on a store.
+"""The store commands of ``history-service``: import, export, list, close, delete, purge, vacuum and page, on a store.
 
 Each opens the store of the settings, does its one thing and closes it; only ``import``
-may create the store. The import itself is `history_service.importer`'s.
+may create the store. The import itself is `history_service.cli.importer`'s.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Final, TextIO
 
 from codec import CodecError, check_session_id, encode, written
 from history_service.bodies import Closed, ListedSession
-from history_service.command import CommandError
+from history_service.cli.importer import ImportOptions, find_logs, import_logs
 from history_service.durable.expiry import StreamExpiry
-from history_service.errors import ThroughBeyondHead
-from history_service.importer import ImportOptions, find_logs, import_logs
+from history_service.errors import CommandError, ThroughBeyondHead
 from history_service.pages import PageQuery, PageReader
 from history_service.params import MAX_MESSAGES
 from history_service.service import HistoryService

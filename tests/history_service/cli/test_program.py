@@ -23,7 +23,7 @@ import pytest
 from codec import SessionHeader, encode, pack_page, read_session_log
 from history_client import HistoryClient
 from history_service.app import create_app
-from history_service.cli import main
+from history_service.cli.program import main
 from history_service.pages import PageQuery, PageReader
 from history_service.settings import Settings
 from persistence import open_store
@@ -258,7 +258,7 @@ def test_a_bad_store_url_is_one_actionable_line_for_every_command(
 
 
 def test_serve_with_a_bad_store_prints_no_traceback(tmp_path: Path) -> None:
-    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
     argv = [sys.executable, "-c", code, "serve", "--store", "sqlite:///missing/dir/x.db", "--port", str(free_port())]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr
@@ -385,7 +385,7 @@ async def _pages(url: str, logs: list) -> list[list[bytes]]:  # type: ignore[typ
 
 
 def test_serve_demo_seeds_once_serves_and_stops_quietly_on_ctrl_c(tmp_path: Path) -> None:
-    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
     port = free_port()
     store = f"sqlite:///{tmp_path / 'demo.db'}"
     argv = [sys.executable, "-c", code, "serve", "--demo", "--store", store, "--port", str(port)]
@@ -419,7 +419,7 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_before_anything_else(tmp_pat
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        code = "import sys; from history_service.cli import main; sys.exit(main())"
+        code = "import sys; from history_service.cli.program import main; sys.exit(main())"
         argv = [sys.executable, "-c", code, "serve", "--demo", "--store", "sqlite:///h.db", "--port", str(port)]
         done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert done.returncode == 1
@@ -435,7 +435,7 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_before_anything_else(tmp_pat
 
 def test_the_demo_banner_prints_absolute_paths(tmp_path: Path) -> None:
     """Issue 23: run from anywhere, the banner's client command and store path work from any directory."""
-    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
     port = free_port()
     argv = [sys.executable, "-c", code, "serve", "--demo", "--store", "sqlite:///demo.db", "--port", str(port)]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path) as process:
@@ -463,7 +463,7 @@ def test_export_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
             await store.close()
 
     anyio.run(seed)
-    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
     argv = [sys.executable, "-c", code, "export", "big", "--store", url]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
         assert process.stdout is not None and process.stderr is not None
@@ -491,7 +491,7 @@ def test_serve_applies_connection_limits_from_history_variables(tmp_path: Path) 
         "HISTORY_LIMIT_CONCURRENCY": "3",
         "HISTORY_MAX_HEADER_BYTES": "4096",
     }
-    code = "import sys; from history_service.cli import main; sys.exit(main())"
+    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
     base = f"http://127.0.0.1:{port}"
     with subprocess.Popen([sys.executable, "-c", code, "serve"], env=env, stderr=subprocess.PIPE, text=True) as process:
         try:

@@ -26,8 +26,9 @@ import anyio
 import msgspec
 from prometheus_client import start_wsgi_server
 
-from history_service.command import PROG, CommandError
-from history_service.demo import DEMO_SESSION, demo_sessions
+from history_service.cli import PROG
+from history_service.cli.demo import DEMO_SESSION, demo_sessions
+from history_service.errors import CommandError
 from history_service.metrics import Metrics, PrometheusMetrics, metrics_for, multiprocess_registry
 from history_service.settings import ServerSettings, Settings
 from persistence import StoreError, describe_url, open_store, shareable_across_workers
@@ -35,7 +36,7 @@ from persistence import StoreError, describe_url, open_store, shareable_across_w
 __all__ = ["listen", "serve", "supervise"]
 
 # Run by `serve --workers`: the supervisor of the worker processes (see `_run_workers`).
-_SUPERVISOR: Final = "from history_service.serve import supervise; supervise()"
+_SUPERVISOR: Final = "from history_service.cli.launcher import supervise; supervise()"
 
 
 async def _prepare(settings: Settings, demo: bool) -> int | None:

@@ -1,4 +1,4 @@
-"""`history_service.demo`: the demo reads as a coding agent's session, and round-trips exactly."""
+"""`history_service.cli.demo`: the demo reads as a coding agent's session, and round-trips exactly."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from codec import Event, encode
-from history_service.demo import DEMO_CHILD, DEMO_SESSION, demo_sessions
+from history_service.cli.demo import DEMO_CHILD, DEMO_SESSION, demo_sessions
 from persistence import MemoryStore, subagent_parent
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ import pytest
 from codec import Event, SessionHeader, encode, read_header, read_session_log, written
 from history_client import AsyncHistoryClient
 from history_service.app import create_app
-from history_service.cli import main
+from history_service.cli.program import main
 from history_service.scenarios import multi_turn
 from history_service.settings import Settings
 from persistence import HistoryStore, StoreError, open_store

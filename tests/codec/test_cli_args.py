@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from history_client import cli_args
+from codec import cli_args
 
 
 def test_a_port_is_1_to_65535() -> None:
@@ -34,21 +34,6 @@ def test_seconds_are_more_than_zero() -> None:
     for bad in ("0", "-1", "soon", "nan"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected seconds, more than 0"):
             cli_args.seconds(bad)
-
-
-def test_durations_take_a_unit_and_are_more_than_zero() -> None:
-    assert [cli_args.duration_ms(text) for text in ("30d", "12h", "15m", "90s", "500ms", " 1d ")] == [
-        30 * 86_400_000,
-        12 * 3_600_000,
-        15 * 60_000,
-        90_000,
-        500,
-        86_400_000,
-    ]
-    assert cli_args.duration_ms("36500d") == cli_args.MOST_MS
-    for bad in ("0d", "30", "-1d", "1.5h", "d", "1w", "1 d", "36501d", "999999999999d"):
-        with pytest.raises(argparse.ArgumentTypeError, match="expected a duration such as 30d"):
-            cli_args.duration_ms(bad)
 
 
 def test_discard_points_the_descriptor_at_dev_null(tmp_path: Path) -> None:
