@@ -312,9 +312,7 @@ def private_store_uses(paths: list[Path], privates: set[str], root: Path = ROOT)
             if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
                 continue
             owner = ast.unparse(node.value)
-            if owner.rpartition(".")[2].lstrip("_") == "store" or (
-                owner not in ("self", "cls") and node.attr in privates
-            ):
+            if owner not in ("self", "cls") and node.attr in privates:
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {owner}.{node.attr}")
     return found
 
@@ -570,9 +568,19 @@ RETIRED_THRESHOLDS = ("INLINE_BYTES", "_THREAD_AT", "_OFF_THE_LOOP")
 
 
 def string_constants(path: Path) -> list[str]:
-    """The string literals of a module, the literal parts of its f-strings included."""
+    """The string literals of a module, the literal parts of its f-strings included; docstrings are prose, not text."""
     tree = ast.parse(path.read_bytes(), filename=str(path))
-    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, documented) and node.body and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
 
 
 def calls_of(name: str, paths: list[Path]) -> list[str]:
