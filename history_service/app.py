@@ -18,12 +18,12 @@ from starlette.types import ASGIApp
 
 from history_service import openapi, routes
 from history_service.allocator import Trimmer, fix_mmap_threshold
+from history_service.answers import EXCEPTION_HANDLERS
 from history_service.assets import viewer_routes
 from history_service.cors import cors_middleware
 from history_service.durable.app import Durable
 from history_service.durable.routes import durable_mount
 from history_service.edge import Edge
-from history_service.errors import EXCEPTION_HANDLERS
 from history_service.logs import Tracebacks, configure_logging, finish_queued_logs
 from history_service.metrics import Metrics, metrics_for
 from history_service.router import SegmentRouter

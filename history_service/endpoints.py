@@ -16,8 +16,8 @@ from starlette.responses import Response
 
 from codec import encode
 from history_service import bodies
+from history_service.answers import stream_error, tracebacks_of
 from history_service.auth import principal
-from history_service.errors import stream_error, tracebacks_of
 from history_service.follow_frames import sse_frame
 from history_service.logs import Tracebacks
 from history_service.readiness import readiness

@@ -7,7 +7,7 @@ schema comes from `msgspec.json.schema_components` over the Structs that decode 
 (`codec.SessionHeader`, the codec's events and rows) and describe responses (`codec.Page`,
 `codec.FollowSnapshot`, `history_service.bodies`), so the document cannot drift from them.
 The few rules the decoders check in code rather than in a type are added by `_refine`, each
-named there. Error statuses come from the one error table (`history_service.errors.ERRORS`).
+named there. Error statuses come from the one error table (`history_service.answers.ERRORS`).
 
 The document follows the app's settings: token auth adds its security schemes, 401 and
 ``duplicate_header``; ``maxBytes`` defaults to the configured byte target; ``/metrics`` is
@@ -41,9 +41,9 @@ from codec import (
     distribution_version,
 )
 from history_service import bodies, routes
+from history_service.answers import ERRORS
 from history_service.durable import routes as durable_routes
 from history_service.durable.document import TAG
-from history_service.errors import ERRORS
 from history_service.params import NoParams, Param, parameter, parameters
 from history_service.routes import Operation, Reply, Route
 from history_service.settings import Settings

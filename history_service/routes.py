@@ -2,7 +2,7 @@
 
 `history_service.app` serves `ROUTES`, `history_service.openapi` documents them, and the
 endpoints parse the query Structs named here (`history_service.params`). An error code is
-one of `history_service.errors.ERRORS`, whose table gives its status; the router's own
+one of `history_service.answers.ERRORS`, whose table gives its status; the router's own
 ``not_found`` answers an address no route matches.
 """
 

@@ -10,7 +10,7 @@
 
 Every failure is raised as what happened: a store error as the store raised it, a refusal
 as one of `history_service.errors`. How each is answered, and which are logged, is decided
-at the edge, in one table (`history_service.errors.ERRORS`).
+at the edge, in one table (`history_service.answers.ERRORS`).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from codec import CodecError, Event, stream_offset
+from history_service.answers import answer_for
 from history_service.auth import principal
 from history_service.cors import ALLOW_HEADERS, ALLOW_METHODS, MAX_AGE
 from history_service.durable.expiry import StreamExpiry
@@ -29,7 +30,7 @@ from history_service.durable.reading import NEXT, Reading, View, read
 from history_service.durable.sessions import SESSION_KEY, session
 from history_service.durable.streams import StreamView, append, checked_name, create, delete, head, unkept
 from history_service.durable.subscriptions import Subscriptions
-from history_service.errors import BodyTooLarge, answer_for
+from history_service.errors import BodyTooLarge
 from history_service.notices import Subscriber
 from history_service.requests import read_body
 from history_service.service import HistoryService
@@ -184,7 +185,7 @@ def _headers() -> dict[str, str]:
 
 
 def _refusal(exc: Exception, headers: dict[str, str]) -> Response:
-    """A refusal as plain text, its status the one error table's (`history_service.errors.ERRORS`)."""
+    """A refusal as plain text, its status the one error table's (`history_service.answers.ERRORS`)."""
     answer = answer_for(type(exc))
     assert answer is not None, "every error class is in ERRORS"
     if isinstance(exc, ProducerFencedError):

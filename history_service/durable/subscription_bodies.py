@@ -2,7 +2,7 @@
 
 `history_service.durable.subscription_api` serves them; a refusal is one of the error tree's
 `SubscriptionRefused`, answered here in the protocol's shape, its status the one error
-table's (`history_service.errors.ERRORS`).
+table's (`history_service.answers.ERRORS`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import Response
 
+from history_service.answers import answer_for
 from history_service.durable.streams import MAX_NAME, RESERVED, plain
 from history_service.errors import (
     BodyTooLarge,
@@ -22,7 +23,6 @@ from history_service.errors import (
     SubscriptionRefused,
     WakeClaimed,
     WakeTokenInvalid,
-    answer_for,
 )
 from history_service.requests import read_body
 

@@ -135,7 +135,8 @@ class Statements:
         self.stored_bytes = prepared(
             sa.select(
                 sa.func.coalesce(sa.func.sum(sa.func.length(r.data)), 0),
-                sa.func.coalesce(sa.func.max(r.compressed), 0),
+                # As a number: PostgreSQL has no max() of booleans.
+                sa.func.coalesce(sa.func.max(sa.cast(r.compressed, sa.Integer)), 0),
             ).where(*where)
         )
         self.hidden = prepared(sa.select(h.seq, h.start, h.end).where(h.session_id == b("id"), h.seq < b("to_seq")))

@@ -29,10 +29,9 @@ from codec.errors import (
     RowFormatError,
     SessionIdError,
 )
+from history_service.answers import ERRORS, EXCEPTION_HANDLERS, answer_for
 from history_service.app import create_app
 from history_service.errors import (
-    ERRORS,
-    EXCEPTION_HANDLERS,
     BodyTooLarge,
     CommandError,
     ContentEncodingError,
@@ -69,7 +68,6 @@ from history_service.errors import (
     WakeTokenExpired,
     WakeTokenInvalid,
     WebhookUrlRejected,
-    answer_for,
 )
 from history_service.logs import LogHandler, Tracebacks
 from history_service.settings import Settings

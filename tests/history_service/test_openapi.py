@@ -16,8 +16,8 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from codec import check_session_id
 from history_service import bodies, openapi
+from history_service.answers import ERRORS
 from history_service.app import create_app
-from history_service.errors import ERRORS
 from history_service.settings import Settings
 from persistence import open_store
 from testing.asgi import serving

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from codec import encode
-from history_service.errors import ERRORS, InvalidParameter
+from history_service.answers import ERRORS
+from history_service.errors import InvalidParameter
 from history_service.requests import cursor_for, list_cursor
 from persistence import SessionKey
 from testing.events import plain

@@ -25,8 +25,9 @@ from codec import (
 )
 from codec.events import MAX_DEPTH, MAX_SESSION_ID
 from history_client import HistoryClient
+from history_service.answers import ERRORS
 from history_service.cli.program import main
-from history_service.errors import ERRORS, NotOwner
+from history_service.errors import NotOwner
 from history_service.pages import PageQuery
 from history_service.service import HistoryService
 from history_service.settings import Settings

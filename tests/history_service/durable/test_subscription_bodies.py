@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from history_service.answers import ERRORS
 from history_service.durable.subscription_bodies import refused
 from history_service.errors import (
-    ERRORS,
     InvalidAck,
     NoPendingWork,
     SubscriptionBodyTooLarge,

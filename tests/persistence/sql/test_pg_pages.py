@@ -87,3 +87,14 @@ async def test_the_store_reads_a_page_through_it(units: Units) -> None:
     finally:
         await store.close()
     assert read.to_seq == 4 and read.cuts and read.stored[-1].end == 4
+
+
+async def test_a_long_walk_with_a_byte_target_sizes_its_cuts_on_postgresql(units: Units) -> None:
+    """The walk's byte target reads the cuts' stored bytes in one statement, which PostgreSQL once refused."""
+    create(units, "s")
+    append(units, "s", turns(10))
+    info = pages.info(units.cursor, units.sql, "s")
+    walked = pages.page_walked(units.cursor, units.sql, units.lines, "s", info, 10, 5, 1)
+    whole = pages.page_walked(units.cursor, units.sql, units.lines, "s", info, 10, 5, None)
+    assert len(whole.cuts) > 1 and len(walked.stored) < len(whole.stored)
+    assert [record.seq for record in walked.stored] == [record.seq for record in whole.stored][-len(walked.stored) :]
