@@ -405,7 +405,7 @@ async def test_a_store_failure_once_a_follow_stream_is_open_ends_it_with_an_erro
 
 
 # Only the edge picks a status: errors.py's table (and requests.py's request errors, which it maps).
-EDGE = {"errors.py"}
+EDGE = {"answers.py"}
 ERROR_BODY_NAMES = {"ApiError", "HTTPException", "error_response", "JSONResponse"}
 
 
