@@ -325,6 +325,10 @@ class HistoryStore(ABC):
         """
         return sole_sweeper()
 
+    async def recover(self) -> None:
+        """Finish, in the sweep's turn, what a process that died left half done; here, nothing."""
+        return None
+
     async def read_page(
         self,
         session_id: str,

@@ -79,6 +79,14 @@ class HeadListener(ABC):
     async def run(self, on_head: OnHead, on_connect: OnConnect) -> None:
         """Until cancelled: ``on_head(notice)`` per notice of another store, ``on_connect()`` per connect."""
 
+    def catch_up(self) -> None:
+        """Hear at once, on the calling loop, every notice committed before this call.
+
+        A listener whose notices are pushed (PostgreSQL) has nothing to do here; one that reads a
+        log (`persistence.notice_log`) reads it now, so a cache consulted next is never stale.
+        """
+        return None
+
 
 def stream_of(notice: Notice) -> str | None:
     """The Durable Stream a notice tells of a write to, or ``None`` when it is a session's."""
