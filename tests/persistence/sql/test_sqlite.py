@@ -140,3 +140,27 @@ async def test_an_in_memory_database_has_no_listener_and_always_sweeps() -> None
             assert mine
     finally:
         await store.close()
+
+
+async def test_a_unit_rolled_back_to_its_savepoint_takes_its_notices_with_it(tmp_path: Path) -> None:
+    async with two_stores(tmp_path) as (_, b, heard):
+        dialect = b._backend.dialect
+
+        def fails(cursor: Any) -> None:
+            dialect.told(cursor, "gone", 1)
+            raise StoreError("refused after telling")
+
+        def tells(cursor: Any) -> None:
+            dialect.told(cursor, "kept", 2)
+
+        async def submit(work: Callable[[Any], None]) -> None:
+            with contextlib.suppress(StoreError):
+                await b._writer.run(work, work.__name__)
+
+        for _ in range(3):
+            async with anyio.create_task_group() as tg:
+                # Submitted together, they mostly share a group: the failed one's notice goes all the same.
+                for work in (fails, tells):
+                    tg.start_soon(submit, work)
+        await until(lambda: len(heard.notices) == 3)
+    assert told(heard) == [("kept", 2, False, False)] * 3
