@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ import persistence.notice_log as notice_log
 from persistence.errors import StoreError
 from persistence.jsonl.deletion import Doomed
 from persistence.notice_log import JOINED, LogListener
-from persistence.notify import OnConnect, OnHead, notice
+from persistence.notify import OnConnect, OnHead, backoff, notice
 from persistence.state.flocks import FileGate
 
 __all__ = ["SIDECAR_NAME", "TURN_NAME", "Sidecar", "SidecarListener"]
@@ -44,9 +43,8 @@ logger = logging.getLogger(__name__)
 
 SIDECAR_NAME: Final = ".history-notices.db"
 TURN_NAME: Final = ".turn"
-# The mending of a failed write backs off as a PostgreSQL listener's reconnects do.
-_BACKOFF_BASE: Final = 0.1
-_BACKOFF_CAP: Final = 5.0
+# How often a listener looks whether a write of its store's failed: the mending then backs off (`backoff`).
+_LOOK_S: Final = 0.1
 
 
 class Sidecar:
@@ -189,8 +187,7 @@ class SidecarListener(LogListener):
     async def _mend(self) -> None:
         failures = 0
         while True:
-            delay = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** max(0, failures - 1)) * (0.5 + random.random() / 2)
-            await anyio.sleep(delay)
+            await anyio.sleep(backoff(failures) if failures else _LOOK_S)
             if not self._sidecar.failed():
                 failures = 0
                 continue
