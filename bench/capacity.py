@@ -4,7 +4,9 @@ One live session is a producer appending a batch of 5 token deltas every 100 ms 
 tokens/s) and one SSE follower reading it (issue 43). `step` runs ``sessions`` of them at
 once, through ``/v1`` (append + follow) or through a Durable Streams root (POST of a JSON
 array of 5 ints + ``live=sse``), and reports the delay from a batch's send to the arrival
-of its last event: p50, p99 and max, with what was lost, duplicated or refused.
+of its last event: p50, p99 and max, with what was lost, undelivered, duplicated or refused.
+A step that is already failing (more than 1% of its batches late, or a refusal) stops
+sending early, so a ramp spends little time above its capacity.
 
 The load is open: each session's batch leaves on its schedule whether or not the previous
 answer has come (HTTP/1.1 pipelining on the producer's keep-alive connection), so a slow
@@ -19,6 +21,7 @@ process tree).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import time
 from collections.abc import Sequence
@@ -45,6 +48,10 @@ BATCH: Final = 5
 PERIOD_S: Final = 0.1
 GOAL_P99_MS: Final = 250.0
 TICK_S: Final = 0.01
+LATE_NS: Final = int(GOAL_P99_MS * 1e6)
+# A step stops early once more than this share of its batches came late: its p99 is over the goal already.
+LATE_SHARE: Final = 0.01
+CHECK_S: Final = 0.1
 DRAIN_S: Final = 3.0
 SETTLE_S: Final = 0.3
 SETUP_CONNECTIONS: Final = 20
@@ -122,14 +129,23 @@ async def wait_idle(pids: list[int], *, below: float = 0.1, timeout: float = 60)
     return False
 
 
+class _Tally:
+    """What a step's connections report: each timed batch's delay (ns), how many were late, and refusals."""
+
+    def __init__(self) -> None:
+        self.delays: list[int] = []
+        self.late = 0
+        self.refused = 0
+
+
 class _Producer(asyncio.Protocol):
     """One session's producer: pipelined POSTs on one connection; answers counted by status line."""
 
-    def __init__(self) -> None:
+    def __init__(self, tally: _Tally) -> None:
+        self.tally = tally
         self.transport: asyncio.Transport | None = None
         self.buffer = b""
         self.pending = 0
-        self.refused = 0
         self.lost_connection = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -137,7 +153,7 @@ class _Producer(asyncio.Protocol):
 
     def send(self, data: bytes) -> None:
         if self.lost_connection or self.transport is None:
-            self.refused += 1
+            self.tally.refused += 1
             return
         self.pending += 1
         self.transport.write(data)
@@ -151,7 +167,7 @@ class _Producer(asyncio.Protocol):
             if len(buffer) < end + 4 + length:
                 break
             if not 200 <= int(head[9:12]) < 300:
-                self.refused += 1
+                self.tally.refused += 1
             self.pending -= 1
             buffer = buffer[end + 4 + length :]
         self.buffer = buffer
@@ -159,17 +175,17 @@ class _Producer(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # Whatever is unanswered when the connection goes was refused (the bench closes only after counting).
         self.lost_connection = True
-        self.refused += self.pending
+        self.tally.refused += self.pending
         self.pending = 0
 
 
 class _Follower(asyncio.Protocol):
     """One session's SSE reader: checks the event order and times each batch's last event."""
 
-    def __init__(self, kind: str, sent: list[int], delays: list[int], counted: range) -> None:
+    def __init__(self, kind: str, sent: list[int], tally: _Tally, counted: range) -> None:
         self.kind = kind
         self.sent = sent
-        self.delays = delays
+        self.tally = tally
         self.counted = counted
         self.head: bytes | None = None
         self.status = 0
@@ -262,7 +278,9 @@ class _Follower(asyncio.Protocol):
         done, self.expected = max(self.expected // BATCH, self.whole), high + 1
         for k in range(done, self.expected // BATCH):
             if k in self.counted and k < len(self.sent):
-                self.delays.append(now - self.sent[k])
+                delay = now - self.sent[k]
+                self.tally.delays.append(delay)
+                self.tally.late += delay > LATE_NS
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -315,6 +333,14 @@ async def _create(port: int, kind: str, root: str, names: list[str]) -> int:
     return refused
 
 
+def _overdue(followers: list[_Follower], first: int) -> int:
+    """Timed batches sent longer ago than the goal and not delivered yet: late, whenever they come."""
+    before = time.monotonic_ns() - LATE_NS
+    return sum(
+        max(0, bisect.bisect_right(f.sent, before) - max(f.expected // BATCH, f.whole, first)) for f in followers
+    )
+
+
 def _ms(ordered: list[int], q: float) -> float | None:
     if not ordered:
         return None
@@ -337,30 +363,36 @@ async def step(
     first = round(warmup / PERIOD_S)
     counted = range(first, rounds)
     sent: list[list[int]] = [[] for _ in plan]
-    delays: list[int] = []
+    tally = _Tally()
     followers: list[_Follower] = []
     producers: list[_Producer] = []
     try:
         for n, session in enumerate(plan):
             transport, follower = await loop.create_connection(
-                functools.partial(_Follower, target.kind, sent[n], delays, counted), "127.0.0.1", port
+                functools.partial(_Follower, target.kind, sent[n], tally, counted), "127.0.0.1", port
             )
             transport.write(session.follow)
             followers.append(follower)
-        async with asyncio.timeout(setup_timeout):
-            statuses = await asyncio.gather(*(f.ready for f in followers))
-        refused += sum(status != 200 for status in statuses)
+        # A follower without its answer's head by then was refused, and the step goes on to fail.
+        await asyncio.wait([f.ready for f in followers], timeout=setup_timeout)
+        refused += sum(not f.ready.done() or f.ready.result() != 200 for f in followers)
         for _ in plan:
-            producers.append((await loop.create_connection(_Producer, "127.0.0.1", port))[1])
+            producers.append((await loop.create_connection(functools.partial(_Producer, tally), "127.0.0.1", port))[1])
         await asyncio.sleep(SETTLE_S)
         body = append_body if target.kind == "v1" else ds_body
         server_cpu, client_cpu = tree_cpu_seconds(target.pids), time.process_time()
         start = time.monotonic()
         total = rounds * sessions
+        enough = LATE_SHARE * len(counted) * sessions
         g = 0
         window_start = window_end = 0.0
-        while g < total:
+        checked = 0.0
+        while g < total and not tally.refused:
             now = time.monotonic()
+            if now - checked >= CHECK_S:
+                checked = now
+                if tally.late + _overdue(followers, first) > enough:
+                    break
             if window_start == 0.0 and now >= start + warmup:
                 window_start, server_cpu, client_cpu = now, tree_cpu_seconds(target.pids), time.process_time()
             while g < total and start + g * PERIOD_S / sessions <= now:
@@ -373,37 +405,43 @@ async def step(
         window_end = time.monotonic()
         server_cpu = tree_cpu_seconds(target.pids) - server_cpu
         client_cpu = time.process_time() - client_cpu
-        last = BATCH * rounds
         deadline = time.monotonic() + DRAIN_S
         while time.monotonic() < deadline and (
-            any(f.expected < last and not f.closed for f in followers) or any(p.pending for p in producers)
+            any(f.expected < BATCH * len(f.sent) and not f.closed for f in followers)
+            or any(p.pending for p in producers)
         ):
             await asyncio.sleep(0.05)
-        refused += sum(p.refused for p in producers)
+        refused += tally.refused
         unanswered = sum(p.pending for p in producers)
     finally:
         for gone in [f.transport for f in followers] + [p.transport for p in producers]:
             if gone is not None:
                 gone.close()
-    undelivered = sum(max(0, (rounds - max(f.expected // BATCH, first))) for f in followers)
-    ordered = sorted(delays)
+    undelivered = sum(max(0, len(f.sent) - max(f.expected // BATCH, first)) for f in followers)
+    ordered = sorted(tally.delays)
     elapsed = max(window_end - window_start, 1e-9)
-    lost = sum(f.lost for f in followers) // BATCH + undelivered
+    lost = sum(f.lost for f in followers)
     duplicated = sum(f.duplicated for f in followers)
     p99 = _ms(ordered, 0.99)
+    astray = lost or undelivered or duplicated or refused
     return {
         "sessions": sessions,
         "batches": len(counted) * sessions,
         "delivered": len(ordered),
+        # Sent within the window: fewer than planned when the step stopped early, already failing.
+        "sent": max(0, g - first * sessions),
         "p50Ms": _ms(ordered, 0.5),
         "p99Ms": p99,
         "maxMs": _ms(ordered, 1.0),
+        # Events skipped in a stream (a later one came), and timed batches still missing after the drain.
         "lost": lost,
+        "undelivered": undelivered,
         "duplicated": duplicated,
         "refused": refused,
         # Appends still unanswered after the drain: a server too slow to answer, not one that refused.
         "unanswered": unanswered,
         "serverCpu": round(server_cpu / elapsed, 2),
         "clientCpu": round(client_cpu / elapsed, 2),
-        "pass": p99 is not None and p99 <= GOAL_P99_MS and lost == duplicated == refused == 0,
+        "stoppedEarly": g < total,
+        "pass": g == total and p99 is not None and p99 <= GOAL_P99_MS and not astray,
     }

@@ -47,6 +47,7 @@ from bench.capacity import (
     PERIOD_S,
     Target,
     _Follower,
+    _Tally,
     ds_body,
     serving_counts,
     step,
@@ -143,14 +144,14 @@ WIRES: Final = {
 
 
 def read(kind: str, wire: bytes, piece: int) -> tuple[_Follower, list[int]]:
-    """Feed ``wire`` to a follower ``piece`` bytes at a time; its two batches were sent at time 0."""
+    """Feed ``wire`` to a follower ``piece`` bytes at a time; its batches were sent at time 0."""
 
     async def feed() -> tuple[_Follower, list[int]]:
-        delays: list[int] = []
-        follower = _Follower(kind, [0] * 4, delays, range(4))
+        tally = _Tally()
+        follower = _Follower(kind, [0] * 4, tally, range(4))
         for at in range(0, len(wire), piece):
             follower.data_received(wire[at : at + piece])
-        return follower, delays
+        return follower, tally.delays
 
     return asyncio.run(feed())
 
@@ -221,7 +222,7 @@ async def follow_cell(server: ServerProcess) -> dict[str, Any]:
 
 def bound(result: dict[str, Any], workers: int) -> str:
     """What bounded a failing step: whose CPU was full, else latency (fsync, the write lock), and what failed."""
-    failed = [name for name in ("lost", "duplicated", "refused") if result[name]]
+    failed = [name for name in ("lost", "undelivered", "duplicated", "refused") if result[name]]
     if result["p99Ms"] is None or result["p99Ms"] > GOAL_P99_MS:
         failed.insert(0, "p99")
     if result["serverCpu"] >= 0.9 * min(workers, CORES):
@@ -386,3 +387,4 @@ def test_every_core_and_the_capacity_of_live_sessions(root: Path) -> None:
         if SMOKE:
             # Structure, never time: a smoke step's p99 is not asserted, only that nothing went astray.
             assert all(s["lost"] == s["duplicated"] == s["refused"] == 0 for s in cell["steps"]), (key, cell["steps"])
+            assert all(s["delivered"] == s["batches"] for s in cell["steps"]), (key, cell["steps"])
