@@ -348,9 +348,19 @@ def _ms(ordered: list[int], q: float) -> float | None:
 
 
 async def step(
-    target: Target, sessions: int, *, seconds: float, prefix: str, warmup: float = 1.0, setup_timeout: float = 120
+    target: Target,
+    sessions: int,
+    *,
+    seconds: float,
+    prefix: str,
+    warmup: float = 1.0,
+    drain: float = DRAIN_S,
+    setup_timeout: float = 120,
 ) -> dict[str, Any]:
-    """One step: ``sessions`` live sessions named ``{prefix}-{n}`` (new ones), measured over ``seconds``."""
+    """One step: ``sessions`` live sessions named ``{prefix}-{n}`` (new ones), measured over ``seconds``.
+
+    After the window, undelivered batches are awaited for ``drain`` seconds at most.
+    """
     loop = asyncio.get_running_loop()
     parts = urlsplit(target.url)
     assert parts.port is not None, target.url
@@ -405,7 +415,7 @@ async def step(
         window_end = time.monotonic()
         server_cpu = tree_cpu_seconds(target.pids) - server_cpu
         client_cpu = time.process_time() - client_cpu
-        deadline = time.monotonic() + DRAIN_S
+        deadline = time.monotonic() + drain
         while time.monotonic() < deadline and (
             any(f.expected < BATCH * len(f.sent) and not f.closed for f in followers)
             or any(p.pending for p in producers)

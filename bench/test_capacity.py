@@ -43,6 +43,7 @@ import pytest
 
 from bench.capacity import (
     BATCH,
+    DRAIN_S,
     GOAL_P99_MS,
     PERIOD_S,
     Target,
@@ -70,6 +71,8 @@ ROUNDS: Final = ["w1", "w2"] if SMOKE else ["w1", "w2", "w2", "w1"]
 LAST: Final = {name: order for order, name in enumerate(ROUNDS)}
 STEPS = [5] if SMOKE else [25, 50, 100, 200, 400, 800, 1600, 3200]
 BISECT = 0 if SMOKE else 2
+# Smoke asserts that every batch arrives, so it waits for them as long as a loaded machine may need.
+DRAIN = 30.0 if SMOKE else DRAIN_S
 THROUGHPUT_SECONDS = 0.3 if SMOKE else 5.0
 CONNECTIONS = 10 if SMOKE else 50
 FOLLOWERS = 10 if SMOKE else 100
@@ -212,7 +215,12 @@ async def follow_cell(server: ServerProcess) -> dict[str, Any]:
     sampler = asyncio.create_task(sample())
     try:
         out = await run_load(
-            server.url, followers=FOLLOWERS, rate=FOLLOW_RATE, seconds=FOLLOW_SECONDS, sessions=sessions
+            server.url,
+            followers=FOLLOWERS,
+            rate=FOLLOW_RATE,
+            seconds=FOLLOW_SECONDS,
+            sessions=sessions,
+            drain_timeout=30,
         )
     finally:
         sampler.cancel()
@@ -242,7 +250,7 @@ def capacity(kind: str, url: str, pid: int, workers: int, cell: str) -> dict[str
 
     def measure(sessions: int) -> dict[str, Any]:
         progress(f"{cell}: {sessions} sessions")
-        result = run(step(target, sessions, seconds=SECONDS, warmup=WARMUP, prefix=f"{cell}-{sessions}"))
+        result = run(step(target, sessions, seconds=SECONDS, warmup=WARMUP, drain=DRAIN, prefix=f"{cell}-{sessions}"))
         steps.append(result)
         if not result["pass"]:
             # A failed step can leave a backlog of appends; the next step must not start behind it.
@@ -385,6 +393,8 @@ def test_every_core_and_the_capacity_of_live_sessions(root: Path) -> None:
         assert cell["steps"] and cell["steps"][0]["sessions"] == STEPS[0], key
         assert all(s["batches"] == s["sessions"] * round(SECONDS / PERIOD_S) for s in cell["steps"]), key
         if SMOKE:
-            # Structure, never time: a smoke step's p99 is not asserted, only that nothing went astray.
-            assert all(s["lost"] == s["duplicated"] == s["refused"] == 0 for s in cell["steps"]), (key, cell["steps"])
-            assert all(s["delivered"] == s["batches"] for s in cell["steps"]), (key, cell["steps"])
+            # Structure, never time: a smoke step's p99 is not asserted (a step late enough stops sending
+            # early), only that every batch sent arrived once and nothing was refused.
+            for s in cell["steps"]:
+                assert s["lost"] == s["undelivered"] == s["duplicated"] == s["refused"] == 0, (key, s)
+                assert s["delivered"] == s["sent"] > 0, (key, s)
