@@ -512,7 +512,7 @@ def _capacity_section(entry: dict[str, Any]) -> list[str]:
         ]
     lines += [
         "",
-        "| cell | capacity | bound | steps: sessions → p99 ms (pass) | CPU client, server at the last step |",
+        "| cell | capacity | bound | steps: sessions → p99 ms (pass) | CPU client, server, machine at the last step |",
         "|---|---:|---|---|---|",
     ]
     for key, name in CAPACITY_CELLS.items():
@@ -524,11 +524,14 @@ def _capacity_section(entry: dict[str, Any]) -> list[str]:
         steps = ", ".join(f"{s['sessions']} → {s['p99Ms']}{' ✓' if s['pass'] else ' ✗'}" for s in cell["steps"])
         last = cell["steps"][-1]
         lines.append(
-            f"| {name} | {cell['capacity']:,} | {cell['bound']} | {steps} | {last['clientCpu']}, {last['serverCpu']} |"
+            f"| {name} | {cell['capacity']:,} | {cell['bound']} | {steps} | "
+            f"{last['clientCpu']}, {last['serverCpu']}, {last.get('machineCpu', '?')} |"
         )
     cost = entry["loadgen"]["cpuPerSessionSecondMs"]
     if cost is not None:
         lines += ["", f"The load generator's own cost: {cost} ms of CPU per session-second (passing steps)."]
+    if entry["capacity"].get("v1.postgresql.w2") is not None:
+        lines += ["", "The server CPU of the PostgreSQL cell is the service's alone, not the database's."]
     return [*lines, ""]
 
 

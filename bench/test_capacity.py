@@ -113,7 +113,11 @@ def launched(server: ServerProcess) -> int:
 
 def serve(store_url: str, workers: int) -> ServerProcess:
     server = ServerProcess(store_url, env=ENV)
-    server.start("--workers", str(workers))
+    try:
+        server.start("--workers", str(workers))
+    except BaseException:
+        server.stop()  # a supervisor whose workers are still starting must not outlive the test
+        raise
     return server
 
 
@@ -232,7 +236,7 @@ async def follow_cell(server: ServerProcess) -> dict[str, Any]:
 
 
 def bound(result: dict[str, Any], workers: int) -> str:
-    """What bounded a failing step: whose CPU was full, else latency (fsync, the write lock), and what failed."""
+    """What bounded a failing step: whose CPU was full (the server's, ours, or the machine's), else latency."""
     failed = [name for name in ("lost", "undelivered", "duplicated", "refused") if result[name]]
     if result["p99Ms"] is None or result["p99Ms"] > GOAL_P99_MS:
         failed.insert(0, "p99")
@@ -240,8 +244,8 @@ def bound(result: dict[str, Any], workers: int) -> str:
         what = "server CPU"
     elif result["clientCpu"] >= 0.9:
         what = "load generator"
-    elif result["serverCpu"] + result["clientCpu"] >= 0.9 * CORES:
-        what = "machine"
+    elif max(result["serverCpu"] + result["clientCpu"], result["machineCpu"]) >= 0.9 * CORES:
+        what = "machine"  # the two together, or other work on the machine beside them
     else:
         what = "latency"
     return f"{what} ({', '.join(failed)})"
@@ -321,9 +325,10 @@ def test_every_core_and_the_capacity_of_live_sessions(root: Path) -> None:
             pid = launched(server)
             cells[f"v1.sqlite.{name}"] = capacity("v1", server.url, pid, workers, f"v1-{name}")
             cells[f"ds.sqlite.{name}"] = capacity("ds", f"{server.url}/ds", pid, workers, f"ds-{name}")
+            # Readers in several processes could starve checkpoints (issue 43's design, risk 2): the WAL shows it.
+            wal[name] = os.path.getsize(f"{store}-wal") if os.path.exists(f"{store}-wal") else 0
         finally:
             server.stop()
-        wal[name] = max(wal.get(name, 0), os.path.getsize(f"{store}-wal") if os.path.exists(f"{store}-wal") else 0)
     missing: dict[str, str | None] = {"referenceMissing": None, "postgresqlMissing": None}
     if REFERENCE is None or shutil.which("node") is None:
         missing["referenceMissing"] = "HISTORY_DS_REFERENCE or node is missing; run under scripts/with-node"

@@ -176,7 +176,7 @@ def test_report_renders_the_hot_path_goals_cells_and_profile() -> None:
 
 
 def capacity_step(sessions: int, p99: float, passed: bool) -> dict[str, Any]:
-    return {"sessions": sessions, "p99Ms": p99, "pass": passed, "clientCpu": 0.3, "serverCpu": 1.6}
+    return {"sessions": sessions, "p99Ms": p99, "pass": passed, "clientCpu": 0.3, "serverCpu": 1.6, "machineCpu": 1.9}
 
 
 def capacity_cell(capacity: int, bound: str) -> dict[str, Any]:
@@ -230,7 +230,8 @@ def test_report_renders_the_capacity_goals_and_cells() -> None:
         "100 followers over 2 SQLite workers | ≤ 50 ms | 31 ms | met |",
         "over the reference | ≥ 0.5× | not run: node is missing | |",
         "connections per worker at the busiest moment 52, 49",
-        "| `/v1`, SQLite, `--workers 2` | 70 | machine (p99) | 25 → 12.5 ✓, 50 → 400.0 ✗, 40 → 30.0 ✓ | 0.3, 1.6 |",
+        "| `/v1`, SQLite, `--workers 2` | 70 | machine (p99) | 25 → 12.5 ✓, 50 → 400.0 ✗, 40 → 30.0 ✓ | "
+        "0.3, 1.6, 1.9 |",
         "| `/ds`, the reference server (Node, in memory) | not run: node is missing | | | |",
         "| `/v1`, PostgreSQL, `--workers 2` | 1,200 | not reached |",
         "0.42 ms of CPU per session-second",
