@@ -529,7 +529,10 @@ def _capacity_section(entry: dict[str, Any]) -> list[str]:
         )
     cost = entry["loadgen"]["cpuPerSessionSecondMs"]
     if cost is not None:
-        lines += ["", f"The load generator's own cost: {cost} ms of CPU per session-second (passing steps)."]
+        lines += [
+            "",
+            f"The load generator's own cost: {cost} ms of CPU per session-second (each cell's largest passing step).",
+        ]
     if entry["capacity"].get("v1.postgresql.w2") is not None:
         lines += ["", "The server CPU of the PostgreSQL cell is the service's alone, not the database's."]
     return [*lines, ""]

@@ -361,7 +361,12 @@ def test_every_core_and_the_capacity_of_live_sessions(root: Path) -> None:
     def capacity_of(key: str) -> int | None:
         return None if cells.get(key) is None else int(cells[key]["capacity"])
 
-    passing = [s for c in cells.values() if c is not None for s in c["steps"] if s["pass"]]
+    # Each cell's largest passing step, where the generator's fixed cost (its ticks) weighs least per session.
+    passing = [
+        max((s for s in c["steps"] if s["pass"]), key=lambda s: s["sessions"])
+        for c in cells.values()
+        if c is not None and any(s["pass"] for s in c["steps"])
+    ]
     result = {
         "machine": machine(
             smoke=SMOKE,
