@@ -173,3 +173,67 @@ def test_report_renders_the_hot_path_goals_cells_and_profile() -> None:
     ):
         assert needle in section, needle
     assert "append.reference |" not in section
+
+
+def capacity_step(sessions: int, p99: float, passed: bool) -> dict[str, Any]:
+    return {"sessions": sessions, "p99Ms": p99, "pass": passed, "clientCpu": 0.3, "serverCpu": 1.6, "machineCpu": 1.9}
+
+
+def capacity_cell(capacity: int, bound: str) -> dict[str, Any]:
+    steps = [capacity_step(25, 12.5, True), capacity_step(50, 400.0, False), capacity_step(40, 30.0, True)]
+    return {"capacity": capacity, "workers": 2, "bound": bound, "steps": steps}
+
+
+def test_report_renders_the_capacity_goals_and_cells() -> None:
+    entry = {
+        "machine": {
+            "seconds": 10,
+            "warmup": 1,
+            "steps": [25, 50],
+            "bisect": 2,
+            "cores": 2,
+            "throughputSeconds": 5,
+            "connections": 50,
+        },
+        "follow": {"sqlite.w2": {"p50Ms": 9.5, "p99Ms": 31.0, "maxMs": 60.0, "perWorker": [52, 49]}},
+        "capacity": {
+            "v1.sqlite.w1": capacity_cell(40, "server CPU (p99)"),
+            "v1.sqlite.w2": capacity_cell(70, "machine (p99)"),
+            "ds.sqlite.w1": capacity_cell(40, "latency (p99, lost)"),
+            "ds.sqlite.w2": capacity_cell(60, "machine (p99)"),
+            "ds.reference": None,
+            "v1.postgresql.w2": capacity_cell(1200, "not reached"),
+        },
+        "loadgen": {"cpuPerSessionSecondMs": 0.42},
+        "ratios": {
+            "pagesW2OverW1": 1.62,
+            "appendsW2OverW1": 1.1,
+            "followP99MsW2": 31.0,
+            "capacityW2OverW1": 1.75,
+            "dsCapacityW2OverReference": None,
+        },
+        "goals": {
+            "pagesW2OverW1": 1.5,
+            "appendsW2OverW1": 1.2,
+            "followP99MsW2": 50.0,
+            "capacityW2OverW1": 1.5,
+            "dsCapacityW2OverReference": 0.5,
+        },
+        "referenceMissing": "node is missing",
+        "postgresqlMissing": None,
+    }
+    text = render_markdown({"CAPACITY": [entry]}, command="make bench", source="run.txt")
+    section = text.split("## Every core, and the capacity of live sessions")[1]
+    for needle in (
+        "| small pages/s (`maxMessages=5`), SQLite, `--workers 2` over `--workers 1` | ≥ 1.5× | 1.62× | met |",
+        "| durable 1-event appends/s, SQLite, `--workers 2` over `--workers 1` | ≥ 1.2× | 1.1× | **missed** |",
+        "100 followers over 2 SQLite workers | ≤ 50 ms | 31 ms | met |",
+        "over the reference | ≥ 0.5× | not run: node is missing | |",
+        "connections per worker at the busiest moment 52, 49",
+        "| `/v1`, SQLite, `--workers 2` | 70 | machine (p99) | 25 → 12.5 ✓, 50 → 400.0 ✗, 40 → 30.0 ✓ | "
+        "0.3, 1.6, 1.9 |",
+        "| `/ds`, the reference server (Node, in memory) | not run: node is missing | | | |",
+        "| `/v1`, PostgreSQL, `--workers 2` | 1,200 | not reached |",
+        "0.42 ms of CPU per session-second",
+    ):
+        assert needle in section, needle

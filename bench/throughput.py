@@ -42,28 +42,32 @@ __all__ = [
     "Workload",
     "append_body",
     "cpu_seconds",
+    "process_tree",
     "rss_bytes",
     "run",
     "run_cell",
     "touch_sessions",
+    "tree_cpu_seconds",
 ]
 
 T = TypeVar("T")
 
 PAGE_MESSAGES: Final = 5
 TIME_ZERO: Final = 1_700_000_000_000
-_APPEND: Final = (
-    b'{"events":[{"type":"assistant/chunk","seq":%d,"time":%d,'
-    b'"data":{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":" tok"}}}]}'
+_DELTA: Final = (
+    b'{"type":"assistant/chunk","seq":%d,"time":%d,'
+    b'"data":{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":" tok"}}}'
 )
 _TOUCH: Final = (
     b'{"events":[{"type":"user/message","seq":0,"time":%d,"data":{"text":"hello"},"surfaceOp":"append"}]}' % TIME_ZERO
 )
 
 
-def append_body(seq: int) -> bytes:
-    """One ``assistant/chunk`` text delta at ``seq``, as an append body in canonical form."""
-    return _APPEND % (seq, TIME_ZERO + seq)
+def append_body(seq: int, count: int = 1) -> bytes:
+    """``count`` ``assistant/chunk`` text deltas from ``seq`` on, as an append body in canonical form."""
+    if count == 1:
+        return b'{"events":[%b]}' % (_DELTA % (seq, TIME_ZERO + seq))
+    return b'{"events":[%b]}' % b",".join(_DELTA % (n, TIME_ZERO + n) for n in range(seq, seq + count))
 
 
 def _get(path: str) -> bytes:
@@ -294,6 +298,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant (``serve --workers``: the supervisor and its workers), from ``/proc``."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                todo.extend(int(child) for child in (task / "children").read_text().split())
+            except OSError:
+                continue
+    return out
+
+
+def tree_cpu_seconds(pids: list[int]) -> float:
+    """`cpu_seconds` summed over ``pids``, a process that has gone counting nothing."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            continue
+    return total
+
+
 class _Tally:
     def __init__(self) -> None:
         self.requests = 0
@@ -342,11 +371,12 @@ async def run_cell(
     prefix: str,
     seed: bytes = b"",
     pid: int | None = None,
+    tree: bool = False,
 ) -> dict[str, Any]:
     """One closed-loop cell; sessions are named ``{prefix}-{n}`` and must not exist yet.
 
     ``seed`` is the append body each page session starts from; ``pid`` is the server's,
-    for its CPU share over the window.
+    for its CPU share over the window, with its descendants' when ``tree`` (``--workers``).
     """
     conns = [Connection(_port(url)) for _ in range(connections)]
     # A Durable Streams server's root may be below the host's (ours: /ds).
@@ -356,13 +386,14 @@ async def run_cell(
         await asyncio.gather(*(conn.open() for conn in conns))
         await asyncio.gather(*(owner.prepare(conn) for owner, conn in zip(owners, conns, strict=True)))
         tally = _Tally()
-        server_cpu = cpu_seconds(pid) if pid is not None else 0.0
+        pids = [] if pid is None else process_tree(pid) if tree else [pid]
+        server_cpu = tree_cpu_seconds(pids)
         client_cpu = time.process_time()
         start = time.perf_counter()
         await asyncio.gather(*(_drive(c, o, start + seconds, tally) for o, c in zip(owners, conns, strict=True)))
         elapsed = time.perf_counter() - start
         client_cpu = time.process_time() - client_cpu
-        server_cpu = cpu_seconds(pid) - server_cpu if pid is not None else 0.0
+        server_cpu = tree_cpu_seconds(pids) - server_cpu
         await asyncio.gather(*(owner.verify(conn) for owner, conn in zip(owners, conns, strict=True)))
     finally:
         for conn in conns:
