@@ -75,7 +75,7 @@ async def _open(url: str, create: bool, session_cache: int, timeout: float) -> H
         root, compression = _jsonl(url)
         if not (root / ROOT_MARKER).exists():
             _check_location(root / ROOT_MARKER, create, what="JSONL store", url=url, shown=root)
-        return await JsonlStore.open(root, compression=compression, session_cache=session_cache)
+        return await JsonlStore.open(root, compression=compression, session_cache=session_cache, timeout=timeout)
     raise AssertionError(scheme)
 
 

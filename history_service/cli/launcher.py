@@ -41,6 +41,9 @@ __all__ = ["listen", "resolve_workers", "serve", "supervise", "usable_cores"]
 _SUPERVISOR: Final = "from history_service.cli.launcher import supervise; supervise()"
 # cgroup v2: "<quota> <period>" in microseconds, or "max <period>" when the group's CPU time is not capped.
 _CPU_MAX: Final = Path("/sys/fs/cgroup/cpu.max")
+# uvicorn's supervisor kills a worker that has not answered its ping within this bound, a starting one
+# included: its 5 s default killed workers still importing on a loaded host, over and over.
+WORKER_HEALTHCHECK_S: Final = 30
 
 
 def usable_cores(cpu_max: Path = _CPU_MAX) -> int:
@@ -312,7 +315,13 @@ def supervise() -> None:
     configure_logging(server.app)
     factory = functools.partial(app_factory, server.app)
     workers = resolve_workers(server.workers, server.app.store_url)  # resolved by ``serve`` already: an int
-    config = uvicorn.Config(factory, factory=True, workers=workers, **_uvicorn_options(server))
+    config = uvicorn.Config(
+        factory,
+        factory=True,
+        workers=workers,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
+        **_uvicorn_options(server),
+    )
     with socket.socket(fileno=sock_fd) as sock:
         try:
             Multiprocess(config, [sock]).run()
