@@ -38,6 +38,7 @@ TEXT = {"content-type": "text/plain"}
 # A long-poll that waits longer than any bound here: only a wake-up answers it in time.
 ENV = {"HISTORY_DS_LONG_POLL": "60"}
 BOUND = 60
+PER_WORKER = 3
 
 
 def store_url(kind: str, root: Path) -> str:
@@ -332,6 +333,38 @@ def test_readyz_reports_the_notifier_listening_on_both(pair: Pair) -> None:
     assert [ready(server.url)["notifier"] for server in (pair.a, pair.b)] == ["listening", "listening"]
 
 
+def placed(port: int, workers: list[int], count: int) -> Counter[int]:
+    """Which worker serves each of the ``count`` connections to ``port``, once all of them are open."""
+    deadline = time.monotonic() + BOUND
+    while True:
+        spread = Counter(pid for client in connections_to(port) if (pid := serving_pid(client, workers)))
+        if spread.total() >= count:
+            return spread
+        assert time.monotonic() < deadline, f"{count} connections expected, found {spread}"
+        time.sleep(0.02)
+
+
+def follow_on_each(server: ServerProcess, workers: list[int], session_id: str, last: int) -> list[Follower]:
+    """``PER_WORKER`` followers on each worker: the kernel gives a connection to whichever worker accepts first, so
+    the others are stopped meanwhile (briefly: the supervisor restarts a worker that misses its 5 s health check)."""
+    followers: list[Follower] = []
+    for worker in workers:
+        others = [pid for pid in workers if pid != worker]
+        for pid in others:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            batch = [Follower(server.url, session_id, last) for _ in range(PER_WORKER)]
+            for follower in batch:
+                follower.start()
+            followers += batch
+            spread = placed(server.port, workers, len(followers))
+        finally:
+            for pid in others:
+                os.kill(pid, signal.SIGCONT)
+        assert spread[worker] == PER_WORKER, spread
+    return followers
+
+
 @pytest.mark.parametrize("kind", STORES)
 def test_a_worker_killed_mid_stream_loses_and_duplicates_nothing(kind: str, tmp_path: Path) -> None:
     server = ServerProcess(store_url(kind, tmp_path))
@@ -341,36 +374,16 @@ def test_a_worker_killed_mid_stream_loses_and_duplicates_nothing(kind: str, tmp_
         workers = wait_workers(server.process.pid, 2)
         events = make_events(3000)
         create(server.url, "s")
-        # A first batch, so a follower that has it is known to be connected.
-        produce([server.url], "s", events[:10])
-        followers: list[Follower] = []
-        spread: Counter[int] = Counter()
-        while min(spread[pid] for pid in workers) < 2:
-            assert len(followers) < 64, f"the kernel gave every follower to one worker: {spread}"
-            follower = Follower(server.url, "s", len(events) - 1)
-            follower.start()
-            followers.append(follower)
-            spread = placed(server.port, workers, len(followers))
+        followers = follow_on_each(server, workers, "s", len(events) - 1)
+        # Separate connections land on either worker: appends cross between them, before and after the kill.
+        produce([server.url] * 3, "s", events[:1000])
         victim = workers[0]
-        produce([server.url] * 3, "s", events[10:1000])
         os.kill(victim, signal.SIGKILL)
         produce([server.url] * 3, "s", events[1000:2000])
-        restarted = wait_workers(server.process.pid, 2, without=[victim])
-        assert victim not in restarted
+        assert victim not in wait_workers(server.process.pid, 2, without=[victim])
         produce([server.url] * 3, "s", events[2000:])
         for follower in followers:
             follower.check(events)
         assert {ready(server.url)["notifier"] for _ in range(6)} == {"listening"}
     finally:
         server.stop()
-
-
-def placed(port: int, workers: list[int], count: int) -> Counter[int]:
-    """Which worker serves each of the ``count`` follow connections to ``port``, once all of them are open."""
-    deadline = time.monotonic() + BOUND
-    while True:
-        spread = Counter(pid for client in connections_to(port) if (pid := serving_pid(client, workers)))
-        if spread.total() >= count:
-            return spread
-        assert time.monotonic() < deadline, f"{count} followers expected, found {spread}"
-        time.sleep(0.02)
