@@ -21,7 +21,7 @@ from codec.chunk_rows import (
     expand_row,
     pack,
 )
-from codec.cli_args import count, discard, port, positive, seconds
+from codec.cli_args import count, discard, port, positive, seconds, workers_count
 from codec.distribution import distribution_version
 from codec.durable import (
     MAX_LIFE,
@@ -205,6 +205,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolCallRowData",
     "values_within",
+    "workers_count",
     "written",
     "ZERO_OFFSET",
 ]

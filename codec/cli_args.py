@@ -2,7 +2,7 @@
 
 Both command lines read whole numbers from their flags and write to pipes, and the codec
 is the one package both may import: what they share is here, beside the other flag types
-of the same kind (a port, seconds). Standard library only, like the rest of the codec;
+of the same kind (a port, seconds, a count of workers). Standard library only, like the rest of the codec;
 `discard` is its one call that touches a file descriptor, made by a command's ``main``
 only, never by the codec itself.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TextIO
+from typing import Literal, TextIO
 
-__all__ = ["count", "discard", "port", "positive", "seconds"]
+__all__ = ["count", "discard", "port", "positive", "seconds", "workers_count"]
 
 
 def port(text: str) -> int:
@@ -35,6 +35,19 @@ def count(text: str) -> int:
 def positive(text: str) -> int:
     """A whole number, 1 or more."""
     return _whole(text, 1)
+
+
+def workers_count(text: str) -> int | Literal["auto"]:
+    """A number of server processes: ``auto`` (one per usable core, resolved by ``serve``), or 1 or more."""
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 1 or more, or auto, not {text!r}")
+    return value
 
 
 def seconds(text: str) -> float:

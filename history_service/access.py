@@ -3,9 +3,13 @@
 To anyone else a session answers exactly as an unknown id does, so ids leak nothing. A
 session's owner and header never change once it exists, so `Access` keeps them once read:
 a caller who may not read a session costs one row, and an append need not ask the store.
+What is kept is consulted only once the notices committed so far are heard (``settle``), so
+a session deleted through another process is never taken for live.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from codec import SessionHeader, incarnation_of
 from history_service.errors import NotADirectChild, NotOwner, SubagentChild
@@ -35,12 +39,24 @@ def check_visible(principal: str, session_id: str, child: str | None, info: Sess
 
 class Access:
     """The access checks of live sessions, and what this process keeps of them: owners, headers (of up to
-    ``sessions``) and ``pages``."""
+    ``sessions``) and ``pages``.
 
-    def __init__(self, store: HistoryStore, expiry: Expiry, *, sessions: int, pages: PageCache) -> None:
+    ``settle`` hears the other processes' notices committed so far (`history_service.notices.Notices.settle`).
+    """
+
+    def __init__(
+        self,
+        store: HistoryStore,
+        expiry: Expiry,
+        *,
+        sessions: int,
+        pages: PageCache,
+        settle: Callable[[], None] = lambda: None,
+    ) -> None:
         self.store = store
         self.expiry = expiry
         self._pages = pages
+        self._settle = settle
         # Owner and header never change once a session exists (but for closedAt, which the store
         # checks on every append), so appends need not ask the store. With them, when the session
         # was last written as far as this process knows: never later than it was (see `live`).
@@ -71,6 +87,7 @@ class Access:
         What is kept may say expired when another process has written the session since: only
         the store, read again, says so for sure.
         """
+        self._settle()
         known = self._owners.get(session_id)
         if known is None or self.expiry.expired(known[1], known[2]):
             info = await self.live(await self.store.get_session(session_id))

@@ -7,13 +7,18 @@ and hears every change through the one path, whichever process made it:
 * a change made through this process is told here by what made it (the service for
   sessions, the ``/ds`` endpoints for streams), once it is durable;
 * a change made through another process arrives as the store's notice (`persistence.HeadListener`:
-  PostgreSQL LISTEN/NOTIFY), which `Notices.run` hears and tells the same way. After a
-  (re)connect, notices may have been lost, and every subscriber reads again what it watches.
+  PostgreSQL LISTEN/NOTIFY, or the log of notices of a SQLite file or JSONL directory), which
+  `Notices.run` hears and tells the same way. After a (re)connect, notices may have been lost,
+  and every subscriber reads again what it watches.
+
+What this process keeps of sessions (owners, pages) is consulted only after `Notices.settle`,
+which hears at once what a log-reading listener has not read yet: a delete committed anywhere
+before a request is never contradicted by what was kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 import anyio.abc
@@ -49,6 +54,10 @@ class Subscriber:
         """Read again what is watched: notices may have been lost."""
 
 
+def _nothing() -> None:
+    """`Notices.settle` when only this process writes: there is nothing to hear."""
+
+
 class Notices:
     """Tells each subscriber of every change, made here or heard from another process through the store.
 
@@ -59,6 +68,8 @@ class Notices:
     def __init__(self, listener: HeadListener | None) -> None:
         self._listener = listener
         self._subscribers: tuple[Subscriber, ...] = ()
+        # Bound once: the caches call it on every hit, and with no listener it is a no-op.
+        self.settle: Callable[[], None] = _nothing if listener is None else listener.catch_up
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Tell ``subscriber`` of every change from now on, after those subscribed before it."""

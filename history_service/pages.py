@@ -37,7 +37,7 @@ __all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "S
 
 MIN_COMPRESS: Final = 1024
 # A kept page is served without asking the store whether its life still exists for at most this many
-# seconds: a delete by another process (the CLI, another replica) sends this one no word (§4.4).
+# seconds: the backstop for a delete that sends this process no notice (a foreign writer; §4.4, §7.6).
 LIFE_CHECK_EVERY: Final = 1.0
 
 
@@ -217,11 +217,14 @@ class PageReader:
         inflight: InFlight | None = None,
         metrics: Metrics | None = None,
         gone: Callable[[str, str], bool] | None = None,
+        settle: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._cache = cache
         # Whether an incarnation of a session was deleted: its pages are neither served from the cache nor kept.
         self._gone = gone or (lambda session_id, incarnation: False)
+        # Hears the other processes' notices committed so far, so a delete among them reaches `_gone` first.
+        self._settle = settle or (lambda: None)
         # Without a budget (the CLI), every read is admitted at once.
         self._inflight = inflight if inflight is not None else InFlight(1 << 62, wait=0, shapes=1)
         self.metrics = metrics if metrics is not None else Metrics()
@@ -294,7 +297,10 @@ class PageReader:
             reading.release()
 
     async def _cached(self, session_id: str, incarnation: str, query: PageQuery, coding: str) -> ServedPage | None:
-        if self._cache is None or self._gone(session_id, incarnation):
+        if self._cache is None:
+            return None
+        self._settle()
+        if self._gone(session_id, incarnation):
             return None
         key = _key(session_id, incarnation, query)
         page = self._cache.get(key)

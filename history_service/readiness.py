@@ -1,7 +1,9 @@
 """Readiness (``GET /readyz``, docs/protocol.md §1.4): may this process take traffic now?
 
 It may while the store answers a real read (`HistoryStore.check_ready`) and follow hears
-every append: in-process, or through a PostgreSQL ``LISTEN`` connection that is up. What
+every append: in-process (a memory store), or through the store's notifier once it is
+``listening``: a PostgreSQL ``LISTEN`` connection that is up, or the log of notices of a SQLite
+file or JSONL directory, read (docs/protocol.md §7.6). What
 failed, with paths and driver messages, goes to the server log; the answer names only
 which part is not ready.
 """

@@ -50,7 +50,9 @@ class HistoryService:
         self.cap = FollowerCap(settings.follower_cap)
         self.cache = PageCache(settings.page_cache_bytes, settings.page_cache_entries)
         self.expiry = Expiry(store, settings.retention_ms)
-        self.access = Access(store, self.expiry, sessions=settings.session_cache, pages=self.cache)
+        self.access = Access(
+            store, self.expiry, sessions=settings.session_cache, pages=self.cache, settle=self.notices.settle
+        )
         self.hub = Hub(
             store,
             settings.follow_buffer,
@@ -63,7 +65,12 @@ class HistoryService:
         self.notices.subscribe(self.hub)
         self.inflight = InFlight(settings.inflight_bytes, wait=settings.inflight_wait, shapes=settings.session_cache)
         self.pages = PageReader(
-            store, self.cache, inflight=self.inflight, metrics=self.metrics, gone=self.access.deleted
+            store,
+            self.cache,
+            inflight=self.inflight,
+            metrics=self.metrics,
+            gone=self.access.deleted,
+            settle=self.notices.settle,
         )
         self.reading, self.sending = self.inflight.reading, self.inflight.sending
         self.lifecycle = Lifecycle(store, self.access, self.expiry, self.notices, self.metrics)

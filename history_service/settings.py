@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from codec import workers_count
 from history_service.durations import duration_ms
 from persistence import DEFAULT_SESSION_CACHE, DEFAULT_STORE_TIMEOUT
 
@@ -46,6 +47,13 @@ def _one(text: str) -> bool:
 def _duration(text: str) -> int:
     try:
         return duration_ms(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(str(exc).removeprefix("expected ")) from None
+
+
+def _workers(text: str) -> int | Literal["auto"]:
+    try:
+        return workers_count(text)
     except argparse.ArgumentTypeError as exc:
         raise ValueError(str(exc).removeprefix("expected ")) from None
 
@@ -292,8 +300,9 @@ class ServerSettings(_FromEnv, frozen=True, kw_only=True):
     Parameters:
         app: the settings of the app each server process runs.
         host, port: where ``serve`` listens.
-        workers: how many server processes ``serve`` runs; more than one needs a store that
-            tells every process of the others' appends (`persistence.url.shareable_across_workers`).
+        workers: how many server processes ``serve`` runs, or ``auto``: one per usable core
+            (`history_service.cli.launcher.resolve_workers`). More than one needs a store that tells
+            every process of the others' writes (`persistence.url.shareable_across_workers`).
         http: the HTTP/1.1 implementation ``serve`` runs: ``h11`` enforces ``max_header_bytes``;
             ``httptools`` is faster but buffers a request's headers without a bound, so use it
             only behind a gateway that bounds them.
@@ -304,13 +313,15 @@ class ServerSettings(_FromEnv, frozen=True, kw_only=True):
     app: Settings = Settings()
     host: Annotated[str, Env("HISTORY_HOST")] = "127.0.0.1"
     port: Annotated[int, Env("HISTORY_PORT")] = 8000
-    workers: Annotated[int, Env("HISTORY_WORKERS")] = 1
+    workers: Annotated[int | Literal["auto"], Env("HISTORY_WORKERS", _workers)] = 1
     http: Annotated[Literal["h11", "httptools"], Env("HISTORY_HTTP")] = "h11"
     timeout_keep_alive: Annotated[int, Env("HISTORY_TIMEOUT_KEEP_ALIVE")] = 5
     max_header_bytes: Annotated[int, Env("HISTORY_MAX_HEADER_BYTES")] = 16 * 1024
 
     def __post_init__(self) -> None:
-        _check_positive(self, ("timeout_keep_alive", "max_header_bytes", "workers"))
+        _check_positive(self, ("timeout_keep_alive", "max_header_bytes"))
+        if self.workers != "auto" and self.workers <= 0:
+            raise ValueError("workers must be positive, or auto")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"port must be from 1 to 65535, got {self.port}")
         if self.app.metrics_port == self.port:

@@ -70,7 +70,8 @@ class Sweeper:
         with its subagent tree, as a request would delete it, so its followers are told. A session
         it could not delete (kept by a live session below it, or failing) is not asked for again in
         this sweep, so it never holds the others back. ``None`` while another process sweeps the
-        same store (`HistoryStore.sweeping`).
+        same store (`HistoryStore.sweeping`). In its turn, before anything expired, the store
+        finishes what a process that died left half done (`HistoryStore.recover`).
         """
         retention = self.expiry.retention_ms if isinstance(retention_ms, Default) else retention_ms
         batch, swept = self.batch, Swept([], [])
@@ -93,6 +94,8 @@ class Sweeper:
         async with self.sweeping() as mine:
             if not mine:
                 return None
+            # The turn is also where what a process that died left half done is finished: once, by one process.
+            await self.store.recover()
             while True:
                 found = await self.store.expired(now=now_ms(), retention_ms=retention, limit=batch, skip=passed)
                 # One at a time: beside 50 appending connections, two at once doubled the sweep's share of the

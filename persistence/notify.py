@@ -18,18 +18,22 @@ and replaced.
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 import msgspec
 
-__all__ = ["NOTIFY_CHANNEL", "STREAM_NOTICE", "HeadListener", "Notice", "notice", "stream_of"]
+__all__ = ["NOTIFY_CHANNEL", "STREAM_NOTICE", "HeadListener", "Notice", "backoff", "notice", "stream_of"]
 
 NOTIFY_CHANNEL: Final = "history_heads"
 # A Durable Stream's notice names it behind this prefix, which no session id can hold
 # (docs/protocol.md §2.4), so a follower's channel never takes it for a session's.
 STREAM_NOTICE: Final = "\x00ds\x00"
+
+_BACKOFF_BASE: Final = 0.1
+_BACKOFF_CAP: Final = 5.0
 
 OnHead = Callable[["Notice"], None]
 OnConnect = Callable[[], Awaitable[None]]
@@ -93,3 +97,11 @@ def stream_of(notice: Notice) -> str | None:
     if notice.session_id.startswith(STREAM_NOTICE):
         return notice.session_id[len(STREAM_NOTICE) :]
     return None
+
+
+def backoff(failures: int) -> float:
+    """Seconds a listener waits before its next try, after ``failures`` in a row: doubling from 0.1 s to 5 s, jittered.
+
+    The jitter keeps the processes of a store that lost their notices together from retrying in step.
+    """
+    return min(_BACKOFF_CAP, _BACKOFF_BASE * 2.0 ** (failures - 1)) * (0.5 + random.random() / 2)

@@ -27,8 +27,9 @@ from persistence.sql import SqlStore
 __all__ = ["describe_url", "open_store", "shareable_across_workers"]
 
 _KNOWN = frozenset({"memory", "sqlite", "postgresql", "postgres", "postgresql+psycopg", "jsonl"})
-# Stores that tell every process of the others' appends (a HeadListener over LISTEN/NOTIFY).
-_SHARED = frozenset({"postgresql", "postgres", "postgresql+psycopg"})
+# Stores that tell every process of the others' writes: PostgreSQL by LISTEN/NOTIFY, SQLite files and
+# JSONL by a log of notices (`persistence.notice_log`).
+_SHARED = frozenset({"postgresql", "postgres", "postgresql+psycopg", "jsonl"})
 _SCHEMES = "use sqlite:///path.db, postgresql+psycopg://user@host/db, jsonl:///dir or memory://"
 
 
@@ -79,12 +80,19 @@ async def _open(url: str, create: bool, session_cache: int, timeout: float) -> H
 
 
 def shareable_across_workers(url: str) -> bool:
-    """Whether several processes may serve one store of this URL, each hearing of the appends made through the others.
+    """Whether several processes may serve one store of this URL, each hearing of the writes made through the others.
 
-    Only PostgreSQL tells every process of another's append; with a file or memory store, a
-    follower in one process would never hear of an append made through another.
+    PostgreSQL tells them across hosts, a SQLite file and a JSONL directory on one host. A
+    memory store, or an in-memory SQLite database, lives in one process: a follower in another
+    would never hear of its appends.
     """
-    return urlsplit(url).scheme.lower() in _SHARED
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "sqlite":
+        try:
+            return _sqlite_path(url) is not None
+        except StoreError:
+            return False
+    return scheme in _SHARED
 
 
 def describe_url(url: str) -> str:

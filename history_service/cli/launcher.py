@@ -2,8 +2,9 @@
 
 It binds the API port first, so a taken port is the only line printed; then it creates the
 store if needed, seeds the demo, prints the banner, and serves: in this process, or with
-``workers`` in several that share the bound socket, with the metrics on a port of their own
-if asked. It never writes to ``os.environ``: what the workers need reaches them explicitly.
+``workers`` in several that share the bound socket (``auto``: one per usable core,
+`resolve_workers`), with the metrics on a port of their own if asked. It never writes to
+``os.environ``: what the workers need reaches them explicitly.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import math
 import os
 import shutil
 import signal
@@ -20,7 +22,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final, Literal, TextIO
 
 import anyio
 import msgspec
@@ -33,10 +35,40 @@ from history_service.metrics import Metrics, PrometheusMetrics, metrics_for, mul
 from history_service.settings import ServerSettings, Settings
 from persistence import StoreError, describe_url, open_store, shareable_across_workers
 
-__all__ = ["listen", "serve", "supervise"]
+__all__ = ["listen", "resolve_workers", "serve", "supervise", "usable_cores"]
 
 # Run by `serve --workers`: the supervisor of the worker processes (see `_run_workers`).
 _SUPERVISOR: Final = "from history_service.cli.launcher import supervise; supervise()"
+# cgroup v2: "<quota> <period>" in microseconds, or "max <period>" when the group's CPU time is not capped.
+_CPU_MAX: Final = Path("/sys/fs/cgroup/cpu.max")
+
+
+def usable_cores(cpu_max: Path = _CPU_MAX) -> int:
+    """The cores this process may run on: its affinity mask, capped by its cgroup's CPU quota; at least 1."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 file, or "max": the mask alone bounds it
+    return max(1, cores)
+
+
+def resolve_workers(workers: int | Literal["auto"], store_url: str) -> int:
+    """How many server processes ``serve`` runs: ``workers``, with ``auto`` as one per usable core.
+
+    ``auto`` on a store that only one process may serve is 1; an explicit number past 1 on it
+    is refused with a `CommandError`.
+    """
+    shared = shareable_across_workers(store_url)
+    if workers == "auto":
+        return usable_cores() if shared else 1
+    if workers > 1 and not shared:
+        raise CommandError(
+            f"--workers {workers} needs a store several processes can share (SQLite or JSONL on one host, "
+            f"or PostgreSQL): {describe_url(store_url)} lives in one process; run one worker"
+        )
+    return workers
 
 
 async def _prepare(settings: Settings, demo: bool) -> int | None:
@@ -153,7 +185,16 @@ def _uvicorn_options(server: ServerSettings) -> dict[str, Any]:
     }
 
 
-def _banner(server: ServerSettings, count: int | None, out: TextIO, err: TextIO) -> None:
+def _workers_line(asked: int | Literal["auto"], workers: int, store_url: str) -> str:
+    """How many server processes serve, and why that many."""
+    if asked != "auto":
+        return f"{workers} worker{'s' if workers > 1 else ''}"
+    if not shareable_across_workers(store_url):
+        return f"1 worker (auto: {describe_url(store_url)} lives in one process)"
+    return f"{workers} worker{'s' if workers > 1 else ''} (auto: {workers} usable core{'s' if workers > 1 else ''})"
+
+
+def _banner(server: ServerSettings, count: int | None, out: TextIO, err: TextIO, *, workers: str) -> None:
     settings = server.app
     if settings.auth == "token":
         print(f"{PROG}: auth token: {len(settings.tokens)} service token(s), and X-Principal on each request", file=err)
@@ -177,6 +218,7 @@ def _banner(server: ServerSettings, count: int | None, out: TextIO, err: TextIO)
         print(f"{PROG}: metrics: {where}", file=err)
     else:
         print(f"{PROG}: metrics off", file=err)
+    print(f"{PROG}: {workers}", file=err)
     print(f"{PROG}: listening on http://{server.host}:{server.port} (Ctrl+C to stop)", file=err)
 
 
@@ -187,16 +229,14 @@ def serve(sock: socket.socket, server: ServerSettings, *, demo: bool, out: TextI
     from history_service.app import create_app
     from history_service.logs import configure_logging
 
-    if server.workers > 1 and not shareable_across_workers(server.app.store_url):
-        raise CommandError(
-            f"--workers {server.workers} needs a PostgreSQL store: with {server.app.store_url.split(':')[0]}, "
-            "followers in one worker would never hear of appends made through another; run one worker"
-        )
+    workers = resolve_workers(server.workers, server.app.store_url)
+    line = _workers_line(server.workers, workers, server.app.store_url)
+    server = msgspec.structs.replace(server, workers=workers)
     count = anyio.run(_prepare, server.app, demo)
     # Once the store is known good, before the server starts: uvicorn's lines and ours go through one handler.
     configure_logging(server.app, stream=err)
-    _banner(server, count, out, err)
-    if server.workers > 1:
+    _banner(server, count, out, err, workers=line)
+    if workers > 1:
         with _metrics_files(server) as server, _metrics_listener(server, None):
             return _run_workers(sock, server)
     with _metrics_files(server) as server:
@@ -271,7 +311,8 @@ def supervise() -> None:
         server = msgspec.json.decode(pipe.read(), type=ServerSettings)
     configure_logging(server.app)
     factory = functools.partial(app_factory, server.app)
-    config = uvicorn.Config(factory, factory=True, workers=server.workers, **_uvicorn_options(server))
+    workers = resolve_workers(server.workers, server.app.store_url)  # resolved by ``serve`` already: an int
+    config = uvicorn.Config(factory, factory=True, workers=workers, **_uvicorn_options(server))
     with socket.socket(fileno=sock_fd) as sock:
         try:
             Multiprocess(config, [sock]).run()

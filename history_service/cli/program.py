@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final, TextIO
 from urllib.parse import urlsplit
 
-from codec import count, discard, distribution_version, port, positive
+from codec import count, discard, distribution_version, port, workers_count
 from history_service.cli import PROG
 from history_service.durations import duration_ms
 from history_service.errors import CommandError
@@ -83,8 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     server.add_argument(
         "--workers",
-        type=positive,
-        help="server processes (default: $HISTORY_WORKERS, else 1); more than one needs a PostgreSQL store",
+        type=workers_count,
+        help=(
+            "server processes, or auto for one per core (default: $HISTORY_WORKERS, else 1); more than one "
+            "needs a store several processes can share"
+        ),
     )
     server.add_argument(
         "--metrics-port",

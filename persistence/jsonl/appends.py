@@ -28,6 +28,7 @@ from persistence.jsonl.journal import Clearing, journal_size, pending, ready, un
 from persistence.jsonl.layout import INDEX_NAME
 from persistence.jsonl.recovery import Loader
 from persistence.jsonl.rewrite import write_plan
+from persistence.notify import notice
 from persistence.rules import Life, check_life, confirm_resend, plan_batch
 from persistence.state import Lru
 
@@ -40,7 +41,8 @@ class Appends:
     """Appends staged into the writer's file groups, and the store's fail-closed state.
 
     ``state`` loads a session's state under its held lock; ``stored`` reads records from a
-    state; ``distrusted`` are the sessions whose journals are undone whenever they load.
+    state; ``distrusted`` are the sessions whose journals are undone whenever they load;
+    ``origin`` names the store in its appends' notices (none are told without one).
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class Appends:
         stored: Callable[[IndexedSession, int, int], list[StoredRecord]],
         directory: Callable[[str], Path],
         distrusted: set[str],
+        origin: str | None = None,
     ) -> None:
         self._root = root
         self._loader = loader
@@ -63,6 +66,7 @@ class Appends:
         self._stored = stored
         self._directory = directory
         self._distrusted = distrusted
+        self._origin = origin
         # Set when a failed rewrite may not be undone from its journal: appends stop until the store is reopened.
         self._broken: str | None = None
 
@@ -132,7 +136,8 @@ class Appends:
             )
             failed = functools.partial(self._settle_failed, state, clearing)
         durable = functools.partial(_applied, state, entries, len(line))
-        group.stage(Staged(steps, log_path, durable, failed))
+        told = None if self._origin is None else notice(session_id, plan.head_seq, self._origin)
+        group.stage(Staged(steps, log_path, durable, failed, told))
         return AppendResult.of(plan)
 
     def _settle_failed(self, state: IndexedSession, clearing: Clearing) -> None:

@@ -13,6 +13,10 @@ and log bytes together in the second, since the journal can undo any part of the
 journal's clearing in a third. Each append is still its own: one whose write or fsync fails
 is undone and fails alone. A unit that stages nothing (a conflict, a re-send) finishes
 inside its work function.
+
+Once the group is durable, and before its sessions' locks are let go, the notices of the
+appends that succeeded are told to the other processes in one call (`persistence.jsonl.notices`):
+so a notice never tells of an append that failed, and one session's notices keep its order.
 """
 
 from __future__ import annotations
@@ -41,13 +45,14 @@ class Staged(NamedTuple):
     """One append's writes, the steps of each barrier in order (none to skip one), and what to do after them.
 
     ``durable`` runs once every write is synced; ``failed`` undoes what was written when one
-    write or sync failed; ``name`` names the log in the error.
+    write or sync failed; ``name`` names the log in the error; ``notice`` is told once it is durable.
     """
 
     steps: tuple[tuple[Step, ...], ...]
     name: Path
     durable: Callable[[], None]
     failed: Callable[[], None]
+    notice: str | None = None
 
 
 class FileGroup:
@@ -68,10 +73,14 @@ class FileGroup:
 
 
 class FileGroups:
-    """The ``commit_group`` of a `GroupCommit` for a file store: a unit is handed the `FileGroup`."""
+    """The ``commit_group`` of a `GroupCommit` for a file store: a unit is handed the `FileGroup`.
 
-    def __init__(self) -> None:
+    ``tell`` is handed the notices of a group's durable appends, under their locks.
+    """
+
+    def __init__(self, tell: Callable[[list[str]], object] | None = None) -> None:
         self._syncs = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="history-fsync")
+        self._tell = tell
 
     def close(self) -> None:
         self._syncs.shutdown()
@@ -87,12 +96,17 @@ class FileGroups:
                 except Exception as exc:
                     outcomes.append((False, exc if isinstance(exc, StoreError) else unavailable(exc)))
             failed = self._commit(group.staged)
+            notices: list[str] = []
             for number, append in group.staged:
                 if number in failed:
                     append.failed()
                     outcomes[number] = (False, failed[number])
                 else:
                     append.durable()
+                    if append.notice is not None:
+                        notices.append(append.notice)
+            if self._tell is not None and notices:
+                self._tell(notices)
         return outcomes
 
     def _commit(self, staged: list[tuple[int, Staged]]) -> dict[int, StoreError]:

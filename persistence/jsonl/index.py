@@ -38,7 +38,8 @@ __all__ = [
     "IndexedSession",
     "block_ranges",
     "index_frame",
-    "index_size",
+    "index_fresh",
+    "index_inode",
     "last_seq",
     "make_entry",
     "position",
@@ -251,6 +252,8 @@ class IndexedSession:
         self.owner = owner
         self.index_head = head
         self.index_size = 0
+        # The index file's inode: a session deleted and made again has another.
+        self.index_ino = -1
         self.log_end = head.headerEnd
         self.entries: list[Entry] = []
         self.starts = array("q")
@@ -376,11 +379,25 @@ def windows(state: IndexedSession, first: int, last: int) -> Iterator[tuple[int,
                 lo, start = i, position(state, i)
 
 
-def index_size(directory: Path) -> int:
-    """The index file's size, or -1 when it is gone."""
+def index_fresh(state: IndexedSession) -> bool:
+    """Whether the session's index is still the file ``state`` was loaded from, at the size it knows.
+
+    The size alone would take a session deleted and made again, at the same index size, for the one kept.
+    """
     try:
         # A str path: this runs for every append and read, where pathlib's joins cost more than the stat.
-        return os.stat(os.path.join(directory, INDEX_NAME)).st_size
+        found = os.stat(os.path.join(state.directory, INDEX_NAME))
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise unavailable(exc) from exc
+    return found.st_size == state.index_size and found.st_ino == state.index_ino
+
+
+def index_inode(directory: Path) -> int:
+    """The index file's inode, or -1 when it is gone."""
+    try:
+        return os.stat(os.path.join(directory, INDEX_NAME)).st_ino
     except FileNotFoundError:
         return -1
     except OSError as exc:

@@ -30,7 +30,7 @@ from persistence.base import (
     subtree,
 )
 from persistence.errors import CorruptLogError, SessionNotFoundError
-from persistence.jsonl.index import IndexedSession, last_seq, read_last_entry
+from persistence.jsonl.index import IndexedSession, index_fresh, last_seq, read_last_entry
 from persistence.jsonl.layout import (
     INDEX_NAME,
     closed_at,
@@ -208,7 +208,8 @@ class Listing:
         if found is not None:
             head, entry, index_size = found
             state = self._states.get(session_id)
-            if state is not None and state.index_size == index_size:
+            # The inode too: a session deleted and made again at the same index size is not the one kept.
+            if state is not None and state.index_size == index_size and index_fresh(state):
                 return state.head
             try:
                 log_size = self._loader.log_path(directory).stat().st_size

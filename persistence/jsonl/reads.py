@@ -17,7 +17,7 @@ from persistence._zstd import ZstdContexts
 from persistence.base import PageRead
 from persistence.errors import SessionNotFoundError
 from persistence.jsonl.files import locked, pread, reading
-from persistence.jsonl.index import IndexedSession, block_ranges, index_size, position, windows
+from persistence.jsonl.index import IndexedSession, block_ranges, index_fresh, position, windows
 from persistence.jsonl.rewrite import bounded, span
 from persistence.off_loop import OFF_LOOP_BYTES
 from persistence.rules import page_span
@@ -61,7 +61,7 @@ class Reads:
             state = self._state(session_id)
             with locked(directory, session_id, shared=True):
                 # The index only grows, except when a crash is undone, which restores an earlier state.
-                if index_size(directory) == state.index_size:
+                if index_fresh(state):
                     yield state
                     return
 
@@ -103,7 +103,7 @@ class Reads:
         try:
             # Never wait on the event loop: a writer holding the lock sends the read to a worker thread.
             with locked(state.directory, session_id, shared=True, wait=False):
-                if index_size(state.directory) != state.index_size:
+                if not index_fresh(state):
                     return None
                 return self._page_of(state, through, before, max_messages, max_bytes, OFF_LOOP_BYTES)
         except (BlockingIOError, SessionNotFoundError):

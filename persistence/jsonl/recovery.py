@@ -37,6 +37,7 @@ from persistence.jsonl.index import (
     IndexedSession,
     IndexHead,
     index_frame,
+    index_inode,
     make_entry,
     read_index,
 )
@@ -93,11 +94,14 @@ class Loader:
             raise CorruptLogError(f"{log_path}: header names session {header.id!r}, not {session_id!r}")
         owner = owner_of(directory)
         head_end = self._header_end(first, header_block)
+        # Taken before the index is read: a file put in its place later is then never taken for this one.
+        ino = index_inode(directory)
         loaded = read_index(directory / INDEX_NAME)
         if loaded is None or loaded[0].headerEnd != head_end:
             return self._rebuild(directory, header, owner, head_end, log_size)
         head, entries, sizes = loaded
         state = IndexedSession(directory, header, owner, head)
+        state.index_ino = ino
         # Only the last batch can be torn: its entry is written before its bytes.
         if entries and entries[-1].end > log_size and entries[-1].start <= log_size:
             torn = entries.pop()
@@ -130,6 +134,7 @@ class Loader:
         head = IndexHead(INDEX_VERSION, "zstd" if self._zstd else "none", header_end)
         write_atomic(directory / INDEX_NAME, encode(head) + b"\n")
         state = IndexedSession(directory, header, owner, head)
+        state.index_ino = index_inode(directory)
         state.index_size = len(encode(head)) + 1
         if log_size > header_end:
             self._recover_tail(state, directory / self._log_name, log_size)

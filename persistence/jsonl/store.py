@@ -10,6 +10,9 @@ Layout under the root::
     <encoded id>/closed          the session's closedAt, once it is closed
     <encoded id>/journal         the rollback journal of a sealing rewrite (empty when none is under way)
     <encoded id>/lock, gate      the session's lock, and the gate its holders pass first
+    .history-notices.db          the notices told to the other processes (`persistence.jsonl.notices`),
+    .history-notices.db-write    and the turn its writers take
+    .turn                        the turn at the sweep, held by one process at a time
 
 An append writes its index entry first and fsyncs it, then writes the batch to the log
 and fsyncs that. So on open, a last index entry that reaches past the end of the log
@@ -24,7 +27,7 @@ no read sees a log mid-rewrite; every holder passes the session's gate first, so
 that arrive after a waiting writer queue behind it (`persistence.jsonl.files.acquire`). An
 append's unit tries its lock in the writer thread without waiting; a busy lock is waited
 for in a worker thread of the append's own, which joins the next group with it, so the
-writer thread never waits on a lock.
+writer thread never waits on a lock, except the notices log's, held for one small insert.
 
 `JsonlStore` holds the sessions' loaded states and their lifecycle (create, close, delete),
 and hands the rest to one module per job: `persistence.jsonl.appends` (the append unit in the
@@ -54,6 +57,7 @@ from persistence._zstd import ZstdContexts
 from persistence.base import (
     DEFAULT_OWNER,
     DEFAULT_SESSION_CACHE,
+    DEFAULT_STORE_TIMEOUT,
     AppendResult,
     HistoryStore,
     PageRead,
@@ -69,7 +73,7 @@ from persistence.jsonl.appends import Appends
 from persistence.jsonl.deletion import delete_tree, finish_deletes, tree_size
 from persistence.jsonl.file_groups import FileGroups
 from persistence.jsonl.files import SessionLock, acquire, fsync_path, locked, write_atomic, write_file
-from persistence.jsonl.index import INDEX_VERSION, IndexedSession, IndexHead, index_size
+from persistence.jsonl.index import INDEX_VERSION, IndexedSession, IndexHead, index_fresh
 from persistence.jsonl.layout import (
     CLOSED_NAME,
     FORMAT_VERSION,
@@ -84,10 +88,13 @@ from persistence.jsonl.layout import (
     touched_at,
 )
 from persistence.jsonl.listing import Listing
+from persistence.jsonl.notices import TURN_NAME, Sidecar, SidecarListener
 from persistence.jsonl.reads import Reads
 from persistence.jsonl.recovery import Loader
+from persistence.notify import HeadListener, notice
 from persistence.rules import Life, check_life
 from persistence.state import KeyedLocks, Lru
+from persistence.state.flocks import FileTurn
 
 __all__ = ["JsonlStore"]
 
@@ -98,8 +105,18 @@ Ids = Collection[str]
 class JsonlStore(HistoryStore):
     """Sessions as JSONL logs under one root directory. Open it with `JsonlStore.open`."""
 
-    def __init__(self, root: Path, compression: str, *, session_cache: int = DEFAULT_SESSION_CACHE) -> None:
+    def __init__(
+        self,
+        root: Path,
+        compression: str,
+        *,
+        session_cache: int = DEFAULT_SESSION_CACHE,
+        timeout: float = DEFAULT_STORE_TIMEOUT,
+    ) -> None:
         self._root = root
+        # Names this store instance in its notices: its own listener passes over them.
+        self._sidecar = Sidecar(root, uuid.uuid4().hex[:12], timeout)
+        self._listener: SidecarListener | None = None
         self._zstd = compression == "zstd"
         self._contexts = ZstdContexts(level=3, write_checksum=True)
         self._log_name = "session.jsonl.zst" if self._zstd else "session.jsonl"
@@ -113,7 +130,7 @@ class JsonlStore(HistoryStore):
             root, self._loader, states=self._states, state=self._state, headers=self._headers, owners=self._owners
         )
         self._locks = KeyedLocks()
-        self._groups = FileGroups()
+        self._groups = FileGroups(self._sidecar.tell)
         self._writer = GroupCommit(self._groups, name="history-jsonl-writer")
         # The sessions of a store that failed closed: their files may look whole in the page cache and not be,
         # so their journals are undone when they load.
@@ -135,27 +152,36 @@ class JsonlStore(HistoryStore):
             stored=self._reads.stored,
             directory=self._directory,
             distrusted=self._distrusted,
+            origin=self._sidecar.origin,
         )
 
     @classmethod
     async def open(
-        cls, root: str | Path, *, compression: str | None = None, session_cache: int = DEFAULT_SESSION_CACHE
+        cls,
+        root: str | Path,
+        *,
+        compression: str | None = None,
+        session_cache: int = DEFAULT_SESSION_CACHE,
+        timeout: float = DEFAULT_STORE_TIMEOUT,
     ) -> JsonlStore:
         """Open (creating if needed) a root; a root keeps the compression mode it was created with.
 
         ``None`` takes the mode the root records (``none`` for a new root); a mode that differs
-        from the recorded one is refused.
+        from the recorded one is refused. ``timeout`` bounds a wait for the notices log's turn.
         """
         if compression is not None and compression not in MODES:
             raise StoreError(f"unknown JSONL compression {compression!r}; expected one of {', '.join(MODES)}")
-        return await anyio.to_thread.run_sync(cls._open_sync, Path(root), compression, session_cache)
+        return await anyio.to_thread.run_sync(cls._open_sync, Path(root), compression, session_cache, timeout)
 
     @classmethod
-    def _open_sync(cls, root: Path, compression: str | None, session_cache: int) -> JsonlStore:
+    def _open_sync(cls, root: Path, compression: str | None, session_cache: int, timeout: float) -> JsonlStore:
         compression = open_root(root, compression)
-        store = cls(root, compression, session_cache=session_cache)
-        finish_deletes(root, store._loader.incarnation_in)
+        store = cls(root, compression, session_cache=session_cache, timeout=timeout)
+        store._finish_deletes()
         return store
+
+    def _finish_deletes(self) -> int:
+        return finish_deletes(self._root, self._loader.incarnation_in, self._sidecar.deleted)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread; an `OSError` it meets comes out as a `StoreError` (503)."""
@@ -206,7 +232,7 @@ class JsonlStore(HistoryStore):
     def _fresh(self, session_id: str) -> IndexedSession | None:
         """The loaded state when its index has not grown since, found without leaving the event loop; else ``None``."""
         state = self._states.get(session_id)
-        if state is None or index_size(state.directory) != state.index_size:
+        if state is None or not index_fresh(state):
             return None
         state.recheck_closed()
         return state
@@ -230,8 +256,7 @@ class JsonlStore(HistoryStore):
         """
         state = self._states.get(session_id)
         directory = self._directory(session_id)
-        fresh = state is not None and index_size(directory) == state.index_size
-        if state is not None and fresh and (not holding_lock or self._loader.same_life(state)):
+        if state is not None and index_fresh(state) and (not holding_lock or self._loader.same_life(state)):
             state.recheck_closed()
             return state
         if holding_lock:
@@ -292,12 +317,19 @@ class JsonlStore(HistoryStore):
 
     def _delete_sync(self, session_id: str, life: Life | None) -> list[str]:
         """Rename the tree's directories away under their locks (`persistence.jsonl.deletion`), if it is ``life``."""
-        tree = delete_tree(self._root, session_id, self._tree, self._loader.peek_header, self._forget, life)
+        tree = delete_tree(
+            self._root, session_id, self._tree, self._loader.peek_header, self._forget, life, tell=self._sidecar.deleted
+        )
         for gone in tree:
             self._forget(gone)
         return tree
 
-    def _forget(self, session_id: str) -> None:
+    def _forget(self, session_id: str | None) -> None:
+        """Drop what is kept of a session, or of every session (``None``: notices may have been missed)."""
+        if session_id is None:
+            self._states.clear()
+            self._listing.clear()
+            return
         self._states.pop(session_id)
         self._listing.forget(encode_segment(session_id))
 
@@ -315,6 +347,7 @@ class JsonlStore(HistoryStore):
             if found is None:
                 write_atomic(state.directory / CLOSED_NAME, str(at).encode())
                 found = at
+                self._sidecar.tell([notice(session_id, state.head, self._sidecar.origin, closed=True)])
             state.learn_closed(found)
             return state.info()
 
@@ -351,7 +384,8 @@ class JsonlStore(HistoryStore):
     # Readiness.
 
     async def check_ready(self) -> None:
-        """Read the root's marker through its path and list the root, as a new read would find them."""
+        """Read the root's marker through its path and list the root, as a new read would find them; and check
+        that the notices log this process writes is still the root's."""
         await self._run(self._check_ready_sync)
 
     def _check_ready_sync(self) -> None:
@@ -364,16 +398,32 @@ class JsonlStore(HistoryStore):
             raise StoreError(f"store unavailable: {exc}") from exc
         if (found.format, found.compression) != (FORMAT_VERSION, "zstd" if self._zstd else "none"):
             raise StoreError(f"store unavailable: {self._root / ROOT_MARKER} now describes another store")
+        self._sidecar.check()
+
+    # Other processes.
+
+    def listener(self) -> HeadListener:
+        if self._listener is None:
+            self._listener = SidecarListener(self._sidecar, deleted=self._forget)
+        return self._listener
+
+    def sweeping(self) -> contextlib.AbstractAsyncContextManager[bool]:
+        return FileTurn(self._root / TURN_NAME).taking()
+
+    async def recover(self) -> None:
+        """Finish the deletes of a process that died (and tell them), as an open does."""
+        await self._run(self._finish_deletes)
 
     async def size(self) -> int | None:
         return await self._run(tree_size, self._root)
 
     async def vacuum(self) -> None:
-        await self._run(finish_deletes, self._root, self._loader.incarnation_in)
+        await self._run(self._finish_deletes)
 
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self._writer.close)
         self._groups.close()
+        self._sidecar.close()
         self._states.clear()
         self._listing.clear()
 

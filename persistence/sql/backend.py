@@ -136,6 +136,13 @@ class Backend(ABC):
         """
         return nullcontext()
 
+    def alone_now(self) -> bool:
+        """Whether no other store has the database open now, so work that would stall them may run at open.
+
+        Here, always: a database whose writers lock rows, not the whole database, stalls no one.
+        """
+        return True
+
     async def purge(self, session_id: str, work: Callable[[Any], bool]) -> bool:
         """One batch of a deleted session's records (`Deletion.purge_some` as ``work``); whether more remain.
 

@@ -108,6 +108,7 @@ class Deletion:
                 rows.run(cursor, id=gone)
             told = self._ways.advance_params(gone, -1, deleted=True, incarnation=incarnations[gone])
             self._session.run(cursor, id=gone, **told)
+            self._ways.told(cursor, gone, -1, deleted=True, incarnation=incarnations[gone])
             forget(gone)
         return tree, left
 

@@ -85,6 +85,22 @@ class Dialect(ABC):
         """What `advance` (or a close, ``closed``, or a delete, ``deleted``) needs besides the session and heads."""
 
     @abstractmethod
+    def told(
+        self,
+        cursor: Any,
+        session_id: str,
+        new_head: int,
+        *,
+        closed: bool = False,
+        deleted: bool = False,
+        incarnation: str = "",
+    ) -> None:
+        """After a statement on ``cursor`` moved a head, closed or deleted a session: tell the others at commit.
+
+        Called in the unit's savepoint, so a unit rolled back tells nothing.
+        """
+
+    @abstractmethod
     def notify_stream(self, cursor: Any, name: str) -> None:
         """Tell the other processes, when this write commits, that the Durable Stream ``name`` changed."""
 

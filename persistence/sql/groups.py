@@ -82,6 +82,7 @@ class SqlGroups:
                 cursor.execute(self._begin)
             outcomes = self._run(connection, cursor, works)
             with self._within(connection):
+                self._before_commit(cursor)
                 connection.commit()
             if self._expired():
                 # Committed just as the bound cut the connection: the outcome stands, the connection goes.
@@ -99,6 +100,9 @@ class SqlGroups:
     def _run(self, connection: Any, cursor: Any, works: Sequence[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
         """Each unit's outcome, in order, every unit in a savepoint of its own."""
         return [self._unit(connection, cursor, work) for work in works]
+
+    def _before_commit(self, cursor: Any) -> None:
+        """The group's last statements, in its transaction, once every unit ran; here none."""
 
     def _unit(self, connection: Any, cursor: Any, work: Callable[[Any], Any]) -> tuple[bool, Any]:
         with self._within(connection):

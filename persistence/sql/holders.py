@@ -30,6 +30,7 @@ class Holders:
     """One store's hold on a SQLite file: shared while the store is open, alone while it vacuums."""
 
     def __init__(self, database: str) -> None:
+        self._database = database
         self._path = f"{database}-lock"
         self._fd: int | None = None
 
@@ -89,14 +90,32 @@ class Holders:
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_SH)
 
+    def try_alone(self) -> bool:
+        """Whether no other store has the file open now (the hold is shared again on return); never waits."""
+        if self._fd is None:
+            return True
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            alone = False
+        else:
+            alone = True
+        # A refused conversion may have dropped the shared hold: take it back (waiting only for an opener's try).
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+        return alone
+
     def release(self) -> None:
-        """Let go; the last holder removes the file, as SQLite removes its ``-wal`` and ``-shm``."""
+        """Let go; the last holder removes the file, and the gate's and turn's beside it (`persistence.state.flocks`).
+
+        SQLite removes its ``-wal`` and ``-shm`` the same way.
+        """
         if self._fd is None:
             return
         with contextlib.suppress(BlockingIOError):
             # Alone: no store holds it, and one that opened it meanwhile sees it gone and opens anew.
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path)
+            for path in (self._path, f"{self._database}-write", f"{self._database}-turn"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
         os.close(self._fd)
         self._fd = None

@@ -1,4 +1,4 @@
-"""The schema version in ``history_meta``, and the upgrades from versions 1 to 6 to the current one.
+"""The schema version in ``history_meta``, and the upgrades from versions 1 to 7 to the current one.
 
 An older database is upgraded in place when opened; an unknown version refuses to open.
 """
@@ -26,6 +26,7 @@ from persistence.sql.schema import (
     listing_index,
     meta_table,
     metadata,
+    notices_table,
     purges_table,
     records_table,
     sessions_table,
@@ -71,6 +72,9 @@ def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) 
         version = "6"
     if version == "6":
         _upgrade_from_6(conn)
+        version = "7"
+    if version == "7":
+        _upgrade_from_7(conn)
         return None
     return version
 
@@ -80,7 +84,7 @@ def refuse(version: str | None) -> None:
     if version is not None and version != str(SCHEMA_VERSION):
         raise SchemaVersionError(
             f"the database has history schema version {version!r}; "
-            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 6"
+            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 7"
         )
 
 
@@ -195,6 +199,15 @@ def _upgrade_from_6(conn: Connection) -> None:
     """Version 7 adds ``ds_subscriptions``: subscriptions are kept in the store (docs/protocol.md §13.6)."""
     ds_subscriptions_table.create(conn, checkfirst=True)
     _set_version(conn, "7")
+
+
+def _upgrade_from_7(conn: Connection) -> None:
+    """Version 8 adds ``history_notices``, the notices between processes of one host (docs/protocol.md §7.6).
+
+    Nothing older changes, but a build before it would write without telling the others: it refuses version 8.
+    """
+    notices_table.create(conn, checkfirst=True)
+    _set_version(conn, "8")
 
 
 def _set_version(conn: Connection, version: str) -> None:

@@ -67,6 +67,18 @@ class PostgresDialect(Dialect):
         told = sa.func.pg_notify(sa.bindparam("channel", type_=sa.Text), sa.bindparam("notice", type_=sa.Text))
         return cast(U, advance.returning(told))
 
+    def told(
+        self,
+        cursor: Any,
+        session_id: str,
+        new_head: int,
+        *,
+        closed: bool = False,
+        deleted: bool = False,
+        incarnation: str = "",
+    ) -> None:
+        return None  # the notice rides the statement that moved the head (`advance`)
+
     def notify_stream(self, cursor: Any, name: str) -> None:
         # In the unit's transaction: sent at commit, never for a rollback.
         cursor.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, notice(STREAM_NOTICE + name, 0, self._origin)))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 from typing import Final
 
@@ -11,7 +10,7 @@ import anyio
 import msgspec
 import psycopg
 
-from persistence.notify import NOTIFY_CHANNEL, HeadListener, Notice, OnConnect, OnHead
+from persistence.notify import NOTIFY_CHANNEL, HeadListener, Notice, OnConnect, OnHead, backoff
 from persistence.sql.pg_timeouts import Watchdog, connect_options
 
 __all__ = ["PostgresListener"]
@@ -19,8 +18,6 @@ __all__ = ["PostgresListener"]
 logger = logging.getLogger(__name__)
 
 _NOTICE: Final = msgspec.json.Decoder(Notice)
-_BACKOFF_BASE: Final = 0.1
-_BACKOFF_CAP: Final = 5.0
 
 
 class PostgresListener(HeadListener):
@@ -72,7 +69,7 @@ class PostgresListener(HeadListener):
                         await self._ping(conn, "SELECT 1")
             except psycopg.Error as exc:
                 failures += 1
-                delay = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (failures - 1)) * (0.5 + random.random() / 2)
+                delay = backoff(failures)
                 self.state = "reconnecting"
                 logger.warning("head notices lost (%s); reconnecting in %.2f s", exc, delay)
                 await anyio.sleep(delay)

@@ -25,7 +25,10 @@ Tables, keyed ``(session_id, seq)``:
   expires (indexed, for the sweeper); each append's bytes at the position after them; and each
   idempotent producer's state;
 * ``ds_subscriptions``: Durable Streams subscriptions, each a `persistence.streams.SubscriptionRecord`
-  (its configuration and state encoded, and the version a change is made over).
+  (its configuration and state encoded, and the version a change is made over);
+* ``history_notices``: the notices log between processes on one host (`persistence.notice_log`),
+  written by SQLite's writer in the transaction of each change it tells of; PostgreSQL has
+  ``NOTIFY`` and never writes it.
 
 Each dialect module compiles `CodePointOrder` and `StoredIncarnation` for its database.
 """
@@ -68,9 +71,10 @@ __all__ = [
     "ds_producers_table",
     "ds_streams_table",
     "ds_subscriptions_table",
+    "notices_table",
 ]
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 COMPRESS_AT: Final = 4096
 
 
@@ -253,4 +257,12 @@ ds_subscriptions_table = sa.Table(
     sa.Column("version", sa.BigInteger, nullable=False),
     sa.Column("config", sa.LargeBinary, nullable=False),
     sa.Column("state", sa.LargeBinary, nullable=False),
+)
+notices_table = sa.Table(
+    "history_notices",
+    metadata,
+    # Integer, not BigInteger: only SQLite's "INTEGER PRIMARY KEY" is the rowid, numbered max + 1 in commit order.
+    sa.Column("n", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("origin", sa.Text, nullable=False),
+    sa.Column("notice", sa.Text, nullable=False),
 )

@@ -2,6 +2,12 @@
 
 `SqliteDialect` is its SQL, `SqliteBackend` its runtime (`persistence.sql.backend`).
 
+Processes sharing a file hear each other's writes through the notices log
+(`persistence.notice_log`): the dialect collects a unit's notices in the writer thread, and
+`SqliteGroups` inserts the group's just before its ``COMMIT``, so a notice exists exactly when
+its change does. Writers of several processes take turns through a `FileGate` on
+``<file>-write``, and the work done once per store through a `FileTurn` on ``<file>-turn``.
+
 A read runs on the calling event loop, where a small page costs tens of microseconds, less
 than the hop to a worker thread (about 110 µs measured); a read whose records pass
 `OFF_LOOP_BYTES`, or that would wait for another connection's lock, is finished in a worker
@@ -14,7 +20,7 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from typing import Any, ClassVar, Final, TypeVar
 from urllib.parse import quote
 
@@ -27,9 +33,10 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 import persistence.sql.pages as pages
 from codec import StoredRecord
-from persistence.base import PageRead
+from persistence.base import PageRead, sole_sweeper
 from persistence.errors import StoreError
-from persistence.notify import HeadListener
+from persistence.notice_log import LogListener, tell
+from persistence.notify import STREAM_NOTICE, HeadListener, notice
 from persistence.sql.backend import Backend
 from persistence.sql.dialect import Busy, Deadline, Dialect, U, busy_ms, lock_waits
 from persistence.sql.groups import SqlGroups
@@ -38,6 +45,7 @@ from persistence.sql.lines import Lines
 from persistence.sql.reads import KeptReaders
 from persistence.sql.schema import PROBE, CodePointOrder, StoredIncarnation
 from persistence.sql.tails import Tails
+from persistence.state.flocks import FileGate, FileTurn
 
 __all__ = ["SqliteBackend", "SqliteDialect"]
 
@@ -47,6 +55,8 @@ _INLINE_MESSAGE_PAGES: Final = 4
 _SQLITE_BUSY: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 # How long the probe's own SQLite connection waits for a lock before it reports the store busy.
 _PROBE_LOCK_WAIT: Final = 2.0
+# Whether writers take turns through the gate before SQLite's lock (measured: docs/protocol.md §7.3).
+_GATED: Final = True
 T = TypeVar("T")
 
 
@@ -80,11 +90,18 @@ def _busy(exc: Exception) -> bool:
 
 
 class SqliteDialect(Dialect):
-    """SQLite's SQL: one writer at a time, so no row lock and no notices."""
+    """SQLite's SQL: one writer at a time, so no row lock; notices of ``origin`` wait in `pending` for the commit.
+
+    `pending` belongs to the writer thread: its units add to it, and `SqliteGroups` writes it out.
+    """
 
     EMPTY_BYTES: ClassVar[str] = "X''"
     # The write lock up front, so two processes never duplicate or skip a seq.
     BEGIN: ClassVar[str | None] = "BEGIN IMMEDIATE"
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.pending: list[str] = []
 
     def autocommit(self, connection: Any) -> None:
         connection.isolation_level = None
@@ -106,8 +123,21 @@ class SqliteDialect(Dialect):
     def advance(self, advance: U) -> U:
         return advance
 
+    def told(
+        self,
+        cursor: Any,
+        session_id: str,
+        new_head: int,
+        *,
+        closed: bool = False,
+        deleted: bool = False,
+        incarnation: str = "",
+    ) -> None:
+        told = notice(session_id, new_head, self.origin, closed=closed, deleted=deleted, incarnation=incarnation)
+        self.pending.append(told)
+
     def notify_stream(self, cursor: Any, name: str) -> None:
-        return None  # one process writes an embedded database: its own writes wake its readers
+        self.pending.append(notice(STREAM_NOTICE + name, 0, self.origin))
 
     def advance_params(
         self, session_id: str, new_head: int, *, closed: bool = False, deleted: bool = False, incarnation: str = ""
@@ -115,10 +145,50 @@ class SqliteDialect(Dialect):
         return {}
 
 
+class SqliteGroups(SqlGroups):
+    """`SqlGroups` that write their units' notices before the commit, and take the ``gate`` (if any) around a group.
+
+    A unit rolled back to its savepoint takes its notices with it.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        *,
+        dialect: SqliteDialect,
+        gate: FileGate | None,
+        timeout: float,
+        aborted: Callable[[], None],
+        bound: Callable[[Any], AbstractContextManager[Deadline]],
+    ) -> None:
+        super().__init__(connect, begin=dialect.BEGIN, aborted=aborted, bound=bound)
+        self._dialect = dialect
+        self._gate = gate
+        self._timeout = timeout
+
+    def __call__(self, works: list[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
+        try:
+            with self._gate.held(self._timeout) if self._gate is not None else nullcontext():
+                return super().__call__(works)
+        finally:
+            self._dialect.pending.clear()
+
+    def _unit(self, connection: Any, cursor: Any, work: Callable[[Any], Any]) -> tuple[bool, Any]:
+        pending = self._dialect.pending
+        mark = len(pending)
+        outcome = super()._unit(connection, cursor, work)
+        if not outcome[0]:
+            del pending[mark:]
+        return outcome
+
+    def _before_commit(self, cursor: Any) -> None:
+        tell(cursor, self._dialect.origin, self._dialect.pending)
+
+
 class SqliteBackend(Backend):
     """SQLite's runtime: the holders' lock on the file, reads on the event loop, one savepoint per unit."""
 
-    dialect = SqliteDialect()
+    dialect: SqliteDialect
 
     @classmethod
     def serves(cls, backend: str) -> bool:
@@ -141,7 +211,11 @@ class SqliteBackend(Backend):
 
     def __init__(self, engine: Engine, timeout: float, origin: str, *, lines: Lines, tails: Tails) -> None:
         path = _file(engine)
+        self._path = path
         self._holders = Holders(path) if path is not None else None
+        self._listener: LogListener | None = None
+        self._gate = FileGate(f"{path}-write") if path is not None and _GATED else None
+        self.dialect = SqliteDialect(origin)
         # SQLite's bound is its busy timeout; the readers and the writer take it as it is.
         self._lock_waits = functools.partial(lock_waits, seconds=timeout)
         super().__init__(engine, timeout, origin, lines=lines, tails=tails)
@@ -191,8 +265,14 @@ class SqliteBackend(Backend):
 
     def group_writer(self) -> SqlGroups:
         """Each unit in a savepoint: SQLite's statements are calls in this process, so batching saves no round trip."""
-        connect, begin = self.connections.connect, self.dialect.BEGIN
-        return SqlGroups(connect, begin=begin, aborted=self.tails.clear, bound=self._lock_waits)
+        return SqliteGroups(
+            self.connections.connect,
+            dialect=self.dialect,
+            gate=self._gate,
+            timeout=self.timeout,
+            aborted=self.tails.clear,
+            bound=self._lock_waits,
+        )
 
     def _new_reader(self, busy_ms: int) -> tuple[Any, int]:
         if busy_ms == 0:
@@ -283,13 +363,29 @@ class SqliteBackend(Backend):
             raise StoreError(f"store unavailable: {exc}") from exc
 
     def listener(self) -> HeadListener | None:
-        return None
+        """The notices log's reader, one per store; none for an in-memory database, which one process holds."""
+        if self._path is None:
+            return None
+        if self._listener is None:
+            self._listener = LogListener(self._path, self.origin, deleted=self.tails.forget)
+        return self._listener
+
+    def sweeping(self) -> AbstractAsyncContextManager[bool]:
+        """The turn on ``<file>-turn``: one process of the file's sweeps at a time."""
+        if self._path is None:
+            return sole_sweeper()
+        return FileTurn(f"{self._path}-turn").taking()
+
+    def alone_now(self) -> bool:
+        return self._holders.try_alone() if self._holders is not None else True
 
     async def close(self) -> None:
         pass
 
     def close_sync(self) -> None:
         super().close_sync()
+        if self._gate is not None:
+            self._gate.close()
         if self._holders is not None:
             self._holders.release()
 

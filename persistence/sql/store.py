@@ -49,7 +49,7 @@ from persistence.sql.groups import SessionUnit
 from persistence.sql.lines import Lines
 from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresBackend
-from persistence.sql.schema import SCHEMA_VERSION, stored_header
+from persistence.sql.schema import SCHEMA_VERSION, purges_table, stored_header
 from persistence.sql.sqlite import SqliteBackend
 from persistence.sql.statements import expired, listing
 from persistence.sql.streams import SqlStreams
@@ -123,9 +123,12 @@ class SqlStore(HistoryStore):
         return store
 
     def _migrate(self) -> None:
+        # Beside other processes, a cut purge (up to a session's every record) would stall their writes
+        # for as long as it ran: it is left to `recover`, in batches, in the sweep's turn.
+        alone = self._backend.alone_now()
         with self._backend.connections.write() as conn:
             found = migrate(conn, self._backend.dialect, stored_header, self._lines.unpack)
-            if found in (None, str(SCHEMA_VERSION)):
+            if found in (None, str(SCHEMA_VERSION)) and alone:
                 finish_purges(conn)
         refuse(found)
 
@@ -194,6 +197,12 @@ class SqlStore(HistoryStore):
     def sweeping(self) -> contextlib.AbstractAsyncContextManager[bool]:
         return self._backend.sweeping()
 
+    async def recover(self) -> None:
+        """Finish the purges a process cut (it died, or left them at open), a batch at a time."""
+        rows = await self._rows(sa.select(purges_table.c.session_id))
+        if rows:
+            await self._deletion.purge([row.session_id for row in rows], self._backend.purge)
+
     # Appends.
 
     async def append(self, session_id: str, events: Sequence[Event], *, life: Life | None = None) -> AppendResult:
@@ -234,7 +243,7 @@ class SqlStore(HistoryStore):
         await anyio.to_thread.run_sync(space.vacuum, self._engine, backend.dialect, backend.alone())
 
     def listener(self) -> HeadListener | None:
-        """Head notices from every process, where the database sends them (PostgreSQL); SQLite has none."""
+        """Head notices from every process sharing the database (none for an in-memory SQLite database)."""
         return self._backend.listener()
 
     async def close(self) -> None:

@@ -93,6 +93,7 @@ def close(cursor: Any, w: Writes, session_id: str, closed_at: int, life: Life | 
         header, touched = msgspec.structs.replace(header, closedAt=closed_at), closed_at
         extra = w.dialect.advance_params(session_id, head, closed=True)
         w.sql.close.run(cursor, id=session_id, closed_header=encode(header), at=closed_at, **extra)
+        w.dialect.told(cursor, session_id, head, closed=True)
     return SessionInfo(header, owner, head, touched)
 
 
@@ -144,7 +145,10 @@ def _advance(cursor: Any, w: Writes, session_id: str, expected: int, new_head: i
         incarnation=incarnation,
         **extra,
     )
-    return bool(cursor.rowcount == 1)
+    if cursor.rowcount != 1:
+        return False
+    w.dialect.told(cursor, session_id, new_head)
+    return True
 
 
 def _insert(cursor: Any, w: Writes, session_id: str, batch: PreparedBatch, life: Life | None) -> None:

@@ -29,6 +29,13 @@ def test_whole_numbers_have_a_least_value(check: object, least: int) -> None:
             check(bad)
 
 
+def test_a_workers_count_is_auto_or_1_or_more() -> None:
+    assert [cli_args.workers_count(text) for text in ("auto", "1", "16")] == ["auto", 1, 16]
+    for bad in ("0", "-2", "1.5", "Auto", "all"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a whole number, 1 or more, or auto"):
+            cli_args.workers_count(bad)
+
+
 def test_seconds_are_more_than_zero() -> None:
     assert cli_args.seconds("0.25") == 0.25
     for bad in ("0", "-1", "soon", "nan"):

@@ -13,9 +13,10 @@ from codec import Event, SessionHeader
 from history_service.durable.app import Durable
 from history_service.durable.sessions import SESSION_KEY
 from history_service.notices import Notices, Subscriber
+from history_service.pages import PageQuery
 from history_service.service import HistoryService
 from history_service.settings import Settings
-from persistence import HeadListener, HistoryStore, MemoryStore, Notice, SqlStore
+from persistence import HeadListener, HistoryStore, MemoryStore, Notice, SessionNotFoundError, SqlStore
 from persistence.notify import STREAM_NOTICE
 from persistence.streams.model import CreateRequest
 from testing.events import plain
@@ -114,12 +115,28 @@ class Relay(HeadListener):
         await anyio.sleep_forever()
 
 
-class SharedMemoryStore(MemoryStore):
-    """A memory store whose notices come from a `Relay`."""
+class Log(Relay):
+    """A listener that reads a log, as a SQLite file's: what was committed is heard when it next reads it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.relay = Relay()
+        self.committed: list[Notice] = []
+        self.caught_up = 0
+
+    def catch_up(self) -> None:
+        self.caught_up += 1
+        if self.on_head is not None:
+            unread, self.committed = self.committed, []
+            for notice in unread:
+                self.on_head(notice)
+
+
+class SharedMemoryStore(MemoryStore):
+    """A memory store whose notices come from a `Relay` (a `Log` with ``log``)."""
+
+    def __init__(self, *, log: bool = False) -> None:
+        super().__init__()
+        self.relay = Log() if log else Relay()
 
     def listener(self) -> HeadListener | None:
         return self.relay
@@ -167,6 +184,38 @@ async def woken(ticket: asyncio.Event, seqs: list[int], wanted: list[int]) -> No
     with anyio.fail_after(10):
         while not (ticket.is_set() and seqs == wanted):
             await anyio.sleep(0.01)
+
+
+def test_settle_reads_what_the_listener_has_not_heard_yet_and_is_nothing_without_one() -> None:
+    log, heard = Log(), list[tuple[object, ...]]()
+    notices = Notices(log)
+    notices.subscribe(Recorder("follow", heard))
+    log.on_head = notices.heard  # as `Notices.run` starts it
+    log.committed.append(Notice("s", 4, "other"))
+    notices.settle()
+    assert (log.caught_up, heard) == (1, [("follow", "advanced", "s", 4, False)])
+    Notices(None).settle()  # a memory store: only this process writes, there is nothing to hear
+
+
+async def test_a_kept_owner_and_page_are_never_served_after_a_delete_committed_elsewhere() -> None:
+    """The delete is heard when a cache is consulted, not when the listener next polls: no kept page outlives it."""
+    store = SharedMemoryStore(log=True)
+    await store.create_session(SessionHeader(id="s", createdAt=0), owner="alice")
+    await store.append("s", [plain(seq) for seq in range(6)])
+    incarnation = (await store.get_session("s")).incarnation
+    query = PageQuery(through=5, before=None, max_messages=5, max_bytes=1 << 20, incarnation=incarnation)
+    log = store.relay
+    assert isinstance(log, Log)
+    async with running(store) as (service, _):
+        await log.connected.wait()
+        kept = await service.page("alice", "s", None, query)
+        assert (await service.page("alice", "s", None, query)).body.join() == kept.body.join()
+        assert len(service.cache) == 1 and service.access.sessions_known == 1
+        await store.delete_session("s")  # as another process would, whose notice is now in the log
+        log.committed.append(Notice("s", -1, "other", deleted=True, incarnation=incarnation))
+        with pytest.raises(SessionNotFoundError):
+            await service.page("alice", "s", None, query)
+        assert len(service.cache) == 0 and service.access.deleted("s", incarnation)
 
 
 async def test_a_remote_notice_wakes_a_v1_follower_and_a_ds_reader_through_the_one_fan_out() -> None:

@@ -13,9 +13,10 @@ import zstandard
 
 from codec import Page, PageRecord, SessionHeader, encode, pack_page
 from history_service.cli.program import main
-from history_service.pages import LIFE_CHECK_EVERY, EncodedPage, PageCache, encode_page
+from history_service.metrics import Metrics
+from history_service.pages import LIFE_CHECK_EVERY, EncodedPage, PageCache, PageQuery, PageReader, encode_page
 from history_service.scenarios import multi_turn
-from persistence import HistoryStore
+from persistence import HistoryStore, MemoryStore, SessionNotFoundError
 from testing.events import make_events
 from testing.seeding import seed
 from testing.servers import ServerProcess
@@ -180,3 +181,56 @@ def test_a_kept_page_is_not_served_once_another_process_deleted_its_session(tmp_
             assert gone.json()["error"]["code"] == "session_not_found"
     finally:
         server.stop()
+
+
+class CountedMetrics(Metrics):
+    def __init__(self) -> None:
+        self.cached = 0
+
+    def page_cached(self) -> None:
+        self.cached += 1
+
+
+async def test_the_notices_are_settled_before_a_kept_page_is_served() -> None:
+    """A delete heard only when the reader settles (as a log of notices is read) is heard before a cache hit."""
+    store = MemoryStore()
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", make_events(10))
+    incarnation = (await store.get_session("s")).incarnation
+    cache, gone, heard = PageCache(1 << 20, 100), set[tuple[str, str]](), list[tuple[str, str]]()
+    settled: list[int] = []
+
+    def settle() -> None:
+        settled.append(len(settled))
+        gone.update(heard)  # what hearing a delete's notice does: Access.forget marks the incarnation gone
+        for session_id, life in heard:
+            cache.forget(session_id, life)
+
+    metrics = CountedMetrics()
+    reader = PageReader(
+        store, cache, metrics=metrics, gone=lambda session_id, life: (session_id, life) in gone, settle=settle
+    )
+    query = PageQuery(through=9, before=None, max_messages=5, max_bytes=1 << 20)
+    first = await reader.page("s", query, incarnation=incarnation)
+    kept = await reader.page("s", query, incarnation=incarnation)
+    assert kept.body.join() == first.body.join() and metrics.cached == 1
+    assert settled == [0, 1]  # once per look at the cache: the read that filled it and the hit
+    await store.delete_session("s")  # through another process, whose notice is not read yet
+    heard.append(("s", incarnation))
+    with pytest.raises(SessionNotFoundError):
+        await reader.page("s", query, incarnation=incarnation)
+    assert metrics.cached == 1 and len(settled) == 3 and len(cache) == 0
+
+
+async def test_a_reader_without_a_cache_settles_nothing() -> None:
+    store = MemoryStore()
+    await store.create_session(SessionHeader(id="s", createdAt=0))
+    await store.append("s", make_events(3))
+
+    def settle() -> None:
+        raise AssertionError("nothing kept, nothing to settle")
+
+    page = await PageReader(store, settle=settle).page(
+        "s", PageQuery(through=2, before=None, max_messages=5, max_bytes=1 << 20)
+    )
+    assert page.body.size > 0

@@ -142,3 +142,13 @@ def test_each_field_reads_the_variable_it_names() -> None:
     assert (server.app.store_url, server.app.metrics) == ("jsonl:///x", False)
     # The app's settings never read the launcher's variables.
     assert not {"port", "host", "workers", "http"} & set(Settings.__struct_fields__)
+
+
+def test_the_workers_are_a_count_or_auto() -> None:
+    assert ServerSettings.from_env({"HISTORY_WORKERS": "auto"}).workers == "auto"
+    assert ServerSettings.from_env({"HISTORY_WORKERS": "auto"}, workers=2).workers == 2
+    for bad in ("0", "x", "-1"):
+        with pytest.raises(ValueError, match=rf"HISTORY_WORKERS='{bad}' a whole number, 1 or more, or auto"):
+            ServerSettings.from_env({"HISTORY_WORKERS": bad})
+    with pytest.raises(ValueError, match="workers must be positive, or auto"):
+        ServerSettings(workers=0)

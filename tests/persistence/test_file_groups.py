@@ -111,21 +111,27 @@ def test_the_steps_of_one_barrier_are_all_synced_before_the_next(
     assert [path.read_bytes() for path in paths] == [b"journal", b"index", b"log"]
 
 
+class Lock:
+    """A lock that records its taking and letting go in ``events``."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def __enter__(self) -> None:
+        self.events.append("taken")
+
+    def __exit__(self, *exc: object) -> None:
+        self.events.append("released")
+
+
 def test_locks_are_held_until_the_group_is_durable(tmp_path: Path) -> None:
     held: list[str] = []
-
-    class Lock:
-        def __enter__(self) -> None:
-            held.append("taken")
-
-        def __exit__(self, *exc: object) -> None:
-            held.append("released")
 
     path = tmp_path / "f"
     path.write_bytes(b"")
 
     def work(group: FileGroup) -> None:
-        group.hold(Lock())
+        group.hold(Lock(held))
         group.stage(
             Staged(((lambda: write_unsynced(path, 0, b"y"),),), path, lambda: held.append("durable"), lambda: None)
         )
@@ -144,19 +150,24 @@ def test_write_unsynced_cuts_only_what_lies_past_its_end(tmp_path: Path, size: i
     assert path.read_bytes() == (b"zzab" if size else b"\0\0ab")
 
 
+def fail_fsync_of(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Have every fsync of the file named ``name`` fail with EIO."""
+    fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(f"/{name}"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+
+
 def test_a_failed_fsync_among_many_fails_its_own_append_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # More files than sync threads, so each thread syncs a share of them.
     paths = [tmp_path / f"f{k}" for k in range(3 * SYNC_THREADS + 1)]
     for path in paths:
         path.write_bytes(b"")
-    fsync = os.fsync
-
-    def failing_fsync(fd: int) -> None:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("/f13"):
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-        fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", failing_fsync)
+    fail_fsync_of(monkeypatch, "f13")
     done: list[str] = []
     undone: list[str] = []
     groups = FileGroups()
@@ -165,3 +176,45 @@ def test_a_failed_fsync_among_many_fails_its_own_append_alone(tmp_path: Path, mo
     assert [ok for ok, _ in outcomes] == [path.name != "f13" for path in paths]
     assert "f13" in str(outcomes[13][1]) and "Input/output error" in str(outcomes[13][1])
     assert undone == ["f13"] and done == [path.name for path in paths if path.name != "f13"]
+
+
+def test_the_notices_of_the_durable_appends_alone_are_told_once_under_the_locks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    paths = [tmp_path / name for name in ("ok", "bad", "quiet")]
+    for path in paths:
+        path.write_bytes(b"")
+    fail_fsync_of(monkeypatch, "bad")
+
+    def unit(path: Path, told: str | None) -> Any:
+        def work(group: FileGroup) -> None:
+            group.hold(Lock(events))
+            write = lambda: write_unsynced(path, 0, b"y")  # noqa: E731
+            group.stage(Staged(((write,),), path, lambda: events.append(f"durable {path.name}"), lambda: None, told))
+
+        return work
+
+    groups = FileGroups(tell=lambda notices: events.append(f"told {notices}"))
+    outcomes = groups([unit(paths[0], "n-ok"), unit(paths[1], "n-bad"), unit(paths[2], None)])
+    groups.close()
+    assert [ok for ok, _ in outcomes] == [True, False, True]
+    assert events == [
+        "taken",
+        "taken",
+        "taken",
+        "durable ok",
+        "durable quiet",
+        "told ['n-ok']",
+        "released",
+        "released",
+        "released",
+    ]
+
+
+def test_a_group_with_nothing_durable_tells_nothing(tmp_path: Path) -> None:
+    told: list[list[str]] = []
+    groups = FileGroups(tell=told.append)
+    assert groups([lambda group: "no write"]) == [(True, "no write")]
+    groups.close()
+    assert told == []

@@ -149,6 +149,26 @@ async def test_a_second_store_sees_appends_from_the_first(tmp_path: Path) -> Non
     assert await writer.read_events("s1", 0, 3) == [plain(0), plain(1), plain(2)]
 
 
+async def test_a_session_deleted_and_made_again_elsewhere_at_the_same_index_size_is_read_again(
+    tmp_path: Path,
+) -> None:
+    writer = await JsonlStore.open(tmp_path)
+    reader = await JsonlStore.open(tmp_path)
+    try:
+        first = await writer.create_session(HEADER)
+        assert (await reader.get_session("s1")).incarnation == first.incarnation
+        # Kept open, so the new index cannot be given the old one's inode.
+        with open(tmp_path / encode_segment("s1") / INDEX_NAME, "rb") as old:
+            await writer.delete_session("s1")
+            again = await writer.create_session(HEADER)
+            assert os.fstat(old.fileno()).st_size == (tmp_path / encode_segment("s1") / INDEX_NAME).stat().st_size
+            assert again.incarnation != first.incarnation
+            assert (await reader.get_session("s1")).incarnation == again.incarnation
+    finally:
+        await writer.close()
+        await reader.close()
+
+
 def test_segments_never_escape_the_root() -> None:
     for session_id in ["..", ".", "a/../../etc", "/abs", "a\\b", "\x00", "~", "é", "😀"]:
         name = encode_segment(session_id)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Final
 
+import anyio
 import pytest
 
 from codec import Event, SessionHeader
@@ -208,3 +209,59 @@ async def test_a_delete_killed_at_any_moment_leaves_each_session_whole_or_gone(
             assert recreated.head_seq == -1 and await reopened.read_stored("tree", 0, 10) == []
     finally:
         await reopened.close()
+
+
+APPENDER = textwrap.dedent(
+    """
+    import anyio, itertools, sys
+    from persistence.url import open_store
+    from testing.events import plain
+
+    async def main(url):
+        store = await open_store(url)
+        print("appending", flush=True)
+        for n in itertools.count():
+            await store.append(f"s{n % 3}", [plain(n // 3)])
+
+    anyio.run(main, sys.argv[1])
+    """
+)
+
+
+@pytest.mark.parametrize("heard_before_kill", [7, 150])
+async def test_sqlite_notices_heard_are_exactly_the_commits_of_a_process_killed_mid_append(
+    tmp_path: Path, heard_before_kill: int
+) -> None:
+    url = f"sqlite:///{tmp_path / 'told.db'}"
+    store = await open_store(url, create=True)
+    for k in range(3):
+        await store.create_session(SessionHeader(id=f"s{k}", createdAt=0))
+    listener = store.listener()
+    assert listener is not None
+    heard: list[tuple[str, int]] = []
+    connected = anyio.Event()
+
+    async def on_connect() -> None:
+        connected.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.run, lambda told: heard.append((told.session_id, told.head)), on_connect)
+            await connected.wait()
+            command = [sys.executable, "-c", APPENDER, url]
+            with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as appender:
+                try:
+                    assert appender.stdout is not None and appender.stdout.readline() == "appending\n"
+                    with anyio.fail_after(60):
+                        while len(heard) < heard_before_kill:
+                            await anyio.sleep(0.001)
+                finally:
+                    appender.send_signal(signal.SIGKILL)
+                    appender.wait(timeout=60)
+            listener.catch_up()  # whatever it committed before it died
+            tg.cancel_scope.cancel()
+        for k in range(3):
+            head = (await store.get_session(f"s{k}")).head_seq
+            assert [h for s, h in heard if s == f"s{k}"] == list(range(head + 1))
+    finally:
+        await store.close()

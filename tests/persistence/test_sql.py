@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -30,6 +31,7 @@ from history_service.scenarios import multi_turn
 from persistence.base import SessionKey, SessionSummary
 from persistence.clock import now_ms
 from persistence.errors import CorruptLogError, SchemaVersionError, StoreError
+from persistence.notice_log import CREATE
 from persistence.sql import SqlStore, meta_table, records_table, sessions_table
 from persistence.sql.reads import KeptReaders
 from persistence.url import open_store
@@ -120,7 +122,7 @@ async def test_unknown_schema_version_refuses_to_open(tmp_path: Path) -> None:
         conn.execute(sa.update(meta_table).values(value="99"))
     engine.dispose()
     with pytest.raises(
-        SchemaVersionError, match="schema version '99'; this build reads version 7 and upgrades versions 1 to 6"
+        SchemaVersionError, match="schema version '99'; this build reads version 8 and upgrades versions 1 to 7"
     ):
         await SqlStore.open(url)
 
@@ -177,20 +179,26 @@ VERSION_4_COLUMNS = {"id", "header", "owner", "parent_id", "head_seq", "created_
 COLUMNS = VERSION_4_COLUMNS | {"expires_at", "touched_at"}
 
 
+def to_version_7(url: str) -> None:
+    """Turn a version-8 database into the version-7 shape: no notices table."""
+    execute(url, "DROP TABLE history_notices", sa.update(meta_table).values(value="7"))
+
+
 def to_version_6(url: str) -> None:
-    """Turn a version-7 database into the version-6 shape: no subscriptions table."""
+    """Turn a version-8 database into the version-6 shape: no notices or subscriptions table."""
+    to_version_7(url)
     execute(url, "DROP TABLE ds_subscriptions", sa.update(meta_table).values(value="6"))
 
 
 def to_version_5(url: str) -> None:
-    """Turn a version-7 database into the version-5 shape: no Durable Streams tables."""
+    """Turn a version-8 database into the version-5 shape: no Durable Streams tables."""
     to_version_6(url)
     execute(url, "DROP TABLE ds_producers", "DROP TABLE ds_chunks", "DROP TABLE ds_streams")
     execute(url, sa.update(meta_table).values(value="5"))
 
 
 def to_version_4(url: str) -> None:
-    """Turn a version-7 database into the version-4 shape: no ``expires_at``, ``touched_at`` or purges table."""
+    """Turn a version-8 database into the version-4 shape: no ``expires_at``, ``touched_at`` or purges table."""
     to_version_5(url)
     execute(
         url,
@@ -203,13 +211,13 @@ def to_version_4(url: str) -> None:
 
 
 def to_version_3(url: str) -> None:
-    """Turn a version-7 database into the version-3 shape: sessions without ``closed_at``."""
+    """Turn a version-8 database into the version-3 shape: sessions without ``closed_at``."""
     to_version_4(url)
     execute(url, "ALTER TABLE history_sessions DROP COLUMN closed_at", sa.update(meta_table).values(value="3"))
 
 
 def to_version_2(url: str) -> None:
-    """Turn a version-7 database into the version-2 shape: records without their join columns."""
+    """Turn a version-8 database into the version-2 shape: records without their join columns."""
     to_version_3(url)
     execute(
         url,
@@ -219,7 +227,7 @@ def to_version_2(url: str) -> None:
 
 
 def to_version_1(url: str) -> None:
-    """Turn a version-7 database into the version-1 shape: no join columns, no created_at, no listing index."""
+    """Turn a version-8 database into the version-1 shape: no join columns, no created_at, no listing index."""
     to_version_2(url)
     execute(
         url,
@@ -232,6 +240,51 @@ def to_version_1(url: str) -> None:
         {"id", "header", "owner", "parent_id", "head_seq"},
         {"ix_history_sessions_parent_id"},
     )
+
+
+async def test_a_version_7_database_gets_the_notices_table_and_keeps_its_sessions(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    await store.create_session(SessionHeader(id="s", createdAt=1))
+    await store.close()
+    to_version_7(sql_url)
+    assert (
+        schema_of(sql_url)[0] == "7"
+        and "history_notices" not in sa.inspect(sa.create_engine(sql_url)).get_table_names()
+    )
+
+    store = await SqlStore.open(sql_url)
+    try:
+        assert schema_of(sql_url)[0] == "8"
+        assert (await store.get_session("s")).head_seq == -1
+        await store.append("s", [plain(0)])
+    finally:
+        await store.close()
+    engine = sa.create_engine(sql_url)
+    with engine.connect() as conn:
+        # PostgreSQL has the table too, and never writes it: its notices are NOTIFYs.
+        told = conn.execute(sa.text("SELECT count(*) FROM history_notices")).scalar()
+    engine.dispose()
+    assert told == (1 if sql_url.startswith("sqlite") else 0)
+
+
+async def test_the_notices_table_is_the_one_the_log_creates(tmp_path: Path) -> None:
+    """The SQLite store's table (metadata) and the JSONL sidecar's (`notice_log.CREATE`) are one table."""
+    store = await SqlStore.open(f"sqlite:///{tmp_path / 'h.db'}")
+    await store.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "log.db")) as conn:
+        conn.execute(CREATE)
+        created = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'history_notices'").fetchone()[0]
+    with contextlib.closing(sqlite3.connect(tmp_path / "h.db")) as conn:
+        stored = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'history_notices'").fetchone()[0]
+    assert columns(created) == columns(stored) == ["n INTEGER NOT NULL", "origin TEXT NOT NULL", "notice TEXT NOT NULL"]
+    assert "PRIMARY KEY (n)" in " ".join(stored.split()) and "PRIMARY KEY" in created
+
+
+def columns(ddl: str) -> list[str]:
+    """A CREATE TABLE's column definitions, without the key's clause, spaces made single."""
+    body = ddl[ddl.index("(") + 1 : ddl.rindex(")")]
+    parts = [" ".join(part.split()) for part in body.split(",")]
+    return [part.removesuffix(" PRIMARY KEY") for part in parts if not part.startswith("PRIMARY KEY")]
 
 
 async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
@@ -247,7 +300,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
 
     upgraded = now_ms()
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url) == ("7", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    assert schema_of(sql_url) == ("8", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
     listed = await store.list_sessions("alice", limit=10)
     # An older session's last write is not on record: it counts as written at the upgrade.
     assert all(upgraded <= s.touched_at <= now_ms() for s in listed)
@@ -264,7 +317,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
     ]
     await store.close()
     await (await SqlStore.open(sql_url)).close()
-    assert schema_of(sql_url)[0] == "7"
+    assert schema_of(sql_url)[0] == "8"
 
 
 async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url: str) -> None:
@@ -281,7 +334,7 @@ async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url
     to_version_2(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[0] == "7"
+    assert schema_of(sql_url)[0] == "8"
     assert await store.read_stored("s", 0, len(events)) == before
     assert await page_records(store, "s", 0, len(events)) == [encode(r) for r in pack_page(events)]
     await store.append("s", [plain(len(events))])
@@ -296,7 +349,7 @@ async def test_version_3_sessions_are_open_and_can_be_closed(sql_url: str) -> No
     to_version_3(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[:2] == ("7", COLUMNS)
+    assert schema_of(sql_url)[:2] == ("8", COLUMNS)
     assert not (await store.get_session("s")).closed
     await store.append("s", [plain(1)])
     assert (await store.close_session("s", closed_at=7)).header.closedAt == 7
@@ -318,7 +371,7 @@ async def test_version_4_sessions_count_as_written_at_the_upgrade_and_can_expire
 
     upgraded = now_ms()
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url) == ("7", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    assert schema_of(sql_url) == ("8", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
     touched = {(await store.get_session(s)).touched_at for s in ("empty", "written", "closed")}
     (at,) = touched
     assert upgraded <= at <= now_ms()

@@ -23,7 +23,9 @@ import pytest
 from codec import SessionHeader, encode, pack_page, read_session_log
 from history_client import HistoryClient
 from history_service.app import create_app
+from history_service.cli.launcher import resolve_workers, usable_cores
 from history_service.cli.program import main
+from history_service.errors import CommandError
 from history_service.pages import PageQuery, PageReader
 from history_service.settings import Settings
 from persistence import open_store
@@ -611,3 +613,42 @@ def wipe(backend: str, url: str) -> None:
         shutil.rmtree(path)
     else:
         path.unlink()
+
+
+def test_workers_are_a_count_or_auto(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--workers", "0"])
+    assert exited.value.code == 2
+    assert "expected a whole number, 1 or more, or auto, not '0'" in capsys.readouterr().err
+
+
+def test_auto_is_one_worker_per_usable_core_capped_by_the_cgroup_quota(tmp_path: Path) -> None:
+    mask = len(os.sched_getaffinity(0))
+    cpu_max = tmp_path / "cpu.max"
+    assert usable_cores(cpu_max) == mask  # no cgroup v2 file
+    for text, cores in [("max 100000\n", mask), ("150000 100000\n", min(mask, 2)), ("20000 100000\n", 1)]:
+        cpu_max.write_text(text)
+        assert usable_cores(cpu_max) == cores, text
+
+
+def test_a_store_one_process_keeps_runs_one_worker(tmp_path: Path) -> None:
+    shared = f"sqlite:///{tmp_path / 'h.db'}"
+    assert resolve_workers("auto", shared) == usable_cores()
+    assert (resolve_workers(3, shared), resolve_workers(3, f"jsonl:///{tmp_path}")) == (3, 3)
+    assert (resolve_workers("auto", "memory://"), resolve_workers(1, "memory://")) == (1, 1)
+    with pytest.raises(CommandError, match=r"--workers 3 needs a store several processes can share .* lives in one"):
+        resolve_workers(3, "sqlite:///:memory:")
+
+
+def test_serve_says_how_many_workers_and_why(tmp_path: Path) -> None:
+    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
+    port = free_port()
+    argv = [sys.executable, "-c", code, "serve", "--workers", "auto", "--store", "memory://", "--port", str(port)]
+    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stderr is not None
+        lines = [process.stderr.readline() for _ in range(4)]
+        wait_healthy(f"http://127.0.0.1:{port}", process)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+        process.stderr.read()
+    assert "history-service: 1 worker (auto: memory:// lives in one process)\n" in lines, lines

@@ -11,7 +11,7 @@ import pytest
 
 from codec import SessionHeader
 from persistence.errors import SessionNotFoundError
-from persistence.jsonl.deletion import INTENT_PREFIX, TRASH_PREFIX, Doomed, finish_deletes
+from persistence.jsonl.deletion import INTENT_PREFIX, TRASH_PREFIX, Doomed, delete_directories, finish_deletes
 from persistence.jsonl.layout import encode_segment
 from persistence.jsonl.store import JsonlStore
 from testing.events import plain
@@ -85,4 +85,41 @@ async def test_an_intent_another_process_is_carrying_out_is_left_to_it(tmp_path:
     finally:
         os.close(held)
     assert finish_deletes(tmp_path, lambda directory: made["p"]) == 1
+    assert not (tmp_path / encode_segment("p")).exists()
+
+
+async def test_a_delete_is_told_after_its_renames_and_before_its_intent_goes(tmp_path: Path) -> None:
+    made = await tree(tmp_path)
+    doomed = [Doomed(encode_segment(s), made[s], s) for s in ("p", "p.a")]
+    seen: list[tuple[list[Doomed], bool, list[str]]] = []
+
+    def tell(told: list[Doomed]) -> None:
+        intents = list(tmp_path.glob(f"{INTENT_PREFIX}*"))
+        left = [entry.name for entry in doomed if (tmp_path / entry.name).exists()]
+        seen.append((told, len(intents) == 1, left))
+
+    delete_directories(tmp_path, doomed, tell)
+    assert seen == [(doomed, True, [])]
+    assert not list(tmp_path.glob(f"{INTENT_PREFIX}*"))
+
+
+async def test_a_reopen_tells_every_session_its_intent_names(tmp_path: Path) -> None:
+    # Cut before the telling or after it: either way it is told (again), naming the incarnation deleted.
+    made = await tree(tmp_path)
+    doomed = [Doomed(encode_segment(s), made[s], s) for s in ("p", "p.a", "p.b")]
+    intent(tmp_path, "t4", doomed)
+    os.rename(tmp_path / doomed[0].name, tmp_path / f"{TRASH_PREFIX}t4-0")
+    told: list[list[Doomed]] = []
+    by_name = {encode_segment(s): incarnation for s, incarnation in made.items()}
+    assert finish_deletes(tmp_path, lambda directory: by_name.get(directory.name), told.append) == 1
+    assert told == [doomed]
+    assert not (tmp_path / doomed[1].name).exists() and (tmp_path / encode_segment("other")).is_dir()
+
+
+async def test_an_intent_of_a_build_before_notices_is_finished_naming_no_session(tmp_path: Path) -> None:
+    made = await tree(tmp_path)
+    (tmp_path / f"{INTENT_PREFIX}t5").write_bytes(msgspec.json.encode([[encode_segment("p"), made["p"]]]))
+    told: list[list[Doomed]] = []
+    assert finish_deletes(tmp_path, lambda directory: made.get(directory.name), told.append) == 1
+    assert told == [[Doomed(encode_segment("p"), made["p"], "")]]
     assert not (tmp_path / encode_segment("p")).exists()

@@ -38,7 +38,7 @@ class Units(NamedTuple):
 async def units(sql_url: str) -> AsyncIterator[Units]:
     await (await SqlStore.open(sql_url)).close()  # the schema
     engine = sa.create_engine(sql_url)
-    dialect: Dialect = SqliteDialect() if engine.dialect.name == "sqlite" else PostgresDialect("units")
+    dialect: Dialect = SqliteDialect("units") if engine.dialect.name == "sqlite" else PostgresDialect("units")
     pooled = engine.raw_connection()
     connection: Any = pooled.dbapi_connection
     pooled.detach()

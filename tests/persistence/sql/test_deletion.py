@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,12 +62,8 @@ async def test_a_delete_removes_the_records_in_batches_after_the_session(
     assert rows(sql_url, purges_table) == []
 
 
-async def test_records_a_crash_left_behind_are_never_read_and_go_when_the_store_opens(sql_url: str) -> None:
-    store = await SqlStore.open(sql_url)
-    await big(store, "cut", 300)
-    await big(store, "again", 300)
-    await store.close()
-    # As a crash between the delete's unit and the end of its purge leaves them: rows gone, records named.
+def cut_purges(sql_url: str) -> None:
+    """As a crash between the deletes' units and the end of their purges leaves them: rows gone, records named."""
     engine = sa.create_engine(sql_url)
     with engine.begin() as conn:
         for session_id in ("cut", "again"):
@@ -78,6 +75,14 @@ async def test_records_a_crash_left_behind_are_never_read_and_go_when_the_store_
             conn.execute(sa.delete(sa.table("history_sessions", sa.column("id"))).where(sa.column("id") == session_id))
             conn.execute(sa.insert(purges_table).values(session_id=session_id))
     engine.dispose()
+
+
+async def test_records_a_crash_left_behind_are_never_read_and_go_when_the_store_opens(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    await big(store, "cut", 300)
+    await big(store, "again", 300)
+    await store.close()
+    cut_purges(sql_url)
     assert len(rows(sql_url, records_table)) == 600
 
     store = await SqlStore.open(sql_url)
@@ -85,6 +90,41 @@ async def test_records_a_crash_left_behind_are_never_read_and_go_when_the_store_
         assert rows(sql_url, purges_table) == [] and rows(sql_url, records_table) == []
         with pytest.raises(SessionNotFoundError):
             await store.read_stored("cut", 0, 10)
+    finally:
+        await store.close()
+
+
+async def test_a_store_opened_beside_another_leaves_cut_purges_to_recover(tmp_path: Path) -> None:
+    """A worker restarted beside a running one must not stall it with a whole purge at open (SQLite)."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    store = await SqlStore.open(url)
+    await big(store, "cut", 300)
+    await big(store, "again", 300)
+    await store.close()
+    cut_purges(url)
+    running = await SqlStore.open(url)  # alone: it finishes them at open
+    try:
+        assert rows(url, purges_table) == [] and rows(url, records_table) == []
+        await big(running, "cut", 300)
+        cut_purges(url)  # as a worker killed mid-purge leaves them, beside `running`
+        restarted = await SqlStore.open(url)  # beside `running`: the purges wait for the sweep's turn
+        try:
+            assert sorted(rows(url, purges_table)) == [("again",), ("cut",)]
+            assert len(rows(url, records_table)) == 300
+            await restarted.recover()
+            assert rows(url, purges_table) == [] and rows(url, records_table) == []
+        finally:
+            await restarted.close()
+    finally:
+        await running.close()
+
+
+async def test_recover_with_nothing_cut_changes_nothing(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    try:
+        await big(store, "kept", 10)
+        await store.recover()
+        assert len(rows(sql_url, records_table)) == 10
     finally:
         await store.close()
 

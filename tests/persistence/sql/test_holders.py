@@ -75,3 +75,35 @@ def test_a_store_opened_while_a_vacuum_holds_the_file_waits_its_bound_then_says_
         anyio.run(open_and_close)  # once the vacuum ends
     finally:
         vacuum.release()
+
+
+def test_try_alone_says_whether_another_store_holds_the_file_and_keeps_the_hold(tmp_path: Path) -> None:
+    database = str(tmp_path / "h.db")
+    first, second = Holders(database), Holders(database)
+    first.hold(1)
+    assert first.try_alone()
+    second.hold(1)
+    assert not first.try_alone() and not second.try_alone()
+    second.release()
+    assert first.try_alone()
+    # The hold is shared again: another store may open, and its vacuum is refused.
+    third = Holders(database)
+    third.hold(1)
+    with pytest.raises(StoreError):
+        with third.alone():
+            pass
+    third.release()
+    first.release()
+
+
+def test_the_last_holder_removes_the_gate_and_turn_files_beside_its_lock(tmp_path: Path) -> None:
+    database = str(tmp_path / "h.db")
+    first, second = Holders(database), Holders(database)
+    first.hold(1)
+    second.hold(1)
+    for tail in ("-write", "-turn"):
+        Path(f"{database}{tail}").touch()
+    first.release()
+    assert all(os.path.exists(f"{database}{tail}") for tail in ("-lock", "-write", "-turn"))
+    second.release()
+    assert not any(os.path.exists(f"{database}{tail}") for tail in ("-lock", "-write", "-turn"))

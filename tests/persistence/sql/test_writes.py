@@ -10,8 +10,10 @@ from codec import Event, SessionHeader, encode
 from persistence.base import AppendResult
 from persistence.batch import prepare_batch
 from persistence.errors import SeqConflictError, SessionClosedError, SessionExistsError, SessionNotFoundError
+from persistence.notify import notice
 from persistence.rules import Life, next_plan
 from persistence.sql import pages, writes
+from persistence.sql.sqlite import SqliteDialect
 from tests.persistence.sql.conftest import Units
 
 pytestmark = pytest.mark.anyio
@@ -93,3 +95,18 @@ async def test_a_close_is_once_and_a_closed_session_takes_only_a_resend(units: U
     assert append(units, "s", notes(0, 2)) == AppendResult(0, 1, idempotent=True)
     with pytest.raises(SessionNotFoundError):
         writes.close(units.cursor, units.writes, "nope", 5, None)
+
+
+async def test_only_a_head_that_moved_is_told_and_a_close_once(units: Units) -> None:
+    dialect = units.writes.dialect
+    if not isinstance(dialect, SqliteDialect):
+        pytest.skip("PostgreSQL's notice rides the statement (pg_notify), not a told row")
+    create(units, "s")
+    assert dialect.pending == []  # a create tells nothing: a follower reads it itself
+    append(units, "s", notes(0, 2))
+    with pytest.raises(SeqConflictError):
+        append(units, "s", notes(5, 1))
+    append(units, "s", notes(0, 2))  # a re-send moves nothing
+    writes.close(units.cursor, units.writes, "s", 9, None)
+    writes.close(units.cursor, units.writes, "s", 10, None)  # closed already
+    assert dialect.pending == [notice("s", 1, "units"), notice("s", 1, "units", closed=True)]
