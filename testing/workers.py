@@ -2,19 +2,22 @@
 
 ``serve`` starts uvicorn's supervisor as its child, and the supervisor spawns the workers, so
 the workers are the launcher's grandchildren that run ``multiprocessing``'s ``spawn_main`` (the
-supervisor's resource tracker is a grandchild too, and is not a worker). Which worker serves a
-connection is the kernel's choice on the shared socket: `serving_pid` finds it from the
+supervisor's resource tracker is a grandchild too, and is not a worker). A worker that lives
+may still be starting (uvicorn's supervisor kills and replaces one that is not serving within
+its health check's 5 s): `serving_workers` waits until each has answered a request. Which worker
+serves a connection is the kernel's choice on the shared socket: `serving_pid` finds it from the
 connection's server end, so a test can place followers, and kill the worker that serves them.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["connections_to", "serving_pid", "wait_workers", "worker_pids"]
+__all__ = ["connections_to", "serving_pid", "serving_workers", "wait_workers", "worker_pids"]
 
 PROC = Path("/proc")
 _WORKER_MARK = b"spawn_main"
@@ -100,3 +103,35 @@ def serving_pid(client_port: int, pids: Sequence[int]) -> int | None:
             except OSError:
                 continue
     return None
+
+
+def _probe(port: int, count: int) -> list[socket.socket]:
+    """``count`` keep-alive connections to ``port``, each once its ``/healthz`` has been answered."""
+    probes = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(count)]
+    for probe in probes:
+        probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: probe\r\n\r\n")
+    for probe in probes:
+        probe.recv(4096)
+    return probes
+
+
+def serving_workers(
+    port: int, launcher_pid: int, count: int, *, timeout: float = 60, without: Collection[int] = ()
+) -> list[int]:
+    """`wait_workers`, and then until each of them has answered a request on ``port``: every one serves."""
+    deadline = time.monotonic() + timeout
+    served: set[int] = set()
+    while True:
+        pids = wait_workers(launcher_pid, count, timeout=max(deadline - time.monotonic(), 0), without=without)
+        probes = _probe(port, 4 * count)
+        try:
+            served = {pid for pid in served if pid in pids}
+            served.update(serving_pid(probe.getsockname()[1], pids) or 0 for probe in probes)
+        finally:
+            for probe in probes:
+                probe.close()
+        if served.issuperset(pids):
+            return pids
+        if time.monotonic() > deadline:
+            raise AssertionError(f"workers {pids} under {launcher_pid}: only {sorted(served)} served a request")
+        time.sleep(0.1)

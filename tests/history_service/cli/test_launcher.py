@@ -20,7 +20,7 @@ from history_service.cli.program import main
 from persistence import open_store
 from persistence.state.flocks import FileTurn
 from testing.servers import ServerProcess, free_port
-from testing.workers import wait_workers
+from testing.workers import serving_workers
 
 BOUND = 60
 
@@ -42,15 +42,15 @@ def launcher_pid(server: ServerProcess) -> int:
 
 
 def test_workers_auto_starts_one_worker_per_usable_core(auto: ServerProcess) -> None:
-    assert len(wait_workers(launcher_pid(auto), usable_cores())) == usable_cores()
+    assert len(serving_workers(auto.port, launcher_pid(auto), usable_cores())) == usable_cores()
 
 
 def test_a_killed_worker_is_restarted_and_serves(auto: ServerProcess) -> None:
-    workers = wait_workers(launcher_pid(auto), usable_cores())
+    workers = serving_workers(auto.port, launcher_pid(auto), usable_cores())
     os.kill(workers[0], signal.SIGKILL)
-    restarted = wait_workers(launcher_pid(auto), len(workers), without=workers[:1])
+    restarted = serving_workers(auto.port, launcher_pid(auto), len(workers), without=workers[:1])
     assert set(restarted) & set(workers) == set(workers[1:])
-    # Whichever worker answers, each is ready: the new one too, once it has started.
+    # Whichever worker answers, each is ready: the new one too.
     deadline = time.monotonic() + BOUND
     while {httpx.get(f"{auto.url}/readyz").status_code for _ in range(4 * len(workers))} != {200}:
         assert time.monotonic() < deadline, "a restarted worker never became ready"
