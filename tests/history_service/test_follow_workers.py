@@ -32,6 +32,9 @@ from testing.servers import ServerProcess
 from testing.wire import id_seq
 from testing.workers import connections_to, serving_pid, serving_workers
 
+# One xdist worker for the module (under --dist loadgroup), so each store's pair of servers starts once.
+pytestmark = pytest.mark.xdist_group("follow_workers")
+
 STORES = ["sqlite", "jsonl"]
 JSON = {"Content-Type": "application/json"}
 TEXT = {"content-type": "text/plain"}

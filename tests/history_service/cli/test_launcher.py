@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -25,36 +24,23 @@ from testing.workers import serving_workers
 BOUND = 60
 
 
-@pytest.fixture(scope="module")
-def auto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """``serve --workers auto`` on a SQLite file."""
-    server = ServerProcess(f"sqlite:///{tmp_path_factory.mktemp('auto') / 'h.db'}")
+def test_workers_auto_starts_one_per_usable_core_and_a_killed_one_is_restarted(tmp_path: Path) -> None:
+    server = ServerProcess(f"sqlite:///{tmp_path / 'h.db'}")
     server.start("--workers", "auto")
     try:
-        yield server
+        assert server.process is not None
+        workers = serving_workers(server.port, server.process.pid, usable_cores())
+        assert len(workers) == usable_cores()
+        os.kill(workers[0], signal.SIGKILL)
+        restarted = serving_workers(server.port, server.process.pid, len(workers), without=workers[:1])
+        assert set(restarted) & set(workers) == set(workers[1:])
+        # Whichever worker answers, each is ready: the new one too.
+        deadline = time.monotonic() + BOUND
+        while {httpx.get(f"{server.url}/readyz").status_code for _ in range(4 * len(workers))} != {200}:
+            assert time.monotonic() < deadline, "a restarted worker never became ready"
+            time.sleep(0.05)
     finally:
         server.stop()
-
-
-def launcher_pid(server: ServerProcess) -> int:
-    assert server.process is not None
-    return server.process.pid
-
-
-def test_workers_auto_starts_one_worker_per_usable_core(auto: ServerProcess) -> None:
-    assert len(serving_workers(auto.port, launcher_pid(auto), usable_cores())) == usable_cores()
-
-
-def test_a_killed_worker_is_restarted_and_serves(auto: ServerProcess) -> None:
-    workers = serving_workers(auto.port, launcher_pid(auto), usable_cores())
-    os.kill(workers[0], signal.SIGKILL)
-    restarted = serving_workers(auto.port, launcher_pid(auto), len(workers), without=workers[:1])
-    assert set(restarted) & set(workers) == set(workers[1:])
-    # Whichever worker answers, each is ready: the new one too.
-    deadline = time.monotonic() + BOUND
-    while {httpx.get(f"{auto.url}/readyz").status_code for _ in range(4 * len(workers))} != {200}:
-        assert time.monotonic() < deadline, "a restarted worker never became ready"
-        time.sleep(0.05)
 
 
 def test_several_workers_on_a_memory_store_are_refused() -> None:
