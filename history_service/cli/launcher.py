@@ -49,8 +49,8 @@ def usable_cores(cpu_max: Path = _CPU_MAX) -> int:
     try:
         quota, period = cpu_max.read_text().split()[:2]
         cores = min(cores, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError):
-        pass  # no cgroup v2 file, or "max": the mask alone bounds it
+    except (OSError, ValueError, ZeroDivisionError):
+        pass  # no cgroup v2 file, "max", or nothing readable: the mask alone bounds it
     return max(1, cores)
 
 

@@ -91,9 +91,10 @@ class Sidecar:
         return self._failed
 
     def check(self) -> None:
-        """Raise `StoreError` when the path no longer names the file this process writes (removed, replaced).
+        """Raise `StoreError` when the path no longer names the file this process opened (removed, replaced).
 
-        The file this process had open is let go: the mending opens the one at the path and tells the others.
+        For good: this process never opens the file now at the path, since SQLite's shared memory
+        (``-shm``) beside it is still the old file's, and only a restart of every process of the root is safe.
         """
         if self._inode is None:
             return
@@ -102,10 +103,7 @@ class Sidecar:
         except OSError:
             same = False
         if not same:
-            with self._lock:
-                self._drop()
-            self._failed = True
-            raise StoreError(f"store unavailable: {self.path} was removed or replaced")
+            raise StoreError(f"store unavailable: {self.path} was removed or replaced; restart its processes")
 
     def close(self) -> None:
         with self._lock:
@@ -182,7 +180,6 @@ class SidecarListener(LogListener):
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self._mend)
             await super().run(on_head, on_connect)
-            tasks.cancel_scope.cancel()
 
     async def _mend(self) -> None:
         failures = 0
