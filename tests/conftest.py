@@ -13,6 +13,22 @@ from testing.stores import BACKENDS, open_backend
 
 DEFAULT_PORT = 8000
 
+# The suite's longest tests, each a minute or near it on CI where most take well under a second. They run
+# first, so that pytest-xdist gives them to different workers while the short tests fill the gaps; last in
+# collection order (tests/testing/ is), one of them kept one worker busy after the other had finished.
+LONGEST_FIRST = (
+    "tests/history_service/durable/test_conformance.py",
+    "tests/clients_js/test_node.py",
+    "tests/testing/test_ds_conformance.py",
+    "tests/history_service/test_write_lives.py",
+    "tests/test_packaging.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
 
 @pytest.fixture(scope="session", autouse=True)
 def default_port_taken() -> Iterator[None]:

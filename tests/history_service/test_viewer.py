@@ -16,12 +16,12 @@ Each test leaves a screenshot in ``test-output/``.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,11 +34,13 @@ from msgspec import UNSET
 from codec import Event, ReplaceOp, encode
 from history_client import HistoryClient
 from history_service.cli.demo import DEMO_CHILD, DEMO_SESSION
+from history_service.cli.program import main
+from history_service.settings import Settings
 from testing.browser import OUTPUT_DIR, checked_page, launch, missing_reason, screenshot
 from testing.corpus import CORPUS_ENV, corpus_dir
 from testing.docs_screenshots import SCHEMES, VIEWPORT, make_screenshots
 from testing.seeding import SCENARIOS
-from testing.servers import ServerProcess
+from testing.servers import ServerProcess, serve_in_thread
 
 if missing_reason() is not None:
     pytest.skip(missing_reason() or "", allow_module_level=True)
@@ -618,17 +620,16 @@ def imported(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[s
     """A service holding one corpus scenario, imported as `history-service import` does; its logs' headers."""
     scenario: Path = request.param
     store = f"sqlite:///{tmp_path / 'corpus.db'}"
-    # Its own process: Playwright's sync API already runs an event loop in this thread.
-    code = "import sys; from history_service.cli.program import main; sys.exit(main())"
-    done = subprocess.run([sys.executable, "-c", code, "import", "--store", store, str(scenario)], capture_output=True)
-    assert done.returncode == 0, done.stderr
+    # The command and the service run in this process, not in children: an interpreter started with the
+    # service's imports, twice per scenario, was most of this test's cost. The import runs in a thread of
+    # its own, as Playwright's sync API already runs an event loop in this one.
+    err = io.StringIO()
+    with ThreadPoolExecutor(1) as pool:
+        status = pool.submit(main, ["import", "--store", store, str(scenario)], out=io.StringIO(), err=err).result()
+    assert status == 0, err.getvalue()
     headers = [json.loads(path.read_bytes().split(b"\n", 1)[0]) for path in sorted(scenario.glob("session*.jsonl"))]
-    server = ServerProcess(store)
-    server.start()
-    try:
+    with serve_in_thread(Settings(store_url=store)) as server:
         yield server.url, headers
-    finally:
-        server.stop()
 
 
 def viewer_query(header: dict[str, Any]) -> tuple[str, str | None]:
