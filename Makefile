@@ -87,11 +87,12 @@ SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_histo
 # Both suites run on TEST_WORKERS pytest-xdist workers (`make unit TEST_WORKERS=0` runs them in one
 # process), which cuts CI's wall time on its two cores. Any two tests may run at once: each worker has
 # its own PostgreSQL database (conftest.py). A benchmark module keeps its tests on one worker
-# (loadfile), as its result line sums them all.
+# (loadfile), as its result line sums them all; a test module whose servers its tests share asks for
+# one worker with `xdist_group` (loadgroup), so they start once.
 TEST_WORKERS ?= 2
 
 unit: $(DEV_STAMP)
-	$(BIN)/pytest -n $(TEST_WORKERS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 	HISTORY_BENCH_SMOKE=1 $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(SMOKE_BENCH)
 
 # Contract fuzzing at depth: `make test` runs 100 cases per operation, always the same ones;
