@@ -30,6 +30,7 @@ from prometheus_client import start_wsgi_server
 
 from history_service.cli import PROG
 from history_service.cli.demo import DEMO_SESSION, demo_sessions
+from history_service.cli.worker_sockets import WorkerSockets, spreading, spreads
 from history_service.errors import CommandError
 from history_service.metrics import Metrics, PrometheusMetrics, metrics_for, multiprocess_registry
 from history_service.settings import ServerSettings, Settings
@@ -146,10 +147,18 @@ def _metrics_listener(server: ServerSettings, metrics: Metrics | None) -> Iterat
 
 def listen(server: ServerSettings) -> socket.socket:
     """The API port, bound before the store is prepared or anything printed, so a taken port is the only line."""
-    sock = socket.socket(socket.AF_INET6 if ":" in server.host else socket.AF_INET)
+    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
+    sock = socket.socket(family)
     # As uvicorn binds: a port whose last server just stopped (TIME_WAIT) is free again at once.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
+        if server.workers != 1 and spreads():
+            # Workers get sockets of their own on this port (`worker_sockets`). A bind without
+            # SO_REUSEPORT first, so a port another server holds, with it or not, is refused as in use.
+            with socket.socket(family) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((server.host, server.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((server.host, server.port))
     except OSError as exc:
         sock.close()
@@ -323,7 +332,16 @@ def supervise() -> None:
         **_uvicorn_options(server),
     )
     with socket.socket(fileno=sock_fd) as sock:
+        supervisor: type[Multiprocess] = Multiprocess
+        slots = None
+        # `listen` set SO_REUSEPORT where the system has it: then each worker gets a socket of its own.
+        if workers > 1 and spreads() and sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT):
+            slots = WorkerSockets(sock, workers)
+            supervisor = spreading(slots)
         try:
-            Multiprocess(config, [sock]).run()
+            supervisor(config, [sock]).run()
         except KeyboardInterrupt:
             pass
+        finally:
+            if slots is not None:
+                slots.close_twins()

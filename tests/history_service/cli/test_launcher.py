@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -16,10 +17,11 @@ import pytest
 
 from history_service.cli.launcher import usable_cores
 from history_service.cli.program import main
+from history_service.cli.worker_sockets import spreads
 from persistence import open_store
 from persistence.state.flocks import FileTurn
 from testing.servers import ServerProcess, free_port
-from testing.workers import serving_workers
+from testing.workers import serving_pid, serving_workers
 
 BOUND = 60
 
@@ -39,6 +41,20 @@ def test_workers_auto_starts_one_per_usable_core_and_a_killed_one_is_restarted(t
         while {httpx.get(f"{server.url}/readyz").status_code for _ in range(4 * len(workers))} != {200}:
             assert time.monotonic() < deadline, "a restarted worker never became ready"
             time.sleep(0.05)
+        # Each worker listens on a socket of its own (worker_sockets): the kernel spreads new connections
+        # over them, so a burst of 40 is served by every worker (all on one: a chance of 2**-39 with two).
+        if spreads():
+            live = serving_workers(server.port, server.process.pid, len(workers), without=workers[:1])
+            burst = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
+            try:
+                deadline = time.monotonic() + BOUND
+                while None in (placed := [serving_pid(sock.getsockname()[1], live) for sock in burst]):
+                    assert time.monotonic() < deadline, "a connection was never accepted"
+                    time.sleep(0.05)
+                assert set(placed) == set(live)
+            finally:
+                for sock in burst:
+                    sock.close()
     finally:
         server.stop()
 
