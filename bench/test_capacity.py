@@ -64,6 +64,7 @@ from codec import DeltaData, Event, TextDelta, encode
 from history_service.scenarios import multi_turn
 from testing.postgres import PG_URL, empty_postgres
 from testing.servers import ServerProcess, ds_reference_server
+from testing.workers import serving_workers
 
 SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
 SECONDS = 0.5 if SMOKE else float(os.environ.get("HISTORY_BENCH_CAPACITY_SECONDS", "10"))
@@ -115,6 +116,10 @@ def serve(store_url: str, workers: int) -> ServerProcess:
     server = ServerProcess(store_url, env=ENV)
     try:
         server.start("--workers", str(workers))
+        if workers > 1:
+            # `start` returns once one worker answers; a cell begun then would open all its
+            # keep-alive connections on that one worker, as a run of pages on w2 at 1.04 cores showed.
+            serving_workers(server.port, launched(server), workers)
     except BaseException:
         server.stop()  # a supervisor whose workers are still starting must not outlive the test
         raise

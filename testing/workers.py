@@ -5,7 +5,7 @@ the workers are the launcher's grandchildren that run ``multiprocessing``'s ``sp
 supervisor's resource tracker is a grandchild too, and is not a worker). A worker that lives
 may still be starting (uvicorn's supervisor kills and replaces one that is not serving within
 its health check's 5 s): `serving_workers` waits until each has answered a request. Which worker
-serves a connection is the kernel's choice on the shared socket: `serving_pid` finds it from the
+serves a connection is the kernel's choice (`history_service.cli.worker_sockets`): `serving_pid` finds it from the
 connection's server end, so a test can place followers, and kill the worker that serves them.
 """
 
