@@ -14,16 +14,23 @@ One load generator (`bench.throughput`: raw keep-alive HTTP/1.1 from one asyncio
   started from ``HISTORY_DS_REFERENCE``, which ``scripts/with-node`` sets; without it that
   cell and its ratios are ``null``, and the line says why.
 
+* the bare app and our service (shipped; ``/healthz``, memory and SQLite appends, the page)
+  again under granian (a Rust HTTP server for ASGI; one worker, a single-threaded runtime,
+  uvloop, HTTP/1.1), the server issue 44 weighs against uvicorn: adopted only if its memory
+  append is at least 1.3 times uvicorn's. Without granian installed those cells are ``null``.
+
 With ``HISTORY_PY_SPY`` naming a py-spy binary, the shipped memory append cell runs under
 it too, and the line carries the event loop's profile (`bench.profile`).
 
-Prints ``HISTORY_HOT_PATH_RESULT {json}`` with every cell and the ratios the issue names.
+Prints ``HISTORY_HOT_PATH_RESULT {json}`` with every cell and the ratios issue 44 names, each
+cell of ours over bare Starlette's ``/healthz`` on uvicorn, the framework's floor.
 ``HISTORY_BENCH_HOT_SECONDS`` sets the window per cell (default 5); ``HISTORY_BENCH_SMOKE=1``
 runs it tiny. Asserts structure (every answer 2xx and the one expected), never time.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -40,6 +47,11 @@ from codec import encode
 from history_service.scenarios import multi_turn
 from testing.servers import ChildServer, ServerProcess, ds_reference_server, free_port, wait_healthy
 
+# granian must import the app, so only one installed beside it, in this Python's environment, will do.
+GRANIAN = (
+    shutil.which("granian", path=str(Path(sys.executable).parent)) if importlib.util.find_spec("granian") else None
+)
+
 SMOKE = os.environ.get("HISTORY_BENCH_SMOKE") == "1"
 SECONDS = 0.3 if SMOKE else float(os.environ.get("HISTORY_BENCH_HOT_SECONDS", "5"))
 CONNECTIONS = 10 if SMOKE else 50
@@ -48,6 +60,18 @@ PY_SPY = os.environ.get("HISTORY_PY_SPY")
 SHIPPED = {"HISTORY_AUTH": "none", "HISTORY_TIMEOUT_KEEP_ALIVE": "60", "HISTORY_HTTP": "httptools"}
 QUIET = {**SHIPPED, "HISTORY_METRICS": "0", "HISTORY_LOG_LEVEL": "warning"}
 SEED = b'{"events":[' + b",".join(encode(event) for event in multi_turn(seed=3, turns=3, max_run=2)) + b"]}"
+
+
+def granian(target: str, env: dict[str, str], *, factory: bool = False) -> ChildServer:
+    """``target`` (``module:app``) under granian on a port of its own, set as uvicorn is in the other cells."""
+    assert GRANIAN is not None
+    port = free_port()
+    args = [GRANIAN, "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    args += ["--runtime-mode", "st", "--loop", "uvloop", "--http", "1", "--no-ws", "--log-level", "warning"]
+    args += ["--no-access-log", *(["--factory"] if factory else []), target]
+    child = ChildServer(args, f"http://127.0.0.1:{port}", env={**os.environ, **env})
+    wait_healthy(child.url, child.process)
+    return child
 
 
 def bare() -> ChildServer:
@@ -63,8 +87,10 @@ def ours(store_url: str, env: dict[str, str]) -> ServerProcess:
     return server
 
 
-def cell(url: str, pid: int, workload: Workload, prefix: str) -> dict[str, Any]:
-    out = run(run_cell(url, workload, connections=CONNECTIONS, seconds=SECONDS, prefix=prefix, seed=SEED, pid=pid))
+def cell(url: str, pid: int, workload: Workload, prefix: str, *, tree: bool = False) -> dict[str, Any]:
+    out = run(
+        run_cell(url, workload, connections=CONNECTIONS, seconds=SECONDS, prefix=prefix, seed=SEED, pid=pid, tree=tree)
+    )
     assert out["requests"] > 0 and out["non2xx"] == 0 and out["wrong"] == 0, out
     return out
 
@@ -119,18 +145,56 @@ def test_small_requests_cost_what_the_framework_costs(root: Path) -> None:
             cells["append.reference"] = cell(peer.url, peer.pid, "stream-append", "ds")
         finally:
             peer.stop()
+    granian_missing = None if GRANIAN else "granian is not installed in this Python's environment"
+    cells.update(granian_cells(root) if GRANIAN else dict.fromkeys(GRANIAN_CELLS))
     result = {
         "machine": machine(smoke=SMOKE, seconds=SECONDS, connections=CONNECTIONS, loop="uvloop", http="httptools"),
         "cells": cells,
         "ratios": {
             "healthzShippedOverBare": ratio(cells, "healthz.shipped", "healthz.bare"),
-            "appendMemoryOverReference": ratio(cells, "append.shipped", "append.reference"),
-            "appendSqliteOverReference": ratio(cells, "append.sqlite", "append.reference"),
+            "appendMemoryOverBare": ratio(cells, "append.shipped", "healthz.bare"),
+            "appendSqliteOverBare": ratio(cells, "append.sqlite", "healthz.bare"),
             "pageMemoryOverBare": ratio(cells, "page.shipped", "healthz.bare"),
             "appendShippedOverQuiet": ratio(cells, "append.shipped", "append.quiet"),
+            "appendMemoryOverReference": ratio(cells, "append.shipped", "append.reference"),
+            "appendSqliteOverReference": ratio(cells, "append.sqlite", "append.reference"),
+            "appendGranianOverUvicorn": ratio(cells, "append.granian", "append.shipped"),
+            "appendSqliteGranianOverUvicorn": ratio(cells, "append.sqlite.granian", "append.sqlite"),
+            "pageGranianOverUvicorn": ratio(cells, "page.granian", "page.shipped"),
+            "healthzGranianOverUvicorn": ratio(cells, "healthz.granian", "healthz.shipped"),
+            "bareGranianOverUvicorn": ratio(cells, "healthz.bare.granian", "healthz.bare"),
         },
         "referenceMissing": why,
+        "granianMissing": granian_missing,
         "appendProfile": profile,
     }
     emit("HOT_PATH", result)
-    assert all(value is not None for key, value in cells.items() if key != "append.reference")
+    optional = {"append.reference", *GRANIAN_CELLS}
+    assert all(value is not None for key, value in cells.items() if key not in optional)
+    assert GRANIAN is None or all(cells[key] is not None for key in GRANIAN_CELLS)
+
+
+GRANIAN_CELLS = ["healthz.bare.granian", "healthz.granian", "append.granian", "page.granian", "append.sqlite.granian"]
+
+
+def granian_cells(root: Path) -> dict[str, dict[str, Any] | None]:
+    """The bare app and our shipped service under granian: the cells of uvicorn's that the server decides."""
+    cells: dict[str, dict[str, Any] | None] = {}
+    floor = granian("bench.bare:app", {})
+    try:
+        cells["healthz.bare.granian"] = cell(floor.url, floor.pid, "healthz", "bare-g", tree=True)
+    finally:
+        floor.stop()
+    for store in ("memory://", f"sqlite:///{root / 'g.db'}"):
+        env = {**SHIPPED, "HISTORY_STORE": store}
+        server = granian("history_service.app:app_factory", env, factory=True)
+        try:
+            if store == "memory://":
+                cells["healthz.granian"] = cell(server.url, server.pid, "healthz", "h-g", tree=True)
+                cells["append.granian"] = cell(server.url, server.pid, "append", "a-g", tree=True)
+                cells["page.granian"] = cell(server.url, server.pid, "page", "p-g", tree=True)
+            else:
+                cells["append.sqlite.granian"] = cell(server.url, server.pid, "append", "a-sqlite-g", tree=True)
+        finally:
+            server.stop()
+    return cells

@@ -121,9 +121,9 @@ def wait_healthy(url: str, process: subprocess.Popen[Any] | None = None, timeout
 class ChildServer:
     """A server that is not ours, started as a child process on a port of its own (the bare app, the DS reference)."""
 
-    def __init__(self, args: list[str], url: str) -> None:
+    def __init__(self, args: list[str], url: str, *, env: dict[str, str] | None = None) -> None:
         self.url = url
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
     @property
     def pid(self) -> int:
