@@ -109,7 +109,7 @@ class _Follower:
         writer.write(b"GET %b HTTP/1.1\r\nHost: bench\r\n\r\n" % path)
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
-        assert b"transfer-encoding: chunked" in head.lower()
+        assert b"transfer-encoding: chunked" in head.lower(), head[:300]
         ready.set()
         chunked, buffer = _Chunked(), b""
         try:
@@ -174,8 +174,16 @@ class IdleFollowers:
             asyncio.create_task(reader.run(ready, self._hold))
             for reader, ready in zip(self._readers, readies, strict=True)
         ]
-        for ready in readies:
-            await ready.wait()
+        for ready, task in zip(readies, self._tasks, strict=True):
+            # A follower that failed to open (refused, reset) never becomes ready: its error ends the wait.
+            waiting = asyncio.ensure_future(ready.wait())
+            await asyncio.wait([waiting, task], return_when=asyncio.FIRST_COMPLETED)
+            if not ready.is_set():
+                waiting.cancel()
+                opened, why = sum(event.is_set() for event in readies), task.exception()
+                await self.close()
+                raise AssertionError(f"a follower failed to open after {opened} of {len(readies)}") from why
+            waiting.cancel()
 
     async def close(self) -> int:
         """Release the streams; returns how many were still open (the others ended early)."""
