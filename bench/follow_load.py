@@ -178,12 +178,11 @@ class IdleFollowers:
             # A follower that failed to open (refused, reset) never becomes ready: its error ends the wait.
             waiting = asyncio.ensure_future(ready.wait())
             await asyncio.wait([waiting, task], return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
             if not ready.is_set():
-                waiting.cancel()
                 opened, why = sum(event.is_set() for event in readies), task.exception()
                 await self.close()
                 raise AssertionError(f"a follower failed to open after {opened} of {len(readies)}") from why
-            waiting.cancel()
 
     async def close(self) -> int:
         """Release the streams; returns how many were still open (the others ended early)."""

@@ -11,7 +11,9 @@ The supervisor keeps every socket open. A worker that dies leaves its socket lis
 the connections queued on it wait for its successor instead of being reset, and the successor
 takes the socket that no live worker has. While a restart overlaps the old worker with its
 new one (uvicorn's SIGHUP), the new one listens on every socket, so none is ever left
-without a worker; a socket that SIGTTOU leaves without one is closed.
+without a worker; after a SIGHUP the workers therefore share every socket, spread as on one
+shared socket, until they are next restarted. A socket that SIGTTOU leaves without a worker
+is closed.
 """
 
 from __future__ import annotations
