@@ -13,7 +13,7 @@ from typing import Final
 
 from starlette.types import Scope
 
-from history_service.logs.formats import ACCESS_FORMAT, AccessLine, shown
+from history_service.logs.formats import ACCESS_FORMAT, AccessLine
 from history_service.logs.handlers import QueuedLogHandler
 from history_service.logs.request_ids import REQUEST_ID
 
@@ -33,33 +33,26 @@ def log_access(logger: logging.Logger, scope: Scope, status: int, latency_ms: fl
     """
     if not logger.isEnabledFor(logging.INFO):
         return
-    route, who = route_template(scope), _principal(scope)
-    fields = {
-        "method": scope["method"],
-        "route": route,
-        "path": scope["path"],
-        "status": status,
-        "latency_ms": round(latency_ms, 3),
-        "bytes": size,
-        "content_coding": coding,
-        "principal": who,
-    }
-    args = (
+    line = AccessLine(
+        time.time(),
+        logger.name,
+        REQUEST_ID.get(),
         scope["method"],
-        shown(scope["path"]),
+        scope["path"],
         status,
         latency_ms,
         size,
-        shown(coding),
-        "-" if who is None else shown(who),
-        "-" if route is None else shown(route),
+        coding,
+        _principal(scope),
+        route_template(scope),
     )
     handler = _sole_queued(logger)
-    if handler is not None and handler.put_access(AccessLine(time.time(), logger.name, REQUEST_ID.get(), args, fields)):
+    if handler is not None and handler.put_access(line):
         return
     # The record made directly: the caller's frame, which `Logger.info` would look up, is always this one.
+    fields = {"access": line.fields()}
     record = logger.makeRecord(
-        logger.name, logging.INFO, __file__, 0, ACCESS_FORMAT, args, None, "log_access", {"access": fields}
+        logger.name, logging.INFO, __file__, 0, ACCESS_FORMAT, line.args(), None, "log_access", fields
     )
     logger.handle(record)
 

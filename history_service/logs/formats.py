@@ -74,13 +74,50 @@ class Timestamps:
 
 
 class AccessLine(NamedTuple):
-    """An access line as `log_access` queues it for a `QueuedLogHandler`: what its record would hold, no more."""
+    """An access line as `log_access` queues it for a `QueuedLogHandler`: scalars, so the request pays only for a tuple.
+
+    The writer thread makes its message arguments (`args`) and fields (`fields`), which a
+    record of it would hold.
+    """
 
     created: float
     logger: str
     request_id: str | None
-    args: tuple[object, ...]
-    fields: dict[str, Any]
+    method: str
+    path: str
+    status: int
+    latency_ms: float
+    size: int
+    coding: str
+    principal: str | None
+    route: str | None
+
+    def args(self) -> tuple[object, ...]:
+        """The arguments of `ACCESS_FORMAT`."""
+        route, who = self.route, self.principal
+        return (
+            self.method,
+            shown(self.path),
+            self.status,
+            self.latency_ms,
+            self.size,
+            shown(self.coding),
+            "-" if who is None else shown(who),
+            "-" if route is None else shown(route),
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The ``access`` fields: a JSON line's, and a record's ``access`` attribute."""
+        return {
+            "method": self.method,
+            "route": self.route,
+            "path": self.path,
+            "status": self.status,
+            "latency_ms": round(self.latency_ms, 3),
+            "bytes": self.size,
+            "content_coding": self.coding,
+            "principal": self.principal,
+        }
 
 
 class _Parts(NamedTuple):
@@ -116,10 +153,13 @@ class LineFormatter(logging.Formatter):
             )
         )
 
+    # Whether a line shows a record's ``access`` fields (a text line has them in its message only).
+    shows_fields = False
+
     def format_access(self, line: AccessLine) -> str:
-        return self.line(
-            _Parts(line.created, "INFO", line.logger, ACCESS_FORMAT % line.args, line.request_id, line.fields)
-        )
+        fields = line.fields() if self.shows_fields else None
+        message = ACCESS_FORMAT % line.args()
+        return self.line(_Parts(line.created, "INFO", line.logger, message, line.request_id, fields))
 
     def line(self, parts: _Parts) -> str:
         raise NotImplementedError
@@ -131,6 +171,8 @@ class JsonFormatter(LineFormatter):
     A record's ``access`` mapping (see `log_access`) adds its fields at the top level; a
     traceback goes in ``exception`` as one string, so every record stays one line.
     """
+
+    shows_fields = True
 
     def line(self, parts: _Parts) -> str:
         line: dict[str, Any] = {
