@@ -24,6 +24,7 @@ from history_service.cors import cors_middleware
 from history_service.durable.app import Durable
 from history_service.durable.routes import durable_mount
 from history_service.edge import Edge
+from history_service.hot_routes import HotRoutes
 from history_service.logs import Tracebacks, configure_logging, finish_queued_logs
 from history_service.metrics import Metrics, metrics_for
 from history_service.router import SegmentRouter
@@ -39,15 +40,20 @@ class _Edged(Starlette):
     """Starlette with `Edge` outside its own outer error handler, so that handler's 500 carries an id and is counted.
 
     Its router is a `SegmentRouter`: each request tries only the routes its path could match.
+    With ``hot``, the hot routes are served inside `Edge` by `HotRoutes`, past Starlette's layers.
     """
 
-    def __init__(self, *, metrics: Metrics, routes: list[BaseRoute], lifespan: Any, **options: Any) -> None:
+    def __init__(self, *, metrics: Metrics, routes: list[BaseRoute], lifespan: Any, hot: bool, **options: Any) -> None:
         super().__init__(routes=routes, lifespan=lifespan, **options)
         self.router = SegmentRouter(routes, lifespan=lifespan)
         self.edge_metrics = metrics
+        self.hot = hot
 
     def build_middleware_stack(self) -> ASGIApp:
-        return Edge(super().build_middleware_stack(), metrics=self.edge_metrics)
+        stack = super().build_middleware_stack()
+        if self.hot:
+            stack = HotRoutes(stack, self.router.routes, EXCEPTION_HANDLERS)
+        return Edge(stack, metrics=self.edge_metrics)
 
 
 def create_app(
@@ -156,6 +162,8 @@ def create_app(
         middleware=middleware,
         exception_handlers=handlers,
         lifespan=lifespan,
+        # CORS middleware must see every response, so with it every request takes Starlette's path.
+        hot=not settings.cors_origins,
     )
 
 

@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from history_service.app import create_app
 from history_service.edge import Edge
+from history_service.hot_routes import HotRoutes
 from history_service.logs import ACCESS_LOGGER, LogHandler
 from history_service.metrics import PrometheusMetrics
 from history_service.settings import Settings
@@ -40,12 +41,18 @@ def access_log() -> Iterator[io.StringIO]:
         logger.setLevel(previous)
 
 
-def test_the_edge_is_the_one_layer_of_ours_outside_starlettes_error_handler() -> None:
+def test_the_edge_is_outermost_then_the_hot_routes_then_starlettes_error_handler() -> None:
     app = create_app(Settings(), store=MemoryStore())
     edge = app.build_middleware_stack()
     assert isinstance(edge, Edge) and edge.metrics.enabled
-    assert isinstance(edge.app, ServerErrorMiddleware)
+    assert isinstance(edge.app, HotRoutes) and isinstance(edge.app.app, ServerErrorMiddleware)
     assert app.user_middleware == []
+
+
+def test_with_cors_every_request_takes_starlettes_path_inside_the_edge() -> None:
+    app = create_app(Settings(cors_origins=("https://app.example",)), store=MemoryStore())
+    edge = app.build_middleware_stack()
+    assert isinstance(edge, Edge) and isinstance(edge.app, ServerErrorMiddleware)
 
 
 async def test_each_response_carries_one_request_id_and_one_access_line() -> None:

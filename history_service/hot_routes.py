@@ -1,0 +1,124 @@
+"""The hot routes, served past Starlette's middleware, router and per-route wrapper: same endpoints, same answers.
+
+A 1-event append, a small page and ``/healthz`` are most of a busy service's requests, and
+on them Starlette's layers cost as much as the framework's floor: two error middlewares
+and a per-route exception wrapper, each wrapping ``send``, a router that tries patterns, and
+a request wrapper. `HotRoutes` sits inside `history_service.edge.Edge` and answers a
+request for one of `HOT` itself:
+
+* the route is found by the path's segments, and the scope gets the ``route`` and
+  ``path_params`` Starlette's router would give it, so the access line, the metrics and
+  the endpoint see what they see on the other path;
+* the endpoint is the one the route table names, called with a Starlette `Request`;
+* an error is answered by the app's one table (`history_service.answers.EXCEPTION_HANDLERS`),
+  the nearest class in its MRO deciding, as Starlette looks it up; an unexpected one is
+  answered 500 and raised again for the server to log, as Starlette's outer error
+  middleware does.
+
+Anything else, and every request when the app answers CORS (whose middleware must see
+every response), goes to the Starlette app as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, cast
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
+
+__all__ = ["HOT", "HotRoutes"]
+
+# The app's handlers all answer a request (never a websocket) with a response, asynchronously.
+Handler = Callable[[Request, Exception], Awaitable[Response]]
+
+# (method, template): what a busy service serves most.
+HOT: Final = frozenset(
+    {
+        ("GET", "/healthz"),
+        ("POST", "/v1/sessions/{session_id}/events"),
+        ("GET", "/v1/sessions/{session_id}/page"),
+        ("GET", "/v1/sessions/{session_id}/subagents/{child_id}/page"),
+    }
+)
+
+
+class _Hot:
+    """One hot route: its literal segments, where its parameters are, and what answers it."""
+
+    __slots__ = ("endpoint", "literals", "params", "route")
+
+    def __init__(self, route: Route) -> None:
+        segments = route.path.split("/")
+        self.route = route
+        self.endpoint = route.endpoint
+        self.literals = tuple((i, s) for i, s in enumerate(segments) if not s.startswith("{"))
+        self.params = tuple((i, s[1:-1]) for i, s in enumerate(segments) if s.startswith("{"))
+
+    def match(self, parts: list[str]) -> dict[str, str] | None:
+        for i, literal in self.literals:
+            if parts[i] != literal:
+                return None
+        params = {}
+        for i, name in self.params:
+            if not parts[i]:
+                return None
+            params[name] = parts[i]
+        return params
+
+
+class HotRoutes:
+    """Pure ASGI: serves the requests for `HOT` routes among ``routes`` itself, and passes the rest to ``app``."""
+
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute], handlers: Mapping[Any, ExceptionHandler]) -> None:
+        self.app = app
+        self._handlers = {kind: cast(Handler, handler) for kind, handler in handlers.items()}
+        self._unexpected = self._handlers[Exception]
+        self._routes: dict[tuple[str, int], list[_Hot]] = {}
+        for route in routes:
+            if not isinstance(route, Route) or route.methods is None:
+                continue
+            for method in route.methods:
+                if (method, route.path) in HOT:
+                    key = (method, route.path.count("/") + 1)
+                    self._routes.setdefault(key, []).append(_Hot(route))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope.get("root_path"):
+            parts = scope["path"].split("/")
+            for hot in self._routes.get((scope["method"], len(parts)), ()):
+                params = hot.match(parts)
+                if params is not None:
+                    scope["route"] = hot.route
+                    scope["endpoint"] = hot.endpoint
+                    scope["path_params"] = params
+                    await self._serve(hot, scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    async def _serve(self, hot: _Hot, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        try:
+            response: Response = await hot.endpoint(request)
+        except Exception as exc:
+            handler = self._handler(exc)
+            answer = await handler(request, exc)
+            await answer(scope, receive, send)
+            if handler is self._unexpected:
+                raise
+            return
+        try:
+            await response(scope, receive, send)
+        except Exception as exc:
+            # Logged as Starlette's outer error middleware would; the server answers 500 if nothing went out.
+            await self._unexpected(request, exc)
+            raise
+
+    def _handler(self, exc: Exception) -> Handler:
+        for kind in type(exc).__mro__:
+            handler = self._handlers.get(kind)
+            if handler is not None:
+                return handler
+        return self._unexpected
