@@ -34,7 +34,7 @@ from history_service.requests import (
     read_events,
     read_header,
 )
-from history_service.responses import EndedStreamingResponse, PartsResponse
+from history_service.responses import EndedStreamingResponse, JsonResponse, PartsResponse
 from history_service.service import HistoryService
 from persistence import SessionNotFoundError, SessionSummary, StoreError
 
@@ -68,7 +68,7 @@ def _service(request: Request) -> HistoryService:
 
 
 def _json(value: object, status: int = 200) -> Response:
-    return Response(encode(value), status_code=status, media_type="application/json")
+    return JsonResponse(encode(value), status)
 
 
 async def healthz(request: Request) -> Response:

@@ -88,10 +88,13 @@ class Lifecycle:
         # Publishing under the lock keeps each session's frames in seq order.
         async with self.append_locks.hold(session_id):
             try:
-                with self._written(session_id, owned.life):
-                    result = await self.store.append(session_id, events, life=owned.life)
+                result = await self.store.append(session_id, events, life=owned.life)
             except SeqConflictError:
                 self.metrics.seq_conflict()
+                raise
+            except SessionNotFoundError:
+                # As `_written` does, inline: this is every append's path.
+                self.access.forget(session_id, owned.life.incarnation)
                 raise
             self.metrics.appended(result.head_seq - result.first_seq + 1, idempotent=result.idempotent)
             if not result.idempotent:
