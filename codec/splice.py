@@ -45,6 +45,7 @@ _TEXTS: Final = b',"texts":['
 _EVENT_OPEN: Final = b'{"event":'
 _CHUNKS_OPEN: Final = b'{"chunks":'
 _RECORDS_OPEN: Final = b'{"records":['
+_EVENT_FRAME: Final = len(_EVENT_OPEN) + 1
 
 
 class _Piece(NamedTuple):
@@ -260,6 +261,16 @@ class SplicedRecords:
             self._parts.append(part)
             self._size += len(part)
 
+    def add_event(self, seq: int, line: bytes) -> None:
+        """Add one ``{"event":line}`` record: `add` of its three parts."""
+        self._separate()
+        self.starts.append(seq)
+        self._positions.append(self._size)
+        self._part_of.append(len(self._parts))
+        self._offsets.append(0)
+        self._parts += (_EVENT_OPEN, line, b"}")
+        self._size += len(line) + _EVENT_FRAME
+
     def add_each(self, first_seq: int, records: list[bytes]) -> None:
         """Add records of consecutive seqs, one bytes each, as one part."""
         if not records:
@@ -322,6 +333,10 @@ def splice(stored: Iterable[StoredRecord], from_seq: int, to_seq: int) -> Splice
     """
     out = SplicedRecords()
     for run in runs(record for record in stored if record.end > from_seq and record.seq < to_seq):
+        if len(run) == 1 and not run[0].is_row:
+            # Most records: an event (or a lone delta) inside the interval, as it is stored.
+            out.add_event(run[0].seq, run[0].line)
+            continue
         for is_row, seq, _, parts in run_lines(run, from_seq, to_seq):
             out.add(seq, [_CHUNKS_OPEN if is_row else _EVENT_OPEN, *parts, b"}"])
     return out

@@ -21,7 +21,7 @@ from msgspec import UNSET, Struct
 
 from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines, incarnation_of, new_incarnation
 from persistence.notify import HeadListener
-from persistence.page_bound import bounded_cuts, floor_sizes
+from persistence.page_bound import bounded_cuts, floor_sizes, within
 from persistence.rules import BatchPlan, Life, PageSpan, page_span
 
 if TYPE_CHECKING:
@@ -210,6 +210,8 @@ def bound_read(
     cuts: list[int], to_seq: int, stored: list[StoredRecord], sizes: Sequence[int], max_bytes: int
 ) -> tuple[list[int], list[StoredRecord]]:
     """The cuts whose pages may fit ``max_bytes``, and the records of ``stored`` (covering every cut) they need."""
+    if within(sizes, max_bytes):
+        return cuts, stored
     kept = bounded_cuts(cuts, to_seq, stored, floor_sizes(stored, sizes), max_bytes)
     if len(kept) == len(cuts):
         return cuts, stored

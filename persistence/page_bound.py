@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from codec import StoredRecord, runs
 from codec.chunk_rows import MIN_RUN
 
-__all__ = ["bounded_cuts", "floor_sizes"]
+__all__ = ["bounded_cuts", "floor_sizes", "within"]
 
 
 def floor_sizes(records: Sequence[StoredRecord], sizes: Sequence[int]) -> list[int]:
@@ -62,3 +62,11 @@ def bounded_cuts(
             break
         kept.append(cut)
     return kept
+
+
+def within(sizes: Sequence[int], max_bytes: int) -> bool:
+    """Whether every start may fit ``max_bytes`` whatever the records' runs: floors never sum past their sizes.
+
+    Then `bounded_cuts` keeps every cut, and a store need not work out the floors.
+    """
+    return sum(sizes) <= max_bytes

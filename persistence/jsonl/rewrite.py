@@ -18,7 +18,7 @@ from persistence.jsonl.index import Entry, IndexedRecord, IndexedSession, make_e
 from persistence.jsonl.journal import Journal
 from persistence.jsonl.recovery import Loader
 from persistence.message_index import MessageEntry
-from persistence.page_bound import bounded_cuts, floor_sizes
+from persistence.page_bound import bounded_cuts, floor_sizes, within
 from persistence.sealing import MAX_TAIL, SINGLES, open_run, plan_append
 
 __all__ = ["FIRST_LOOK", "bounded", "span", "trailing_run", "write_plan"]
@@ -114,7 +114,7 @@ def bounded(state: IndexedSession, cuts: list[int], to_seq: int, max_bytes: int)
     """
     first = max(0, bisect.bisect_right(state.starts, cuts[-1]) - 1)
     last = bisect.bisect_left(state.starts, to_seq)
-    if sum(state.lengths[first:last]) <= max_bytes:
+    if within(state.lengths[first:last], max_bytes):
         return cuts
     records = [state.record(i) for i in range(first, last)]
     sizes = [state.lengths[i] if state.canonical[i] else 0 for i in range(first, last)]

@@ -44,7 +44,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 from codec import CodecError, SessionHeader, StoredRecord, decode_header
 from persistence.errors import CorruptLogError
-from persistence.page_bound import bounded_cuts, floor_sizes
+from persistence.page_bound import bounded_cuts, floor_sizes, within
 
 __all__ = [
     "COMPRESS_AT",
@@ -181,13 +181,14 @@ def line_size(stored: int, frame: bytes | None) -> int:
 
 def bounded_rows(cuts: list[int], to_seq: int, rows: Sequence[Any], max_bytes: int) -> list[int]:
     """`persistence.page_bound.bounded_cuts` over rows of ``seq, members, stored size, frame, join columns``."""
+    sizes = [line_size(row[2], row[3]) for row in rows]
+    if within(sizes, max_bytes):
+        return cuts
     records = [
         StoredRecord(seq, members, b"", kind, bytes(key), time0, time1)
         for seq, members, _, _, kind, key, time0, time1 in rows
     ]
-    return bounded_cuts(
-        cuts, to_seq, records, floor_sizes(records, [line_size(row[2], row[3]) for row in rows]), max_bytes
-    )
+    return bounded_cuts(cuts, to_seq, records, floor_sizes(records, sizes), max_bytes)
 
 
 def of_life(owner: sa.ColumnElement[str], header: sa.ColumnElement[bytes]) -> sa.ColumnElement[bool]:

@@ -9,7 +9,7 @@ from codec import Event, SessionHeader, StoredRecord
 from history_service.pages import choose_body
 from persistence import MemoryStore
 from persistence.message_index import MessageIndex, index_entries
-from persistence.page_bound import bounded_cuts, floor_sizes
+from persistence.page_bound import bounded_cuts, floor_sizes, within
 from testing.events import plain, text
 from testing.strategies import layouts, stored_in
 
@@ -107,3 +107,16 @@ def test_run_pieces_count_nothing() -> None:
     stored = stored_in(events, [1] + [3] * 13)
     assert len(stored) == 14
     assert floor_sizes(stored, [len(r.line) for r in stored]) == [len(stored[0].line)] + [0] * 13
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), conversations())
+def test_records_within_the_target_keep_every_cut_as_the_floors_would(data: st.DataObject, events: list[Event]) -> None:
+    stored = stored_in(events, data.draw(layouts(len(events))))
+    to_seq = data.draw(st.integers(1, len(events)))
+    cuts = cuts_of(events, to_seq, data.draw(st.integers(1, 12)))
+    records = covering(stored, cuts[-1], to_seq)
+    sizes = [len(r.line) for r in records]
+    max_bytes = data.draw(st.integers(0, 2 * sum(sizes)))
+    if within(sizes, max_bytes):
+        assert bounded_cuts(cuts, to_seq, records, floor_sizes(records, sizes), max_bytes) == cuts
