@@ -1,8 +1,11 @@
 """Turn a run's result lines into ``docs/benchmarks.md`` and ``docs/benchmarks.svg``.
 
-Usage: ``python -m bench.report RESULTS [--docs DIR] [--command TEXT]``, where RESULTS is a
-file of ``HISTORY_*_RESULT`` lines (``make bench`` writes one per run under
-``bench/results/``). Lines of other text are ignored, so a whole pytest log works too.
+Usage: ``python -m bench.report RESULTS [--docs DIR] [--command TEXT] [--hot-path RUN ...]
+[--hot-path-before RUN]``, where RESULTS is a file of ``HISTORY_*_RESULT`` lines (``make bench``
+writes one per run under ``bench/results/``). Lines of other text are ignored, so a whole pytest
+log works too. ``--hot-path`` takes runs of ``bench/test_hot_path.py`` alone (under
+``bench/results/hot-path/``), shown a column each in place of RESULTS' own; ``--hot-path-before``
+is a run before the change they measure, whose append profile is shown beside theirs.
 """
 
 from __future__ import annotations
@@ -424,9 +427,13 @@ HOT_PATH_GOALS: Final = [
 ]
 
 
-def _hot_path_section(entry: dict[str, Any]) -> list[str]:
-    """The hot path (issues 26 and 44): each ratio against its goal, every cell, and the append's profile."""
-    machine, cells, ratios = entry["machine"], entry["cells"], entry["ratios"]
+def _hot_path_section(entries: list[dict[str, Any]], before: dict[str, Any] | None = None) -> list[str]:
+    """The hot path (issues 26 and 44): each run's ratios against their goals, every cell, and the append's profiles.
+
+    ``before`` is a run of the code before the change the section reports, for its profile.
+    """
+    machine = entries[-1]["machine"]
+    runs = " | ".join(f"run {i + 1}" for i in range(len(entries)))
     lines = [
         "## The hot path",
         "",
@@ -436,38 +443,55 @@ def _hot_path_section(entry: dict[str, Any]) -> list[str]:
         "(Node, in memory) appending small `text/plain` messages. Cells named `.granian` run the same app under "
         "granian (one worker, single-threaded runtime, uvloop, HTTP/1.1) instead of uvicorn.",
         "",
-        "| measure | goal | measured | |",
-        "|---|---|---|---|",
+        f"| measure | goal | {runs} |",
+        "|---|---|" + "---:|" * len(entries),
     ]
     for key, name, goal, missing in HOT_PATH_GOALS:
-        value = ratios.get(key)
         wanted = "report" if goal is None else f"≥ {goal:g}×"
-        if value is None:
-            why = (entry.get(missing) if missing else None) or "not in this run"
-            lines.append(f"| {name} | {wanted} | not run: {why} | |")
-        else:
-            verdict = " " if goal is None else " met " if value >= goal else " **missed** "
-            lines.append(f"| {name} | {wanted} | {value:g}× |{verdict}|")
-    lines += ["", "| cell | requests/s | p50 ms | p99 ms | CPU client, server |", "|---|---:|---:|---:|---|"]
-    for name, cell in cells.items():
-        if cell is not None:
-            lines.append(
-                f"| {name} | {cell['perSec']:,} | {cell['p50Ms']} | {cell['p99Ms']} | "
-                f"{cell['clientCpu']}, {cell['serverCpu']} |"
-            )
-    profile = entry.get("appendProfile")
-    if profile and profile["samples"]:
+        measured = []
+        for entry in entries:
+            value = entry["ratios"].get(key)
+            if value is None:
+                why = (entry.get(missing) if missing else None) or "not in this run"
+                measured.append(f"not run: {why}")
+            else:
+                verdict = "" if goal is None else " (met)" if value >= goal else " (**missed**)"
+                measured.append(f"{value:g}×{verdict}")
+        lines.append(f"| {name} | {wanted} | {' | '.join(measured)} |")
+    for i, entry in enumerate(entries):
         lines += [
             "",
-            f"py-spy profile of the event loop's thread during the shipped memory append cell "
-            f"({profile['samples']:,} samples):",
+            f"Run {i + 1}:" if len(entries) > 1 else "Cells:",
             "",
-            "| inclusive | frame | | self | frame |",
-            "|---:|---|---|---:|---|",
+            "| cell | requests/s | p50 ms | p99 ms | CPU client, server |",
+            "|---|---:|---:|---:|---|",
         ]
-        for (inclusive, frame), (own, where) in zip(profile["inclusive"], profile["self"], strict=False):
-            lines.append(f"| {inclusive:.1%} | `{frame}` | | {own:.1%} | `{where}` |")
+        for name, cell in entry["cells"].items():
+            if cell is not None:
+                lines.append(
+                    f"| {name} | {cell['perSec']:,} | {cell['p50Ms']} | {cell['p99Ms']} | "
+                    f"{cell['clientCpu']}, {cell['serverCpu']} |"
+                )
+    profiles = [("before", before), ("after", entries[-1])] if before is not None else [("", entries[-1])]
+    for when, entry in profiles:
+        lines.extend(_append_profile(entry.get("appendProfile") if entry else None, when))
     return [*lines, ""]
+
+
+def _append_profile(profile: dict[str, Any] | None, when: str) -> list[str]:
+    if not profile or not profile["samples"]:
+        return []
+    lines = [
+        "",
+        f"py-spy profile of the event loop's thread during the shipped memory append cell{f', {when}' if when else ''} "
+        f"({profile['samples']:,} samples):",
+        "",
+        "| inclusive | frame | | self | frame |",
+        "|---:|---|---|---:|---|",
+    ]
+    for (inclusive, frame), (own, where) in zip(profile["inclusive"], profile["self"], strict=False):
+        lines.append(f"| {inclusive:.1%} | `{frame}` | | {own:.1%} | `{where}` |")
+    return lines
 
 
 # Goals of issue 43, side by side in one run: (ratio key, measure, goal, whether lower is better).
@@ -597,7 +621,9 @@ def _browser_section(js: dict[str, Any] | None, viewer: dict[str, Any] | None) -
     return lines
 
 
-def render_markdown(results: dict[str, list[Any]], *, command: str, source: str) -> str:
+def render_markdown(
+    results: dict[str, list[Any]], *, command: str, source: str, hot_path: Sequence[str] = ()
+) -> str:
     transport = {r["fixture"]["name"]: r for r in results.get("TRANSPORT_PERF", [])}
     any_result = next(iter(transport.values()), None)
     machine = any_result["machine"] if any_result else {}
@@ -608,6 +634,16 @@ def render_markdown(results: dict[str, list[Any]], *, command: str, source: str)
         "",
         f"    {command}",
         "",
+        *(
+            [
+                "The hot path's section comes from runs of `bench/test_hot_path.py` alone, newer than that run: "
+                + ", ".join(f"`{path}`" for path in hot_path)
+                + ".",
+                "",
+            ]
+            if hot_path
+            else []
+        ),
         f"Machine: {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}, "
         f"{machine.get('platform', '?')}; packages "
         + ", ".join(f"{k} {v}" for k, v in machine.get("packages", {}).items())
@@ -632,8 +668,8 @@ def render_markdown(results: dict[str, list[Any]], *, command: str, source: str)
         lines.extend(_page_path_section(entry, transport))
     for entry in results.get("THROUGHPUT_PERF", []):
         lines.extend(_throughput_section(entry))
-    for entry in results.get("HOT_PATH", []):
-        lines.extend(_hot_path_section(entry))
+    if results.get("HOT_PATH"):
+        lines.extend(_hot_path_section(results["HOT_PATH"], (results.get("HOT_PATH_BEFORE") or [None])[-1]))
     for entry in results.get("CAPACITY", []):
         lines.extend(_capacity_section(entry))
     js, viewer = results.get("JS_PAGE_PERF", [None])[-1], results.get("VIEWER_PERF", [None])[-1]
@@ -730,13 +766,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("results", type=Path, help="a file of HISTORY_*_RESULT lines (e.g. bench/results/<run>.txt)")
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="where to write the report (default: docs)")
     parser.add_argument("--command", default="make bench", help="the command that produced the results")
+    parser.add_argument(
+        "--hot-path",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="runs of bench/test_hot_path.py alone, whose HOT_PATH lines replace those of RESULTS, a run each",
+    )
+    parser.add_argument(
+        "--hot-path-before", type=Path, help="a run of bench/test_hot_path.py before the change, for its profile"
+    )
     args = parser.parse_args(argv)
     results = read_results(args.results)
+    if args.hot_path:
+        results["HOT_PATH"] = [read_results(path)["HOT_PATH"][-1] for path in args.hot_path]
+    if args.hot_path_before:
+        results["HOT_PATH_BEFORE"] = read_results(args.hot_path_before)["HOT_PATH"][-1:]
     if not results.get("TRANSPORT_PERF"):
         print(f"bench.report: {args.results} has no HISTORY_TRANSPORT_PERF_RESULT line", file=sys.stderr)
         return 1
     args.docs.mkdir(parents=True, exist_ok=True)
-    (args.docs / "benchmarks.md").write_text(render_markdown(results, command=args.command, source=str(args.results)))
+    hot_path = [str(path) for path in args.hot_path]
+    markdown = render_markdown(results, command=args.command, source=str(args.results), hot_path=hot_path)
+    (args.docs / "benchmarks.md").write_text(markdown)
     (args.docs / "benchmarks.svg").write_text(render_svg(results))
     print(f"bench.report: wrote {args.docs / 'benchmarks.md'} and {args.docs / 'benchmarks.svg'}")
     return 0
