@@ -622,7 +622,12 @@ def _browser_section(js: dict[str, Any] | None, viewer: dict[str, Any] | None) -
 
 
 def render_markdown(
-    results: dict[str, list[Any]], *, command: str, source: str, hot_path: Sequence[str] = ()
+    results: dict[str, list[Any]],
+    *,
+    command: str,
+    source: str,
+    hot_path: Sequence[str] = (),
+    hot_path_note: str = "",
 ) -> str:
     transport = {r["fixture"]["name"]: r for r in results.get("TRANSPORT_PERF", [])}
     any_result = next(iter(transport.values()), None)
@@ -670,6 +675,8 @@ def render_markdown(
         lines.extend(_throughput_section(entry))
     if results.get("HOT_PATH"):
         lines.extend(_hot_path_section(results["HOT_PATH"], (results.get("HOT_PATH_BEFORE") or [None])[-1]))
+        if hot_path_note:
+            lines += [hot_path_note, ""]
     for entry in results.get("CAPACITY", []):
         lines.extend(_capacity_section(entry))
     js, viewer = results.get("JS_PAGE_PERF", [None])[-1], results.get("VIEWER_PERF", [None])[-1]
@@ -776,6 +783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--hot-path-before", type=Path, help="a run of bench/test_hot_path.py before the change, for its profile"
     )
+    parser.add_argument("--hot-path-note", default="", help="what the profiles say is left, and where (markdown)")
     args = parser.parse_args(argv)
     results = read_results(args.results)
     if args.hot_path:
@@ -787,7 +795,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     args.docs.mkdir(parents=True, exist_ok=True)
     hot_path = [str(path) for path in args.hot_path]
-    markdown = render_markdown(results, command=args.command, source=str(args.results), hot_path=hot_path)
+    markdown = render_markdown(
+        results, command=args.command, source=str(args.results), hot_path=hot_path, hot_path_note=args.hot_path_note
+    )
     (args.docs / "benchmarks.md").write_text(markdown)
     (args.docs / "benchmarks.svg").write_text(render_svg(results))
     print(f"bench.report: wrote {args.docs / 'benchmarks.md'} and {args.docs / 'benchmarks.svg'}")

@@ -190,7 +190,8 @@ def test_report_puts_runs_of_the_hot_path_side_by_side_with_the_profile_before_a
         profile = {"samples": 100, "inclusive": [[0.5, frame]], "self": [[0.2, frame]]}
         cells = {"healthz.bare": throughput_cell(10_000)}
         ratios = {"healthzShippedOverBare": healthz}
-        return {"machine": {"seconds": 5, "connections": 50}, "cells": cells, "ratios": ratios, "appendProfile": profile}
+        machine = {"seconds": 5, "connections": 50}
+        return {"machine": machine, "cells": cells, "ratios": ratios, "appendProfile": profile}
 
     full = tmp_path / "full.txt"
     full.write_text(RESULTS[-1].read_text() + f"HISTORY_HOT_PATH_RESULT {json.dumps(run(0.1, 'old'))}\n")
@@ -202,6 +203,7 @@ def test_report_puts_runs_of_the_hot_path_side_by_side_with_the_profile_before_a
     before.write_text(f"HISTORY_HOT_PATH_RESULT {json.dumps(run(0.5, 'before (x)'))}\n")
     docs = tmp_path / "docs"
     argv = [str(full), "--docs", str(docs), "--hot-path", *map(str, paths), "--hot-path-before", str(before)]
+    argv += ["--hot-path-note", "What is left: uvicorn's send."]
     assert main(argv) == 0
     markdown = (docs / "benchmarks.md").read_text()
     section = markdown.split("## The hot path")[1]
@@ -210,6 +212,7 @@ def test_report_puts_runs_of_the_hot_path_side_by_side_with_the_profile_before_a
     assert "append cell, before (100 samples)" in section and "`before (x)`" in section
     assert "append cell, after (100 samples)" in section and "`new (b)`" in section and "`new (a)`" not in section
     assert f"`{paths[0]}`, `{paths[1]}`" in markdown
+    assert "`new (b)` |\n\nWhat is left: uvicorn's send.\n" in section
 
 
 def capacity_step(sessions: int, p99: float, passed: bool) -> dict[str, Any]:
