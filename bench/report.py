@@ -494,6 +494,38 @@ def _append_profile(profile: dict[str, Any] | None, when: str) -> list[str]:
     return lines
 
 
+ASGI_CELLS: Final = {
+    "healthz.bare": "bare Starlette `/healthz`",
+    "healthz.shipped": "`/healthz`, shipped",
+    "healthz.quiet": "`/healthz`, quiet",
+    "append.shipped": "1-event append, memory, shipped",
+    "append.quiet": "1-event append, memory, quiet",
+    "append.sqlite": "1-event durable append, SQLite, shipped",
+    "page.shipped": "`maxMessages=5` page, memory, shipped",
+    "page.quiet": "`maxMessages=5` page, memory, quiet",
+}
+
+
+def _asgi_cost_section(entry: dict[str, Any]) -> list[str]:
+    """`bench.asgi_cost`: our time per request in process, beside bare Starlette's, without a server."""
+    machine = entry["machine"]
+    lines = [
+        "### In process, without a server",
+        "",
+        f"`python -m bench.asgi_cost`: each app called through ASGI from one event loop, {machine['rounds']} "
+        f"interleaved rounds of {machine['requests']:,} requests per cell; medians. The ratio is bare Starlette's "
+        "time over the cell's in the same round (1 is the floor).",
+        "",
+        "| cell | µs per request | bare over cell |",
+        "|---|---:|---:|",
+    ]
+    for key, name in ASGI_CELLS.items():
+        if key in entry["microseconds"]:
+            ratio = entry["bareOver"].get(key)
+            lines.append(f"| {name} | {entry['microseconds'][key]:,} | {'' if ratio is None else f'{ratio:g}×'} |")
+    return [*lines, ""]
+
+
 # Goals of issue 43, side by side in one run: (ratio key, measure, goal, whether lower is better).
 CAPACITY_GOALS: Final = [
     ("pagesW2OverW1", "small pages/s (`maxMessages=5`), SQLite, `--workers 2` over `--workers 1`", "≥ 1.5×", False),
@@ -677,6 +709,8 @@ def render_markdown(
         lines.extend(_hot_path_section(results["HOT_PATH"], (results.get("HOT_PATH_BEFORE") or [None])[-1]))
         if hot_path_note:
             lines += [hot_path_note, ""]
+    for entry in results.get("ASGI_COST", [])[-1:]:
+        lines.extend(_asgi_cost_section(entry))
     for entry in results.get("CAPACITY", []):
         lines.extend(_capacity_section(entry))
     js, viewer = results.get("JS_PAGE_PERF", [None])[-1], results.get("VIEWER_PERF", [None])[-1]
@@ -787,7 +821,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = read_results(args.results)
     if args.hot_path:
-        results["HOT_PATH"] = [read_results(path)["HOT_PATH"][-1] for path in args.hot_path]
+        runs = [read_results(path) for path in args.hot_path]
+        results["HOT_PATH"] = [run["HOT_PATH"][-1] for run in runs if run.get("HOT_PATH")]
+        results["ASGI_COST"] = [entry for run in runs for entry in run.get("ASGI_COST", [])] or results.get(
+            "ASGI_COST", []
+        )
     if args.hot_path_before:
         results["HOT_PATH_BEFORE"] = read_results(args.hot_path_before)["HOT_PATH"][-1:]
     if not results.get("TRANSPORT_PERF"):

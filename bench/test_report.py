@@ -277,3 +277,17 @@ def test_report_renders_the_capacity_goals_and_cells() -> None:
         "0.42 ms of CPU per session-second",
     ):
         assert needle in section, needle
+
+
+def test_report_renders_the_in_process_cost_beside_the_frameworks_floor() -> None:
+    entry = {
+        "machine": {"rounds": 15, "requests": 1000},
+        "microseconds": {"healthz.bare": 13.0, "append.shipped": 150.5},
+        "bareOver": {"append.shipped": 0.086},
+    }
+    markdown = render_markdown({"ASGI_COST": [entry]}, command="make bench", source="run.txt")
+    section = markdown.split("### In process, without a server")[1]
+    assert "15 interleaved rounds of 1,000 requests" in section
+    assert "| bare Starlette `/healthz` | 13.0 |  |" in section
+    assert "| 1-event append, memory, shipped | 150.5 | 0.086× |" in section
+    assert "page" not in section
