@@ -820,14 +820,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hot-path-note", default="", help="what the profiles say is left, and where (markdown)")
     args = parser.parse_args(argv)
     results = read_results(args.results)
-    if args.hot_path:
-        runs = [read_results(path) for path in args.hot_path]
+    runs = [read_results(path) for path in args.hot_path]
+    before = read_results(args.hot_path_before) if args.hot_path_before else None
+    for path, run in [*zip(args.hot_path, runs, strict=True), (args.hot_path_before, before)]:
+        if run is not None and not run.get("HOT_PATH") and (run is before or not run.get("ASGI_COST")):
+            print(f"bench.report: {path} has no HISTORY_HOT_PATH_RESULT line", file=sys.stderr)
+            return 1
+    if runs:
         results["HOT_PATH"] = [run["HOT_PATH"][-1] for run in runs if run.get("HOT_PATH")]
         results["ASGI_COST"] = [entry for run in runs for entry in run.get("ASGI_COST", [])] or results.get(
             "ASGI_COST", []
         )
-    if args.hot_path_before:
-        results["HOT_PATH_BEFORE"] = read_results(args.hot_path_before)["HOT_PATH"][-1:]
+    if before is not None:
+        results["HOT_PATH_BEFORE"] = before["HOT_PATH"][-1:]
     if not results.get("TRANSPORT_PERF"):
         print(f"bench.report: {args.results} has no HISTORY_TRANSPORT_PERF_RESULT line", file=sys.stderr)
         return 1

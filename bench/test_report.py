@@ -213,6 +213,8 @@ def test_report_puts_runs_of_the_hot_path_side_by_side_with_the_profile_before_a
     assert "append cell, after (100 samples)" in section and "`new (b)`" in section and "`new (a)`" not in section
     assert f"`{paths[0]}`, `{paths[1]}`" in markdown
     assert "`new (b)` |\n\nWhat is left: uvicorn's send.\n" in section
+    (tmp_path / "none.txt").write_text("no result here\n")
+    assert main([str(full), "--docs", str(docs), "--hot-path-before", str(tmp_path / "none.txt")]) == 1
 
 
 def capacity_step(sessions: int, p99: float, passed: bool) -> dict[str, Any]:

@@ -40,19 +40,22 @@ class _Edged(Starlette):
     """Starlette with `Edge` outside its own outer error handler, so that handler's 500 carries an id and is counted.
 
     Its router is a `SegmentRouter`: each request tries only the routes its path could match.
-    With ``hot``, the hot routes are served inside `Edge` by `HotRoutes`, past Starlette's layers.
+    Without middleware of the app's own, the hot routes are served inside `Edge` by `HotRoutes`,
+    past Starlette's layers.
     """
 
-    def __init__(self, *, metrics: Metrics, routes: list[BaseRoute], lifespan: Any, hot: bool, **options: Any) -> None:
+    def __init__(self, *, metrics: Metrics, routes: list[BaseRoute], lifespan: Any, **options: Any) -> None:
         super().__init__(routes=routes, lifespan=lifespan, **options)
         self.router = SegmentRouter(routes, lifespan=lifespan)
         self.edge_metrics = metrics
-        self.hot = hot
+        # A test turns it off to hold the hot routes' answers against Starlette's path.
+        self.hot = True
 
     def build_middleware_stack(self) -> ASGIApp:
         stack = super().build_middleware_stack()
-        if self.hot:
-            stack = HotRoutes(stack, self.router.routes, EXCEPTION_HANDLERS)
+        # Middleware of the app's own (CORS) must see every response: then every request takes Starlette's path.
+        if self.hot and not self.user_middleware:
+            stack = HotRoutes(stack, self.router.routes, self.exception_handlers)
         return Edge(stack, metrics=self.edge_metrics)
 
 
@@ -162,8 +165,6 @@ def create_app(
         middleware=middleware,
         exception_handlers=handlers,
         lifespan=lifespan,
-        # CORS middleware must see every response, so with it every request takes Starlette's path.
-        hot=not settings.cors_origins,
     )
 
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
+from starlette.convertors import StringConvertor
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
+from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
 
 __all__ = ["HOT", "HotRoutes"]
 
@@ -70,18 +71,24 @@ class _Hot:
 
 
 class HotRoutes:
-    """Pure ASGI: serves the requests for `HOT` routes among ``routes`` itself, and passes the rest to ``app``."""
+    """Pure ASGI: serves the requests for `HOT` routes among ``routes`` itself, and passes the rest to ``app``.
+
+    A hot route is served here only when Starlette's router would surely choose it and run
+    its endpoint as it is: a plain `Route` (no middleware of its own, no body limit), with
+    no earlier route in ``routes`` that could match its paths. ``handlers`` are the app's
+    exception handlers, ``Exception``'s among them.
+    """
 
     def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute], handlers: Mapping[Any, ExceptionHandler]) -> None:
         self.app = app
         self._handlers = {kind: cast(Handler, handler) for kind, handler in handlers.items()}
         self._unexpected = self._handlers[Exception]
         self._routes: dict[tuple[str, int], list[_Hot]] = {}
-        for route in routes:
-            if not isinstance(route, Route) or route.methods is None:
+        for i, route in enumerate(routes):
+            if not isinstance(route, Route) or route.methods is None or not _plain(route):
                 continue
             for method in route.methods:
-                if (method, route.path) in HOT:
+                if (method, route.path) in HOT and not any(_may_match(before, route) for before in routes[:i]):
                     key = (method, route.path.count("/") + 1)
                     self._routes.setdefault(key, []).append(_Hot(route))
 
@@ -103,22 +110,58 @@ class HotRoutes:
         try:
             response: Response = await hot.endpoint(request)
         except Exception as exc:
-            handler = self._handler(exc)
-            answer = await handler(request, exc)
-            await answer(scope, receive, send)
-            if handler is self._unexpected:
-                raise
+            await self._answer(request, exc, scope, receive, send)
             return
         try:
             await response(scope, receive, send)
         except Exception as exc:
-            # Logged as Starlette's outer error middleware would; the server answers 500 if nothing went out.
+            # Logged as Starlette's outer error middleware would; our responses fail only once started,
+            # and then the server ends the connection.
             await self._unexpected(request, exc)
             raise
 
+    async def _answer(self, request: Request, exc: Exception, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer ``exc`` from the table; an unexpected error, or a handler's failure, is answered 500 and raised."""
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        handler = self._handler(exc)
+        try:
+            answer = await handler(request, exc)
+            await answer(scope, receive, sending)
+        except Exception as failure:
+            if handler is self._unexpected:
+                raise
+            internal = await self._unexpected(request, failure)
+            if not started:
+                await internal(scope, receive, send)
+            raise
+        if handler is self._unexpected:
+            raise exc
+
     def _handler(self, exc: Exception) -> Handler:
+        # The nearest class in the error's MRO decides, as Starlette looks handlers up.
         for kind in type(exc).__mro__:
             handler = self._handlers.get(kind)
             if handler is not None:
                 return handler
         return self._unexpected
+
+
+def _plain(route: Route) -> bool:
+    """Whether Starlette runs the route's endpoint as it is: its app is `request_response`'s, unwrapped."""
+    return getattr(route.app, "__qualname__", "") == "request_response.<locals>.app"
+
+
+def _may_match(before: BaseRoute, hot: Route) -> bool:
+    """Whether ``before``, earlier in the table, could match a path of ``hot``'s template (and so be chosen first)."""
+    if not isinstance(before, Route) or any(type(c) is not StringConvertor for c in before.param_convertors.values()):
+        return True
+    mine, theirs = hot.path.split("/"), before.path.split("/")
+    if len(mine) != len(theirs):
+        return False
+    return all(a == b or a.startswith("{") or b.startswith("{") for a, b in zip(mine, theirs, strict=True))

@@ -63,6 +63,8 @@ class JsonResponse(Response):
     media_type = "application/json"
 
     def __init__(self, body: bytes, status_code: int = 200) -> None:
+        if status_code < 200 or status_code in (204, 304):
+            raise ValueError(f"a {status_code} answer has no body")
         self.status_code = status_code
         self.body = body
         self.background = None

@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 import persistence.base
@@ -153,3 +159,56 @@ async def test_an_unexpected_error_on_a_hot_route_is_answered_500_and_raised_for
         await client.post("/v1/sessions", content=_CREATE, headers=_JSON)
         with pytest.raises(RuntimeError, match="a bug"):
             await client.get("/v1/sessions/s1/page")
+
+
+def _unit(routes: list[Any], handlers: dict[Any, Any], passed: list[str]) -> HotRoutes:
+    async def rest(scope: Scope, receive: Receive, send: Send) -> None:
+        passed.append(scope["path"])
+        await PlainTextResponse("starlette")(scope, receive, send)
+
+    return HotRoutes(rest, routes, handlers)
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": "internal"}, status_code=500)
+
+
+async def _health(request: Request) -> Response:
+    return PlainTextResponse("hot")
+
+
+async def _get(app: Any, path: str, *, raise_app_exceptions: bool = False) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+        return await client.get(path)
+
+
+async def test_a_handler_that_fails_is_answered_500_and_its_failure_raised() -> None:
+    async def broken(request: Request) -> Response:
+        raise ValueError("refused")
+
+    async def failing(request: Request, exc: Exception) -> Response:
+        raise KeyError("the handler's own bug")
+
+    app = _unit([Route("/healthz", broken)], {Exception: _internal, ValueError: failing}, [])
+    response = await _get(app, "/healthz")
+    assert (response.status_code, response.json()) == (500, {"error": "internal"})
+    with pytest.raises(KeyError, match="the handler's own bug"):
+        await _get(app, "/healthz", raise_app_exceptions=True)
+
+
+async def test_a_route_starlette_would_not_run_as_it_is_or_might_not_choose_is_not_hot() -> None:
+    passed: list[str] = []
+    wrapped = Route("/healthz", _health, middleware=[Middleware(GZipMiddleware)])
+    assert (await _get(_unit([wrapped], {Exception: _internal}, passed), "/healthz")).text == "starlette"
+    shadow = Route("/v1/sessions/{session_id}/{what}", _health, methods=["POST"])
+    hot = Route("/v1/sessions/{session_id}/events", _health, methods=["POST"])
+    app = _unit([shadow, hot], {Exception: _internal}, passed)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+        assert (await client.post("/v1/sessions/s/events")).text == "starlette"
+    assert passed == ["/healthz", "/v1/sessions/s/events"]
+    routes = [Route("/v1/sessions/{session_id}/other", _health), hot, Mount("/ds", routes=[])]
+    plain = _unit(routes, {Exception: _internal}, passed)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=plain), base_url="http://testserver") as client:
+        assert (await client.post("/v1/sessions/s/events")).text == "hot"

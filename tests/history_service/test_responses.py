@@ -9,9 +9,10 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
-from history_service.responses import SEND_SIZE, PartsResponse
+from history_service.responses import SEND_SIZE, JsonResponse, PartsResponse
 from testing.asgi import serving
 
 BIG = bytes(range(256)) * (SEND_SIZE // 64)
@@ -73,3 +74,23 @@ async def test_through_an_http_client() -> None:
         response = await client.get("/")
     assert response.content == BODY and response.headers["content-length"] == str(len(BODY))
     assert isinstance(response, httpx.Response)
+
+
+def test_a_small_body_is_one_send_that_ends_it() -> None:
+    sent = sends([b'{"records":[', b"1", b"]}"])
+    assert [(message["body"], message["more_body"]) for message in sent[1:]] == [(b'{"records":[1]}', False)]
+    assert [message["body"] for message in sends([])[1:]] == [b""]
+
+
+@pytest.mark.parametrize("status", [200, 201, 409, 503])
+def test_a_json_response_has_starlettes_headers_made_directly(status: int) -> None:
+    body = b'{"ok":true}'
+    made = JsonResponse(body, status)
+    assert (made.status_code, made.body) == (status, body)
+    assert made.raw_headers == Response(body, status_code=status, media_type="application/json").raw_headers
+
+
+@pytest.mark.parametrize("status", [101, 204, 304])
+def test_a_json_response_refuses_a_status_without_a_body(status: int) -> None:
+    with pytest.raises(ValueError, match="has no body"):
+        JsonResponse(b"{}", status)
