@@ -89,10 +89,11 @@ SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_histo
 # its own PostgreSQL database (conftest.py). A benchmark module keeps its tests on one worker
 # (loadfile), as its result line sums them all; a test module whose servers its tests share asks for
 # one worker with `xdist_group` (loadgroup), so they start once.
+# The 25 slowest tests are listed at the end: CI must stay under 20 minutes.
 TEST_WORKERS ?= 2
 
 unit: $(DEV_STAMP)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 	HISTORY_BENCH_SMOKE=1 $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(SMOKE_BENCH)
 
 # Contract fuzzing at depth: `make test` runs 100 cases per operation, always the same ones;

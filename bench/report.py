@@ -506,9 +506,16 @@ ASGI_CELLS: Final = {
 }
 
 
-def _asgi_cost_section(entry: dict[str, Any]) -> list[str]:
-    """`bench.asgi_cost`: our time per request in process, beside bare Starlette's, without a server."""
+def _asgi_cost_section(entry: dict[str, Any], before: dict[str, Any] | None = None) -> list[str]:
+    """`bench.asgi_cost`: our time per request in process, beside bare Starlette's, without a server.
+
+    With ``before``, a run of the code before the change, its figures stand beside these.
+    """
     machine = entry["machine"]
+    runs = [("before", before), ("after", entry)] if before is not None else [("", entry)]
+    heads = " | ".join(
+        f"µs per request{f', {when}' if when else ''} | bare over cell{f', {when}' if when else ''}" for when, _ in runs
+    )
     lines = [
         "### In process, without a server",
         "",
@@ -516,13 +523,18 @@ def _asgi_cost_section(entry: dict[str, Any]) -> list[str]:
         f"interleaved rounds of {machine['requests']:,} requests per cell; medians. The ratio is bare Starlette's "
         "time over the cell's in the same round (1 is the floor).",
         "",
-        "| cell | µs per request | bare over cell |",
-        "|---|---:|---:|",
+        f"| cell | {heads} |",
+        "|---|" + "---:|---:|" * len(runs),
     ]
     for key, name in ASGI_CELLS.items():
         if key in entry["microseconds"]:
-            ratio = entry["bareOver"].get(key)
-            lines.append(f"| {name} | {entry['microseconds'][key]:,} | {'' if ratio is None else f'{ratio:g}×'} |")
+            figures = []
+            for _, run in runs:
+                assert run is not None
+                ratio = run["bareOver"].get(key)
+                micros = run["microseconds"].get(key)
+                figures += ["" if micros is None else f"{micros:,}", "" if ratio is None else f"{ratio:g}×"]
+            lines.append(f"| {name} | {' | '.join(figures)} |")
     return [*lines, ""]
 
 
@@ -710,7 +722,7 @@ def render_markdown(
         if hot_path_note:
             lines += [hot_path_note, ""]
     for entry in results.get("ASGI_COST", [])[-1:]:
-        lines.extend(_asgi_cost_section(entry))
+        lines.extend(_asgi_cost_section(entry, (results.get("ASGI_COST_BEFORE") or [None])[-1]))
     for entry in results.get("CAPACITY", []):
         lines.extend(_capacity_section(entry))
     js, viewer = results.get("JS_PAGE_PERF", [None])[-1], results.get("VIEWER_PERF", [None])[-1]
@@ -815,24 +827,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="runs of bench/test_hot_path.py alone, whose HOT_PATH lines replace those of RESULTS, a run each",
     )
     parser.add_argument(
-        "--hot-path-before", type=Path, help="a run of bench/test_hot_path.py before the change, for its profile"
+        "--hot-path-before",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="runs before the change: of bench/test_hot_path.py, for its profile, and of bench.asgi_cost",
     )
     parser.add_argument("--hot-path-note", default="", help="what the profiles say is left, and where (markdown)")
     args = parser.parse_args(argv)
     results = read_results(args.results)
     runs = [read_results(path) for path in args.hot_path]
-    before = read_results(args.hot_path_before) if args.hot_path_before else None
-    for path, run in [*zip(args.hot_path, runs, strict=True), (args.hot_path_before, before)]:
-        if run is not None and not run.get("HOT_PATH") and (run is before or not run.get("ASGI_COST")):
-            print(f"bench.report: {path} has no HISTORY_HOT_PATH_RESULT line", file=sys.stderr)
+    befores = [read_results(path) for path in args.hot_path_before]
+    for path, run in zip([*args.hot_path, *args.hot_path_before], [*runs, *befores], strict=True):
+        if not run.get("HOT_PATH") and not run.get("ASGI_COST"):
+            print(
+                f"bench.report: {path} has no HISTORY_HOT_PATH_RESULT or HISTORY_ASGI_COST_RESULT line", file=sys.stderr
+            )
             return 1
     if runs:
         results["HOT_PATH"] = [run["HOT_PATH"][-1] for run in runs if run.get("HOT_PATH")]
         results["ASGI_COST"] = [entry for run in runs for entry in run.get("ASGI_COST", [])] or results.get(
             "ASGI_COST", []
         )
-    if before is not None:
-        results["HOT_PATH_BEFORE"] = before["HOT_PATH"][-1:]
+    results["HOT_PATH_BEFORE"] = [entry for run in befores for entry in run.get("HOT_PATH", [])]
+    results["ASGI_COST_BEFORE"] = [entry for run in befores for entry in run.get("ASGI_COST", [])]
     if not results.get("TRANSPORT_PERF"):
         print(f"bench.report: {args.results} has no HISTORY_TRANSPORT_PERF_RESULT line", file=sys.stderr)
         return 1

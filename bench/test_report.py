@@ -293,3 +293,14 @@ def test_report_renders_the_in_process_cost_beside_the_frameworks_floor() -> Non
     assert "| bare Starlette `/healthz` | 13.0 |  |" in section
     assert "| 1-event append, memory, shipped | 150.5 | 0.086× |" in section
     assert "page" not in section
+
+
+def test_report_sets_the_in_process_cost_before_beside_after() -> None:
+    def run(micros: float, ratio: float) -> dict[str, Any]:
+        machine = {"rounds": 15, "requests": 1000}
+        return {"machine": machine, "microseconds": {"append.quiet": micros}, "bareOver": {"append.quiet": ratio}}
+
+    results = {"ASGI_COST": [run(130.0, 0.1)], "ASGI_COST_BEFORE": [run(190.0, 0.07)]}
+    section = render_markdown(results, command="make bench", source="run.txt").split("### In process")[1]
+    assert "| cell | µs per request, before | bare over cell, before | µs per request, after |" in section
+    assert "| 1-event append, memory, quiet | 190.0 | 0.07× | 130.0 | 0.1× |" in section
