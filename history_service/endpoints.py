@@ -18,6 +18,7 @@ from codec import encode
 from history_service import bodies
 from history_service.answers import stream_error, tracebacks_of
 from history_service.auth import principal
+from history_service.follow_coding import FOLLOW_CODINGS, frame_coder
 from history_service.follow_frames import sse_frame
 from history_service.logs import Tracebacks
 from history_service.readiness import readiness
@@ -187,21 +188,35 @@ async def follow(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
     after, incarnation, max_messages = follow_params(request)
+    coding = accepted_coding(request, FOLLOW_CODINGS)
     info = await service.readable(who, *address(request), incarnation=incarnation)
-    holds = await service.admit_follower(info.header.id, snapshot=after is None, max_messages=max_messages)
+    coder = frame_coder(coding)
+    # A stream holds its compressor for as long as it is open: counted with the bytes being sent.
+    coding_hold = await service.sending.hold(coder.size) if coder is not None else None
+    try:
+        holds = await service.admit_follower(info.header.id, snapshot=after is None, max_messages=max_messages)
+    except BaseException:
+        if coding_hold is not None:
+            coding_hold.release()
+        raise
     frames = service.follow(info, holds, after=after, max_messages=max_messages)
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return EndedStreamingResponse(
-        _ended_by_error(frames, tracebacks_of(request)),
-        ended=lambda: service.follower_left(holds),
-        media_type="text/event-stream",
-        headers=headers,
-    )
+    stream = _ended_by_error(frames, tracebacks_of(request))
+    content: AsyncIterator[bytes | memoryview] = stream if coder is None else coder.coded(stream)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Vary": "Accept-Encoding"}
+    if coder is not None:
+        headers["Content-Encoding"] = coding
+
+    def ended() -> None:
+        service.follower_left(holds)
+        if coding_hold is not None:
+            coding_hold.release()
+
+    return EndedStreamingResponse(content, ended=ended, media_type="text/event-stream", headers=headers)
 
 
 async def _ended_by_error(
     frames: AsyncGenerator[bytes | memoryview, None], tracebacks: Tracebacks
-) -> AsyncIterator[bytes | memoryview]:
+) -> AsyncGenerator[bytes | memoryview, None]:
     # The status line is sent already: a store failure ends the stream with an error frame the
     # client retries on. Closing ``frames`` here ends its subscription with the response.
     async with aclosing(frames):

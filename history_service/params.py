@@ -24,6 +24,7 @@ __all__ = [
     "ACCEPT_ENCODING",
     "CONTENT_ENCODING",
     "CreateParams",
+    "FOLLOW_ACCEPT_ENCODING",
     "IF_NONE_MATCH",
     "DEFAULT_LISTED",
     "DEFAULT_MAX_MESSAGES",
@@ -193,6 +194,9 @@ def parameters(query: type[Struct]) -> tuple[Param, ...]:
 
 
 ACCEPT_ENCODING: Final = Header("Accept-Encoding", str, f"{spoken()} (§4.4).")
+FOLLOW_ACCEPT_ENCODING: Final = Header(
+    "Accept-Encoding", str, "`zstd` or `gzip` codes the stream, each frame flushed (§5.4); `br` is not offered."
+)
 IF_NONE_MATCH: Final = Header("If-None-Match", str, "An immutable page's ETag, or `*`.")
 LAST_EVENT_ID: Final = Header(
     "Last-Event-ID",

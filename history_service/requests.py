@@ -18,6 +18,7 @@ import base64
 import binascii
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 
 import anyio.to_thread
@@ -356,9 +357,12 @@ def follow_params(request: Request) -> FollowQuery:
     return FollowQuery(seq, incarnation or params.incarnation, params.maxMessages)
 
 
-def accepted_coding(request: Request) -> str:
-    """The content coding to send a page in, from ``Accept-Encoding``; `NoAcceptableCoding` if it refuses all."""
-    coding = choose_encoding(request.headers.get("accept-encoding"), CODINGS)
+def accepted_coding(request: Request, offered: Sequence[str] = CODINGS) -> str:
+    """The content coding to answer in, of ``offered`` (a page's by default), from ``Accept-Encoding``.
+
+    `NoAcceptableCoding` if the header refuses them all and identity too.
+    """
+    coding = choose_encoding(request.headers.get("accept-encoding"), offered)
     if coding is None:
         raise NoAcceptableCoding("no acceptable content coding; identity is refused")
     return coding

@@ -20,10 +20,12 @@ from codec import Event, FollowSnapshot, Page, SessionHeader
 from history_service import bodies, endpoints
 from history_service.assets import to_viewer
 from history_service.encoding import CODINGS
+from history_service.follow_coding import FOLLOW_CODINGS
 from history_service.metrics import scrape
 from history_service.params import (
     ACCEPT_ENCODING,
     CONTENT_ENCODING,
+    FOLLOW_ACCEPT_ENCODING,
     IF_NONE_MATCH,
     LAST_EVENT_ID,
     CreateParams,
@@ -193,6 +195,8 @@ _FOLLOW: Final = Reply(
     headers={
         "Cache-Control": {"required": True, "schema": {"const": "no-cache"}},
         "X-Accel-Buffering": {"required": True, "schema": {"const": "no"}},
+        "Vary": {"required": True, "schema": {"const": "Accept-Encoding"}},
+        "Content-Encoding": {"schema": {"enum": list(FOLLOW_CODINGS)}, "description": "The stream's coding (§5.4)."},
     },
     content={"text/event-stream": {"schema": _FRAME}},
 )
@@ -223,9 +227,9 @@ def _follow(name: str, summary: str, errors: tuple[str, ...]) -> Operation:
         tag="reading",
         endpoint=endpoints.follow,
         replies=(_FOLLOW,),
-        errors=("invalid_parameter", *errors, *LOADED),
+        errors=("invalid_parameter", "not_acceptable", *errors, *LOADED),
         query=FollowParams,
-        headers=(LAST_EVENT_ID,),
+        headers=(LAST_EVENT_ID, FOLLOW_ACCEPT_ENCODING),
     )
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,10 +23,12 @@ import anyio
 import httpx
 import pytest
 import sqlalchemy as sa
+import zstandard
 
 from codec import DeltaData, Event, TextDelta, encode
 from history_client import Backoff, HistoryClient
 from history_service.cli.program import main
+from history_service.follow_coding import FOLLOW_CODINGS
 from testing.postgres import PG_URL, empty_postgres
 from testing.servers import ServerProcess, free_port, wait_healthy
 from testing.wire import id_seq
@@ -378,3 +381,29 @@ def test_two_workers_on_postgresql_serve_and_follow_across_each_other(pg: str) -
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(60)
+
+
+@pytest.mark.skipif(not GATEWAY, reason="HISTORY_TEST_GATEWAY_URL is not set; run under scripts/with-nginx")
+@pytest.mark.parametrize("coding", FOLLOW_CODINGS)
+def test_through_nginx_a_coded_follow_gets_each_frame_before_the_next_is_sent(
+    gateway_replicas: list[ServerProcess], coding: str
+) -> None:
+    """nginx passes a coded stream through as it comes: each event's frame decodes before the next is appended."""
+    assert GATEWAY
+    create(GATEWAY)
+    stream = zstandard.ZstdDecompressor().decompressobj() if coding == "zstd" else zlib.decompressobj(31)
+    with httpx.Client(base_url=GATEWAY, timeout=30) as client:
+        headers = {"Accept-Encoding": coding, "Last-Event-ID": "-1"}
+        with client.stream("GET", "/v1/sessions/s/follow", headers=headers) as response:
+            assert response.headers["content-encoding"] == coding
+            raw = response.iter_raw()
+            pending = b""
+            for seq in range(5):
+                body = b'{"events":[%b]}' % encode(Event("note", seq, seq, {"n": seq}))
+                assert client.post("/v1/sessions/s/events", content=body, headers=JSON).status_code == 201
+                frame = b""
+                while b"\nevent: event\n" not in frame:
+                    while b"\n\n" not in pending:
+                        pending += stream.decompress(next(raw))
+                    frame, _, pending = pending.partition(b"\n\n")
+                assert b":%d\nevent: event\n" % seq in frame, frame
