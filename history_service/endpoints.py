@@ -190,28 +190,17 @@ async def follow(request: Request) -> Response:
     after, incarnation, max_messages = follow_params(request)
     coding = accepted_coding(request, FOLLOW_CODINGS)
     info = await service.readable(who, *address(request), incarnation=incarnation)
-    coder = frame_coder(coding)
-    # A stream holds its compressor for as long as it is open: counted with the bytes being sent.
-    coding_hold = await service.sending.hold(coder.size) if coder is not None else None
-    try:
-        holds = await service.admit_follower(info.header.id, snapshot=after is None, max_messages=max_messages)
-    except BaseException:
-        if coding_hold is not None:
-            coding_hold.release()
-        raise
+    holds = await service.admit_follower(info.header.id, snapshot=after is None, max_messages=max_messages)
     frames = service.follow(info, holds, after=after, max_messages=max_messages)
     stream = _ended_by_error(frames, tracebacks_of(request))
+    coder = frame_coder(coding)
     content: AsyncIterator[bytes | memoryview] = stream if coder is None else coder.coded(stream)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Vary": "Accept-Encoding"}
     if coder is not None:
         headers["Content-Encoding"] = coding
-
-    def ended() -> None:
-        service.follower_left(holds)
-        if coding_hold is not None:
-            coding_hold.release()
-
-    return EndedStreamingResponse(content, ended=ended, media_type="text/event-stream", headers=headers)
+    return EndedStreamingResponse(
+        content, ended=lambda: service.follower_left(holds), media_type="text/event-stream", headers=headers
+    )
 
 
 async def _ended_by_error(

@@ -195,7 +195,7 @@ def parameters(query: type[Struct]) -> tuple[Param, ...]:
 
 ACCEPT_ENCODING: Final = Header("Accept-Encoding", str, f"{spoken()} (§4.4).")
 FOLLOW_ACCEPT_ENCODING: Final = Header(
-    "Accept-Encoding", str, "`zstd` or `gzip` codes the stream, each frame flushed (§5.4); `br` is not offered."
+    "Accept-Encoding", str, "`gzip` codes the stream, each write flushed (§5.4); no other coding is offered."
 )
 IF_NONE_MATCH: Final = Header("If-None-Match", str, "An immutable page's ETag, or `*`.")
 LAST_EVENT_ID: Final = Header(

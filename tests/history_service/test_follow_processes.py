@@ -7,23 +7,25 @@ Each test runs real ``history-service serve`` processes; they need PostgreSQL
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 import sqlalchemy as sa
-import zstandard
 
 from codec import DeltaData, Event, TextDelta, encode
 from history_client import Backoff, HistoryClient
@@ -81,8 +83,16 @@ def replicas(pg: str) -> Iterator[list[ServerProcess]]:
 def gateway_replicas(pg: str) -> Iterator[list[ServerProcess]]:
     """Two service processes on the gateway's upstream ports: only the test that goes through nginx binds them,
     so no other test (on this or another xdist worker) can be holding them."""
-    with started_replicas(pg, UPSTREAMS) as started:
+    with _gateway_turn(), started_replicas(pg, UPSTREAMS) as started:
         yield started
+
+
+@contextlib.contextmanager
+def _gateway_turn() -> Iterator[None]:
+    """The gateway's upstream ports are one pair: the tests that bind them take turns, on every xdist worker."""
+    with open(Path(tempfile.gettempdir()) / f"history-gateway-{UPSTREAMS[0]}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 class Follower(threading.Thread):
@@ -391,7 +401,7 @@ def test_through_nginx_a_coded_follow_gets_each_frame_before_the_next_is_sent(
     """nginx passes a coded stream through as it comes: each event's frame decodes before the next is appended."""
     assert GATEWAY
     create(GATEWAY)
-    stream = zstandard.ZstdDecompressor().decompressobj() if coding == "zstd" else zlib.decompressobj(31)
+    stream = zlib.decompressobj(31)
     with httpx.Client(base_url=GATEWAY, timeout=30) as client:
         headers = {"Accept-Encoding": coding, "Last-Event-ID": "-1"}
         with client.stream("GET", "/v1/sessions/s/follow", headers=headers) as response:
