@@ -24,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
-from starlette.convertors import StringConvertor
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
+
+from history_service.router import ANYWHERE, template_literals
 
 __all__ = ["HOT", "HotRoutes"]
 
@@ -52,11 +53,12 @@ class _Hot:
     __slots__ = ("endpoint", "literals", "params", "route")
 
     def __init__(self, route: Route) -> None:
-        segments = route.path.split("/")
         self.route = route
         self.endpoint = route.endpoint
-        self.literals = tuple((i, s) for i, s in enumerate(segments) if not s.startswith("{"))
-        self.params = tuple((i, s[1:-1]) for i, s in enumerate(segments) if s.startswith("{"))
+        _, self.literals = template_literals(route)
+        literal = {i for i, _ in self.literals}
+        segments = route.path.split("/")
+        self.params = tuple((i, s[1:-1]) for i, s in enumerate(segments) if i not in literal)
 
     def match(self, parts: list[str]) -> dict[str, str] | None:
         for i, literal in self.literals:
@@ -159,9 +161,12 @@ def _plain(route: Route) -> bool:
 
 def _may_match(before: BaseRoute, hot: Route) -> bool:
     """Whether ``before``, earlier in the table, could match a path of ``hot``'s template (and so be chosen first)."""
-    if not isinstance(before, Route) or any(type(c) is not StringConvertor for c in before.param_convertors.values()):
+    count, theirs = template_literals(before)
+    if count == ANYWHERE:
         return True
-    mine, theirs = hot.path.split("/"), before.path.split("/")
-    if len(mine) != len(theirs):
+    length, mine = template_literals(hot)
+    if count != length:
         return False
-    return all(a == b or a.startswith("{") or b.startswith("{") for a, b in zip(mine, theirs, strict=True))
+    # Where ``hot`` has a parameter, any literal of ``before`` may be what the path holds.
+    literal = dict(mine)
+    return all(literal.get(i, segment) == segment for i, segment in theirs)

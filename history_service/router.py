@@ -20,25 +20,25 @@ from starlette.convertors import StringConvertor
 from starlette.routing import BaseRoute, Match, Route, Router
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["SegmentRouter", "candidates"]
+__all__ = ["ANYWHERE", "SegmentRouter", "candidates", "template_literals"]
 
 # A route the segments cannot place: it is tried for every path, in its place.
-_ANYWHERE: Final = -1
+ANYWHERE: Final = -1
 
 Literals = tuple[tuple[int, str], ...]
 
 
-def _literals(route: BaseRoute) -> tuple[int, Literals]:
-    """A route's segment count and its literal segments, or `_ANYWHERE` when its template is not whole segments."""
+def template_literals(route: BaseRoute) -> tuple[int, Literals]:
+    """A route's segment count and its literal segments, or `ANYWHERE` when its template is not whole segments."""
     if not isinstance(route, Route) or not all(type(c) is StringConvertor for c in route.param_convertors.values()):
-        return _ANYWHERE, ()
+        return ANYWHERE, ()
     segments = route.path.split("/")
     literals = []
     for i, segment in enumerate(segments):
         if segment.startswith("{") and segment.endswith("}") and segment.count("{") == 1:
             continue
         if "{" in segment or "}" in segment:
-            return _ANYWHERE, ()
+            return ANYWHERE, ()
         literals.append((i, segment))
     return len(segments), tuple(literals)
 
@@ -47,13 +47,13 @@ def candidates(routes: Sequence[BaseRoute]) -> dict[int, list[tuple[Literals, Ba
     """For each segment count, the routes a path of that many segments could match, in table order.
 
     A route its segments cannot place is in every list (with no literals), and under
-    `_ANYWHERE` for the counts no route names.
+    `ANYWHERE` for the counts no route names.
     """
-    placed = [(*_literals(route), route) for route in routes]
-    counts = {count for count, _, _ in placed if count != _ANYWHERE}
+    placed = [(*template_literals(route), route) for route in routes]
+    counts = {count for count, _, _ in placed if count != ANYWHERE}
     return {
-        count: [(literals, route) for length, literals, route in placed if length in (count, _ANYWHERE)]
-        for count in (*counts, _ANYWHERE)
+        count: [(literals, route) for length, literals, route in placed if length in (count, ANYWHERE)]
+        for count in (*counts, ANYWHERE)
     }
 
 
@@ -69,7 +69,7 @@ class SegmentRouter(Router):
             await super().app(scope, receive, send)
             return
         parts = get_route_path(scope).split("/")
-        tried = self._candidates.get(len(parts)) or self._candidates[_ANYWHERE]
+        tried = self._candidates.get(len(parts)) or self._candidates[ANYWHERE]
         partial: tuple[BaseRoute, Scope] | None = None
         for literals, route in tried:
             if any(parts[i] != literal for i, literal in literals):
