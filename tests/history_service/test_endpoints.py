@@ -305,6 +305,11 @@ async def test_a_create_may_not_name_its_incarnation(api: httpx.AsyncClient) -> 
 # Expiry (docs/protocol.md §6.5).
 
 
+# How far ahead a test's expiry lies: past every create the test makes before it, on a loaded machine too
+# (300 ms was not, once, on CI: the child's create came after its parent had expired).
+AHEAD_MS = 3000
+
+
 async def past(at: int) -> None:
     """Wait until the service's clock (and a file system's coarser one) has passed ``at``."""
     while now_ms() <= at + 20:
@@ -406,7 +411,7 @@ async def test_a_create_gives_expires_at_or_ttl_ms_and_never_a_past_time(expirin
 
 
 async def test_a_session_stays_while_a_session_below_it_is_live(expiring: httpx.AsyncClient) -> None:
-    expires = now_ms() + 300
+    expires = now_ms() + AHEAD_MS
     assert (await create(expiring, {"id": "p", "createdAt": 1, "expiresAt": expires})).status_code == 201
     kid = {"id": "p.kid", "createdAt": 2, "parentSession": "p", "origin": "subagent"}
     assert (await create(expiring, kid)).status_code == 201
@@ -426,7 +431,7 @@ async def test_a_session_stays_while_a_session_below_it_is_live(expiring: httpx.
 
 async def test_a_childrens_listing_pages_past_expired_children(expiring: httpx.AsyncClient) -> None:
     assert (await create(expiring, {"id": "p", "createdAt": 1})).status_code == 201
-    soon = now_ms() + 300
+    soon = now_ms() + AHEAD_MS
     for k in range(5):
         body = {"id": f"p.c{k}", "createdAt": 10 + k, "parentSession": "p", "origin": "subagent"}
         if k >= 3:
