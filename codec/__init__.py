@@ -77,6 +77,7 @@ from codec.limits import values_within
 from codec.numerals import decimal
 from codec.pages import (
     FollowSnapshot,
+    LiveRecords,
     Page,
     PageRecord,
     PageShell,
@@ -84,6 +85,7 @@ from codec.pages import (
     check_page,
     decode_follow_snapshot,
     decode_live_record,
+    decode_live_records,
     decode_page,
     decode_page_record,
     decode_page_shell,
@@ -119,6 +121,7 @@ __all__ = [
     "decode_event",
     "DECODE_FAILURES",
     "decode_follow_snapshot",
+    "decode_live_records",
     "decode_header",
     "decode_json",
     "decode_live_record",
@@ -140,6 +143,7 @@ __all__ = [
     "expand_records",
     "expand_row",
     "FollowSnapshot",
+    "LiveRecords",
     "fragment_values",
     "incarnation_of",
     "INCARNATION_PATTERN",

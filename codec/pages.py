@@ -39,12 +39,14 @@ from codec.events import MAX_SAFE_INTEGER, Event, Seq, SessionHeader
 
 __all__ = [
     "FollowSnapshot",
+    "LiveRecords",
     "Page",
     "PageRecord",
     "PageShell",
     "check_cover",
     "check_page",
     "decode_follow_snapshot",
+    "decode_live_records",
     "decode_page",
     "decode_page_record",
     "decode_page_shell",
@@ -275,7 +277,20 @@ class FollowSnapshot(Struct, frozen=True, forbid_unknown_fields=True):
     toSeq: Seq
 
 
+class LiveRecords(Struct, frozen=True, forbid_unknown_fields=True):
+    """The data of a packed follow stream's ``records`` frame (docs/protocol.md §5.5): the page
+    records of ``[fromSeq, toSeq)``, packed as a page packs them.
+
+    The records are left as raw JSON, to be decoded one at a time.
+    """
+
+    records: list[msgspec.Raw]
+    fromSeq: Seq
+    toSeq: Seq
+
+
 _PAGE_SHELL: Final = msgspec.json.Decoder(PageShell)
+_LIVE_RECORDS: Final = msgspec.json.Decoder(LiveRecords)
 _SNAPSHOT: Final = msgspec.json.Decoder(FollowSnapshot)
 _RECORD_SPAN: Final = msgspec.json.Decoder(_RecordSpan)
 _FAST_RECORD: Final = msgspec.json.Decoder(_FastRecord)
@@ -290,6 +305,11 @@ def decode_page_shell(data: bytes) -> PageShell:
 def decode_follow_snapshot(data: bytes) -> FollowSnapshot:
     """Decode a follow ``snapshot`` frame's data, leaving each record as raw JSON."""
     return _decode_frame(_SNAPSHOT, data, "snapshot")
+
+
+def decode_live_records(data: bytes) -> LiveRecords:
+    """Decode a ``records`` frame's data, leaving each record as raw JSON."""
+    return _decode_frame(_LIVE_RECORDS, data, "records")
 
 
 def _decode_frame(decoder: msgspec.json.Decoder[_T], data: bytes, root: str) -> _T:

@@ -48,6 +48,7 @@ class Walk(NamedTuple, Generic[T]):
     session: str
     child: str | None
     max_messages: int | None = None
+    packed: bool = False
 
 
 def _raw(page: Callable[P, Call[HistoryPage]]) -> Callable[P, Call[bytes]]:
@@ -195,6 +196,7 @@ class Calls:
         max_messages: int | None = None,
         on_connection: ConnectionHook | None = None,
         incarnation: str | None = None,
+        packed: bool = True,
     ) -> Walk[Event]:
         """Every event after ``after`` (or from a fresh snapshot's tail page), exactly once, in order, live.
 
@@ -208,9 +210,13 @@ class Calls:
         The follow is of one incarnation (§2.5): ``incarnation`` (say a page's, to follow on
         from it), or the one its first frame names. Without it, a resume with ``after`` that
         is cut before any event arrives reconnects to whichever session then holds the id.
+
+        ``packed`` (the default) asks for the packed stream (§5.5): the deltas of each write
+        arrive as chunk rows, and are expanded to the same events. ``False`` asks for one
+        frame per event, as a plain ``EventSource`` reads.
         """
         plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection, incarnation=incarnation)
-        return Walk(plan, session, child, max_messages)
+        return Walk(plan, session, child, max_messages, packed)
 
     def fetch(self, page_path: str, action: Fetch) -> Call[PageAnswer]:
         """The page at ``page_path`` that a walk's `Fetch` asks for."""
@@ -228,7 +234,7 @@ class Calls:
         return http.build_request(
             "GET",
             Requests.path(walk.session, walk.child, "follow"),
-            params=Requests.follow_params(action.after, action.incarnation, walk.max_messages),
+            params=Requests.follow_params(action.after, action.incarnation, walk.max_messages, packed=walk.packed),
             headers={**self._headers, **Requests.follow_headers(action.after, action.incarnation)},
             timeout=self._follow_timeout,
         )

@@ -45,7 +45,10 @@ from codec import (
     decode_follow_snapshot,
     decode_json,
     decode_live_record,
+    decode_live_records,
+    decode_record_range,
     expand_row,
+    parse_event_id,
     record_seq_range,
 )
 from history_client.errors import (
@@ -60,7 +63,7 @@ from history_client.errors import (
 )
 from history_client.history import Emit, Fetch, fetch
 from history_client.incarnations import Pin
-from history_client.pages import LazyPage, open_lazy_page
+from history_client.pages import LazyPage, check_ranges, open_lazy_page
 from history_client.sse import ServerSentEvent
 
 __all__ = [
@@ -196,10 +199,10 @@ def follow_plan(
                     if not first:
                         raise ProtocolError("the stream sent a snapshot after its opening")
                     yield from journal.open(frame)
-                elif frame.event == "event":
+                elif frame.event in ("event", "records"):
                     if journal.cursor is None:
-                        raise ProtocolError("the stream sent an event before its snapshot")
-                    yield from journal.live(frame)
+                        raise ProtocolError(f"the stream sent {frame.event} before its snapshot")
+                    yield from journal.live(frame) if frame.event == "event" else journal.records(frame)
                 elif frame.event == "error":
                     raise _stream_error(frame.data, journal.cursor, journal.pin.incarnation)
                 elif frame.event == "end":
@@ -283,6 +286,32 @@ class _Journal:
             yield from self._repair(first - 1)
         event = record.event
         yield Emit((event,) if type(event) is Event else expand_row(record.chunks))  # type: ignore[arg-type]
+        self.cursor = last
+
+    def records(self, frame: ServerSentEvent) -> Generator[Fetch | Emit, Any, None]:
+        """A packed stream's frame (docs/protocol.md §5.5): the page records of an interval, by the rules of `live`."""
+        self.pin.learn_event_id(frame.id, "a records frame")
+        try:
+            shell = decode_live_records(frame.data)
+            ranges = [decode_record_range(record, index=i) for i, record in enumerate(shell.records)]
+        except CodecError as exc:
+            raise ProtocolError(f"invalid records frame: {exc}") from exc
+        first, last = shell.fromSeq, shell.toSeq - 1
+        check_ranges(ranges, from_seq=first, to_seq=shell.toSeq, has_more=first > 0, through=last)
+        named = parse_event_id(frame.id) if frame.id is not None else None
+        if named is not None and named[1] != last:
+            raise ProtocolError(f"a records frame of [{first}, {last}] has the id of seq {named[1]}")
+        cursor = -1 if self.cursor is None else self.cursor
+        if last <= cursor:
+            return
+        if first <= cursor:
+            raise StreamOverlapError(
+                f"the stream emitted a partially overlapping entry: [{first}, {last}] after {cursor}"
+            )
+        if first > cursor + 1:
+            yield from self._repair(first - 1)
+        page = LazyPage(shell.records, has_more=first > 0, from_seq=first, to_seq=shell.toSeq)
+        yield Emit(page.events())
         self.cursor = last
 
     def _repair(self, target: int) -> Generator[Fetch | Emit, Any, None]:

@@ -68,8 +68,12 @@ class Requests:
         return {name: value for name, value in params.items() if value is not None}
 
     @staticmethod
-    def follow_params(after: int | None, incarnation: str | None, max_messages: int | None) -> dict[str, int | str]:
+    def follow_params(
+        after: int | None, incarnation: str | None, max_messages: int | None, *, packed: bool = False
+    ) -> dict[str, int | str]:
         params: dict[str, int | str] = {"maxMessages": max_messages} if max_messages is not None else {}
+        if packed:
+            params["packed"] = 1
         if after is None and incarnation is not None:
             # A fresh open of a known incarnation; a resume names it in Last-Event-ID instead (§5.2).
             params["incarnation"] = incarnation

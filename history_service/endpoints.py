@@ -187,11 +187,11 @@ async def page(request: Request) -> Response:
 async def follow(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
-    after, incarnation, max_messages = follow_params(request)
+    after, incarnation, max_messages, packed = follow_params(request)
     coding = accepted_coding(request, FOLLOW_CODINGS)
     info = await service.readable(who, *address(request), incarnation=incarnation)
     holds = await service.admit_follower(info.header.id, snapshot=after is None, max_messages=max_messages)
-    frames = service.follow(info, holds, after=after, max_messages=max_messages)
+    frames = service.follow(info, holds, after=after, max_messages=max_messages, packed=packed)
     stream = _ended_by_error(frames, tracebacks_of(request))
     coder = frame_coder(coding)
     content: AsyncIterator[bytes | memoryview] = stream if coder is None else coder.coded(stream)

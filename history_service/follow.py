@@ -12,6 +12,9 @@ that has fallen behind the buffer, or joined before what it holds, catches up fr
 store itself. Every seq after the cut reaches every follower once, in order, whichever
 process appended it, and no follower blocks the appender or another follower.
 
+A follower of a packed stream (§5.5) gets what it is due as one ``records`` frame, the page
+records of that interval, where another gets one ``event`` frame per event.
+
 A follower writes everything it is due in one write. A fixed cost per write dominates under
 fan-out, so while a channel publishes faster than every quarter ``coalesce`` interval, each
 follower writes at most once per interval, carrying everything published meanwhile.
@@ -27,10 +30,10 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from codec import Event, encode, event_id
+from codec import Event, StoredRecord, encode, event_id
 from history_service.bodies import FollowEnd, FollowError
 from history_service.channel import Channel
-from history_service.follow_frames import event_frame, sse_frame, stored_frames
+from history_service.follow_frames import live_event, records_frame, seq_records, sse_frame, stored_frames
 from history_service.metrics import Metrics
 from history_service.notices import Subscriber
 from persistence import HistoryStore, SessionInfo, SessionNotFoundError, StoreError
@@ -116,7 +119,8 @@ class Hub(Subscriber):
         if channel.incarnation is None:
             channel.incarnation = incarnation
         if channel.incarnation is not None and incarnation in (None, channel.incarnation):
-            channel.publish(events[0].seq, [event_frame(e, channel.incarnation) for e in events])
+            made = [live_event(e, channel.incarnation) for e in events]
+            channel.publish(events[0].seq, [frame for frame, _ in made], [record for _, record in made])
 
     def deleted(self, session_ids: Sequence[str]) -> None:
         """The sessions are gone: their followers get ``session_deleted`` and end, and their channels are dropped.
@@ -185,10 +189,22 @@ class Hub(Subscriber):
         channel.fetching = True
         self._tasks.start_soon(self._read_into, session_id, channel)
 
-    async def read_frames(self, session_id: str, from_seq: int, to_seq: int, incarnation: str) -> list[bytes]:
-        """The event frames of ``[from_seq, to_seq)``, read from the store (clipped to its head)."""
+    async def read_frames(
+        self, session_id: str, from_seq: int, to_seq: int, incarnation: str
+    ) -> tuple[list[bytes], list[StoredRecord]]:
+        """The event frames of ``[from_seq, to_seq)``, read from the store (clipped to its head), and
+        the stored record that holds each event."""
         stored = await self.store.read_stored(session_id, from_seq, to_seq)
-        return stored_frames(stored, from_seq, to_seq, incarnation)
+        return stored_frames(stored, from_seq, to_seq, incarnation), seq_records(stored, from_seq, to_seq)
+
+    async def read_records(self, session_id: str, from_seq: int, to_seq: int, incarnation: str) -> tuple[bytes, int]:
+        """The ``records`` frame of ``[from_seq, to_seq)`` read from the store (clipped to its head), and
+        how many events it holds: none when the store has none there."""
+        stored = await self.store.read_stored(session_id, from_seq, to_seq)
+        end = min(to_seq, max((record.end for record in stored), default=from_seq))
+        if end <= from_seq:
+            return b"", 0
+        return records_frame(stored, from_seq, end, incarnation), end - from_seq
 
     async def _read_into(self, session_id: str, channel: Channel) -> None:
         # One store read per channel, not per follower; a notice that lands meanwhile extends the loop.
@@ -199,10 +215,10 @@ class Hub(Subscriber):
                     await anyio.sleep(self.coalesce / 4)
                 first = channel.next_seq
                 upper = min(channel.known_head + 1, first + CATCH_UP_WINDOW)
-                frames = await self.read_frames(session_id, first, upper, str(channel.incarnation))
+                frames, records = await self.read_frames(session_id, first, upper, str(channel.incarnation))
                 if not frames:
                     break
-                channel.publish(first, frames)
+                channel.publish(first, frames, records)
         except StoreError as exc:
             self.metrics.store_error(exc)
             logger.warning("cannot read new events of %r: %s", session_id, exc)
@@ -213,9 +229,17 @@ class Hub(Subscriber):
 
     @asynccontextmanager
     async def subscribe(
-        self, session_id: str, *, after: int | None, snapshot: Snapshot, retry_ms: int, incarnation: str | None = None
+        self,
+        session_id: str,
+        *,
+        after: int | None,
+        snapshot: Snapshot,
+        retry_ms: int,
+        incarnation: str | None = None,
+        packed: bool = False,
     ) -> AsyncIterator[Subscription]:
-        """Follow ``session_id`` from after ``after``, or from a fresh snapshot when ``after`` is ``None``.
+        """Follow ``session_id`` from after ``after``, or from a fresh snapshot when ``after`` is ``None``;
+        its events as ``records`` frames when ``packed``.
 
         Owns the follower's whole lifetime: it is counted on its channel before the head is
         read (so every later seq reaches it), the opening frames are decided here, and it is
@@ -250,13 +274,13 @@ class Hub(Subscriber):
                 cursor = event_id(incarnation, head)
                 opening = sse_frame("snapshot", await snapshot(info), event_id=cursor, before=opening)
                 self.metrics.follow_frames("snapshot")
-                yield Subscription(self, channel, session_id, opening, head + 1, head)
+                yield Subscription(self, channel, session_id, opening, head + 1, head, packed=packed)
             elif after > head:
                 opening += sse_frame("error", encode(FollowError("cursor_ahead", head)))
                 self.metrics.follow_frames("error")
                 yield Subscription(self, channel, session_id, opening, head + 1, head, ended=True)
             else:
-                yield Subscription(self, channel, session_id, opening, after + 1, head)
+                yield Subscription(self, channel, session_id, opening, after + 1, head, packed=packed)
         finally:
             channel.followers -= 1
             self.metrics.follow_closed()
@@ -284,7 +308,10 @@ class Hub(Subscriber):
 
 
 class Subscription:
-    """One follower's stream: its opening frames, then every event after its cursor, in order, once; pings when idle."""
+    """One follower's stream: its opening frames, then every event after its cursor, in order, once; pings when idle.
+
+    ``packed``: the events go out as ``records`` frames, one per write (§5.5).
+    """
 
     def __init__(
         self,
@@ -296,8 +323,10 @@ class Subscription:
         head: int,
         *,
         ended: bool = False,
+        packed: bool = False,
     ) -> None:
         self._hub = hub
+        self._packed = packed
         self._channel = channel
         self._session_id = session_id
         self.opening = opening
@@ -334,11 +363,10 @@ class Subscription:
                         await anyio.sleep(pause)
                         # The buffer may have moved on meanwhile (a gap, or its bound): look again.
                         continue
-                frames = channel.frames_from(next_seq)
-                metrics.follow_frames("event", channel.next_seq - next_seq)
+                frames = self._buffered(next_seq)
                 next_seq = channel.next_seq
                 catching_up = False
-                yield frames or b""
+                yield frames
                 last_sent = anyio.current_time()
             elif next_seq <= head and (next_seq < channel.first_seq or not channel.fetching):
                 # Behind the buffer, or before what it holds: catch up from the store. At its edge
@@ -350,15 +378,14 @@ class Subscription:
                     catching_up = True
                     metrics.follow_caught_up(behind=next_seq > self._head)
                 try:
-                    caught_up = await hub.read_frames(self._session_id, next_seq, upper, str(channel.incarnation))
+                    caught_up, count = await self._stored(next_seq, upper)
                 except SessionNotFoundError:
                     yield self._deleted()
                     return
-                if not caught_up:
+                if not count:
                     break
-                metrics.follow_frames("event", len(caught_up))
-                next_seq += len(caught_up)
-                yield b"".join(caught_up)
+                next_seq += count
+                yield caught_up
                 last_sent = anyio.current_time()
             else:
                 await channel.wait()
@@ -371,8 +398,28 @@ class Subscription:
             return
         # Shutting down: what is already published is durable, so send it before ending.
         if channel.first_seq <= next_seq < channel.next_seq:
-            metrics.follow_frames("event", channel.next_seq - next_seq)
-            yield channel.frames_from(next_seq) or b""
+            yield self._buffered(next_seq)
+
+    def _buffered(self, next_seq: int) -> bytes:
+        """The frames of the buffered events from ``next_seq`` on, which the buffer holds, counted."""
+        channel, metrics = self._channel, self._hub.metrics
+        if self._packed:
+            metrics.follow_frames("records")
+            return channel.packed_from(next_seq)
+        metrics.follow_frames("event", channel.next_seq - next_seq)
+        return channel.frames_from(next_seq) or b""
+
+    async def _stored(self, next_seq: int, upper: int) -> tuple[bytes, int]:
+        """The frames of ``[next_seq, upper)`` read from the store, counted, and how many events they hold."""
+        hub, incarnation = self._hub, str(self._channel.incarnation)
+        if self._packed:
+            frame, count = await hub.read_records(self._session_id, next_seq, upper, incarnation)
+            if count:
+                hub.metrics.follow_frames("records")
+            return frame, count
+        frames, _ = await hub.read_frames(self._session_id, next_seq, upper, incarnation)
+        hub.metrics.follow_frames("event", len(frames))
+        return b"".join(frames), len(frames)
 
     def _deleted(self) -> bytes:
         self._hub.metrics.follow_frames("error")

@@ -1,16 +1,17 @@
 """The frames of a ``session.follow`` stream (docs/protocol.md §5): SSE frames, each event's carrying its id.
 
 A stored event's line is its canonical JSON and goes into its frame as it is, never decoded
-and encoded again.
+and encoded again. A packed stream's ``records`` frame (§5.5) carries the page records of an
+interval, spliced from stored records as a page's are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codec import Event, StoredRecord, encode, event_id, event_lines
+from codec import Event, StoredRecord, encode, event_id, event_lines, splice, stored_record
 
-__all__ = ["event_frame", "sse_frame", "stored_frames"]
+__all__ = ["event_frame", "live_event", "records_frame", "seq_records", "sse_frame", "stored_frames"]
 
 
 def sse_frame(event: str, data: bytes, *, event_id: bytes | None = None, before: bytes = b"") -> bytes:
@@ -25,6 +26,27 @@ def sse_frame(event: str, data: bytes, *, event_id: bytes | None = None, before:
 
 def event_frame(event: Event, incarnation: str) -> bytes:
     return sse_frame("event", encode(event), event_id=event_id(incarnation, event.seq))
+
+
+def live_event(event: Event, incarnation: str) -> tuple[bytes, StoredRecord]:
+    """A durable event's ``event`` frame and its stored record, from one encoding of it."""
+    line = encode(event)
+    return sse_frame("event", line, event_id=event_id(incarnation, event.seq)), stored_record(event, line)
+
+
+def records_frame(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, incarnation: str) -> bytes:
+    """The ``records`` frame of ``[from_seq, to_seq)``: its page records, packed as a page packs them (§5.5).
+
+    Its ``id:`` is the last seq it covers, so a resume from it continues after the frame.
+    """
+    records = splice(stored, from_seq, to_seq)
+    data = b"".join([b'{"records":[', *records.parts(), b'],"fromSeq":%d,"toSeq":%d}' % (from_seq, to_seq)])
+    return sse_frame("records", data, event_id=event_id(incarnation, to_seq - 1))
+
+
+def seq_records(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[StoredRecord]:
+    """For each seq of ``[from_seq, to_seq)`` that ``stored`` covers, the stored record that holds it."""
+    return [record for record in stored for _ in range(max(from_seq, record.seq), min(to_seq, record.end))]
 
 
 def stored_frames(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, incarnation: str) -> list[bytes]:

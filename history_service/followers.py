@@ -73,9 +73,16 @@ class Followers:
         self.cap.leave()
 
     async def stream(
-        self, info: SessionInfo, holds: tuple[Hold, Hold], *, after: int | None, max_messages: int
+        self,
+        info: SessionInfo,
+        holds: tuple[Hold, Hold],
+        *,
+        after: int | None,
+        max_messages: int,
+        packed: bool = False,
     ) -> AsyncGenerator[bytes | memoryview, None]:
-        """The follow stream of a session the caller may read: opening frames, then events, until shutdown.
+        """The follow stream of a session the caller may read: opening frames, then events (``packed``:
+        as ``records`` frames, §5.5), until shutdown.
 
         ``holds`` are the snapshot's, to be read and to be sent (`admit`): the first is given
         back once the snapshot is read, the second once the server has taken its last piece. A
@@ -107,6 +114,7 @@ class Followers:
                 snapshot=snapshot,
                 retry_ms=self.settings.retry_ms,
                 incarnation=info.incarnation,
+                packed=packed,
             ) as subscription:
                 opened = False
                 async for chunk in subscription:

@@ -70,7 +70,7 @@ class Metrics:
         """A follow stream ended, however it ended."""
 
     def follow_frames(self, frame: str, count: int = 1) -> None:
-        """``count`` follow frames of kind ``frame`` (snapshot, event, error, end or ping) were written."""
+        """``count`` follow frames of kind ``frame`` (snapshot, event, records, error, end or ping) were written."""
 
     def follow_caught_up(self, *, behind: bool) -> None:
         """A follower turned to the store: it fell ``behind`` the shared buffer, or it resumed from before it."""
@@ -154,7 +154,8 @@ class PrometheusMetrics(Metrics):
             multiprocess_mode="livesum",
         )
         self._frames = Counter("history_follow_frames", "Follow frames written, by kind.", ["frame"], registry=owner)
-        self._frame_kinds = {kind: self._frames.labels(kind) for kind in ("snapshot", "event", "error", "end", "ping")}
+        kinds = ("snapshot", "event", "records", "error", "end", "ping")
+        self._frame_kinds = {kind: self._frames.labels(kind) for kind in kinds}
         self._catch_ups = Counter(
             "history_follow_catch_ups",
             "Times a follower turned to the store instead of the shared buffer: behind (events published "

@@ -123,11 +123,18 @@ class FollowParams(Struct, frozen=True, forbid_unknown_fields=True):
     """A follow's query (§5.1); the ``Last-Event-ID`` header, when sent, wins over ``after``."""
 
     # A bad ``Last-Event-ID`` is named after a bad `after` and before a bad `maxMessages`.
-    CHECK_ORDER: ClassVar[tuple[str, ...]] = ("after", "Last-Event-ID", "maxMessages", "incarnation")
+    CHECK_ORDER: ClassVar[tuple[str, ...]] = ("after", "Last-Event-ID", "maxMessages", "incarnation", "packed")
 
     after: Annotated[Resume, Meta(description="Resume after this seq, with no snapshot.")] | None = None
     maxMessages: MaxMessages = DEFAULT_MAX_MESSAGES
     incarnation: IncarnationParam | None = None
+    packed: (
+        Annotated[
+            int,
+            Meta(ge=0, le=1, description="1: the events as `records` frames, packed as a page packs them (§5.5)."),
+        ]
+        | None
+    ) = None
 
 
 class Param(Struct, frozen=True, kw_only=True):

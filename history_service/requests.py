@@ -337,24 +337,27 @@ def page_query(request: Request, settings: Settings) -> PageQuery:
 
 
 class FollowQuery(NamedTuple):
-    """A follow's resume cursor (``None``: a snapshot), the incarnation it names (``None``: any), maxMessages."""
+    """A follow's resume cursor (``None``: a snapshot), the incarnation it names (``None``: any), maxMessages,
+    and whether its events are packed (§5.5)."""
 
     after: int | None
     incarnation: str | None
     max_messages: int
+    packed: bool
 
 
 def follow_params(request: Request) -> FollowQuery:
     """A follow's parameters (§5): ``Last-Event-ID`` wins over ``after`` and ``incarnation``."""
     # Both are checked (`FollowParams.CHECK_ORDER`): a bad `after` is refused even when the header wins (§5).
     params = query(request, FollowParams)
+    packed = params.packed == 1
     header = request.headers.get(LAST_EVENT_ID.name)
     if not header:
-        return FollowQuery(params.after, params.incarnation, params.maxMessages)
+        return FollowQuery(params.after, params.incarnation, params.maxMessages, packed)
     parsed = parse_event_id(header)
     assert parsed is not None, "the header matched its pattern"
     incarnation, seq = parsed
-    return FollowQuery(seq, incarnation or params.incarnation, params.maxMessages)
+    return FollowQuery(seq, incarnation or params.incarnation, params.maxMessages, packed)
 
 
 def accepted_coding(request: Request, offered: Sequence[str] = CODINGS) -> str:

@@ -16,7 +16,7 @@ from msgspec import Struct
 from starlette.requests import Request
 from starlette.responses import Response
 
-from codec import Event, FollowSnapshot, Page, SessionHeader
+from codec import Event, FollowSnapshot, LiveRecords, Page, SessionHeader
 from history_service import bodies, endpoints
 from history_service.assets import to_viewer
 from history_service.encoding import CODINGS
@@ -165,7 +165,12 @@ _PAGE: Final = (
 )
 _FRAMES: Final = (
     ("snapshot", FollowSnapshot, "The first frame of a fresh follow; `id` is `<incarnation>:<cursor>`."),
-    ("event", Event, "One logical event, never packed; `id` is `<incarnation>:<seq>`."),
+    ("event", Event, "One logical event, unpacked; `id` is `<incarnation>:<seq>`."),
+    (
+        "records",
+        LiveRecords,
+        "A packed stream's events (`packed=1`, §5.5): page records of `[fromSeq, toSeq)`; `id` names `toSeq - 1`.",
+    ),
     ("error", bodies.FollowError, "The last frame of a stream that cannot go on."),
     ("end", bodies.FollowEnd, "The last frame of a closed session's stream, after its last event."),
 )

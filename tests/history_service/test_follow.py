@@ -1,4 +1,4 @@
-"""Follow stream behaviour in process: resume rules, pings, headers, and the channel buffer."""
+"""Follow stream behaviour in process: resume rules, pings, headers, and the hub's store reads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from codec import SessionHeader, StoredRecord
 from history_service.app import create_app
-from history_service.channel import Channel
 from history_service.follow import Hub
 from history_service.settings import Settings
 from history_service.shutdown import Shutdown
@@ -55,28 +54,6 @@ async def test_idle_streams_ping_in_the_coding_the_client_accepts_and_end_whole(
         assert response.headers["cache-control"] == "no-cache" and response.headers["x-accel-buffering"] == "no"
         assert response.text.count(": ping\n\n") >= 3
         assert response.text.startswith("retry: 1000\n\nid: ")
-
-
-def test_channel_keeps_a_bounded_contiguous_buffer() -> None:
-    channel = Channel(4)
-    channel.publish(10, [b"a", b"b", b"c"])
-    assert (channel.first_seq, channel.next_seq) == (10, 13)
-    assert channel.frames_from(11) == b"bc" and channel.frames_from(13) == b"" and channel.frames_from(9) is None
-    channel.publish(13, [b"d"] * 6)
-    assert channel.next_seq == 19 and channel.first_seq == 15 and channel.frames_from(15) == b"dddd"
-    channel.publish(40, [b"z"])
-    assert (channel.first_seq, channel.next_seq) == (40, 41)
-
-
-def test_a_channel_skips_what_it_holds_and_learns_the_head() -> None:
-    channel = Channel(8)
-    channel.anchor(9)
-    assert (channel.first_seq, channel.next_seq, channel.known_head) == (10, 10, 9)
-    channel.publish(10, [b"a", b"b"])
-    channel.publish(10, [b"a", b"b", b"c"])  # a store read that overlaps a local publish
-    assert channel.frames_from(10) == b"abc" and channel.known_head == 12
-    channel.publish(8, [b"x", b"y"])  # entirely old: nothing changes
-    assert channel.frames_from(10) == b"abc"
 
 
 class CountingStore(MemoryStore):

@@ -271,7 +271,7 @@ export function decodeFollowSnapshot(frame) {
 }
 
 /**
- * Decode a follow `event` frame's data (§5.1): one logical event, never packed. A
+ * Decode a follow `event` frame's data (§5.1): one logical event, unpacked. A
  * `{"event": …}` wrapper is tolerated, as it is lossless.
  * @param {unknown} frame
  * @returns {Event}
