@@ -67,6 +67,7 @@ def collect(
     after: int | None = None,
     backoff: Any = None,
     on_connection: Any = None,
+    packed: bool = True,
     **options: Any,
 ) -> list[Event]:
     """Follow through the scripted service until ``limit`` events arrive; errors propagate."""
@@ -76,7 +77,7 @@ def collect(
     received: list[Event] = []
     if mode == "sync":
         with HistoryClient("http://test", transport=httpx.MockTransport(service), backoff=backoff, **options) as client:
-            for event in client.follow("s", after=after, on_connection=on_connection):
+            for event in client.follow("s", after=after, on_connection=on_connection, packed=packed):
                 received.append(event)
                 if len(received) == limit:
                     break
@@ -85,7 +86,7 @@ def collect(
     async def run() -> None:
         transport = httpx.MockTransport(service)
         async with AsyncHistoryClient("http://test", transport=transport, backoff=backoff, **options) as client:
-            async for event in client.follow("s", after=after, on_connection=on_connection):
+            async for event in client.follow("s", after=after, on_connection=on_connection, packed=packed):
                 received.append(event)
                 if len(received) == limit:
                     break

@@ -9,7 +9,7 @@ import msgspec
 
 from codec import Event, SessionHeader, encode, pack_page, parse_event_id
 
-__all__ = ["event_frame", "id_seq", "page_body", "records_of", "snapshot_frame", "sse"]
+__all__ = ["event_frame", "id_seq", "page_body", "records_frame", "records_of", "snapshot_frame", "sse"]
 
 
 def records_of(events: list[Event]) -> Any:
@@ -46,6 +46,13 @@ def sse(event: str, data: bytes, event_id: int | None = None) -> bytes:
 
 def event_frame(event: Event) -> bytes:
     return sse("event", encode(event), event.seq)
+
+
+def records_frame(events: Sequence[Event], *, records: Any = None, event_id: int | None = None) -> bytes:
+    """A packed stream's frame of ``events`` (docs/protocol.md §5.5), its id the last seq unless given."""
+    from_seq, to_seq = events[0].seq, events[-1].seq + 1
+    body = {"records": pack_page(events) if records is None else records, "fromSeq": from_seq, "toSeq": to_seq}
+    return sse("records", encode(body), to_seq - 1 if event_id is None else event_id)
 
 
 def snapshot_frame(events: Sequence[Event], cursor: int, *, session: str = "s") -> bytes:

@@ -26,7 +26,7 @@ from history_client import (
 )
 from testing.events import make_events
 from testing.mock_service import Broken, Service, collect
-from testing.wire import event_frame, page_body, snapshot_frame, sse
+from testing.wire import event_frame, page_body, records_frame, snapshot_frame, sse
 
 LOG = make_events(200)
 RETRY = b"retry: 1000\n\n"
@@ -407,3 +407,44 @@ def test_a_repair_page_of_another_incarnation_is_a_protocol_error(mode):
     service = Unpinned(LOG, [inc_snapshot(LOG[0:20], 19) + inc_live(41, 50)])
     with pytest.raises(ProtocolError, match=f"a page names incarnation {NEXT}, but the read is of {INC}"):
         collect(service, mode=mode, limit=50)
+
+
+def test_a_packed_stream_is_asked_for_by_default_and_its_records_expand_exactly(mode):
+    body = RETRY + snapshot_frame(LOG[0:20], 19) + records_frame(LOG[20:45]) + records_frame(LOG[45:46])
+    service = Service(LOG, [body])
+    assert collect(service, mode=mode, limit=46) == LOG[:46]
+    assert service.follows[0].url.params["packed"] == "1"
+
+
+def test_a_follow_that_is_not_packed_asks_for_event_frames(mode):
+    service = Service(LOG, [snapshot_frame(LOG[0:20], 19) + live(20, 30)])
+    assert collect(service, mode=mode, limit=30, packed=False) == LOG[:30]
+    assert "packed" not in service.follows[0].url.params
+
+
+def test_records_frames_follow_the_live_rules(mode):
+    """A duplicate is dropped, a gap is repaired from pages, and a resume continues after the last frame."""
+    streams = [
+        Broken(snapshot_frame(LOG[0:20], 19), records_frame(LOG[20:30]), records_frame(LOG[25:30])),
+        records_frame(LOG[30:35]) + records_frame(LOG[52:60]),
+    ]
+    service = Service(LOG, streams)
+    assert collect(service, mode=mode, limit=60) == LOG[:60]
+    assert service.follows[1].headers["last-event-id"] == "29"
+    assert [request.url.params["through"] for request in service.pages] == ["51", "41"]
+
+
+@pytest.mark.parametrize(
+    ("frame", "error", "message"),
+    [
+        (records_frame(LOG[15:25]), StreamOverlapError, "partially overlapping"),
+        (records_frame(LOG[20:25], event_id=23), ProtocolError, "has the id of seq 23"),
+        (records_frame(LOG[20:25], records=pack_page(LOG[20:24])), ProtocolError, "records end before seq 24"),
+        (sse("records", b'{"records":[]}', 20), ProtocolError, "invalid records frame"),
+    ],
+)
+def test_a_records_frame_that_breaks_the_rules_is_refused_before_any_of_its_events(mode, frame, error, message):
+    received = []
+    with pytest.raises(error, match=message):
+        received += collect(Service(LOG, [snapshot_frame(LOG[0:20], 19) + frame]), mode=mode, limit=100)
+    assert received == []
