@@ -25,6 +25,7 @@ __all__ = [
     "SplicedRecords",
     "event_lines",
     "join",
+    "live_records",
     "page_body",
     "page_parts",
     "page_size",
@@ -370,6 +371,13 @@ def page_parts(records: SplicedRecords, first: int, from_seq: int, to_seq: int) 
 def page_body(records: SplicedRecords, first: int, from_seq: int, to_seq: int) -> bytes:
     """The page body of records ``first..``, which cover ``[from_seq, to_seq)``."""
     return b"".join(page_parts(records, first, from_seq, to_seq))
+
+
+def live_records(stored: Iterable[StoredRecord], from_seq: int, to_seq: int) -> bytes:
+    """A packed follow frame's data (docs/protocol.md §5.5): the page records of ``[from_seq, to_seq)``
+    from the stored records covering it, with the interval."""
+    records = splice(stored, from_seq, to_seq)
+    return b"".join([_RECORDS_OPEN, *records.parts(), b'],"fromSeq":%d,"toSeq":%d}' % (from_seq, to_seq)])
 
 
 def snapshot_body(header: SessionHeader, cursor: int, page: bytes) -> bytes:

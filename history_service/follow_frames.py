@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codec import Event, StoredRecord, encode, event_id, event_lines, splice, stored_record
+from codec import Event, StoredRecord, encode, event_id, event_lines, live_records, stored_record
 
 __all__ = ["event_frame", "live_event", "records_frame", "seq_records", "sse_frame", "stored_frames"]
 
@@ -39,8 +39,7 @@ def records_frame(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, in
 
     Its ``id:`` is the last seq it covers, so a resume from it continues after the frame.
     """
-    records = splice(stored, from_seq, to_seq)
-    data = b"".join([b'{"records":[', *records.parts(), b'],"fromSeq":%d,"toSeq":%d}' % (from_seq, to_seq)])
+    data = live_records(stored, from_seq, to_seq)
     return sse_frame("records", data, event_id=event_id(incarnation, to_seq - 1))
 
 

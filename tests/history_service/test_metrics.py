@@ -118,7 +118,9 @@ def test_a_mix_of_traffic_shows_in_every_family(server: str) -> None:
             # One batch larger than the follow buffer: the follower falls behind it and reads the store.
             assert client.post("/v1/sessions/s1/events", content=events(10, 20), headers=JSON).status_code == 201
             read_until(lines, "id: 29")
-        with client.stream("GET", "/v1/sessions/s1/follow", params={"after": 4}) as resumed:
+        # Once the first has left, the resumed follower reads 5..29 from the store in one frame.
+        eventually(lambda: scrape(client).value("history_follow_streams_open") == 0)
+        with client.stream("GET", "/v1/sessions/s1/follow", params={"after": 4, "packed": 1}) as resumed:
             read_until(resumed.iter_lines(), "id: 29")
         eventually(lambda: scrape(client).value("history_follow_streams_open") == 0)
         seen = scrape(client)
@@ -153,8 +155,9 @@ def test_a_mix_of_traffic_shows_in_every_family(server: str) -> None:
     assert seen.types["history_follow_streams_open"] == "gauge"
     assert seen.value("history_follow_streams_open") == 0
     assert seen.value("history_follow_frames_total", frame="snapshot") == 1
-    # Seqs 10..29 to the first follower, and 5..29 to the resumed one.
-    assert seen.value("history_follow_frames_total", frame="event") == 20 + 25
+    # Seqs 10..29 to the first follower, one frame each; 5..29 to the resumed one, packed in one frame (§5.5).
+    assert seen.value("history_follow_frames_total", frame="event") == 20
+    assert seen.value("history_follow_frames_total", frame="records") == 1
     assert seen.value("history_follow_catch_ups_total", reason="behind") == 1
     assert seen.value("history_follow_catch_ups_total", reason="resume") == 1
 
