@@ -3,8 +3,9 @@
 A long-lived node process (clients/js/test/oracle.js) answers one JSON request per line.
 Random sessions must pack to the bytes `pack` gives; Python-packed rows, and rows and
 events with one field broken, must decode to the same events or fail with the same error
-class; JSON values must re-encode to msgspec's bytes; and our golden pages must expand to
-the events `read_page` gives.
+class; JSON values must re-encode to msgspec's bytes; the service's `records` frames of
+random intervals must expand to their events; and our golden pages must expand to the
+events `read_page` gives.
 """
 
 from __future__ import annotations
@@ -21,11 +22,22 @@ import msgspec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from codec import MAX_SAFE_INTEGER, CodecError, Event, decode_json, decode_storage_line, encode, expand_records, pack
+from codec import (
+    MAX_SAFE_INTEGER,
+    CodecError,
+    Event,
+    decode_json,
+    decode_storage_line,
+    encode,
+    expand_records,
+    pack,
+    stored_batch,
+)
 from history_client import read_page
+from history_service.follow_frames import records_frame
 from testing.events import plain, reasoning, text, tool
 from testing.golden import GOLDEN_DIR
-from testing.strategies import batches, json_number_texts, json_values, sessions
+from testing.strategies import batches, json_number_texts, json_values, layouts, sessions
 from tests.codec.test_chunk_rows import REJECTIONS
 
 NODE = shutil.which("node")
@@ -253,6 +265,24 @@ def test_number_spellings_become_msgspec_canonical(oracle: Oracle, numbers: list
             assert (js["ok"], js["error"]) == (False, type(exc).__name__), text_
         else:
             assert js == {"ok": True, "text": python}, text_
+
+
+@settings(max_examples=100, deadline=None)
+@given(events=sessions(), data=st.data())
+def test_js_expands_the_services_records_frames_to_their_events(
+    oracle: Oracle, events: list[Event], data: st.DataObject
+) -> None:
+    if not events:
+        return
+    stored, at = [], 0
+    for size in data.draw(layouts(len(events))):
+        stored += stored_batch(events[at : at + size])
+        at += size
+    start = data.draw(st.integers(0, len(events) - 1))
+    stop = data.draw(st.integers(start + 1, len(events)))
+    frame = records_frame(stored, start, stop, "inc")
+    answer = oracle.ask({"op": "records", "data": frame.split(b"\ndata: ")[1].rstrip(b"\n").decode()})
+    assert answer == {"ok": True, "lines": lines_of(events[start:stop])}
 
 
 class GoldenLine(msgspec.Struct):

@@ -37,6 +37,7 @@ export {
   decodeFollowSnapshot,
   decodeLiveEvent,
   decodeLiveRecord,
+  decodeLiveRecords,
   decodePage,
   decodePageRecord,
   decodeStorageLine,
@@ -60,5 +61,6 @@ export { KEY_ORDER, SPELLINGS, encodeJson, formatFloat, formatNumber, parseJsonE
  * @typedef {import("./pages.js").Page} Page
  * @typedef {import("./pages.js").ReadPage} ReadPage
  * @typedef {import("./pages.js").FollowSnapshot} FollowSnapshot
+ * @typedef {import("./pages.js").LiveRecords} LiveRecords
  * @typedef {import("./pages.js").Cursor} Cursor
  */

@@ -39,6 +39,7 @@ export { SSEDecoder } from "./sse.js";
  * @typedef {import("./codec.js").PageRecord} PageRecord
  * @typedef {import("./codec.js").ReadPage} ReadPage
  * @typedef {import("./codec.js").FollowSnapshot} FollowSnapshot
+ * @typedef {import("./codec.js").LiveRecords} LiveRecords
  * @typedef {import("./client.js").NewSession} NewSession
  * @typedef {import("./client.js").Created} Created
  * @typedef {import("./client.js").Appended} Appended

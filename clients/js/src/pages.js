@@ -22,10 +22,12 @@ import { kindOf, parseJsonExact } from "./json.js";
  * @typedef {{through?: number | null, before?: number | null}} Cursor
  * @typedef {Page & {events: (options?: {after?: number}) => Event[]}} ReadPage
  * @typedef {ReadPage & {header: SessionHeader, cursor: number}} FollowSnapshot
+ * @typedef {{records: PageRecord[], fromSeq: number, toSeq: number, events: (options?: {after?: number}) => Event[]}} LiveRecords
  */
 
 const PAGE_KEYS = ["records", "hasMore", "fromSeq", "toSeq"];
 const SNAPSHOT_KEYS = ["header", "cursor", ...PAGE_KEYS];
+const LIVE_RECORDS_KEYS = ["records", "fromSeq", "toSeq"];
 
 /**
  * Decode and validate one page record: exactly one key, `event` (a valid event) or
@@ -74,7 +76,7 @@ export function decodePage(body, where = "page") {
 
 /**
  * @param {unknown} body
- * @param {string[]} keys
+ * @param {string[]} keys the frame's keys; `hasMore` is checked only where it is one
  * @param {string} where
  * @returns {Page & Record<string, any>}
  */
@@ -88,7 +90,7 @@ function decodeFrame(body, keys, where) {
   }
   const source = body.records;
   if (!Array.isArray(source)) return fail(RecordFormatError, `${where}.records`, wrongKind("array", body, "records"));
-  if (typeof body.hasMore !== "boolean") fail(RecordFormatError, `${where}.hasMore`, wrongKind("bool", body, "hasMore"));
+  if (keys.includes("hasMore") && typeof body.hasMore !== "boolean") fail(RecordFormatError, `${where}.hasMore`, wrongKind("bool", body, "hasMore"));
   const fromSeq = checkInt(RecordFormatError, body, "fromSeq", 0, MAX_SAFE_INTEGER, `${where}.fromSeq`);
   const toSeq = checkInt(RecordFormatError, body, "toSeq", 0, MAX_SAFE_INTEGER, `${where}.toSeq`);
   const records = new Array(source.length);
@@ -229,7 +231,7 @@ export function* iterPageEvents(records, after = -1) {
 }
 
 /**
- * @template {Page} P
+ * @template {{records: PageRecord[]}} P
  * @param {P} page
  * @returns {P & {events: (options?: {after?: number}) => Event[]}}
  */
@@ -268,6 +270,20 @@ export function decodeFollowSnapshot(frame) {
   const header = validateHeader(source.header, "snapshot.header");
   const page = checkPage({ header, cursor, ...body }, { through: cursor });
   return withEvents(page);
+}
+
+/**
+ * Decode a packed follow stream's `records` frame data (§5.5), the twin of codec/pages.py
+ * `decode_live_records`: exactly the keys `records, fromSeq, toSeq`, every record valid, and
+ * the records tiling `[fromSeq, toSeq)` as a page's do (`checkPage`, with `hasMore` as
+ * `fromSeq > 0`), all before any event is returned. Takes the parsed `data:` value.
+ * @param {unknown} frame
+ * @returns {LiveRecords}
+ */
+export function decodeLiveRecords(frame) {
+  const { records, fromSeq, toSeq } = decodeFrame(frame, LIVE_RECORDS_KEYS, "records");
+  checkPage({ records, hasMore: fromSeq > 0, fromSeq, toSeq }, { through: toSeq - 1 });
+  return withEvents({ records, fromSeq, toSeq });
 }
 
 /**

@@ -18,6 +18,7 @@ import {
   decodeFollowSnapshot,
   decodeLiveEvent,
   decodeLiveRecord,
+  decodeLiveRecords,
   decodePage,
   decodeStorageLine,
   decodeStorageRecord,
@@ -613,6 +614,19 @@ describe("pages", () => {
     assert.throws(() => decodeFollowSnapshot({ ...frame, header: { id: "s1" } }), EventValidationError);
     const empty = decodeFollowSnapshot({ header, cursor: -1, records: [], hasMore: false, fromSeq: 0, toSeq: 0 });
     assert.deepEqual(empty.events(), []);
+  });
+
+  test("a records frame is the page records of [fromSeq, toSeq), checked as a page is", () => {
+    const frame = { records: [event(5), row(6, 3), event(9)], fromSeq: 5, toSeq: 10 };
+    const live = decodeLiveRecords(frame);
+    assert.deepEqual([live.fromSeq, live.toSeq], [5, 10]);
+    assert.deepEqual(live.events().map((e) => e.seq), [5, 6, 7, 8, 9]);
+    assert.throws(() => decodeLiveRecords({ ...frame, toSeq: 11 }), PageContinuityError);
+    assert.throws(() => decodeLiveRecords({ ...frame, fromSeq: 4 }), /records\[0\] starts at seq 5, expected 4/);
+    assert.throws(() => decodeLiveRecords({ records: [], fromSeq: 5, toSeq: 5 }), /empty but ends after seq 0/);
+    assert.throws(() => decodeLiveRecords({ ...frame, hasMore: true }), { name: "RecordFormatError", message: "records: object contains unknown field `hasMore`" });
+    assert.throws(() => decodeLiveRecords({ records: [], fromSeq: 5 }), { name: "RecordFormatError", message: "records: object missing required field `toSeq`" });
+    assert.throws(() => decodeLiveRecords({ ...frame, records: [event(5), { evnt: {} }] }), RecordFormatError);
   });
 
   test("a live event is one valid event", () => {

@@ -6,12 +6,14 @@
 //   {"op":"decode","lines":[storage line…]}   → {"ok":true,"results":[{"ok":true,"lines":[event…]} | error…]}
 //   {"op":"json","texts":[json…]}             → {"ok":true,"results":[{"ok":true,"text":…} | error…]}
 //   {"op":"page","body":…,"through":…,"before":…} → {"ok":true,"lines":[event…],"fast":[event…]}
+//   {"op":"records","data":…}                 → {"ok":true,"lines":[event…]} (a records frame's data)
 //
 // A rejection answers {"ok":false,"error":<CodecError subclass name>,"message":…}; anything
 // else thrown is a bug in the twin, answered as {"ok":false,"error":"crash: <name>",…}.
 import { createInterface } from "node:readline";
 
 import {
+  decodeLiveRecords,
   decodeStorageLine,
   encodeJson,
   encodeRecord,
@@ -61,6 +63,8 @@ const OPS = {
     lines: readPage(body, { through, before, exact: true }).events().map(encodeRecord),
     fast: readPage(body, { through, before }).events().map(encodeRecord),
   }),
+  /** @param {{data: string}} request */
+  records: ({ data }) => ({ lines: decodeLiveRecords(parseJsonExact(data)).events().map(encodeRecord) }),
 };
 
 async function serve() {
