@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -348,6 +349,17 @@ def test_live_tokens_appear_in_place_and_resume_after_a_restart(live_server: Ser
     assert "reconnecting" in page.evaluate("() => window.statusHistory")
 
 
+def is_follow(address: str) -> bool:
+    return urlsplit(address).path.endswith("/follow")
+
+
+def watch_follows(page: Page) -> list[str]:
+    """The address of every follow stream the page opens from now on (a packed one has a query)."""
+    follows: list[str] = []
+    page.on("request", lambda request: follows.append(request.url) if is_follow(request.url) else None)
+    return follows
+
+
 def close(url: str, session: str) -> dict[str, Any]:
     response = httpx.post(f"{url}/v1/sessions/{session}/close", timeout=30)
     assert response.status_code == 200, response.text
@@ -359,8 +371,7 @@ def test_a_live_session_shows_it_ended_when_it_is_closed(live_server: ServerProc
     url = live_server.url
     assert httpx.post(f"{url}/v1/sessions", json={"id": "ending", "createdAt": 0}).status_code == 201
     append(url, "ending", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
-    follows: list[str] = []
-    page.on("request", lambda request: follows.append(request.url) if request.url.endswith("/follow") else None)
+    follows = watch_follows(page)
     open_viewer(page, url, "session=ending")
     page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
     append(url, "ending", [delta(1 + k, f"{k} ") for k in range(5)])
@@ -383,8 +394,7 @@ def test_a_closed_session_opens_as_ended(live_server: ServerProcess, page: Page)
     append(url, "done", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
     append(url, "done.w", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 2}}])
     closed_at = close(url, "done")["closedAt"]
-    follows: list[str] = []
-    page.on("request", lambda request: follows.append(request.url) if request.url.endswith("/follow") else None)
+    follows = watch_follows(page)
     open_viewer(page, url, "session=done")
     page.wait_for_selector("#status[data-state='ended']", timeout=TIMEOUT_MS)
     assert page.text_content("#status") == "session ended"
@@ -408,8 +418,7 @@ def test_a_live_session_shows_it_was_deleted_when_it_is_deleted(live_server: Ser
     url = live_server.url
     assert httpx.post(f"{url}/v1/sessions", json={"id": "going", "createdAt": 0}).status_code == 201
     append(url, "going", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
-    follows: list[str] = []
-    page.on("request", lambda request: follows.append(request.url) if request.url.endswith("/follow") else None)
+    follows = watch_follows(page)
     open_viewer(page, url, "session=going")
     page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
     append(url, "going", [delta(1 + k, f"{k} ") for k in range(5)])

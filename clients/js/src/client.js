@@ -371,12 +371,18 @@ export class HistoryClient {
    * stream said `session_deleted`, or, once the incarnation is known, a reconnect or a
    * repair page got 404 `session_not_found` (the answer for an incarnation that is gone).
    *
+   * `packed` (the default) asks for the packed stream (§5.5): each write of the service
+   * arrives as one `records` frame, its deltas as chunk rows, expanded to the same events.
+   * `false` asks for one `event` frame per event, as a plain `EventSource` reads.
+   *
    * @param {string} sessionId
-   * @param {{child?: string, after?: number | null, incarnation?: string, maxMessages?: number, signal?: AbortSignal, onConnection?: ConnectionHook}} [options]
+   * @param {{child?: string, after?: number | null, incarnation?: string, maxMessages?: number, packed?: boolean, signal?: AbortSignal, onConnection?: ConnectionHook}} [options]
    * @returns {AsyncGenerator<Event, Ended | undefined, undefined>}
    */
-  async *follow(sessionId, { child, after = null, incarnation, maxMessages, signal, onConnection } = {}) {
+  async *follow(sessionId, { child, after = null, incarnation, maxMessages, packed = true, signal, onConnection } = {}) {
     const path = sessionPath(sessionId, child, "follow");
+    /** @type {{maxMessages: number | undefined, packed: 1 | undefined}} */
+    const query = { maxMessages, packed: packed ? 1 : undefined };
     /** @type {Journal} */
     const journal = new Journal(after, {
       session: child ?? sessionId,
@@ -394,7 +400,7 @@ export class HistoryClient {
       let error;
       try {
         onConnection?.({ type: "connecting", failures, after: journal.cursor });
-        stream = await this._openStream(path, journal.cursor, journal.incarnation, maxMessages, signal);
+        stream = await this._openStream(path, journal.cursor, journal.incarnation, query, signal);
         opened = true;
         onConnection?.({ type: "connected", failures, after: journal.cursor });
         let first = true; // a snapshot may only open a stream; a resumed one needs none
@@ -410,6 +416,9 @@ export class HistoryClient {
           } else if (frame.event === "event") {
             if (journal.cursor === null) throw new ProtocolError("the stream sent an event before its snapshot");
             events = await journal.live(frame.data, frame.id);
+          } else if (frame.event === "records") {
+            if (journal.cursor === null) throw new ProtocolError("the stream sent records before its snapshot");
+            events = await journal.records(frame.data, frame.id);
           } else if (frame.event === "error") {
             throw journal.error(frame.data);
           } else if (frame.event === "end") {
@@ -555,16 +564,16 @@ export class HistoryClient {
    * @param {string} path
    * @param {number | null} after
    * @param {string | null} incarnation
-   * @param {number | undefined} maxMessages
+   * @param {{maxMessages: number | undefined, packed: 1 | undefined}} query
    * @param {AbortSignal | undefined} signal
    * @returns {Promise<Frames>}
    */
-  async _openStream(path, after, incarnation, maxMessages, signal) {
+  async _openStream(path, after, incarnation, query, signal) {
     const fetch = this._fetch;
     /** @type {Record<string, string>} */
     const headers = { ...this._headers, Accept: "text/event-stream" };
     /** @type {Record<string, number | string | undefined>} */
-    const params = { maxMessages };
+    const params = { ...query };
     if (after !== null) headers["Last-Event-ID"] = eventId(incarnation, after);
     else if (incarnation !== null) params.incarnation = incarnation;
     // Until the headers arrive the read timeout covers the whole wait; then Frames times each read.

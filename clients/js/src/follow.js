@@ -6,7 +6,7 @@
  * retries.
  */
 
-import { decodeFollowSnapshot, decodeLiveRecord, expandRow, parseJsonExact, recordSeqRange } from "./codec.js";
+import { decodeFollowSnapshot, decodeLiveRecord, decodeLiveRecords, expandRow, parseJsonExact, recordSeqRange } from "./codec.js";
 import {
   CursorAheadError,
   ProtocolError,
@@ -121,16 +121,15 @@ function isObject(value) {
  *
  * - The cursor is the last delivered seq. A snapshot must end exactly at its own cursor,
  *   and a reconnected stream must not open behind the delivered cursor.
- * - A live record that ends at or before the cursor is a complete duplicate and is
- *   dropped; one that starts at or before the cursor but ends after it is a partial
- *   overlap and fails.
- * - A record that starts after `cursor + 1` leaves a gap, repaired from pages before
- *   going on.
+ * - A live record, or a packed stream's `records` frame taken whole (§5.5), that ends at
+ *   or before the cursor is a complete duplicate and is dropped; one that starts at or
+ *   before the cursor but ends after it is a partial overlap and fails.
+ * - One that starts after `cursor + 1` leaves a gap, repaired from pages before going on.
  * - The incarnation (§2.5) is the one the first frame's `id` (`<incarnation>:<seq>`) or the
  *   snapshot's header names, unless the follow started with one. A frame of another one is
  *   of a session created again after a delete: `SessionDeletedError`.
  *
- * `open` and `live` return the events to deliver, every page they need already checked;
+ * `open`, `live` and `records` return the events to deliver, every page they need already checked;
  * `delivered` moves the cursor once the caller has taken them all.
  */
 export class Journal {
@@ -169,7 +168,7 @@ export class Journal {
   async open(data, id) {
     // The codec checks that the snapshot's records tile its page and that it ends at its own cursor.
     const snapshot = decodeFollowSnapshot(parseFrame(data, "snapshot", this._exact));
-    const named = this._named(id, "snapshot");
+    const named = this._id(id, "snapshot")?.incarnation ?? null;
     const held = snapshot.header.incarnation;
     if (named !== null && held !== undefined && held !== named) {
       throw new ProtocolError(`the snapshot's header is of incarnation ${held}, its id names ${named}`);
@@ -195,8 +194,41 @@ export class Journal {
    */
   async live(data, id) {
     const record = decodeLiveRecord(parseFrame(data, "live event", this._exact));
-    this._learn(this._named(id, "live event"));
+    this._learn(this._id(id, "live event")?.incarnation ?? null);
     const [first, last] = recordSeqRange(record);
+    return this._continue(first, last, () => (record.chunks === undefined ? [record.event] : expandRow(record.chunks)));
+  }
+
+  /**
+   * A packed stream's `records` frame (§5.5): the page records of `[fromSeq, toSeq)`, checked
+   * whole as a page is, then taken by the rules of `live` as one interval. Its `id` names
+   * `toSeq - 1`.
+   *
+   * @param {string} data
+   * @param {string | null} id the frame's `id`
+   * @returns {Promise<Event[]>}
+   */
+  async records(data, id) {
+    const frame = decodeLiveRecords(parseFrame(data, "records", this._exact));
+    const named = this._id(id, "records");
+    this._learn(named?.incarnation ?? null);
+    const [first, last] = [frame.fromSeq, frame.toSeq - 1];
+    if (named !== null && named.seq !== last) {
+      throw new ProtocolError(`a records frame of [${first}, ${last}] has the id of seq ${named.seq}`);
+    }
+    return this._continue(first, last, () => frame.events());
+  }
+
+  /**
+   * The events of `[first, last]`, taken after the cursor: `[]` for a duplicate, a
+   * `StreamOverlapError` for a partial overlap, and a gap repaired from pages first.
+   *
+   * @param {number} first
+   * @param {number} last
+   * @param {() => Event[]} expand the interval's own events
+   * @returns {Promise<Event[]>}
+   */
+  async _continue(first, last, expand) {
     const cursor = this.cursor ?? -1;
     this.next = this.cursor;
     if (last <= cursor) return [];
@@ -207,7 +239,7 @@ export class Journal {
     let repaired = [];
     if (first > cursor + 1) repaired = await this._repair(cursor, first - 1);
     this.next = last;
-    return repaired.concat(record.chunks === undefined ? [record.event] : expandRow(record.chunks));
+    return repaired.concat(expand());
   }
 
   /**
@@ -243,18 +275,18 @@ export class Journal {
   }
 
   /**
-   * The incarnation a frame's `id` names: `null` when it has no id (or an empty one, which
-   * resets it), or a bare seq (a server before incarnations).
+   * What a frame's `id` names: `null` when it has no id (or an empty one, which resets it);
+   * its `incarnation` is `null` for a bare seq (a server before incarnations).
    *
    * @param {string | null} id
    * @param {string} where
-   * @returns {string | null}
+   * @returns {{incarnation: string | null, seq: number} | null}
    */
-  _named(id, where) {
+  _id(id, where) {
     if (id === null || id === "") return null;
     const parsed = parseEventId(id);
     if (parsed === null) throw new ProtocolError(`${where}: malformed id ${JSON.stringify(id.slice(0, 80))}`);
-    return parsed.incarnation;
+    return parsed;
   }
 
   /**

@@ -37,6 +37,7 @@ import {
   headerOf,
   makeEvents,
   pageBody,
+  recordsFrame,
   recordsOf,
   snapshotFrame,
   sse,
@@ -539,6 +540,95 @@ describe("follow", () => {
   test("comments, unknown events and the retry field change nothing delivered", async () => {
     const body = "retry: 5\n\n: ping\n\n" + snapshotFrame(LOG.slice(0, 10), 9) + sse("other", "{}") + ": ping\n\n" + live(10, 15);
     assert.deepEqual(await collect(new MockService(LOG, [body]), { limit: 15 }), LOG.slice(0, 15));
+  });
+});
+
+describe("packed follow", () => {
+  /** @param {number} start @param {number} stop @param {number | string} [id] */
+  const packed = (start, stop, id) => recordsFrame(LOG.slice(start, stop), id);
+
+  test("asks for records frames by default, fresh and resumed, and for event frames with packed: false", async () => {
+    const service = new MockService(LOG, [new Broken(snapshotFrame(LOG.slice(0, 20), 19)), packed(20, 30)]);
+    assert.deepEqual(await collect(service, { limit: 30 }), LOG.slice(0, 30));
+    assert.deepEqual(
+      service.follows.map(({ url, headers }) => [url.searchParams.get("packed"), headers.get("last-event-id")]),
+      [["1", null], ["1", `${INCARNATION}:19`]],
+    );
+    const plain = new MockService(LOG, [snapshotFrame(LOG.slice(0, 20), 19) + live(20, 30)]);
+    assert.deepEqual(await collect(plain, { limit: 30, packed: false }), LOG.slice(0, 30));
+    assert.equal(plain.follows[0].url.searchParams.get("packed"), null);
+  });
+
+  test("records frames expand exactly, rows and events alike, a run split across frames too", async () => {
+    // [20, 30) holds a text row and a reasoning row; [45, 47) two lone deltas; a run continues across 50 and 60.
+    const frames = [packed(20, 30), packed(30, 45), packed(45, 47), packed(47, 50), packed(50, 60), packed(60, 90)];
+    const service = new MockService(LOG, [snapshotFrame(LOG.slice(0, 20), 19) + frames.join("")]);
+    assert.deepEqual(await collect(service, { limit: 90 }), LOG.slice(0, 90));
+    assert.equal(service.pages.length, 0);
+  });
+
+  test("a dropped packed stream resumes after the last frame's id and loses nothing", async () => {
+    const streams = [new Broken(snapshotFrame(LOG.slice(0, 20), 19), packed(20, 33)), packed(33, 50)];
+    const service = new MockService(LOG, streams);
+    assert.deepEqual(await collect(service, { limit: 50 }), LOG.slice(0, 50));
+    assert.equal(service.follows[1].headers.get("last-event-id"), `${INCARNATION}:32`);
+  });
+
+  test("a frame that ends at or before the cursor is a duplicate and is dropped", async () => {
+    const body = snapshotFrame(LOG.slice(0, 20), 19) + packed(10, 20) + packed(20, 25) + packed(22, 25) + packed(24, 25) + packed(25, 30);
+    assert.deepEqual(await collect(new MockService(LOG, [body]), { limit: 30 }), LOG.slice(0, 30));
+  });
+
+  test("a frame that starts at or before the cursor and ends after it fails before any of it is delivered", async () => {
+    for (const start of [15, 19]) {
+      const body = snapshotFrame(LOG.slice(0, 20), 19) + packed(start, 25) + packed(25, 30);
+      /** @type {unknown[]} */
+      const received = [];
+      await assert.rejects(collect(new MockService(LOG, [body]), { limit: 100 }, /** @type {any} */ (received)), (error) => {
+        assert.ok(error instanceof StreamOverlapError);
+        assert.equal(error.message, `the stream emitted a partially overlapping entry: [${start}, 24] after 19`);
+        return true;
+      });
+      assert.deepEqual(received, LOG.slice(0, 20));
+    }
+  });
+
+  test("a gap before a frame is repaired from pages, pinned to the incarnation, before the frame's events", async () => {
+    const service = new MockService(LOG, [snapshotFrame(LOG.slice(0, 20), 19) + packed(20, 25) + packed(46, 70)]);
+    assert.deepEqual(await collect(service, { limit: 70 }), LOG.slice(0, 70));
+    assert.deepEqual(
+      service.pages.map(({ url }) => [url.searchParams.get("through"), url.searchParams.get("incarnation")]),
+      [["45", INCARNATION], ["35", INCARNATION], ["25", INCARNATION]],
+    );
+  });
+
+  test("a frame whose id does not name its last seq is a ProtocolError before any of it is delivered", async () => {
+    for (const id of [23, 25, "23"]) {
+      const body = snapshotFrame(LOG.slice(0, 20), 19) + packed(20, 25, id);
+      /** @type {unknown[]} */
+      const received = [];
+      await assert.rejects(collect(new MockService(LOG, [body]), { limit: 100 }, /** @type {any} */ (received)), (error) => {
+        assert.ok(error instanceof ProtocolError);
+        assert.equal(error.message, `a records frame of [20, 24] has the id of seq ${id}`);
+        return true;
+      });
+      assert.deepEqual(received, LOG.slice(0, 20));
+    }
+  });
+
+  test("a frame whose records do not tile its interval is a codec error before any of it is delivered", async () => {
+    const frame = packed(20, 30).replace('"toSeq":30', '"toSeq":31');
+    /** @type {unknown[]} */
+    const received = [];
+    const body = snapshotFrame(LOG.slice(0, 20), 19) + frame;
+    await assert.rejects(collect(new MockService(LOG, [body]), { limit: 100 }, /** @type {any} */ (received)), PageContinuityError);
+    assert.deepEqual(received, LOG.slice(0, 20));
+  });
+
+  test("records before the snapshot, or of another incarnation, are refused", async () => {
+    await assert.rejects(collect(new MockService(LOG, [packed(0, 5)]), { limit: 5 }), /sent records before its snapshot/);
+    const other = snapshotFrame(LOG.slice(0, 20), 19) + packed(20, 25, "a11ce0ff1ce2:24");
+    await assert.rejects(collect(new MockService(LOG, [other]), { limit: 100 }), SessionDeletedError);
   });
 });
 

@@ -67,6 +67,19 @@ export function eventFrame(event) {
 }
 
 /**
+ * A packed stream's `records` frame (§5.5): the page records of `events`, whose `id` names the
+ * last seq, as the service's does, unless `id` says otherwise.
+ *
+ * @param {Event[]} events
+ * @param {number | string} [id]
+ */
+export function recordsFrame(events, id) {
+  const [fromSeq, toSeq] = [events[0].seq, events[events.length - 1].seq + 1];
+  const records = recordsOf(events).map(encodeRecord).join(",");
+  return sse("records", `{"records":[${records}],"fromSeq":${fromSeq},"toSeq":${toSeq}}`, id ?? toSeq - 1);
+}
+
+/**
  * A session header as the service sends it; `closedAt` once it is closed.
  *
  * @param {number | null} [closedAt]
@@ -309,16 +322,16 @@ export class MockService {
  * `received`; errors propagate.
  *
  * @param {MockService} service
- * @param {{limit: number, after?: number, backoff?: any, onConnection?: any, signal?: AbortSignal, clientOptions?: any}} options
+ * @param {{limit: number, after?: number, packed?: boolean, backoff?: any, onConnection?: any, signal?: AbortSignal, clientOptions?: any}} options
  * @param {Event[]} [received]
  */
-export async function collect(service, { limit, after, backoff, onConnection, signal, clientOptions = {} }, received = []) {
+export async function collect(service, { limit, after, packed, backoff, onConnection, signal, clientOptions = {} }, received = []) {
   const client = new HistoryClient("http://test", {
     fetch: service.fetch,
     backoff: backoff ?? new Backoff({ baseMs: 1, capMs: 2, maxRetries: 3 }),
     ...clientOptions,
   });
-  for await (const event of client.follow("s", { after, onConnection, signal })) {
+  for await (const event of client.follow("s", { after, packed, onConnection, signal })) {
     received.push(event);
     if (received.length === limit) break;
   }
