@@ -31,6 +31,8 @@ const requested = params.get("session");
 const sessionId = parent ?? requested;
 const child = parent ? requested ?? undefined : undefined;
 const pageSize = messagesPerPage(params.get("pageSize"));
+// Live events come packed (docs/protocol.md §5.5), a write a frame; `packed=0` asks for one frame an event.
+const packed = params.get("packed") !== "0";
 
 const timeline = new Timeline(timelineEl);
 const finder = new Finder(timeline, {
@@ -272,6 +274,7 @@ async function follow() {
     child,
     after: state.cursor,
     incarnation: state.incarnation,
+    packed,
     signal: state.stop.signal,
     onConnection: (change) => {
       if (change.type === "connected") setStatus("live");

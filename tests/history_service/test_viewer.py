@@ -5,7 +5,8 @@ block's deltas joined, a user message, a tool result, a turn marker), in seq ord
 exactly once, after scrolling up through every page; live tokens in place, across a SIGKILL
 and restart of the server; a burst of 3,000 live events whole, in order, with its hidden
 markers, in at most one DOM update an animation frame; the same items whatever the response's
-content coding; token auth from the login form; "session ended", when a live session is
+content coding, and from a packed follow (gzip, a records frame a write) as from an unpacked one,
+live events of every kind; token auth from the login form; "session ended", when a live session is
 closed and on opening a closed one; and "session deleted", when a live session is deleted.
 What a chat UI has, on the seeded scenarios, the demo and every corpus log: each item's time
 (a ``<time datetime>`` of its first event's time) and each step's token usage (the numbers its
@@ -31,6 +32,7 @@ import httpx
 import msgspec
 import pytest
 from msgspec import UNSET
+from prometheus_client.parser import text_string_to_metric_families
 
 from codec import Event, ReplaceOp, encode
 from history_client import HistoryClient
@@ -792,6 +794,90 @@ def test_a_live_tool_call_is_formatted_once_its_arguments_parse(live_server: Ser
     assert tool.locator("pre.body").text_content() == '{"command": "ls -la"}'
     assert tool.locator("pre.pretty").text_content() == '{\n  "command": "ls -la"\n}'
     assert tool.locator("pre.pretty").is_visible()
+
+
+T0 = 1_700_000_000_000
+
+
+def mixed_appends() -> list[list[dict[str, Any]]]:
+    """Live appends of every kind the viewer shows, as one batch or one event a request: delta runs of each
+    block (a run split across requests too), a tool call and its result, usage, messages, turn markers."""
+
+    def chunk(seq: int, body: dict[str, Any], turn: int = 1) -> dict[str, Any]:
+        return {
+            "type": "assistant/chunk",
+            "seq": seq,
+            "time": T0 + seq,
+            "data": {"turn": turn, "step": 1, "chunk": body},
+        }
+
+    call = {"type": "tool-call-delta", "index": 2, "id": "call-1"}
+    said = {"message": {"role": "assistant", "content": [{"type": "text", "text": "listed"}]}}
+    return [
+        [chunk(seq, {"type": "reasoning-delta", "index": 0, "text": f"think {seq} "}) for seq in range(2, 6)],
+        *[[chunk(seq, {"type": "text-delta", "index": 1, "text": f"say {seq} "})] for seq in range(6, 10)],
+        [
+            chunk(10, {**call, "name": "bash", "argumentsDelta": '{"command": '}),
+            chunk(11, {**call, "argumentsDelta": '"ls'}),
+            chunk(12, {**call, "argumentsDelta": ' -la"}'}),
+            harness_result(13, "call-1", "a\nb", False),
+            chunk(14, {"type": "usage", "usage": {"inputTokens": 12, "outputTokens": 34}}),
+            {"type": "assistant/message", "seq": 15, "time": T0 + 15, "data": said, "surfaceOp": "append"},
+            {"type": "note", "seq": 16, "time": T0 + 16, "data": {"shown": False}},
+        ],
+        [{"type": "turn/start", "seq": 17, "time": T0 + 17, "data": {"turn": 2}}],
+        [user_message(18)],
+        [chunk(seq, {"type": "text-delta", "index": 0, "text": f"t{seq} "}, turn=2) for seq in range(19, 24)],
+        *[[chunk(seq, {"type": "text-delta", "index": 0, "text": f"t{seq} "}, turn=2)] for seq in range(24, 27)],
+        [harness_result(27, "call-2", "Error: aborted", True)],
+    ]
+
+
+def follow_frames(url: str) -> dict[str, float]:
+    """The service's count of follow frames written, by kind."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    families = text_string_to_metric_families(text)
+    return {s.labels["frame"]: s.value for f in families for s in f.samples if s.name == "history_follow_frames_total"}
+
+
+def test_a_packed_gzip_follow_renders_the_same_timeline_as_an_unpacked_one(
+    live_server: ServerProcess, browser: Browser
+) -> None:
+    url = live_server.url
+    assert httpx.post(f"{url}/v1/sessions", json={"id": "mixed", "createdAt": 0}).status_code == 201
+    append(url, "mixed", [{"type": "turn/start", "seq": 0, "time": T0, "data": {"turn": 1}}, user_message(1)])
+    follows: list[tuple[str, str | None]] = []
+    with (
+        checked_page(browser, "follow-packed") as packed,
+        checked_page(browser, "follow-unpacked") as unpacked,
+    ):
+        for page, query in ((packed, "session=mixed"), (unpacked, "session=mixed&packed=0")):
+            page.on(
+                "response",
+                lambda response: (
+                    follows.append((response.url, response.headers.get("content-encoding")))
+                    if is_follow(response.url)
+                    else None
+                ),
+            )
+            open_viewer(page, url, query)
+            page.wait_for_selector("#status[data-state='live']", timeout=TIMEOUT_MS)
+        appends = mixed_appends()
+        with httpx.Client(timeout=30) as http:
+            for batch in appends:
+                response = http.post(f"{url}/v1/sessions/mixed/events", json={"events": batch})
+                assert response.status_code == 201, response.text
+        for page in (packed, unpacked):
+            page.wait_for_function("() => document.getElementById('timeline').dataset.cursor === '27'")
+
+        expected = expected_items(stored_events(url, "mixed"))
+        assert rendered_items(packed) == rendered_items(unpacked) == expected
+        assert packed.inner_text("#timeline") == unpacked.inner_text("#timeline")
+        assert packed.locator("#timeline > .item.tool pre.pretty").text_content() == '{\n  "command": "ls -la"\n}'
+    # One stream each, both in gzip. The unpacked one got a frame an event; the packed one a frame a write at most.
+    assert sorted((("packed=1" in address), coding) for address, coding in follows) == [(False, "gzip"), (True, "gzip")]
+    frames = follow_frames(url)
+    assert frames["event"] == 26 and 0 < frames["records"] <= len(appends), frames
 
 
 LISTED = 120
