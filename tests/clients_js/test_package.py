@@ -52,12 +52,14 @@ import {
   HistoryClient,
   ServiceError,
   SessionDeletedError,
+  decodeLiveRecords,
   decodePage,
   parseEventId,
   readPage,
   type Appended,
   type Created,
   type Event,
+  type LiveRecords,
   type NewSession,
   type ReadPage,
 } from "history-transport-client";
@@ -89,6 +91,9 @@ export async function read(): Promise<string[]> {
   const walk = client.iterHistory("s1", { after: 0, incarnation: named ?? undefined });
   for await (const event of walk) types.push(`${event.seq}`);
   for await (const event of client.follow("s1", { after: 0, incarnation: "5d0c1e9a7b22" })) types.push(event.type);
+  for await (const event of client.follow("s1", { packed: false })) types.push(event.type);
+  const live: LiveRecords = decodeLiveRecords(JSON.parse('{"records":[],"fromSeq":0,"toSeq":0}'));
+  types.push(...live.events().map((event: Event) => `${event.seq}`));
   const id = parseEventId("5d0c1e9a7b22:41");
   if (id !== null) types.push(`${id.incarnation ?? ""}:${id.seq}`);
   return more ? types : types.concat(bounds.map(String));
@@ -102,7 +107,7 @@ export function why(error: unknown): string | null {
 
 # Each line marked `// wrong` must be a type error; nothing else in the file is one.
 WRONG = """\
-import { HistoryClient, readPage, type Appended } from "history-transport-client";
+import { HistoryClient, decodeLiveRecords, readPage, type Appended } from "history-transport-client";
 
 const client = new HistoryClient("");
 export async function misuse(): Promise<void> {
@@ -116,7 +121,9 @@ export async function misuse(): Promise<void> {
   const appended: Appended = await client.createSession({ id: "s2", createdAt: 0 }); // wrong
   const from: string = readPage("{}").fromSeq; // wrong
   const missing: number = (await client.append("s1", [])).nextSeq; // wrong
-  console.log(appended, from, missing, gone);
+  client.follow("s1", { packed: "no" }); // wrong
+  const more: boolean = decodeLiveRecords({}).hasMore; // wrong
+  console.log(appended, from, missing, gone, more);
 }
 """
 
