@@ -1,11 +1,12 @@
 """Turn a run's result lines into ``docs/benchmarks.md`` and ``docs/benchmarks.svg``.
 
 Usage: ``python -m bench.report RESULTS [--docs DIR] [--command TEXT] [--hot-path RUN ...]
-[--hot-path-before RUN]``, where RESULTS is a file of ``HISTORY_*_RESULT`` lines (``make bench``
+[--hot-path-before RUN] [--live-wire RUN]``, where RESULTS is a file of ``HISTORY_*_RESULT`` lines (``make bench``
 writes one per run under ``bench/results/``). Lines of other text are ignored, so a whole pytest
 log works too. ``--hot-path`` takes runs of ``bench/test_hot_path.py`` alone (under
 ``bench/results/hot-path/``), shown a column each in place of RESULTS' own; ``--hot-path-before``
 is a run before the change they measure, whose append profile is shown beside theirs.
+``--live-wire`` takes a run of ``bench/test_live_wire.py`` alone, shown in place of RESULTS' own.
 """
 
 from __future__ import annotations
@@ -556,6 +557,61 @@ CAPACITY_CELLS: Final = {
 }
 
 
+_WIRE_FORMS: Final = (
+    ("frames", "event frames (today's default)"),
+    ("framesGzip", "event frames, gzip"),
+    ("packed", "packed (`records` frames)"),
+    ("packedGzip", "packed, gzip"),
+)
+
+
+def _live_wire_section(entry: dict[str, Any]) -> list[str]:
+    machine, ratios, live, burst = entry["machine"], entry["ratios"], entry["live"], entry["burst"]
+    lines = [
+        "## Follow on the wire",
+        "",
+        "One session streams text deltas, one 1-event append per ~5-character token, to one reader per form "
+        "at once; bytes are read off the socket (compressed when coded), latency is from sending an append to "
+        f"the reader holding the decoded event. Coalescing: {machine['coalesceMs']} ms. Load average during the "
+        f"run: {', '.join(map(str, machine['loadAverage']))} (other work on the machine shows in the latencies).",
+        "",
+        "| form | B/token 50/s | p50 / p99 ms 50/s | B/token 500/s | p50 / p99 ms 500/s "
+        f"| B/event, catch-up of {burst['events']:,} |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    slow, fast = live["50"]["streams"], live["500"]["streams"]
+    for key, label in _WIRE_FORMS:
+        lines.append(
+            f"| {label} | {slow[key]['bytesPerEvent']} | {slow[key]['p50Ms']} / {slow[key]['p99Ms']} | "
+            f"{fast[key]['bytesPerEvent']} | {fast[key]['p50Ms']} / {fast[key]['p99Ms']} | "
+            f"{burst[key]['bytesPerEvent']} |"
+        )
+    memory = entry["memory"]
+    reference = entry.get("reference") or {}
+    lines += [
+        "",
+        "| measure | goal | figure |",
+        "|---|---|---:|",
+        f"| bytes per token at 50/s, packed + gzip over event frames | ≤ 0.25 "
+        f"| {ratios['packedGzipOverFramesBytesAt50']} |",
+        f"| the same in the catch-up burst | ≤ 0.10 | {ratios['packedGzipOverFramesBytesBurst']} |",
+        f"| delivery p99 at 500/s, packed + gzip over event frames | ≤ 1.2 "
+        f"| {ratios['packedGzipOverFramesP99At500']} |",
+        f"| memory per compressed follower, {memory['packedGzip']['followers']:,} idle | ≤ 64 KB "
+        f"| {memory['packedGzip']['bytesPerFollower']:,} B |",
+        f"| memory per uncompressed follower, the same | – | {memory['packed']['bytesPerFollower']:,} B |",
+    ]
+    if reference:
+        lines += [
+            f"| SSE bytes per token at 50/s over the reference server's (same event JSON), packed + gzip | report "
+            f"| {ratios['packedGzipOverReferenceJsonAt50']} |",
+            f"| the same, event frames | report | {ratios['framesOverReferenceJsonAt50']} |",
+            f"| packed + gzip over the reference server carrying the bare token as text | report "
+            f"| {ratios['packedGzipOverReferenceTextAt50']} |",
+        ]
+    return [*lines, ""]
+
+
 def _capacity_section(entry: dict[str, Any]) -> list[str]:
     """Every core on SQLite (issue 43): the ratios against their goals, and each capacity cell with its bound."""
     machine, ratios, goals = entry["machine"], entry["ratios"], entry["goals"]
@@ -685,9 +741,8 @@ def render_markdown(
         "",
         *(
             [
-                "The hot path's section comes from runs of `bench/test_hot_path.py` alone, newer than that run: "
-                + ", ".join(f"`{path}`" for path in hot_path)
-                + ".",
+                "The hot path's and the live wire's sections come from runs of their benches alone, "
+                "newer than that run: " + ", ".join(f"`{path}`" for path in hot_path) + ".",
                 "",
             ]
             if hot_path
@@ -725,6 +780,8 @@ def render_markdown(
         lines.extend(_asgi_cost_section(entry, (results.get("ASGI_COST_BEFORE") or [None])[-1]))
     for entry in results.get("CAPACITY", []):
         lines.extend(_capacity_section(entry))
+    for entry in results.get("LIVE_WIRE", [])[-1:]:
+        lines.extend(_live_wire_section(entry))
     js, viewer = results.get("JS_PAGE_PERF", [None])[-1], results.get("VIEWER_PERF", [None])[-1]
     if js is not None or viewer is not None:
         lines.extend(_browser_section(js, viewer))
@@ -834,6 +891,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="runs before the change: of bench/test_hot_path.py, for its profile, and of bench.asgi_cost",
     )
     parser.add_argument("--hot-path-note", default="", help="what the profiles say is left, and where (markdown)")
+    parser.add_argument(
+        "--live-wire", type=Path, help="a run of bench/test_live_wire.py alone, whose LIVE_WIRE line replaces RESULTS'"
+    )
     args = parser.parse_args(argv)
     results = read_results(args.results)
     runs = [read_results(path) for path in args.hot_path]
@@ -849,13 +909,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["ASGI_COST"] = [entry for run in runs for entry in run.get("ASGI_COST", [])] or results.get(
             "ASGI_COST", []
         )
+    if args.live_wire is not None:
+        wire = read_results(args.live_wire).get("LIVE_WIRE")
+        if not wire:
+            print(f"bench.report: {args.live_wire} has no HISTORY_LIVE_WIRE_RESULT line", file=sys.stderr)
+            return 1
+        results["LIVE_WIRE"] = wire
     results["HOT_PATH_BEFORE"] = [entry for run in befores for entry in run.get("HOT_PATH", [])]
     results["ASGI_COST_BEFORE"] = [entry for run in befores for entry in run.get("ASGI_COST", [])]
     if not results.get("TRANSPORT_PERF"):
         print(f"bench.report: {args.results} has no HISTORY_TRANSPORT_PERF_RESULT line", file=sys.stderr)
         return 1
     args.docs.mkdir(parents=True, exist_ok=True)
-    hot_path = [str(path) for path in args.hot_path]
+    hot_path = [str(path) for path in [*args.hot_path, *([args.live_wire] if args.live_wire else [])]]
     markdown = render_markdown(
         results, command=args.command, source=str(args.results), hot_path=hot_path, hot_path_note=args.hot_path_note
     )

@@ -304,3 +304,38 @@ def test_report_sets_the_in_process_cost_before_beside_after() -> None:
     section = render_markdown(results, command="make bench", source="run.txt").split("### In process")[1]
     assert "| cell | µs per request, before | bare over cell, before | µs per request, after |" in section
     assert "| 1-event append, memory, quiet | 190.0 | 0.07× | 130.0 | 0.1× |" in section
+
+
+def wire_stream(per_event: float) -> dict[str, Any]:
+    return {"bytesPerEvent": per_event, "p50Ms": 2.0, "p99Ms": 9.0}
+
+
+def test_report_renders_the_live_wire_by_form_with_its_goals(tmp_path: Path) -> None:
+    forms = {"frames": 180.0, "framesGzip": 30.0, "packed": 220.0, "packedGzip": 36.0}
+    streams = {key: wire_stream(value) for key, value in forms.items()}
+    entry = {
+        "machine": {"coalesceMs": 40, "loadAverage": [1.5, 2.0]},
+        "live": {"50": {"streams": streams}, "500": {"streams": streams}},
+        "burst": {"events": 10_000, **streams},
+        "memory": {
+            "packed": {"bytesPerFollower": 30_000, "followers": 2000},
+            "packedGzip": {"bytesPerFollower": 45_000, "followers": 2000},
+        },
+        "reference": None,
+        "ratios": {
+            "packedGzipOverFramesBytesAt50": 0.2,
+            "packedGzipOverFramesBytesBurst": 0.02,
+            "packedGzipOverFramesP99At500": 0.96,
+        },
+    }
+    run = tmp_path / "wire.txt"
+    run.write_text(f"HISTORY_LIVE_WIRE_RESULT {json.dumps(entry)}\n")
+    assert main([str(RESULTS[-1]), "--docs", str(tmp_path), "--live-wire", str(run)]) == 0
+    section = (tmp_path / "benchmarks.md").read_text().split("## Follow on the wire")[1].split("\n## ")[0]
+    assert "| packed, gzip | 36.0 | 2.0 / 9.0 | 36.0 | 2.0 / 9.0 | 36.0 |" in section
+    assert "| delivery p99 at 500/s, packed + gzip over event frames | ≤ 1.2 | 0.96 |" in section
+    assert "| memory per compressed follower, 2,000 idle | ≤ 64 KB | 45,000 B |" in section
+    assert "reference server" not in section  # no Node, no reference cells
+    empty = tmp_path / "empty.txt"
+    empty.write_text("noise\n")
+    assert main([str(RESULTS[-1]), "--docs", str(tmp_path), "--live-wire", str(empty)]) == 1
