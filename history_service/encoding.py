@@ -25,6 +25,7 @@ __all__ = [
     "CODINGS",
     "DEFAULT_MAX_DECODED_SIZE",
     "Coding",
+    "accept_weights",
     "choose_encoding",
     "compress",
     "decompress",
@@ -171,7 +172,9 @@ def _gzip_decompress(body: bytes | bytearray, max_size: int) -> bytes:
                 raise ContentEncodingError(f"corrupt gzip body: {len(view) - offset} bytes after the end of the stream")
 
 
-def _parse_accept(header: str) -> dict[str, float]:
+def accept_weights(header: str) -> dict[str, float]:
+    """The q-value of each item an ``Accept``-style header lists (RFC 9110 §12.4.2), by its name in
+    lower case, parameters other than ``q`` dropped; a malformed q is 0."""
     weights: dict[str, float] = {}
     for item in header.split(","):
         name, _, params = item.partition(";")
@@ -204,7 +207,7 @@ def choose_encoding(accept_encoding: str | None, offered: Sequence[str]) -> str 
     """
     if accept_encoding is None:
         return "identity"
-    weights = _parse_accept(accept_encoding)
+    weights = accept_weights(accept_encoding)
     star = weights.get("*")
     best: str | None = None
     best_q = 0.0

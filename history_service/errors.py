@@ -61,6 +61,7 @@ __all__ = [
     "InvalidSeed",
     "InvalidAck",
     "NoAcceptableCoding",
+    "NoAcceptableType",
     "NoPendingWork",
     "NotADirectChild",
     "NotJson",
@@ -108,6 +109,10 @@ class Unauthenticated(RequestError):
 
 class NoAcceptableCoding(RequestError):
     """Raised when ``Accept-Encoding`` refuses every coding the service offers, identity included."""
+
+
+class NoAcceptableType(RequestError):
+    """Raised when ``Accept`` refuses every media type a read can answer in, its default included."""
 
 
 class NotJson(RequestError):

@@ -30,7 +30,7 @@ from history_service.durable.reading import NEXT, Reading, View, read
 from history_service.durable.sessions import SESSION_KEY, session
 from history_service.durable.streams import StreamView, append, checked_name, create, delete, head, unkept
 from history_service.durable.subscriptions import Subscriptions
-from history_service.errors import BodyTooLarge
+from history_service.errors import BodyTooLarge, NoAcceptableType
 from history_service.notices import Subscriber
 from history_service.requests import read_body
 from history_service.service import HistoryService
@@ -223,7 +223,7 @@ def guarded(handler: Handler, *, by_token: bool = False) -> Callable[[Request], 
             # go (the protocol's choice): in token mode it proves itself by that token alone.
             owner = None if by_token and durable.settings.auth == "token" else principal(request, durable.settings)
             return await handler(request, durable, owner, headers)
-        except (StreamError, CodecError, BodyTooLarge) as exc:
+        except (StreamError, CodecError, BodyTooLarge, NoAcceptableType) as exc:
             if request.method == "HEAD":
                 return Response(None, _refusal(exc, headers).status_code, headers)
             return _refusal(exc, headers)

@@ -49,6 +49,8 @@ class View(Protocol):
     # Who reads what: views with one key at one offset share their reads (`SharedReads`).
     key: tuple[object, ...]
     mode: Literal["json", "text", "base64"]
+    # A representation the reader negotiated ("" for the stream's own), named in the ETag.
+    variant: str
 
     def offset(self, position: int) -> str: ...
 
@@ -79,7 +81,8 @@ async def _snapshot(view: View, reading: Reading, after: int | None) -> Snapshot
 
 def _etag(view: View, start: str, end: str, closed: bool) -> str:
     name = base64.b64encode(view.name.encode()).decode()
-    return f'"{name}:{start}:{end}{":c" if closed else ""}"'
+    variant = f";{view.variant}" if view.variant else ""
+    return f'"{name}:{start}:{end}{":c" if closed else ""}{variant}"'
 
 
 def _body(view: View, chunks: list[Chunk]) -> bytes:
@@ -158,16 +161,17 @@ async def read(
     etag = _etag(view, given or "-1", headers[NEXT], closed)
     headers["ETag"] = etag
     if request.headers.get("if-none-match") == etag:
-        return Response(None, 304, {"ETag": etag, **_security(headers)})
+        return Response(None, 304, {"ETag": etag, **_kept(headers)})
     headers["Content-Type"] = snapshot.content_type
     return Response(_body(view, snapshot.chunks), 200, headers)
 
 
-def _security(headers: dict[str, str]) -> dict[str, str]:
+def _kept(headers: dict[str, str]) -> dict[str, str]:
+    """What a 304 keeps of the answer's headers: the browser ones, and ``Vary`` (RFC 9110 §15.4.5)."""
     return {
         key: value
         for key, value in headers.items()
-        if key.lower().startswith(("x-content", "cross-origin", "access", "content-security"))
+        if key.lower().startswith(("x-content", "cross-origin", "access", "content-security", "vary"))
     }
 
 

@@ -68,6 +68,8 @@ def _position(text: str) -> tuple[int, int]:
 class StreamView:
     """A generic stream as `history_service.durable.reading` reads it."""
 
+    variant = ""
+
     def __init__(self, store: StreamStore, name: str, owner: str, meta: StreamMeta) -> None:
         self.name = name
         self.key: tuple[object, ...] = ("stream", owner, name)
