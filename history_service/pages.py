@@ -33,7 +33,16 @@ from history_service.errors import ThroughBeyondHead
 from history_service.metrics import Metrics
 from persistence import OFF_LOOP_BYTES, HistoryStore, PageRead, SessionNotFoundError
 
-__all__ = ["EncodedPage", "PageBody", "PageCache", "PageQuery", "PageReader", "ServedPage", "encode_page"]
+__all__ = [
+    "EncodedPage",
+    "PageBody",
+    "PageCache",
+    "PageQuery",
+    "PageReader",
+    "ServedPage",
+    "encode_page",
+    "page_records",
+]
 
 MIN_COMPRESS: Final = 1024
 # A kept page is served without asking the store whether its life still exists for at most this many
@@ -170,6 +179,13 @@ class PageCache:
 
 def _records(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, raw: bool) -> SplicedRecords:
     return raw_records(stored, from_seq, to_seq) if raw else splice(stored, from_seq, to_seq)
+
+
+def page_records(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[tuple[int, bytes]]:
+    """The records of the page of ``[from_seq, to_seq)`` one by one, each with the seq after it: a session
+    read as page records (§13.7) sends them as values."""
+    records = splice(stored, from_seq, to_seq)
+    return list(zip([*records.starts[1:], to_seq], records, strict=True))
 
 
 def choose_body(

@@ -22,10 +22,11 @@ from typing import Final, Literal
 from starlette.requests import Request
 from starlette.responses import Response
 
-from codec import StoredRecord, event_lines, splice
+from codec import StoredRecord, event_lines
 from history_service.durable.reading import CLOSED, NEXT, Snapshot
 from history_service.encoding import accept_weights
 from history_service.errors import HistoryServiceError, NoAcceptableType
+from history_service.pages import page_records
 from history_service.requests import address
 from history_service.service import HistoryService
 from persistence import (
@@ -120,10 +121,8 @@ def _event_values(stored: list[StoredRecord], after: int, stop: int) -> Iterator
 
 
 def _record_values(stored: list[StoredRecord], after: int, stop: int) -> list[Chunk]:
-    """Each page record of ``[after, stop)``, spliced as a page's are, as a JSON-mode fragment, and the seq after it."""
-    records = splice(stored, after, stop)
-    ends = [*records.starts[1:], stop]
-    return [Chunk(end, record + b",") for end, record in zip(ends, records, strict=True)]
+    """Each record of the page of ``[after, stop)`` as a JSON-mode fragment, and the seq after it."""
+    return [Chunk(end, record + b",") for end, record in page_records(stored, after, stop)]
 
 
 def _within(values: Iterable[Chunk], budget: int) -> list[Chunk]:

@@ -11,15 +11,24 @@ import httpx
 import pytest
 import zstandard
 
-from codec import Page, PageRecord, SessionHeader, encode, pack_page
+from codec import Page, PageRecord, SessionHeader, encode, pack_page, record_seq_range
 from history_service.cli.program import main
 from history_service.metrics import Metrics
-from history_service.pages import LIFE_CHECK_EVERY, EncodedPage, PageCache, PageQuery, PageReader, encode_page
+from history_service.pages import (
+    LIFE_CHECK_EVERY,
+    EncodedPage,
+    PageCache,
+    PageQuery,
+    PageReader,
+    encode_page,
+    page_records,
+)
 from history_service.scenarios import multi_turn
 from persistence import HistoryStore, MemoryStore, SessionNotFoundError
 from testing.events import make_events
 from testing.seeding import seed
 from testing.servers import ServerProcess
+from testing.strategies import stored_in
 
 pytestmark = pytest.mark.anyio
 
@@ -100,6 +109,16 @@ async def test_a_large_page_is_exact_and_its_zstd_body_one_frame(
     assert zstandard.ZstdDecompressor().decompressobj().decompress(frame) == identity.content
     raw = await client.get(path + "&expand=raw", headers={"Accept-Encoding": "identity"})
     assert raw.content == encode(Page([PageRecord(event=event) for event in events], False, 0, len(events)))
+
+
+def test_page_records_are_the_pages_records_one_by_one_with_the_seq_after_each() -> None:
+    events = make_events(90)
+    # Appended seven at a time: runs stored in pieces, joined again into the page's rows.
+    stored = stored_in(events, [7] * 12 + [6])
+    for lo, hi in ((0, 90), (3, 50), (41, 42)):
+        expected = pack_page(events[lo:hi])
+        ends = [record_seq_range(record)[1] + 1 for record in expected]
+        assert page_records(stored, lo, hi) == list(zip(ends, map(encode, expected), strict=True))
 
 
 def test_the_page_cache_evicts_least_recently_used_pages() -> None:
