@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from history_service.control import CONTROL_CLASS
+from history_service.durable.sessions import RECORDS_TYPE
 from history_service.durable.streams import MAX_TTL_S, UNKEPT
 
 __all__ = ["TAG", "child_item", "session_item", "stream_item"]
@@ -41,6 +42,7 @@ def _refusals(auth: str, *statuses: int) -> dict[str, Any]:
         403: "A producer's stale epoch; `Producer-Epoch` names the current one.",
         404: "No such stream or session.",
         405: "The method is not served here.",
+        406: "An `Accept` that refuses `application/json` and does not ask for page records (§13.7).",
         409: "A create that disagrees, a content type, Stream-Seq or producer seq out of turn, or a closed stream.",
         410: "Deleted, but still read through by its forks; or an offset of an earlier life of a session id.",
         413: "The body is past `HISTORY_MAX_BODY_BYTES`, or a JSON-mode body past `HISTORY_MAX_BODY_VALUES` values.",
@@ -85,6 +87,18 @@ _READ_PARAMETERS: Final = [
     },
     _header("If-None-Match", "An ETag of an earlier read of the same range."),
 ]
+# OpenAPI ignores an Accept parameter: the types a session reads as are its answer's content.
+_SESSION_CONTENT: Final = {
+    "application/json": {"schema": {"type": "array", "description": "The events (§2), one a value."}},
+    RECORDS_TYPE: {
+        "schema": {
+            "type": "array",
+            "description": f"Page records (§4.2), one a value, when `Accept` asks for `{RECORDS_TYPE}` "
+            "(§13.7, our extension): a run of deltas is one chunk row.",
+        }
+    },
+    "text/event-stream": {"schema": {"type": "string", "description": "An SSE read (`live=sse`)."}},
+}
 _READ_HEADERS: Final = {
     "Stream-Next-Offset": _OFFSET,
     "Stream-Up-To-Date": {"description": "`true` when the read reached the tail.", "schema": {"const": "true"}},
@@ -103,10 +117,24 @@ def _read(
         "tags": [TAG["name"]],
         "parameters": [*path, *_READ_PARAMETERS],
         "responses": {
-            "200": {"description": "Data, or an SSE stream of it.", "headers": _READ_HEADERS, "content": _ANY},
+            "200": {
+                "description": "Data, or an SSE stream of it.",
+                "headers": _READ_HEADERS,
+                "content": _SESSION_CONTENT if session else _ANY,
+            },
             "204": {"description": "A long-poll that timed out, or reached a closed end.", "headers": _READ_HEADERS},
             "304": {"description": "The range is unchanged (If-None-Match)."},
-            **_refusals(auth, 400, 401, 404, *((410,) if gone else ()), *((422,) if session else ()), 501, 503),
+            **_refusals(
+                auth,
+                400,
+                401,
+                404,
+                *((406,) if session else ()),
+                *((410,) if gone else ()),
+                *((422,) if session else ()),
+                501,
+                503,
+            ),
         },
     }
 
