@@ -33,6 +33,7 @@ from codec import (
     RESERVED_TYPES,
     Event,
     FollowSnapshot,
+    LiveRecords,
     Page,
     ReasoningChunks,
     SessionHeader,
@@ -62,6 +63,7 @@ _TYPES: Final = (
     ToolCallChunks,
     Page,
     FollowSnapshot,
+    LiveRecords,
     bodies.SessionCreated,
     bodies.Appended,
     bodies.SessionList,
@@ -136,6 +138,7 @@ def _refine(components: dict[str, Any]) -> None:
     del components["PageRecord"]["required"]
     # The codec leaves these records undecoded, to decode them one at a time.
     components["FollowSnapshot"]["properties"]["records"]["items"] = _ref("PageRecord")
+    components["LiveRecords"]["properties"]["records"]["items"] = _ref("PageRecord")
     components["AppendBody"]["properties"]["events"]["items"] = _ref("StorageRecord")
     components["StorageRecord"] = {
         "description": "A logical event (§2) or a chunk row (§3), told apart by `type`.",
