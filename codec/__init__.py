@@ -98,6 +98,7 @@ from codec.session_log import SessionLog, read_header, read_session_log, record_
 from codec.splice import (
     SplicedRecords,
     event_lines,
+    event_records,
     join,
     live_records,
     page_body,
@@ -140,6 +141,7 @@ __all__ = [
     "Event",
     "event_id",
     "event_lines",
+    "event_records",
     "EventValidationError",
     "expand_records",
     "expand_row",

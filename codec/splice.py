@@ -19,11 +19,12 @@ import msgspec
 from codec.chunk_rows import MIN_RUN, REASONING_BLOCK, TEXT_BLOCK, TOOL_BLOCK, Block
 from codec.event_json import decode_event, encode
 from codec.events import CHUNK_EVENT_TYPE, SessionHeader
-from codec.stored import Part, StoredRecord, runs, stored_record
+from codec.stored import Part, StoredRecord, runs, single_delta, stored_record
 
 __all__ = [
     "SplicedRecords",
     "event_lines",
+    "event_records",
     "join",
     "live_records",
     "page_body",
@@ -209,6 +210,30 @@ def event_lines(
             range(record.seq + start, record.seq + stop), times[start:], map(encode, members[start:stop]), strict=True
         )
         yield record.seq + start, [template % item for item in items]
+
+
+def event_records(stored: Iterable[StoredRecord], lo: int, hi: int) -> list[StoredRecord]:
+    """Each logical event of ``[lo, hi)`` as its own stored record: a row's members as the single deltas it packs.
+
+    Records of one event each never overlap, whatever rows a store compacted them into
+    between two reads, and `splice` joins them back into the rows `pack` builds.
+    """
+    out: list[StoredRecord] = []
+    for record in stored:
+        if record.end <= lo or record.seq >= hi:
+            continue
+        if not record.is_row:
+            out.append(record)
+            continue
+        dt, members = _members(record)
+        start, stop = max(lo, record.seq) - record.seq, min(hi, record.end) - record.seq
+        times = list(accumulate(dt[: stop - 1], initial=record.time0))
+        block = record.block
+        template = _line_template(block, b"", b"")
+        for i in range(start, stop):
+            line = template % (record.seq + i, times[i], encode(members[i]))
+            out.append(single_delta(record.seq + i, line, block, times[i]))
+    return out
 
 
 def _line_template(block: Block, opening: bytes, closing: bytes) -> bytes:

@@ -41,6 +41,7 @@ __all__ = [
     "StoredRecord",
     "decode_storage_line",
     "runs",
+    "single_delta",
     "stored_batch",
     "stored_record",
 ]
@@ -94,6 +95,11 @@ def stored_record(record: StorageRecord, line: bytes | None = None) -> StoredRec
     row: ChunkRow = record  # type: ignore[assignment]
     kind, key = row_block(row)
     return StoredRecord(row.seq0, member_count(row), line, kind, key, row.time0, row.time0 + sum(row.data.dt))
+
+
+def single_delta(seq: int, line: bytes, block: Block, time: int) -> StoredRecord:
+    """The stored form of one delta event of ``block``, from its canonical line: what `stored_record` makes of it."""
+    return StoredRecord(seq, 1, line, (block.kind & 3) + _SINGLE, block.key, time, time)
 
 
 def stored_batch(events: Sequence[Event]) -> list[StoredRecord]:

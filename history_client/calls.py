@@ -48,7 +48,6 @@ class Walk(NamedTuple, Generic[T]):
     session: str
     child: str | None
     max_messages: int | None = None
-    packed: bool = False
 
 
 def _raw(page: Callable[P, Call[HistoryPage]]) -> Callable[P, Call[bytes]]:
@@ -213,10 +212,13 @@ class Calls:
 
         ``packed`` (the default) asks for the packed stream (§5.5): the deltas of each write
         arrive as chunk rows, and are expanded to the same events. ``False`` asks for one
-        frame per event, as a plain ``EventSource`` reads.
+        frame per event, as a plain ``EventSource`` reads; so does a server that predates
+        packed streams, which refuses the parameter.
         """
-        plan = follow_plan(after=after, backoff=self.backoff, on_connection=on_connection, incarnation=incarnation)
-        return Walk(plan, session, child, max_messages, packed)
+        plan = follow_plan(
+            after=after, backoff=self.backoff, on_connection=on_connection, incarnation=incarnation, packed=packed
+        )
+        return Walk(plan, session, child, max_messages)
 
     def fetch(self, page_path: str, action: Fetch) -> Call[PageAnswer]:
         """The page at ``page_path`` that a walk's `Fetch` asks for."""
@@ -234,7 +236,7 @@ class Calls:
         return http.build_request(
             "GET",
             Requests.path(walk.session, walk.child, "follow"),
-            params=Requests.follow_params(action.after, action.incarnation, walk.max_messages, packed=walk.packed),
+            params=Requests.follow_params(action.after, action.incarnation, walk.max_messages, packed=action.packed),
             headers={**self._headers, **Requests.follow_headers(action.after, action.incarnation)},
             timeout=self._follow_timeout,
         )

@@ -87,10 +87,12 @@ DEFAULT_MAX_DELAY: Final = 30.0
 
 
 class Connect(NamedTuple):
-    """Open a follow stream: resuming after ``after``, or fresh when that is ``None``; of ``incarnation`` when known."""
+    """Open a follow stream: resuming after ``after``, or fresh when that is ``None``; of ``incarnation`` when known;
+    ``packed`` (§5.5) or in one frame per event."""
 
     after: int | None
     incarnation: str | None = None
+    packed: bool = False
 
 
 class NextFrame(NamedTuple):
@@ -174,17 +176,20 @@ def follow_plan(
     backoff: Backoff,
     on_connection: ConnectionHook | None = None,
     incarnation: str | None = None,
+    packed: bool = False,
 ) -> FollowPlan:
     """Deliver every event after ``after`` (or from a fresh snapshot) exactly once, in order, until the session ends.
 
-    ``incarnation`` pins the follow to that incarnation from its first request.
+    ``incarnation`` pins the follow to that incarnation from its first request. ``packed`` asks
+    for a packed stream (§5.5); a server that predates them refuses the parameter, and the plan
+    then follows it in one frame per event.
     """
     journal = _Journal(after, Pin(incarnation))
     failures = 0
     while True:
         opened = False
         try:
-            yield Connect(journal.cursor, journal.pin.incarnation)
+            yield Connect(journal.cursor, journal.pin.incarnation, packed)
             opened = True
             if failures and on_connection is not None:
                 on_connection(Reconnected(failures))
@@ -213,6 +218,9 @@ def follow_plan(
                 first = False
                 failures = 0
         except ServiceError as exc:
+            if packed and not opened and exc.code == "invalid_parameter" and "packed" in exc.message:
+                packed = False
+                continue
             if exc.status_code not in _RETRYABLE_STATUS:
                 raise
             error: Exception = exc

@@ -30,10 +30,10 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from codec import Event, StoredRecord, encode, event_id
+from codec import Event, StoredRecord, encode, event_id, event_records, stored_record
 from history_service.bodies import FollowEnd, FollowError
 from history_service.channel import Channel
-from history_service.follow_frames import live_event, records_frame, seq_records, sse_frame, stored_frames
+from history_service.follow_frames import event_frames, records_frame, sse_frame
 from history_service.metrics import Metrics
 from history_service.notices import Subscriber
 from persistence import HistoryStore, SessionInfo, SessionNotFoundError, StoreError
@@ -119,8 +119,7 @@ class Hub(Subscriber):
         if channel.incarnation is None:
             channel.incarnation = incarnation
         if channel.incarnation is not None and incarnation in (None, channel.incarnation):
-            made = [live_event(e, channel.incarnation) for e in events]
-            channel.publish(events[0].seq, [frame for frame, _ in made], [record for _, record in made])
+            channel.publish(events[0].seq, [stored_record(event) for event in events])
 
     def deleted(self, session_ids: Sequence[str]) -> None:
         """The sessions are gone: their followers get ``session_deleted`` and end, and their channels are dropped.
@@ -189,13 +188,9 @@ class Hub(Subscriber):
         channel.fetching = True
         self._tasks.start_soon(self._read_into, session_id, channel)
 
-    async def read_frames(
-        self, session_id: str, from_seq: int, to_seq: int, incarnation: str
-    ) -> tuple[list[bytes], list[StoredRecord]]:
-        """The event frames of ``[from_seq, to_seq)``, read from the store (clipped to its head), and
-        the stored record that holds each event."""
-        stored = await self.store.read_stored(session_id, from_seq, to_seq)
-        return stored_frames(stored, from_seq, to_seq, incarnation), seq_records(stored, from_seq, to_seq)
+    async def read_events(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredRecord]:
+        """The events of ``[from_seq, to_seq)`` read from the store (clipped to its head), one stored record each."""
+        return event_records(await self.store.read_stored(session_id, from_seq, to_seq), from_seq, to_seq)
 
     async def read_records(self, session_id: str, from_seq: int, to_seq: int, incarnation: str) -> tuple[bytes, int]:
         """The ``records`` frame of ``[from_seq, to_seq)`` read from the store (clipped to its head), and
@@ -215,10 +210,10 @@ class Hub(Subscriber):
                     await anyio.sleep(self.coalesce / 4)
                 first = channel.next_seq
                 upper = min(channel.known_head + 1, first + CATCH_UP_WINDOW)
-                frames, records = await self.read_frames(session_id, first, upper, str(channel.incarnation))
-                if not frames:
+                records = await self.read_events(session_id, first, upper)
+                if not records:
                     break
-                channel.publish(first, frames, records)
+                channel.publish(first, records)
         except StoreError as exc:
             self.metrics.store_error(exc)
             logger.warning("cannot read new events of %r: %s", session_id, exc)
@@ -354,7 +349,7 @@ class Subscription:
                 metrics.follow_frames("end")
                 yield sse_frame("end", encode(FollowEnd("session_closed", channel.closed_head)))
                 return
-            if channel.first_seq <= next_seq < channel.next_seq:
+            if channel.holds(next_seq):
                 # Writes, not events, cost most under fan-out: while the channel is busy, at most
                 # one write per follower per `coalesce` seconds, carrying everything published meanwhile.
                 if channel.interval < hub.coalesce / 4:
@@ -363,8 +358,7 @@ class Subscription:
                         await anyio.sleep(pause)
                         # The buffer may have moved on meanwhile (a gap, or its bound): look again.
                         continue
-                frames = self._buffered(next_seq)
-                next_seq = channel.next_seq
+                frames, next_seq = self._buffered(next_seq)
                 catching_up = False
                 yield frames
                 last_sent = anyio.current_time()
@@ -397,17 +391,17 @@ class Subscription:
             yield self._deleted()
             return
         # Shutting down: what is already published is durable, so send it before ending.
-        if channel.first_seq <= next_seq < channel.next_seq:
-            yield self._buffered(next_seq)
+        while channel.holds(next_seq):
+            frames, next_seq = self._buffered(next_seq)
+            yield frames
 
-    def _buffered(self, next_seq: int) -> bytes:
-        """The frames of the buffered events from ``next_seq`` on, which the buffer holds, counted."""
+    def _buffered(self, next_seq: int) -> tuple[bytes, int]:
+        """The write of the buffered events from ``next_seq`` on (at most `CATCH_UP_WINDOW`), counted, and the
+        seq after it. A follower far back in a full buffer gets it in windows, each built in bounded time."""
         channel, metrics = self._channel, self._hub.metrics
-        if self._packed:
-            metrics.follow_frames("records")
-            return channel.packed_from(next_seq)
-        metrics.follow_frames("event", channel.next_seq - next_seq)
-        return channel.frames_from(next_seq) or b""
+        to_seq = min(channel.next_seq, next_seq + CATCH_UP_WINDOW)
+        metrics.follow_frames(*(("records", 1) if self._packed else ("event", to_seq - next_seq)))
+        return channel.frames(next_seq, to_seq, packed=self._packed), to_seq
 
     async def _stored(self, next_seq: int, upper: int) -> tuple[bytes, int]:
         """The frames of ``[next_seq, upper)`` read from the store, counted, and how many events they hold."""
@@ -417,9 +411,9 @@ class Subscription:
             if count:
                 hub.metrics.follow_frames("records")
             return frame, count
-        frames, _ = await hub.read_frames(self._session_id, next_seq, upper, incarnation)
-        hub.metrics.follow_frames("event", len(frames))
-        return b"".join(frames), len(frames)
+        records = await hub.read_events(self._session_id, next_seq, upper)
+        hub.metrics.follow_frames("event", len(records))
+        return event_frames(records, incarnation), len(records)
 
     def _deleted(self) -> bytes:
         self._hub.metrics.follow_frames("error")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codec import Event, StoredRecord, encode, event_id, event_lines, live_records, stored_record
+from codec import StoredRecord, event_id, live_records
 
-__all__ = ["event_frame", "live_event", "records_frame", "seq_records", "sse_frame", "stored_frames"]
+__all__ = ["event_frames", "records_frame", "sse_frame"]
 
 
 def sse_frame(event: str, data: bytes, *, event_id: bytes | None = None, before: bytes = b"") -> bytes:
@@ -24,14 +24,12 @@ def sse_frame(event: str, data: bytes, *, event_id: bytes | None = None, before:
     return b"".join((before, head, b"event: ", event.encode(), b"\ndata: ", data, b"\n\n"))
 
 
-def event_frame(event: Event, incarnation: str) -> bytes:
-    return sse_frame("event", encode(event), event_id=event_id(incarnation, event.seq))
-
-
-def live_event(event: Event, incarnation: str) -> tuple[bytes, StoredRecord]:
-    """A durable event's ``event`` frame and its stored record, from one encoding of it."""
-    line = encode(event)
-    return sse_frame("event", line, event_id=event_id(incarnation, event.seq)), stored_record(event, line)
+def event_frames(records: Sequence[StoredRecord], incarnation: str) -> bytes:
+    """The ``event`` frames of stored records of one event each (`codec.event_records`), joined."""
+    parts: list[bytes] = []
+    for record in records:
+        parts += (b"id: %b\nevent: event\ndata: " % event_id(incarnation, record.seq), record.line, b"\n\n")
+    return b"".join(parts)
 
 
 def records_frame(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, incarnation: str) -> bytes:
@@ -41,21 +39,3 @@ def records_frame(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, in
     """
     data = live_records(stored, from_seq, to_seq)
     return sse_frame("records", data, event_id=event_id(incarnation, to_seq - 1))
-
-
-def seq_records(stored: Sequence[StoredRecord], from_seq: int, to_seq: int) -> list[StoredRecord]:
-    """For each seq of ``[from_seq, to_seq)`` that ``stored`` covers, the stored record that holds it."""
-    return [record for record in stored for _ in range(max(from_seq, record.seq), min(to_seq, record.end))]
-
-
-def stored_frames(stored: Sequence[StoredRecord], from_seq: int, to_seq: int, incarnation: str) -> list[bytes]:
-    """The event frames of ``[from_seq, to_seq)`` from the stored records that cover it.
-
-    A stored event's line is its canonical JSON and goes into its frame as it is; a row's
-    members get their lines from the codec without becoming events.
-    """
-    return [
-        sse_frame("event", line, event_id=event_id(incarnation, seq + i))
-        for seq, lines in event_lines(stored, from_seq, to_seq)
-        for i, line in enumerate(lines)
-    ]

@@ -171,10 +171,10 @@ async def session(
     request: Request, service: HistoryService, reader: Reader, principal: str, headers: dict[str, str]
 ) -> Response:
     """GET or HEAD on a session read as a stream (a write never routes here: it is 405)."""
-    # The id rule of every session address (§2.4): an id outside it is 422, before any store is asked.
-    session_id, child = address(request)
     # The answer depends on Accept, refusals included.
     headers["Vary"] = "Accept"
+    # The id rule of every session address (§2.4): an id outside it is 422, before any store is asked.
+    session_id, child = address(request)
     records = records_asked(request.headers.get("accept"))
     info = await _readable(service, principal, session_id, child)
     view = SessionView(service, principal, session_id, child, info, records=records)

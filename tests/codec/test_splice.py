@@ -17,6 +17,7 @@ from codec import (
     decode_follow_snapshot,
     encode,
     event_lines,
+    event_records,
     join,
     pack,
     pack_page,
@@ -51,6 +52,20 @@ def test_event_lines_are_the_canonical_events(events: list[Event], data: st.Data
     assert lines == [(event.seq, encode(event)) for event in events[lo:hi]]
     wrapped = [line for _, group in event_lines(stored, lo, hi, opening=b"<%", closing=b"%>") for line in group]
     assert wrapped == [b"<%" + encode(event) + b"%>" for event in events[lo:hi]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(sessions(), st.data())
+def test_event_records_are_what_each_event_stores_alone(events: list[Event], data: st.DataObject) -> None:
+    """However the events were stored, each comes back as the record it would store alone; spliced, the page."""
+    stored = stored_in(events, data.draw(layouts(len(events))))
+    if data.draw(st.booleans()):
+        stored = [record for run in runs(stored) for record in join(run)]  # as a store seals them
+    lo = data.draw(st.integers(0, len(events)))
+    hi = data.draw(st.integers(lo, len(events)))
+    singles = event_records(stored, lo, hi)
+    assert singles == [stored_record(event) for event in events[lo:hi]]
+    assert b",".join(splice(singles, lo, hi)) == encode(pack_page(events[lo:hi]))[1:-1]
 
 
 def test_a_percent_sign_in_a_tool_id_survives_the_line_template() -> None:

@@ -448,3 +448,12 @@ def test_a_records_frame_that_breaks_the_rules_is_refused_before_any_of_its_even
     with pytest.raises(error, match=message):
         received += collect(Service(LOG, [snapshot_frame(LOG[0:20], 19) + frame]), mode=mode, limit=100)
     assert received == []
+
+
+def test_a_server_that_predates_packed_streams_is_followed_in_event_frames(mode):
+    old = httpx.Response(
+        400, json={"error": {"code": "invalid_parameter", "message": "unknown query parameter(s): packed"}}
+    )
+    service = Service(LOG, [old, snapshot_frame(LOG[0:20], 19) + live(20, 30)])
+    assert collect(service, mode=mode, limit=30) == LOG[:30]
+    assert [request.url.params.get("packed") for request in service.follows] == ["1", None]

@@ -32,6 +32,11 @@ async def test_a_cursor_ahead_of_the_head_gets_one_error_frame(client: httpx.Asy
     )
 
 
+def _pings(metrics: str) -> float:
+    found = re.search(r'^history_follow_frames_total\{frame="ping"\} (\S+)$', metrics, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
 async def test_idle_streams_ping_in_the_coding_the_client_accepts_and_end_whole() -> None:
     settings = Settings(ping_interval=0.05, enable_test_seed=True)
     shutdown = Shutdown()
@@ -45,7 +50,10 @@ async def test_idle_streams_ping_in_the_coding_the_client_accepts_and_end_whole(
 
         async with anyio.create_task_group() as group:
             group.start_soon(read)
-            await anyio.sleep(0.5)
+            # Shut down once three pings went out: the count, not a fixed wait, so a loaded machine passes too.
+            with anyio.fail_after(60):
+                while _pings((await client.get("/metrics")).text) < 3:
+                    await anyio.sleep(0.05)
             shutdown.trigger()
         response = result["response"]
         assert response.headers["content-type"].startswith("text/event-stream")

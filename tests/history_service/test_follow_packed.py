@@ -20,6 +20,7 @@ from msgspec import UNSET
 
 from codec import DeltaData, Event, TextDelta, decode_live_records, decode_page_record, encode, iter_page_events
 from history_client.sse import ServerSentEvent, SSEDecoder
+from history_service.follow import CATCH_UP_WINDOW
 from history_service.settings import Settings
 from testing.servers import ThreadServer, serve_in_thread
 from testing.strategies import layouts, sessions
@@ -175,3 +176,30 @@ def test_the_packed_streams_openings_and_ends_are_the_unpacked_ones(server: str)
         replay = client.get("/v1/sessions/p/follow", params={"packed": 1, "after": -1}).text
         assert 'event: records\ndata: {"records":[{"event":{"type":"turn/start"' in replay
         assert replay.endswith('"fromSeq":0,"toSeq":1}\n\nevent: end\ndata: {"code":"session_closed","headSeq":0}\n\n')
+
+
+def test_a_follower_far_back_in_the_buffer_gets_it_in_bounded_writes() -> None:
+    """Each write from the shared buffer holds at most CATCH_UP_WINDOW events, so none is built in unbounded time."""
+    events = [Event("turn/start", 0, 1000, {"turn": 1})]
+    events += [Event("assistant/chunk", seq, seq, DeltaData(1, 1, TextDelta(0, "t"))) for seq in range(1, 5001)]
+    with (
+        serve_in_thread(Settings(store_url="memory://", ping_interval=5)) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        assert client.post("/v1/sessions", json={"id": "p", "createdAt": 0}).status_code == 201
+        _append(client, events[:1], [1])
+        with client.stream("GET", "/v1/sessions/p/follow") as first:
+            next(frame for frame in _frames(first) if frame.event == "snapshot")  # the channel holds what follows
+            _append(client, events[1:], [5000])
+            assert client.post("/v1/sessions/p/close").status_code == 200
+            resumed = Follower()
+            resumed.events = events[:11]
+            with client.stream("GET", "/v1/sessions/p/follow", params={"packed": 1, "after": 10}) as response:
+                spans = []
+                for frame in _frames(response):
+                    resumed.take(frame)
+                    if frame.event == "records":
+                        packed = decode_live_records(frame.data)
+                        spans.append((packed.fromSeq, packed.toSeq))
+    assert spans == [(11, 11 + CATCH_UP_WINDOW), (11 + CATCH_UP_WINDOW, 11 + 2 * CATCH_UP_WINDOW), (4011, 5001)]
+    assert resumed.ended and encode(resumed.events) == encode(events)

@@ -450,6 +450,11 @@ export class HistoryClient {
         if (journal.incarnation !== null && isGone(caught)) {
           throw new SessionDeletedError(journal.session, journal.incarnation, { cause: caught });
         }
+        // A server that predates packed streams refuses the parameter: follow it in event frames.
+        if (!opened && query.packed !== undefined && caught instanceof ServiceError && refusesPacked(caught)) {
+          query.packed = undefined;
+          continue;
+        }
         if (caught instanceof ServiceError && RETRYABLE_STATUS.has(caught.status)) error = caught;
         else if (caught instanceof Disconnected || caught instanceof TransportError) error = caught;
         else throw caught;
@@ -597,4 +602,14 @@ export class HistoryClient {
     }
     return new Frames(response, this.followReadTimeoutMs, () => abort.close());
   }
+}
+
+/**
+ * Whether `error` is a server's refusal of the `packed` parameter, which servers before §5.5 do not know.
+ *
+ * @param {ServiceError} error
+ * @returns {boolean}
+ */
+function refusesPacked(error) {
+  return error.status === 400 && error.code === "invalid_parameter" && error.message.includes("packed");
 }

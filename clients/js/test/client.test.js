@@ -559,6 +559,13 @@ describe("packed follow", () => {
     assert.equal(plain.follows[0].url.searchParams.get("packed"), null);
   });
 
+  test("a server that predates packed streams is followed in event frames", async () => {
+    const old = errorResponse(400, "invalid_parameter", "unknown query parameter(s): packed");
+    const service = new MockService(LOG, [old, snapshotFrame(LOG.slice(0, 20), 19) + live(20, 30)]);
+    assert.deepEqual(await collect(service, { limit: 30 }), LOG.slice(0, 30));
+    assert.deepEqual(service.follows.map(({ url }) => url.searchParams.get("packed")), ["1", null]);
+  });
+
   test("records frames expand exactly, rows and events alike, a run split across frames too", async () => {
     // [20, 30) holds a text row and a reasoning row; [45, 47) two lone deltas; a run continues across 50 and 60.
     const frames = [packed(20, 30), packed(30, 45), packed(45, 47), packed(47, 50), packed(50, 60), packed(60, 90)];

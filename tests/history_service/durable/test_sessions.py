@@ -314,6 +314,9 @@ async def test_a_read_that_refuses_both_types_is_406_in_plain_text() -> None:
             assert refused.headers["x-content-type-options"] == "nosniff"
             if method == "GET":
                 assert refused.headers["content-type"].startswith("text/plain") and RECORDS_TYPE in refused.text
+        # A bad id is refused before the store is asked, and still varies by Accept as every session read does.
+        bad = await client.get("/ds/v1/session/%20bad", headers={"accept": RECORDS_TYPE})
+        assert bad.status_code == 422 and bad.headers["vary"] == "Accept"
 
 
 async def read_all(view: SessionView, start: int, end: int, budget: int) -> list[tuple[int, int, list[bytes]]]:
