@@ -283,15 +283,8 @@ class _Journal:
         self.pin.learn_event_id(frame.id, "a live frame")
         record = _live_record(frame.data)
         first, last = record_seq_range(record)
-        cursor = -1 if self.cursor is None else self.cursor
-        if last <= cursor:
+        if not (yield from self._continues(first, last)):
             return
-        if first <= cursor:
-            raise StreamOverlapError(
-                f"the stream emitted a partially overlapping entry: [{first}, {last}] after {cursor}"
-            )
-        if first > cursor + 1:
-            yield from self._repair(first - 1)
         event = record.event
         yield Emit((event,) if type(event) is Event else expand_row(record.chunks))  # type: ignore[arg-type]
         self.cursor = last
@@ -309,18 +302,25 @@ class _Journal:
         named = parse_event_id(frame.id) if frame.id is not None else None
         if named is not None and named[1] != last:
             raise ProtocolError(f"a records frame of [{first}, {last}] has the id of seq {named[1]}")
+        if not (yield from self._continues(first, last)):
+            return
+        page = LazyPage(shell.records, has_more=first > 0, from_seq=first, to_seq=shell.toSeq)
+        yield Emit(page.events())
+        self.cursor = last
+
+    def _continues(self, first: int, last: int) -> Generator[Fetch | Emit, Any, bool]:
+        """Whether ``[first, last]`` is new after the cursor: a duplicate is not, a partial overlap fails, and a
+        gap before it is repaired from pages first."""
         cursor = -1 if self.cursor is None else self.cursor
         if last <= cursor:
-            return
+            return False
         if first <= cursor:
             raise StreamOverlapError(
                 f"the stream emitted a partially overlapping entry: [{first}, {last}] after {cursor}"
             )
         if first > cursor + 1:
             yield from self._repair(first - 1)
-        page = LazyPage(shell.records, has_more=first > 0, from_seq=first, to_seq=shell.toSeq)
-        yield Emit(page.events())
-        self.cursor = last
+        return True
 
     def _repair(self, target: int) -> Generator[Fetch | Emit, Any, None]:
         """Deliver ``(cursor, target]`` from pages, newest fetched first, replayed oldest first."""
