@@ -131,6 +131,9 @@ def test_the_page_key_scan_sees_the_codec_writing_them():
 # package has no runtime dependency, and the viewer reaches it only through its public entry.
 JS_PACKAGE = ROOT / "clients" / "js"
 VIEWER = ROOT / "history_service" / "viewer"
+# The viewer's one third-party library: a pinned package's own browser build, kept in its vendor/
+# folder and named in its import map (tests/history_service/test_assets.py holds the copy to the pin).
+VIEWER_VENDORED = {"markdown-it": "vendor/markdown-it.js"}
 JS_IMPORT = re.compile(r"""^\s*(?:import|export)\s+(?:([^;]*?)\s+from\s+)?["']([^"']+)["']""", re.M)
 JS_EXPORT = re.compile(r"^export\s+(?:async\s+)?(?:class|function\*?|const|let)\s+([A-Za-z_$][\w$]*)", re.M)
 JS_NAMES = re.compile(r"\{([^}]*)\}")
@@ -171,11 +174,15 @@ def test_the_viewer_uses_only_the_public_exports_of_the_javascript_package():
             if source.startswith("./"):
                 assert (VIEWER / source).is_file() and "/" not in source[2:], f"{path.name} imports {source}"
                 continue
+            if source in VIEWER_VENDORED:
+                continue
             assert source == "history-transport-client", f"{path.name} imports {source}"
             named = {part.split(" as ")[0].strip() for found in JS_NAMES.findall(names) for part in found.split(",")}
             assert named - {""} <= public, f"{path.name} imports non-public {sorted(named - public - {''})}"
     page = (VIEWER / "index.html").read_text(encoding="utf-8")
     assert '"history-transport-client": "./lib/index.js"' in page
+    for name, path in VIEWER_VENDORED.items():
+        assert f'"{name}": "./{path}"' in page and (VIEWER / path).is_file(), name
 
 
 # No product module grows past this many lines, Python or the viewer's JavaScript: one concept

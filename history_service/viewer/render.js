@@ -1,14 +1,16 @@
 // An item on screen: its element, label, body and meta line (time, token usage, copy button).
 import { USAGE_FIELDS } from "./items.js";
+import { renderMarkdown } from "./markdown.js";
 
 /** @typedef {import("./items.js").Item} Item */
 /** @typedef {import("./items.js").Usage} Usage */
 
 /**
  * An item on screen: its element, the text node of its body, its name line (a tool call's),
- * the formatted copy of its arguments (a tool call's, once they parse as JSON) and its meta
- * line (time, token usage, copy button), which stays outside the body.
- * @typedef {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null, pretty: HTMLElement | null, meta: HTMLElement, usage: Usage | null}} Rendered
+ * the formatted copy of its arguments (a tool call's, once they parse as JSON), its text
+ * rendered as Markdown (assistant text's) and its meta line (time, token usage, copy button),
+ * which stays outside the body.
+ * @typedef {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null, pretty: HTMLElement | null, markdown: HTMLElement | null, meta: HTMLElement, usage: Usage | null}} Rendered
  */
 
 // Each count's name in the usage line's title, and, for the two the line itself shows, its short name.
@@ -18,6 +20,8 @@ const USAGE_SHORT = { inputTokens: "in", outputTokens: "out" };
 const SHORT_TIME = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
 const FULL_TIME = new Intl.DateTimeFormat(undefined, { dateStyle: "full", timeStyle: "long" });
 const COUNT = new Intl.NumberFormat();
+// Items whose text is the model's Markdown, shown rendered; the raw text stays in the body, for copy and find.
+const MARKDOWN = new Set(["text", "assistant"]);
 // Items a reader may want to copy: everything but turn markers.
 const COPYABLE = new Set(["text", "reasoning", "tool", "user", "assistant", "tool-result", "context"]);
 
@@ -144,8 +148,15 @@ export function render(doc, item) {
     pretty.className = "pretty";
     el.append(pretty);
   }
+  /** @type {HTMLElement | null} */
+  let markdown = null;
+  if (MARKDOWN.has(item.kind)) {
+    markdown = doc.createElement("div");
+    markdown.className = "markdown";
+    el.append(markdown);
+  }
   /** @type {Rendered} */
-  const node = { item, el, body: text, name, pretty, meta, usage: null };
+  const node = { item, el, body: text, name, pretty, markdown, meta, usage: null };
   mark(node);
   showTime(node);
   if (item.usage) showUsage(node, item.usage);
@@ -164,6 +175,10 @@ export function mark(node) {
     const formatted = prettyArguments(item.text);
     node.pretty.textContent = formatted ?? "";
     el.classList.toggle("formatted", formatted !== null);
+  }
+  if (node.markdown) {
+    renderMarkdown(node.markdown, item.text);
+    el.classList.add("rendered");
   }
 }
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -84,3 +86,41 @@ async def test_without_the_client_sources_the_viewer_says_why(monkeypatch, tmp_p
 async def test_the_root_redirects_to_the_viewer_whatever_the_host():
     response = await get("/", follow_redirects=False, headers={"Host": "evil.example"})
     assert response.status_code == 308 and response.headers["location"] == "/viewer/"
+
+
+# The viewer's vendored markdown-it: the pinned package's own browser build (clients/js pins it,
+# beside the TypeScript that checks the viewer against its types), copied byte for byte.
+MARKDOWN_IT = assets.VIEWER_DIR / "vendor" / "markdown-it.js"
+JS_PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "js"
+
+
+def pinned_markdown_it() -> str:
+    manifest = json.loads((JS_PACKAGE / "package.json").read_text(encoding="utf-8"))
+    version: str = manifest["devDependencies"]["markdown-it"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"markdown-it is pinned to one version, not {version!r}"
+    return version
+
+
+def test_the_vendored_markdown_it_is_the_pinned_version():
+    assert MARKDOWN_IT.read_text(encoding="utf-8").startswith(f"/*! markdown-it {pinned_markdown_it()} ")
+    assert (MARKDOWN_IT.parent / "markdown-it.LICENSE").is_file()
+
+
+def test_the_vendored_markdown_it_is_the_packages_own_browser_build():
+    installed = JS_PACKAGE / "node_modules" / "markdown-it"
+    if not installed.is_dir():
+        pytest.skip("clients/js has no node_modules: scripts/with-node or make typecheck-js installs them")
+    manifest = json.loads((installed / "package.json").read_text(encoding="utf-8"))
+    assert manifest["version"] == pinned_markdown_it()
+    build = installed / "dist" / "browser" / "markdown-it.esm.min.mjs"
+    assert MARKDOWN_IT.read_bytes() == build.read_bytes(), (
+        f"copy {build.relative_to(JS_PACKAGE.parent.parent)} to {MARKDOWN_IT.relative_to(JS_PACKAGE.parent.parent)}"
+    )
+
+
+async def test_the_vendored_markdown_it_is_served_as_a_module_of_this_origin():
+    response = await get("/viewer/vendor/markdown-it.js")
+    assert response.status_code == 200 and response.content == MARKDOWN_IT.read_bytes()
+    assert response.headers["content-type"].split(";")[0] in ("text/javascript", "application/javascript")
+    # Nothing in it loads another file: the browser build is whole.
+    assert not re.search(rb"""^\s*import\s|\bimport\(""", response.content, re.M)
