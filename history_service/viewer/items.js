@@ -1,13 +1,20 @@
 // The viewer's items: page records and live events become the things a reader sees, in seq order.
 //
 // An item is one thing a reader sees: a run of one block's deltas (text, reasoning or a tool
-// call's arguments), a user message, a tool result or a turn marker. A chunk row becomes one
-// item through joinedText, without expanding it; a live delta of the same block, next in seq,
-// joins the item in place. Every item carries its seq range, so order and coverage can be checked.
+// call's arguments), a user message, a tool result, a turn marker, or a card for any other event
+// (events.js). A chunk row becomes one item through joinedText, without expanding it; a live delta
+// of the same block, next in seq, joins the item in place. Every item carries its seq range, so
+// order and coverage can be checked.
+//
+// Every event becomes an item: nothing in a log is dropped. A bookkeeping event (a block's start
+// and end, a step's start and end, a normal finish, the assembled message, a streamed call's
+// `tool/call`, a step's usage) names the item it belongs to (`absorb`, a key that item `offers`)
+// and is accounted there; the timeline shows it itself only when no such item is on screen.
 //
 // An item also carries its first event's time and, for a model step's blocks, the step; a step's
 // `usage` chunk is not an item on screen but a line on the step's last block (timeline.js).
 import { joinedText } from "history-transport-client";
+import { eventCard, rawItem } from "./events.js";
 
 const DELTA_KINDS = { "text-delta": "text", "reasoning-delta": "reasoning", "tool-call-delta": "tool" };
 const ROW_KINDS = { "text-chunks": "text", "reasoning-chunks": "reasoning", "tool-call-chunks": "tool" };
@@ -20,8 +27,11 @@ const ROW_KINDS = { "text-chunks": "text", "reasoning-chunks": "reasoning", "too
  * An item may also carry its tool call's id (`callId`), whether a tool result is an error
  * (`error`), for injected context the kind of its source (`source`), its first event's time
  * (`time`), the model step its blocks belong to (`step`) and token counts (`usage`). A `usage`
- * item is a step's usage chunk: never rendered itself.
- * @typedef {{kind: string, key: string, seq0: number, seq1: number, text: string, name?: string, hides?: Hiding, callId?: string, error?: boolean, source?: string, time?: number, step?: string, usage?: Usage}} Item
+ * item is a step's usage chunk: never rendered itself while its step has a block on screen.
+ * A card has its event's `type`, a `title` and a `tone` (`error`, `warn`, `ok` or `quiet`); an
+ * approval's card its `decision`. `offers` are the keys of the bookkeeping events an item
+ * accounts for; `absorb` is the key of the item a bookkeeping event belongs to.
+ * @typedef {{kind: string, key: string, seq0: number, seq1: number, text: string, name?: string, hides?: Hiding, callId?: string, error?: boolean, source?: string, time?: number, step?: string, usage?: Usage, type?: string, title?: string, tone?: string, decision?: string, offers?: string[], absorb?: string}} Item
  */
 
 
@@ -33,8 +43,34 @@ function blockKey(data, kind, chunk) {
 }
 
 /** The model step a chunk belongs to, or undefined when it names none. @param {any} data */
-function stepKey(data) {
-  return data.step === undefined ? undefined : JSON.stringify([data.turn ?? null, data.step]);
+export function stepKey(data) {
+  return data && typeof data === "object" && data.step !== undefined ? JSON.stringify([data.turn ?? null, data.step]) : undefined;
+}
+
+/** The key of a step's bookkeeping, offered by the items that show the step's output. @param {any} data */
+export function stepCarrier(data) {
+  const step = stepKey(data);
+  return step === undefined ? undefined : `step:${step}`;
+}
+
+/** The key of one block's start and end, offered by the item of its deltas. @param {any} data @param {any} chunk */
+function blockCarrier(data, chunk) {
+  return `block:${JSON.stringify([data.turn ?? null, data.step ?? null, chunk.index ?? null])}`;
+}
+
+/** The key of a tool call, offered by the item that shows it. @param {string | undefined} id */
+export function callCarrier(id) {
+  return id === undefined ? undefined : `call:${id}`;
+}
+
+/** The keys an item showing a step's output offers. @param {...(string | undefined)} keys @returns {string[]} */
+function offering(...keys) {
+  return /** @type {string[]} */ (keys.filter((key) => key !== undefined));
+}
+
+/** A bookkeeping event: accounted on the item that offers `key`, or shown as `fallback` when none is on screen. @param {Item} fallback @param {string | undefined} key @returns {Item} */
+function absorbed(fallback, key) {
+  return key === undefined ? fallback : { ...fallback, absorb: key };
 }
 
 /** Token counts from a usage object: its numeric fields, or undefined when it has none. @param {any} value @returns {Usage | undefined} */
@@ -46,13 +82,17 @@ function usageOf(value) {
   return Object.keys(out).length ? out : undefined;
 }
 
+// 2000-01-01T00:00:00Z. No harness recorded a session before it: an earlier time is none.
+const EARLIEST = 946_684_800_000;
+
 /**
- * The time an event carries, or undefined. A log that recorded none reads as time 0 (§13),
- * so 0 is no time, and neither is one outside the range a Date holds.
+ * The time an event carries, or undefined. A log that recorded none reads as time 0 (§13), and
+ * a recorded log may count from 0: any time before 2000 is unknown, never shown as 1970. So is
+ * one outside the range a Date holds.
  * @param {unknown} time
  */
-function timeOf(time) {
-  return typeof time === "number" && time !== 0 && Number.isFinite(new Date(time).getTime()) ? time : undefined;
+export function timeOf(time) {
+  return typeof time === "number" && time >= EARLIEST && Number.isFinite(new Date(time).getTime()) ? time : undefined;
 }
 
 /**
@@ -99,28 +139,23 @@ function resultCallId(data, message) {
   return part ? part.toolCallId : undefined;
 }
 
+// A block's kind by its `blockType` (block-start) or its `block.type` (block-end).
+const BLOCK_KINDS = { text: "text", reasoning: "reasoning", "tool-call": "tool" };
+// Finish reasons of a step that ended as it should; any other is shown as a card of its own.
+const NORMAL_FINISH = new Set(["stop", "tool-calls", "end-turn", "tool-use"]);
+
 /**
- * The item of one logical event, or null for an event the viewer does not show.
+ * The item of one logical event: every event has one.
  * @param {any} event
- * @returns {Item | null}
+ * @returns {Item}
  */
 export function eventItem(event) {
   const data = event.data;
   const seq = event.seq;
   const time = timeOf(event.time);
-  if (event.type === "assistant/chunk" && data && typeof data === "object" && data.chunk) {
-    const chunk = data.chunk;
-    if (chunk.type === "usage") {
-      const usage = usageOf(chunk.usage);
-      const step = stepKey(data);
-      return usage && step ? { kind: "usage", key: "", seq0: seq, seq1: seq, text: "", step, usage } : null;
-    }
-    const kind = DELTA_KINDS[/** @type {keyof DELTA_KINDS} */ (chunk.type)];
-    if (!kind) return null;
-    const text = kind === "tool" ? chunk.argumentsDelta : chunk.text;
-    if (typeof text !== "string") return null;
-    const item = withStep({ kind, key: blockKey(data, kind, chunk), seq0: seq, seq1: seq, text, time }, data);
-    return kind === "tool" ? toolCall(item, chunk) : item;
+  if (event.type === "assistant/chunk" && data && typeof data === "object" && data.chunk && typeof data.chunk === "object") {
+    const item = chunkItem(event, data, data.chunk, time);
+    if (item) return item;
   }
   if (event.type === "user/message" && data && typeof data === "object") {
     const text = typeof data.text === "string" ? data.text : messageText(data.content);
@@ -131,15 +166,18 @@ export function eventItem(event) {
     }
     return withHiding({ kind: "user", key: "", seq0: seq, seq1: seq, text, time }, event);
   }
-  // A message built from deltas is already on screen as they were; one without is shown itself.
-  if (event.type === "assistant/message" && data && typeof data === "object" && !event.sourceEventSeqs?.length) {
+  if (event.type === "assistant/message" && data && typeof data === "object" && data.interrupted !== true) {
     const message = data.message && typeof data.message === "object" ? data.message : data;
     const text = typeof message.text === "string" ? message.text : messageText(message.content);
     /** @type {Item} */
-    const item = { kind: "assistant", key: "", seq0: seq, seq1: seq, text, time };
+    const item = { kind: "assistant", key: "", seq0: seq, seq1: seq, text, time, offers: offering(stepCarrier(data)) };
     const usage = usageOf(message.usage ?? data.usage);
     if (usage) item.usage = usage;
-    return withHiding(item, event);
+    // A message built from deltas is already on screen as they were: it is accounted on them, and
+    // shown itself only when they are not (or when it has text and nothing built it).
+    if (!event.sourceEventSeqs?.length) return withHiding(item, event);
+    const fallback = text ? item : rawItem(event, time);
+    return withHiding(absorbed(fallback, stepCarrier(data)), event);
   }
   if (event.type === "tool/result" && data && typeof data === "object") {
     const message = data.message && typeof data.message === "object" ? data.message : data;
@@ -150,10 +188,61 @@ export function eventItem(event) {
     if (callId !== undefined) item.callId = callId;
     return withHiding(item, event);
   }
+  if (event.type === "tool/call" && data && typeof data === "object" && typeof data.callId === "string") {
+    // A call streamed as deltas is on screen already; one that was not is shown from this event.
+    const text = typeof data.arguments === "string" ? data.arguments : JSON.stringify(data.arguments ?? null);
+    const call = withStep({ kind: "tool", key: "", seq0: seq, seq1: seq, text, time }, data);
+    const item = toolCall(call, { name: data.name, id: data.callId });
+    return absorbed({ ...item, offers: offering(callCarrier(data.callId), stepCarrier(data)) }, callCarrier(data.callId));
+  }
   if (event.type === "turn/start" && data && typeof data === "object" && data.turn !== undefined) {
     return { kind: "turn", key: "", seq0: seq, seq1: seq, text: String(data.turn), time };
   }
-  return null;
+  if ((event.type === "step/start" || event.type === "step/end") && stepCarrier(data) !== undefined) {
+    return absorbed(rawItem(event, time), stepCarrier(data));
+  }
+  return eventCard(event, time);
+}
+
+/**
+ * The item of an `assistant/chunk`, or null for a chunk of no known shape (a raw row then).
+ * @param {any} event @param {any} data @param {any} chunk @param {number | undefined} time
+ * @returns {Item | null}
+ */
+function chunkItem(event, data, chunk, time) {
+  const seq = event.seq;
+  if (chunk.type === "usage") {
+    const usage = usageOf(chunk.usage);
+    const step = stepKey(data);
+    if (!usage || !step) return null;
+    return absorbed({ ...rawItem(event, time), kind: "usage", step, usage }, stepCarrier(data));
+  }
+  if (chunk.type === "finish") {
+    const reason = chunk.reason && typeof chunk.reason === "object" ? chunk.reason.kind : chunk.reason;
+    if (reason === undefined || NORMAL_FINISH.has(reason)) return absorbed(rawItem(event, time), stepCarrier(data));
+    return null;
+  }
+  if (chunk.type === "block-start") return absorbed(rawItem(event, time), blockCarrier(data, chunk));
+  if (chunk.type === "block-end" && chunk.block && typeof chunk.block === "object") {
+    // The block whole: accounted on its deltas, or shown from here when none were streamed (a
+    // raw row when it has nothing to show, which its start is accounted on).
+    const kind = BLOCK_KINDS[/** @type {keyof BLOCK_KINDS} */ (chunk.block.type)];
+    const text = kind === "tool" ? chunk.block.arguments : chunk.block.text;
+    if (!kind || typeof text !== "string" || (!text && kind !== "tool")) {
+      return absorbed({ ...rawItem(event, time), offers: [blockCarrier(data, chunk)] }, blockCarrier(data, chunk));
+    }
+    const block = withStep({ kind, key: "", seq0: seq, seq1: seq, text, time }, data);
+    const item = kind === "tool" ? toolCall(block, chunk.block) : block;
+    const offers = offering(blockCarrier(data, chunk), stepCarrier(data), callCarrier(item.callId));
+    return absorbed({ ...item, offers }, blockCarrier(data, chunk));
+  }
+  const kind = DELTA_KINDS[/** @type {keyof DELTA_KINDS} */ (chunk.type)];
+  if (!kind) return null;
+  const text = kind === "tool" ? chunk.argumentsDelta : chunk.text;
+  if (typeof text !== "string") return null;
+  const item = withStep({ kind, key: blockKey(data, kind, chunk), seq0: seq, seq1: seq, text, time }, data);
+  const call = kind === "tool" ? toolCall(item, chunk) : item;
+  return { ...call, offers: offering(blockCarrier(data, chunk), stepCarrier(data), callCarrier(call.callId)) };
 }
 
 /** A tool call's item with its name and call id, where the chunk or row has them. @param {Item} item @param {any} source @returns {Item} */
@@ -179,7 +268,7 @@ function withHiding(item, event) {
 /**
  * The item of a page record (`{event}` or `{chunks}`, or a bare event or row).
  * @param {any} record
- * @returns {Item | null}
+ * @returns {Item}
  */
 export function recordItem(record) {
   const value = record.chunks ?? record.event ?? record;
@@ -199,7 +288,8 @@ export function recordItem(record) {
     },
     data,
   );
-  return kind === "tool" ? toolCall(item, data) : item;
+  const call = kind === "tool" ? toolCall(item, data) : item;
+  return { ...call, offers: offering(blockCarrier(data, data), stepCarrier(data), callCarrier(call.callId)) };
 }
 
 /** Whether `after` continues the block of `before`, next in seq. @param {Item} before @param {Item} after */
@@ -209,14 +299,13 @@ export function joins(before, after) {
 
 /**
  * Items in order, each run of one block joined.
- * @param {Iterable<Item | null>} items
+ * @param {Iterable<Item>} items
  * @returns {Item[]}
  */
 export function joinItems(items) {
   /** @type {Item[]} */
   const out = [];
   for (const item of items) {
-    if (item === null) continue;
     const last = out[out.length - 1];
     if (last && joins(last, item)) {
       out[out.length - 1] = {

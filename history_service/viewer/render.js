@@ -7,10 +7,12 @@ import { renderMarkdown } from "./markdown.js";
 
 /**
  * An item on screen: its element, the text node of its body, its name line (a tool call's),
- * the formatted copy of its arguments (a tool call's, once they parse as JSON), its text
- * rendered as Markdown (assistant text's) and its meta line (time, token usage, copy button),
- * which stays outside the body.
- * @typedef {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null, pretty: HTMLElement | null, markdown: HTMLElement | null, meta: HTMLElement, usage: Usage | null}} Rendered
+ * its call line (a tool call's or result's id, and a result's tool), the formatted copy of its
+ * JSON (a tool call's arguments, a result's text, once they parse), its text rendered as Markdown
+ * (assistant text's), its label (a card's title) and its meta line (time, token usage, copy
+ * button), which stays outside the body. `absorbed` are the seqs of the bookkeeping events it
+ * accounts for (`data-seqs`).
+ * @typedef {{item: Item, el: HTMLElement, body: Text, name: HTMLElement | null, call: HTMLElement | null, pretty: HTMLElement | null, markdown: HTMLElement | null, label: HTMLElement | null, meta: HTMLElement, usage: Usage | null, absorbed: number[]}} Rendered
  */
 
 // Each count's name in the usage line's title, and, for the two the line itself shows, its short name.
@@ -22,8 +24,12 @@ const FULL_TIME = new Intl.DateTimeFormat(undefined, { dateStyle: "full", timeSt
 const COUNT = new Intl.NumberFormat();
 // Items whose text is the model's Markdown, shown rendered; the raw text stays in the body, for copy and find.
 const MARKDOWN = new Set(["text", "assistant"]);
-// Items a reader may want to copy: everything but turn markers.
-const COPYABLE = new Set(["text", "reasoning", "tool", "user", "assistant", "tool-result", "context"]);
+// Items folded away, their summary a line: reasoning, injected context, raw rows.
+const FOLDED = new Set(["reasoning", "context", "raw", "usage"]);
+// Items whose body is preformatted: a call's arguments, a result, an event's JSON.
+const PREFORMATTED = new Set(["tool", "tool-result", "raw", "usage"]);
+// Items whose text may be JSON, shown indented once it parses.
+const JSON_KINDS = new Set(["tool", "tool-result"]);
 
 const LABELS = {
   text: "Assistant",
@@ -34,6 +40,9 @@ const LABELS = {
   "tool-result": "Tool result",
   context: "Context",
   turn: "Turn",
+  card: "Event",
+  raw: "Event",
+  usage: "Token usage",
 };
 
 /** The text an item shows, which its copy button copies and find searches: a tool call's formatted arguments once they parse. @param {Element} el */
@@ -42,9 +51,10 @@ export function shownText(el) {
   return shown?.textContent ?? "";
 }
 
-/** A tool call's arguments as indented JSON, or null while they do not parse (yet). @param {string} text */
-export function prettyArguments(text) {
-  if (!text.trim()) return null;
+/** A call's arguments or a result's text as indented JSON, or null while it does not parse (yet) or is no object or array. @param {string} text */
+export function prettyJson(text) {
+  const trimmed = text.trim();
+  if (!trimmed.startsWith("{") && !trimmed.startsWith("[")) return null;
   try {
     return JSON.stringify(JSON.parse(text), null, 2);
   } catch {
@@ -94,18 +104,22 @@ export function handleCopies(root) {
   });
 }
 
+/** @param {Document} doc @param {string} tag @param {string} className */
+function element(doc, tag, className) {
+  const el = doc.createElement(tag);
+  el.className = className;
+  return el;
+}
+
 /** An item's element. @param {Document} doc @param {Item} item @returns {Rendered} */
 export function render(doc, item) {
-  const folded = item.kind === "reasoning" || item.kind === "context";
-  const el = doc.createElement(folded ? "details" : "div");
-  el.className = `item ${item.kind}`;
+  const folded = FOLDED.has(item.kind);
+  const el = element(doc, folded ? "details" : "div", `item ${item.kind}`);
   // Time, usage and the copy button: outside the label and the body, which hold only the item's own text.
-  const meta = doc.createElement("div");
-  meta.className = "meta";
-  if (COPYABLE.has(item.kind)) {
-    const copy = doc.createElement("button");
-    copy.type = "button";
-    copy.className = "copy";
+  const meta = element(doc, "div", "meta");
+  if (item.kind !== "turn" && item.tone !== "quiet") {
+    const copy = element(doc, "button", "copy");
+    /** @type {HTMLButtonElement} */ (copy).type = "button";
     copy.title = "Copy the text shown";
     copy.textContent = "Copy";
     meta.append(copy);
@@ -113,72 +127,76 @@ export function render(doc, item) {
   /** @type {HTMLElement | null} */
   let name = null;
   /** @type {HTMLElement | null} */
-  let pretty = null;
+  let label = null;
   if (folded) {
     const summary = doc.createElement("summary");
-    summary.textContent = item.kind === "context" ? `${LABELS.context}: ${item.source}` : LABELS.reasoning;
+    summary.textContent =
+      item.kind === "context" ? `${LABELS.context}: ${item.source}` : item.kind === "reasoning" ? LABELS.reasoning : item.title ?? "";
     el.append(summary);
   }
   // After a details element's summary: in its folded part.
   el.append(meta);
   if (item.kind === "tool") {
-    name = doc.createElement("div");
-    name.className = "name";
+    name = element(doc, "div", "name");
     name.textContent = item.name ?? "";
     el.append(name);
-  } else if (item.kind === "tool-result" && item.error) {
-    const label = doc.createElement("div");
-    label.className = "label";
-    label.textContent = "Tool result: error";
-    el.append(label);
-  } else if (!folded && LABELS[/** @type {keyof LABELS} */ (item.kind)]) {
-    const label = doc.createElement("div");
-    label.className = "label";
-    label.textContent = LABELS[/** @type {keyof LABELS} */ (item.kind)];
+  } else if (!folded) {
+    label = element(doc, "div", "label");
+    label.textContent =
+      item.kind === "tool-result" && item.error ? "Tool result: error" : item.title ?? LABELS[/** @type {keyof LABELS} */ (item.kind)] ?? item.kind;
     el.append(label);
   }
-  const body = doc.createElement(item.kind === "tool" || item.kind === "tool-result" ? "pre" : "div");
-  body.className = "body";
+  /** @type {HTMLElement | null} */
+  let call = null;
+  if (item.kind === "tool" || item.kind === "tool-result") {
+    call = element(doc, "div", "call");
+    el.append(call);
+  }
+  const body = element(doc, PREFORMATTED.has(item.kind) ? "pre" : "div", "body");
   const text = doc.createTextNode(item.text);
   body.append(text);
   el.append(body);
-  if (item.kind === "tool") {
-    // The arguments as sent stay in the body; a formatted copy is shown once they parse.
-    pretty = doc.createElement("pre");
-    pretty.className = "pretty";
-    el.append(pretty);
-  }
-  /** @type {HTMLElement | null} */
-  let markdown = null;
-  if (MARKDOWN.has(item.kind)) {
-    markdown = doc.createElement("div");
-    markdown.className = "markdown";
-    el.append(markdown);
-  }
+  // The text as sent stays in the body; a formatted copy is shown once it parses.
+  const pretty = JSON_KINDS.has(item.kind) ? element(doc, "pre", "pretty") : null;
+  if (pretty) el.append(pretty);
+  const markdown = MARKDOWN.has(item.kind) ? element(doc, "div", "markdown") : null;
+  if (markdown) el.append(markdown);
   /** @type {Rendered} */
-  const node = { item, el, body: text, name, pretty, markdown, meta, usage: null };
+  const node = { item, el, body: text, name, call, pretty, markdown, label, meta, usage: null, absorbed: [] };
   mark(node);
   showTime(node);
   if (item.usage) showUsage(node, item.usage);
   return node;
 }
 
-/** Bring a node's data attributes and formatted arguments up to its item. @param {Rendered} node */
+/** Bring a node's data attributes, call line, formatted JSON, Markdown and decision up to its item. @param {Rendered} node */
 export function mark(node) {
   const { el, item } = node;
   el.dataset.kind = item.kind;
   el.dataset.seq0 = String(item.seq0);
   el.dataset.seq1 = String(item.seq1);
+  if (item.type !== undefined) el.dataset.type = item.type;
+  if (item.tone !== undefined) el.dataset.tone = item.tone;
   if (item.error) el.dataset.error = "true";
   if (item.callId !== undefined) el.dataset.callId = item.callId;
+  if (node.absorbed.length) el.dataset.seqs = node.absorbed.join(" ");
+  if (node.call) {
+    const parts = [item.kind === "tool-result" ? item.name : undefined, item.callId].filter((part) => part !== undefined);
+    node.call.textContent = parts.join(" · ");
+  }
   if (node.pretty) {
-    const formatted = prettyArguments(item.text);
+    const formatted = prettyJson(item.text);
     node.pretty.textContent = formatted ?? "";
     el.classList.toggle("formatted", formatted !== null);
   }
   if (node.markdown) {
     renderMarkdown(node.markdown, item.text);
     el.classList.add("rendered");
+  }
+  if (node.label && item.decision !== undefined) {
+    const badge = node.label.querySelector(":scope > .decision") ?? node.label.appendChild(element(el.ownerDocument, "span", "decision"));
+    badge.textContent = item.decision;
+    el.dataset.decision = item.decision;
   }
 }
 

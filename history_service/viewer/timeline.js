@@ -1,8 +1,10 @@
 // The viewer's timeline: the rendered items of one element, in seq order, as pages and live events add them.
 //
 // Older pages prepend and live events append; a delta that continues an item on screen extends it
-// in place. The timeline marks what edits and replacements hide, and puts each model step's token
-// usage on the step's last block (its `usage` chunk is not an item on screen).
+// in place. The timeline marks what edits and replacements hide, puts each model step's token
+// usage on the step's last block (its `usage` chunk is not an item on screen), names each tool
+// result's tool, and accounts for every bookkeeping event on the item it belongs to (carriers.js).
+import { Carriers } from "./carriers.js";
 import { Coverage } from "./coverage.js";
 import { joins } from "./items.js";
 import { handleCopies, mark, render, showTime, showUsage } from "./render.js";
@@ -21,6 +23,9 @@ export class Timeline {
     this.hidden = new Coverage();
     /** Each step's usage chunk (the newest seen) and the node showing it. @type {Map<string, {seq: number, usage: Usage, node: Rendered | null}>} */
     this.usages = new Map();
+    this.carriers = new Carriers((node) => this.#remove(node));
+    /** Each tool call's name, and the results on screen that answer it. @type {Map<string, {name?: string, results: Rendered[]}>} */
+    this.calls = new Map();
     handleCopies(root);
   }
 
@@ -58,12 +63,12 @@ export class Timeline {
     let folded = null;
     for (let k = this.#firstEndingFrom(seq) - 1; k >= 0 && this.nodes[k].item.step === step; k--) {
       const node = this.nodes[k];
+      if (node.item.kind === "usage") continue;
       if (node.el.tagName !== "DETAILS") return node;
       folded ??= node;
     }
     return folded;
   }
-
 
   /**
    * Mark the items that edits and replacements hide; they stay in place, dimmed and labelled,
@@ -107,6 +112,45 @@ export class Timeline {
     return low;
   }
 
+  /** Take a node off the screen: a bookkeeping event shown for want of its carrier, now accounted there. @param {Rendered} node */
+  #remove(node) {
+    const found = this.#firstEndingFrom(node.item.seq1);
+    const at = this.nodes[found] === node ? found : this.nodes.indexOf(node);
+    if (at !== -1) this.nodes.splice(at, 1);
+    node.el.remove();
+    for (const entry of this.usages.values()) if (entry.node === node) entry.node = null;
+  }
+
+  /**
+   * Name each tool result after its call: the name comes with the call's deltas, its
+   * `tool/call` or its block's end, on this page or another.
+   * @param {Rendered[]} added @param {Item[]} items
+   */
+  #nameResults(added, items) {
+    for (const item of items) {
+      if (item.callId === undefined || item.kind === "tool-result" || item.name === undefined) continue;
+      const call = this.calls.get(item.callId) ?? { results: [] };
+      this.calls.set(item.callId, call);
+      if (call.name !== undefined) continue;
+      call.name = item.name;
+      for (const result of call.results) this.#nameResult(result, call.name);
+    }
+    for (const node of added) {
+      if (node.item.kind !== "tool-result" || node.item.callId === undefined) continue;
+      const call = this.calls.get(node.item.callId) ?? { results: [] };
+      this.calls.set(node.item.callId, call);
+      if (!call.results.includes(node)) call.results.push(node);
+      if (call.name !== undefined) this.#nameResult(node, call.name);
+    }
+  }
+
+  /** @param {Rendered} node @param {string} name */
+  #nameResult(node, name) {
+    if (node.item.name === name) return;
+    node.item = { ...node.item, name };
+    mark(node);
+  }
+
   /**
    * Link the items of one tool call (the call and its result) to a subagent child's view.
    * @param {Item} item an item that names the child
@@ -126,15 +170,25 @@ export class Timeline {
     }
   }
 
+  /** After nodes were rendered or extended: carriers, hidden marks, usage lines, result names. @param {Rendered[]} added @param {Item[]} absorbed @param {Item[]} items */
+  #settle(added, absorbed, items) {
+    const adopted = this.carriers.settle(added, absorbed);
+    const touched = adopted.length ? added.concat(adopted) : added;
+    this.#markHidden(touched, items);
+    this.#placeUsage(touched, items);
+    this.#nameResults(added, items);
+  }
+
   /** Add newer items at the end; a delta that continues the last item extends it in place. @param {Item[]} items */
   append(items) {
     const fragment = this.root.ownerDocument.createDocumentFragment();
-    /** The nodes rendered or extended. @type {Rendered[]} */
+    /** @type {Item[]} */
+    const fresh = [];
+    /** The nodes extended. @type {Rendered[]} */
     const added = [];
     for (const item of items) {
-      if (item.kind === "usage") continue;
       const last = this.nodes[this.nodes.length - 1];
-      if (last && joins(last.item, item)) {
+      if (!fresh.some((other) => !other.absorb) && !item.absorb && last && joins(last.item, item)) {
         last.body.appendData(item.text);
         last.item = { ...last.item, seq1: item.seq1, text: last.item.text + item.text };
         if (last.name && !last.name.textContent && item.name) last.name.textContent = item.name;
@@ -144,23 +198,26 @@ export class Timeline {
         if (added[added.length - 1] !== last) added.push(last);
         continue;
       }
+      fresh.push(item);
+    }
+    const { shown, absorbed } = this.carriers.plan(fresh);
+    for (const item of shown) {
       const node = render(this.root.ownerDocument, item);
       this.nodes.push(node);
       added.push(node);
       fragment.append(node.el);
     }
     this.root.append(fragment);
-    this.#markHidden(added, items);
-    this.#placeUsage(added, items);
+    this.#settle(added, absorbed, items);
   }
 
   /** Add older items at the start, in their order. @param {Item[]} items */
   prepend(items) {
     const first = this.nodes[0];
-    let older = items.filter((item) => item.kind !== "usage");
+    let older = items;
     let joined = false;
-    if (first && older.length && joins(older[older.length - 1], first.item)) {
-      const tail = older[older.length - 1];
+    const tail = older[older.length - 1];
+    if (first && tail && !tail.absorb && joins(tail, first.item)) {
       first.body.insertData(0, tail.text);
       first.item = {
         ...first.item,
@@ -176,13 +233,13 @@ export class Timeline {
       older = older.slice(0, -1);
       joined = true;
     }
-    const nodes = older.map((item) => render(this.root.ownerDocument, item));
+    const { shown, absorbed } = this.carriers.plan(older);
+    const nodes = shown.map((item) => render(this.root.ownerDocument, item));
     const touched = first && joined ? [...nodes, first] : nodes;
     const fragment = this.root.ownerDocument.createDocumentFragment();
     for (const node of nodes) fragment.append(node.el);
     this.root.prepend(fragment);
     this.nodes = nodes.concat(this.nodes);
-    this.#markHidden(touched, items);
-    this.#placeUsage(touched, items);
+    this.#settle(touched, absorbed, items);
   }
 }

@@ -1,28 +1,27 @@
 """The viewer in real Chromium, against a real service process with the test seeder.
 
-What the viewer renders is compared with what the store holds: the same items (a run of one
-block's deltas joined, a user message, a tool result, a turn marker), in seq order, each
+What the viewer renders is compared with what the store holds: the same conversation items (a run
+of one block's deltas joined, a user message, a tool result, a turn marker), in seq order, each
 exactly once, after scrolling up through every page; live tokens in place, across a SIGKILL
 and restart of the server; a burst of 3,000 live events whole, in order, with its hidden
 markers, in at most one DOM update an animation frame; the same items whatever the response's
 content coding, and from a packed follow (gzip, a records frame a write) as from an unpacked one,
 live events of every kind; token auth from the login form; "session ended", when a live session is
 closed and on opening a closed one; and "session deleted", when a live session is deleted.
-What a chat UI has, on the seeded scenarios, the demo and every corpus log: each item's time
+What a chat UI has, on the seeded scenarios and the demo: each item's time
 (a ``<time datetime>`` of its first event's time) and each step's token usage (the numbers its
 usage chunk gives), outside the body; copy buttons that copy exactly the text shown; find with
 its count; jump-to-end; the dark scheme.
-Each test leaves a screenshot in ``test-output/``.
+Each test leaves a screenshot in ``test-output/``. The harness's other events (cards, raw rows, the
+bookkeeping accounted on the items) and the real corpus are tests/history_service/test_viewer_timeline.py's.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import signal
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,13 +36,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from codec import Event, ReplaceOp, encode
 from history_client import HistoryClient
 from history_service.cli.demo import DEMO_CHILD, DEMO_SESSION
-from history_service.cli.program import main
-from history_service.settings import Settings
 from testing.browser import OUTPUT_DIR, checked_page, launch, missing_reason, screenshot
-from testing.corpus import CORPUS_ENV, corpus_dir
 from testing.docs_screenshots import SCHEMES, VIEWPORT, make_screenshots
 from testing.seeding import SCENARIOS
-from testing.servers import ServerProcess, serve_in_thread
+from testing.servers import ServerProcess
 
 if missing_reason() is not None:
     pytest.skip(missing_reason() or "", allow_module_level=True)
@@ -135,9 +131,17 @@ def hidden_items(events: list[Event], items: list[Item]) -> dict[int, str]:
     return hidden
 
 
+# The conversation's items: what `event_item` describes. The harness's other events are cards and raw
+# rows, and its bookkeeping is accounted on these items (tests/history_service/test_viewer_timeline.py).
+CONVERSATION = ", ".join(
+    f"#timeline > .item[data-kind='{kind}']"
+    for kind in ("text", "reasoning", "tool", "user", "assistant", "tool-result", "context", "turn")
+)
+
+
 def rendered_hidden(page: Page) -> dict[int, str]:
     marked = page.evaluate(
-        "() => Array.from(document.querySelectorAll('#timeline > .item[data-hidden]'))"
+        f'() => Array.from(document.querySelectorAll("{CONVERSATION}")).filter((el) => el.dataset.hidden)'
         ".map((el) => [Number(el.dataset.seq0), el.dataset.hidden])"
     )
     return dict(marked)
@@ -145,7 +149,7 @@ def rendered_hidden(page: Page) -> dict[int, str]:
 
 def rendered_items(page: Page) -> list[Item]:
     rows = page.evaluate(
-        """() => Array.from(document.querySelectorAll('#timeline > .item')).map((el) => [
+        f"""() => Array.from(document.querySelectorAll("{CONVERSATION}")).map((el) => [
             el.dataset.kind, Number(el.dataset.seq0), Number(el.dataset.seq1), el.querySelector('.body').textContent,
         ])"""
     )
@@ -590,108 +594,6 @@ def rendered_results(page: Page) -> list[tuple[int, str, bool]]:
     return [tuple(row) for row in rows]
 
 
-def is_error_result(data: dict[str, Any]) -> bool:
-    message = data["message"] if isinstance(data.get("message"), dict) else data
-    content = message.get("content")
-    parts: list[Any] = content if isinstance(content, list) else []
-    return (
-        data.get("isError") is True
-        or message.get("isError") is True
-        or data.get("error") is not None
-        or any(isinstance(p, dict) and p.get("isError") is True for p in parts)
-    )
-
-
-def expected_results(events: list[Event]) -> list[tuple[int, str, bool]]:
-    """Each tool/result event: its seq, the text joined from its parts (nested ones too), its error flag."""
-    out = []
-    for event in events:
-        if event.type != "tool/result":
-            continue
-        data = msgspec.json.decode(encode(event))["data"]
-        message = data["message"] if isinstance(data.get("message"), dict) else data
-        out.append((event.seq, message_text(message.get("content")), is_error_result(data)))
-    return out
-
-
-def is_child(header: dict[str, Any]) -> bool:
-    return header.get("origin") == "subagent" and isinstance(header.get("parentSession"), str)
-
-
-def corpus_scenarios() -> list[object]:
-    root = corpus_dir()
-    if root is None or not root.is_dir():
-        reason = f"{CORPUS_ENV} is not set; corpus tests need it"
-        return [pytest.param(None, marks=pytest.mark.skip(reason=reason))]
-    return [pytest.param(path, id=path.name) for path in sorted(p for p in root.iterdir() if p.is_dir())]
-
-
-@pytest.fixture
-def imported(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """A service holding one corpus scenario, imported as `history-service import` does; its logs' headers."""
-    scenario: Path = request.param
-    store = f"sqlite:///{tmp_path / 'corpus.db'}"
-    # The command and the service run in this process, not in children: an interpreter started with the
-    # service's imports, twice per scenario, was most of this test's cost. The import runs in a thread of
-    # its own, as Playwright's sync API already runs an event loop in this one.
-    err = io.StringIO()
-    with ThreadPoolExecutor(1) as pool:
-        status = pool.submit(main, ["import", "--store", store, str(scenario)], out=io.StringIO(), err=err).result()
-    assert status == 0, err.getvalue()
-    headers = [json.loads(path.read_bytes().split(b"\n", 1)[0]) for path in sorted(scenario.glob("session*.jsonl"))]
-    with serve_in_thread(Settings(store_url=store)) as server:
-        yield server.url, headers
-
-
-def viewer_query(header: dict[str, Any]) -> tuple[str, str | None]:
-    if is_child(header):
-        return f"parent={header['parentSession']}&session={header['id']}", header["parentSession"]
-    return f"session={header['id']}", None
-
-
-def corpus_views(
-    page: Page, url: str, headers: list[dict[str, Any]], name: str
-) -> Iterator[tuple[dict[str, Any], str, list[Event]]]:
-    """Each log of a scenario opened, scrolled to its start and photographed: its header, query and stored events."""
-    for header in headers:
-        query, parent = viewer_query(header)
-        open_viewer(page, url, f"{query}&pageSize=50")
-        scroll_to_start(page)
-        screenshot(page, f"{name}-{header['id']}")
-        yield header, query, stored_events(url, parent or header["id"], header["id"] if parent else None)
-
-
-@pytest.mark.parametrize("imported", corpus_scenarios(), indirect=True)
-def test_every_corpus_log_renders_its_results_times_and_usage_and_links_its_children(
-    imported: tuple[str, list[dict[str, Any]]], page: Page, request: pytest.FixtureRequest
-) -> None:
-    # One test per scenario, since importing each one and starting its server is most of the cost.
-    url, headers = imported
-    for header, query, events in corpus_views(page, url, headers, f"corpus-{request.node.callspec.id}"):
-        assert rendered_items(page) == expected_items(events), header["id"]
-        results = rendered_results(page)
-        assert results == expected_results(events), header["id"]
-        assert all(text for _, text, _ in results), f"an empty tool-result box in {header['id']}"
-        check_times_and_usage(page, events, header["id"])
-        # Every child this log names in a tool call or result is linked, and the link opens it.
-        named = {
-            child["id"]
-            for child in headers
-            if is_child(child)
-            and child["parentSession"] == header["id"]
-            and any(child["id"] in text for kind, _, _, text in expected_items(events) if kind in TOOL_KINDS)
-        }
-        for child in sorted(named):
-            link = page.locator(f"a.child[data-child='{child}']").first
-            link.wait_for(timeout=TIMEOUT_MS)
-            link.click()
-            page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
-            assert page.text_content("#title") == f"{header['id']} › {child}"
-            scroll_to_start(page)
-            assert rendered_items(page) == expected_items(stored_events(url, header["id"], child))
-            open_viewer(page, url, f"{query}&pageSize=50")
-
-
 TOOL_KINDS = ("tool", "tool-result")
 PARENT = "gen-parent"
 CHILD = "0f0f0f0f-1111-4222-8333-444444444444"
@@ -952,17 +854,18 @@ BLOCK_KINDS = ("text", "reasoning", "tool")
 FOLDED_KINDS = ("reasoning", "context")
 USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "reasoningTokens")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+Y2K_MS = 946_684_800_000
 
 # Each item's <time datetime> and usage line (its data-* numbers and its text), by first seq.
-RENDERED_META = """() => Array.from(document.querySelectorAll('#timeline > .item')).map((el) => {
+RENDERED_META = f"""() => Array.from(document.querySelectorAll("{CONVERSATION}")).map((el) => {{
     const time = el.querySelector(':scope > .meta > time');
     const usage = el.querySelector(':scope > .meta > .usage');
     return [
         Number(el.dataset.seq0),
         time ? [time.dateTime, time.textContent, time.title] : null,
-        usage ? [{...usage.dataset}, usage.textContent] : null,
+        usage ? [{{...usage.dataset}}, usage.textContent] : null,
     ];
-})"""
+}})"""
 
 
 def iso(ms: int) -> str:
@@ -972,9 +875,10 @@ def iso(ms: int) -> str:
 
 
 def expected_times(events: list[Event], items: list[Item]) -> dict[int, str | None]:
-    """Each item's time: its first event's, as ISO; a log that recorded none reads as time 0, which is no time."""
+    """Each item's time: its first event's, as ISO; a log that recorded none reads as time 0, and any time
+    before 2000 is no time either."""
     times = {event.seq: event.time for event in events}
-    return {seq0: iso(times[seq0]) if times[seq0] != 0 else None for _, seq0, _, _ in items}
+    return {seq0: iso(times[seq0]) if times[seq0] >= Y2K_MS else None for _, seq0, _, _ in items}
 
 
 def usage_fields(value: Any) -> dict[str, str]:
@@ -1231,7 +1135,7 @@ def test_find_counts_live_items_as_they_arrive(live_server: ServerProcess, page:
 
 
 def test_jump_to_end_shows_away_from_the_bottom_and_scrolls_there(demo: str, page: Page) -> None:
-    open_demo(page, demo)
+    events = open_demo(page, demo)
     page.evaluate("() => { const s = document.getElementById('scroller'); s.scrollTop = s.scrollHeight; }")
     page.wait_for_selector("#jump", state="hidden", timeout=TIMEOUT_MS)
     assert page.evaluate(AT_BOTTOM)
@@ -1243,7 +1147,7 @@ def test_jump_to_end_shows_away_from_the_bottom_and_scrolls_there(demo: str, pag
     assert page.evaluate(AT_BOTTOM)
     page.wait_for_selector("#jump", state="hidden", timeout=TIMEOUT_MS)
     last = page.locator("#timeline > .item").last
-    assert last.is_visible() and last.get_attribute("data-seq0") == str(rendered_items(page)[-1][1])
+    assert last.is_visible() and last.get_attribute("data-seq1") == str(events[-1].seq)
 
 
 def test_jump_to_end_shows_when_live_items_come_below_the_reader(live_server: ServerProcess, page: Page) -> None:
