@@ -95,6 +95,12 @@ export function timeOf(time) {
   return typeof time === "number" && time >= EARLIEST && Number.isFinite(new Date(time).getTime()) ? time : undefined;
 }
 
+/** A time as a person reads it: local date and time, or "at an unknown time" (never 1970). @param {unknown} time */
+export function shownTime(time) {
+  const known = timeOf(time);
+  return known === undefined ? "at an unknown time" : new Date(known).toLocaleString();
+}
+
 /**
  * The range an edit or a replacement hides (§2.1), or undefined.
  * @param {any} event

@@ -151,16 +151,22 @@ export class Timeline {
     mark(node);
   }
 
+  /** The node on screen whose range holds `seq`, if any. @param {number} seq */
+  nodeAt(seq) {
+    const node = this.nodes[this.#firstEndingFrom(seq)];
+    return node && node.item.seq0 <= seq ? node : undefined;
+  }
+
   /**
-   * Link the items of one tool call (the call and its result) to a subagent child's view.
-   * @param {Item} item an item that names the child
+   * Link a node, and the other items of its tool call (the call and its result), to a subagent child's view.
+   * @param {Rendered} named the node that names the child
    * @param {string} href
    * @param {string} child
    */
-  linkChild(item, href, child) {
-    for (const node of this.nodes) {
-      const same = node.item === item || (item.callId !== undefined && node.item.callId === item.callId);
-      if (!same || node.el.querySelector(`a.child[data-child="${CSS.escape(child)}"]`)) continue;
+  linkChild(named, href, child) {
+    const call = named.item.callId;
+    for (const node of call === undefined ? [named] : this.nodes.filter((other) => other === named || other.item.callId === call)) {
+      if (node.el.querySelector(`a.child[data-child="${CSS.escape(child)}"]`)) continue;
       const link = node.el.ownerDocument.createElement("a");
       link.className = "child";
       link.href = href;

@@ -4,17 +4,16 @@
 // Everything it shows comes through the public API of the JavaScript client package. The token
 // a user enters is kept in sessionStorage for this tab, never in the URL.
 import { Backoff, HistoryClient, MAX_MESSAGES, ServiceError, SessionDeletedError } from "history-transport-client";
+import { ChildLinks } from "./children.js";
 import { Finder } from "./find.js";
 import { showSessions } from "./sessions.js";
-import { eventItem, joinItems, recordItem } from "./items.js";
+import { eventItem, joinItems, recordItem, shownTime } from "./items.js";
 import { Timeline } from "./timeline.js";
 
 const TOKEN_KEY = "history.token";
 const PRINCIPAL_KEY = "history.principal";
 // Load an older page when the reader comes this close to the top.
 const NEAR_TOP_PX = 200;
-// A subagent child's id, as the harness writes it in a call's arguments or result.
-const CHILD_ID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const scroller = $("scroller");
@@ -63,36 +62,12 @@ const state = {
 };
 /** The live events not shown yet; the next animation frame shows them. @type {{events: any[]}} */
 const live = { events: [] };
-/** Ids a tool call or result named, and whether each is a subagent child of this session. @type {Map<string, Promise<boolean>>} */
-const children = new Map();
+/** The links from items that name a subagent child to its view, once the session is open. @type {{links: ChildLinks | null}} */
+const childLinks = { links: null };
 
-/**
- * Link each tool call and result that names a subagent child of this session to the child's
- * view. A named id is looked up once (`/v1/sessions/{this}/subagents/{id}`): only a child
- * the service holds under this session gets a link.
- * @param {import("./items.js").Item[]} items
- */
+/** Link each item that names a subagent child of this session to the child's view. @param {import("./items.js").Item[]} items */
 function linkChildren(items) {
-  const client = state.client;
-  const self = child ?? sessionId;
-  if (client === null || !self) return;
-  for (const item of items) {
-    if (item.kind !== "tool" && item.kind !== "tool-result") continue;
-    for (const id of new Set(item.text.match(CHILD_ID) ?? [])) {
-      if (id === self) continue;
-      let known = children.get(id);
-      if (known === undefined) {
-        known = client.session(self, { child: id }).then(
-          (found) => found.header.parentSession === undefined || found.header.parentSession === self,
-          () => false,
-        );
-        children.set(id, known);
-      }
-      void known.then((yes) => {
-        if (yes) timeline.linkChild(item, `?parent=${encodeURIComponent(self)}&session=${encodeURIComponent(id)}`, id);
-      });
-    }
-  }
+  childLinks.links?.link(items);
 }
 
 /**
@@ -123,7 +98,7 @@ async function listSubagents(client) {
     link.href = `?parent=${encodeURIComponent(self)}&session=${encodeURIComponent(entry.id)}`;
     link.textContent = entry.id;
     link.dataset.child = entry.id;
-    link.title = `${entry.headSeq + 1} events, started ${new Date(entry.createdAt).toLocaleString()}`;
+    link.title = `${entry.headSeq + 1} events, started ${shownTime(entry.createdAt)}`;
     nav.append(link);
   }
   nav.dataset.count = String(found.length);
@@ -154,7 +129,7 @@ function showError(message) {
  */
 function showEnded(closedAt) {
   setStatus("ended", "session ended");
-  if (closedAt !== undefined) statusEl.title = `closed ${new Date(closedAt).toLocaleString()}`;
+  if (closedAt !== undefined) statusEl.title = `closed ${shownTime(closedAt)}`;
 }
 
 /** The session was deleted (§6.4): nothing of it is left to read, so nothing more is asked for. */
@@ -421,6 +396,7 @@ async function open() {
     return;
   }
   state.client = client;
+  childLinks.links = new ChildLinks(timeline, client, child ?? sessionId);
   state.incarnation = tail.incarnation ?? undefined;
   void listSubagents(client);
   const items = joinItems(tail.records.map(recordItem));
