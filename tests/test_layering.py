@@ -181,8 +181,8 @@ def test_the_viewer_uses_only_the_public_exports_of_the_javascript_package():
             assert named - {""} <= public, f"{path.name} imports non-public {sorted(named - public - {''})}"
     page = (VIEWER / "index.html").read_text(encoding="utf-8")
     assert '"history-transport-client": "./lib/index.js"' in page
-    for name, path in VIEWER_VENDORED.items():
-        assert f'"{name}": "./{path}"' in page and (VIEWER / path).is_file(), name
+    for name, vendored in VIEWER_VENDORED.items():
+        assert f'"{name}": "./{vendored}"' in page and (VIEWER / vendored).is_file(), name
 
 
 # No product module grows past this many lines, Python or the viewer's JavaScript: one concept
