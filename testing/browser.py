@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -66,12 +66,13 @@ def launch(*extra_args: str) -> Iterator[Browser]:
 
 
 @contextmanager
-def checked_page(browser: Browser, name: str) -> Iterator[Page]:
-    """A page in a fresh 900x400 context: no uncaught error may happen in it, and it is photographed as ``name``."""
-    context = browser.new_context(viewport={"width": 900, "height": 400})
-    opened = context.new_page()
+def checked_page(browser: Browser, name: str, **options: Any) -> Iterator[Page]:
+    """A page in a fresh 900x400 context: no uncaught error may happen in it or in any other page of the
+    context, and it is photographed as ``name``. ``options`` go to the context (a locale, a time zone)."""
+    context = browser.new_context(**{"viewport": {"width": 900, "height": 400}, **options})
     errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    context.on("page", lambda page: page.on("pageerror", lambda exc: errors.append(str(exc))))
+    opened = context.new_page()
     try:
         yield opened
         assert errors == [], f"uncaught errors in the page: {errors}"

@@ -90,7 +90,8 @@ def test_the_base_install_has_the_client_and_no_server_stack(tmp_path):
     found = json.loads(probe.stdout)
     assert Path(found["client"]).is_relative_to(found["prefix"]), f"history_client came from {found['client']}"
     # The wheel carries the viewer's static files (the client package it imports comes from the source tree).
-    assert {"index.html", "viewer.js", "timeline.js", "viewer.css", "favicon.svg"} <= set(found["viewer"])
+    # So does its vendored Markdown library (vendor/markdown-it.js, package data).
+    assert {"index.html", "viewer.js", "timeline.js", "viewer.css", "favicon.svg", "vendor"} <= set(found["viewer"])
     assert found["importable"] == [], (
         f"a base install (no extras) can import {found['importable']}: "
         "server dependencies belong in the `server` extra of pyproject.toml"

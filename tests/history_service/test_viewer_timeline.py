@@ -29,7 +29,7 @@ from history_client import HistoryClient
 from history_service.cli.importer import ImportOptions, find_logs, plan_ids
 from history_service.cli.program import main
 from history_service.settings import Settings
-from testing.browser import launch, missing_reason, screenshot
+from testing.browser import checked_page, launch, missing_reason, screenshot
 from testing.corpus import CORPUS_ENV, corpus_dir
 from testing.servers import ThreadServer, serve_in_thread
 
@@ -204,17 +204,10 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
 @pytest.fixture(scope="module")
 def page(browser: Browser) -> Iterator[Page]:
     """One page for every log, in a time zone west of UTC, so that time 0 would read as 31 December 1969."""
-    context = browser.new_context(
-        viewport={"width": 900, "height": 500}, locale="en-US", timezone_id="America/New_York"
-    )
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
+    with checked_page(
+        browser, "timeline-last", viewport=VIEWPORT, locale="en-US", timezone_id="America/New_York"
+    ) as opened:
         yield opened
-        assert errors == [], f"uncaught errors in the page: {errors}"
-    finally:
-        context.close()
 
 
 def start_log(page: Page, url: str, query: str) -> None:
