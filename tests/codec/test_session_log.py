@@ -4,25 +4,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
+from hypothesis import given, reject, settings, strategies as st
 
 from codec import (
     CodecError,
     Event,
     RecordFormatError,
     RowFormatError,
+    SessionHeader,
     decode_json,
     encode,
     expand_records,
     pack,
     read_session_log,
+    record_from_value,
 )
 from testing.corpus import corpus_logs
+from testing.strategies import sessions
 
 HEADER = b'{"type":"session","version":0,"id":"s1","createdAt":5,"cwd":"{{cwd}}","delegationDepth":0}\n'
 
 
-def test_reader_rebuilds_omitted_seq_and_time():
+def test_reader_rebuilds_omitted_seq_and_derives_omitted_times_from_created_at():
     body = HEADER + (
         b'{"type":"turn/start","data":{"turn":1}}\n'
         b'{"type":"text-chunks","data":{"turn":1,"step":1,"index":0,"dt":[4,-1],"texts":["a","b","c"]}}\n'
@@ -30,8 +35,28 @@ def test_reader_rebuilds_omitted_seq_and_time():
     )
     log = read_session_log(body)
     assert log.header.id == "s1" and log.header.cwd == "{{cwd}}"
-    assert [(e.seq, e.time) for e in log.events] == [(0, 0), (1, 0), (2, 4), (3, 3), (4, 0)]
+    assert [(e.seq, e.time) for e in log.events] == [(0, 5), (1, 5), (2, 9), (3, 8), (4, 8)]
     assert log.events[4].ignorable is True
+
+
+def test_a_missing_time_is_the_last_stated_one_before_it_and_a_stated_zero_is_kept():
+    body = HEADER + (
+        b'{"type":"a","data":1}\n{"type":"b","time":70,"data":2}\n{"type":"c","data":3}\n'
+        b'{"type":"d","time":0,"data":4}\n{"type":"e","data":5}\n{"type":"f","time":-3,"data":6}\n'
+        b'{"type":"g","data":7}\n'
+    )
+    assert [e.time for e in read_session_log(body).events] == [5, 70, 70, 0, 70, -3, -3]
+
+
+def test_a_log_with_no_created_at_keeps_zero_until_it_states_a_time():
+    body = HEADER.replace(b'"createdAt":5', b'"createdAt":0') + (
+        b'{"type":"a","data":1}\n{"type":"b","time":70,"data":2}\n{"type":"c","data":3}\n'
+    )
+    assert [e.time for e in read_session_log(body).events] == [0, 70, 70]
+
+
+def test_record_from_value_keeps_the_harness_rule_a_missing_time_is_zero():
+    assert record_from_value({"type": "a", "data": 1}, 4) == Event("a", 4, 0, 1)
 
 
 def test_reader_keeps_present_seq_and_time():
@@ -98,3 +123,34 @@ def test_corpus_child_logs_name_a_parent(path: Path) -> None:
     header = read_session_log(path.read_bytes()).header
     if path.name != "session.jsonl":
         assert isinstance(header.parentSession, str)
+
+
+@settings(max_examples=50, deadline=None)
+@given(sessions(), st.data())
+def test_derived_times_are_the_last_stated_time_and_a_read_log_reads_back_the_same(events, data):
+    created = data.draw(st.sampled_from([0, 5, 1_700_000_000_000]))
+    records = pack(events)
+    dropped = [data.draw(st.booleans()) for _ in records]
+    lines = [encode(SessionHeader(id="s1", createdAt=created))]
+    for record, drop in zip(records, dropped, strict=True):
+        value = decode_json(encode(record))
+        if drop:
+            value.pop("time" if type(record) is Event else "time0")
+        lines.append(encode(value))
+    try:
+        log = read_session_log(b"\n".join(lines))
+    except RowFormatError as exc:
+        # A row whose dt spans ~2^53 ms from a derived time0: refused, as any row out of range is.
+        assert "exceeds 2^53-1" in str(exc)
+        reject()
+    known, expected = created, list[int]()
+    for record, drop in zip(records, dropped, strict=True):
+        start = known if drop else expand_records([record])[0].time
+        members = expand_records([record])
+        expected.extend(t - members[0].time + start for t in (e.time for e in members))
+        known = expected[-1] if expected[-1] != 0 else known
+    assert [e.time for e in log.events] == expected
+    assert [msgspec.structs.replace(e, time=0) for e in log.events] == [
+        msgspec.structs.replace(e, time=0) for e in events
+    ]
+    assert read_session_log(b"\n".join([lines[0], *map(encode, pack(log.events))])) == log

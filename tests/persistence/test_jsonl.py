@@ -216,7 +216,7 @@ async def test_a_log_placed_in_the_root_is_served_as_is(tmp_path: Path) -> None:
     (tmp_path / "fx").mkdir()
     (tmp_path / "fx" / "session.jsonl").write_bytes(FOREIGN)
     store = await JsonlStore.open(tmp_path)
-    events = read_session_log(FOREIGN).events
+    events = read_session_log(FOREIGN, derive_times=False).events
     info = await store.get_session("fx")
     assert info.head_seq == len(events) - 1 and info.owner == "local"
     assert await store.read_events("fx", 0, len(events)) == events
@@ -228,7 +228,7 @@ async def test_a_log_placed_in_the_root_is_served_as_is(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", corpus_logs())
 async def test_corpus_log_in_a_store_root_is_served_exactly(tmp_path: Path, path: Path) -> None:
     data = path.read_bytes()
-    log = read_session_log(data)
+    log = read_session_log(data, derive_times=False)
     directory = tmp_path / encode_segment(log.header.id)
     directory.mkdir()
     (directory / "session.jsonl").write_bytes(data)
@@ -304,7 +304,8 @@ async def test_listing_counts_lines_written_after_the_last_entry(tmp_path: Path)
     (tmp_path / "fx" / "session.jsonl").write_bytes(FOREIGN)
     reopened = await JsonlStore.open(tmp_path)
     listed = await reopened.list_sessions("local", limit=10)
-    assert [(s.id, s.head_seq) for s in listed] == [("s1", 1), ("fx", len(read_session_log(FOREIGN).events) - 1)]
+    foreign = read_session_log(FOREIGN, derive_times=False)
+    assert [(s.id, s.head_seq) for s in listed] == [("s1", 1), ("fx", len(foreign.events) - 1)]
 
 
 async def test_listing_a_batch_larger_than_the_tail_window(tmp_path: Path) -> None:
