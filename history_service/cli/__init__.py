@@ -9,7 +9,9 @@ Nothing else in the product imports this package. Its modules:
 * `history_service.cli.launcher`: ``serve``, which runs the app under uvicorn;
 * `history_service.cli.store_commands`: import, export, list, close, delete, purge, vacuum
   and page, straight on a store;
-* `history_service.cli.importer`: finding, naming and storing session logs, for ``import``;
+* `history_service.cli.importer`: storing session logs, for ``import``, with
+  `history_service.cli.log_files` (finding them), `history_service.cli.naming` (the ids
+  they get) and `history_service.cli.references` (what their events say of renamed ids);
 * `history_service.cli.demo`: the demo session that ``serve --demo`` seeds.
 
 This module imports none of them: ``main`` reports a client-only install (no server extra)

@@ -1,194 +1,88 @@
-"""Importing session logs: finding them, naming them, and storing each one whole or not at all.
+"""Importing session logs: storing each one whole or not at all, and saying what became of each.
 
-A log is read and checked in full before anything of it is written; then its session is
-created and its events are written as one append, which every store commits whole. The
-stores have no delete, so the one step that can leave a remnant is an append that fails
-after its create: the session then exists with no events, and a later import of the same
-log sees exactly that (same header, same owner, no events) and completes it.
+A log is read and checked in full before anything of it is written (its id, its parent's
+and every reference its events make to a renamed id follow `history_service.cli.naming`;
+a missing time is derived, as `codec.session_log` says); then its session is created and
+its events are written as one append, which every store commits whole.
 
-Naming (`plan_ids`): a log keeps its header's id unless ``--id`` gives one, or
-``--rename-templated`` finds the id unusable: a template placeholder (``{{sessionId}}``),
-not a session id, or the id of another log of the same import. Such a log is named for
-its folder (``session.N.jsonl`` adds ``.N``), which the same tree gives on every run; a
-child whose ``parentSession`` names a log of its own folder follows that log's new id.
-An id taken in the store is not renamed: it is the same log imported before, or a
-real clash, and ``--skip-existing`` or a failure says which the user meant.
+What a log already in the store means:
+
+* the same log, stored whole (same header, owner and events): ``unchanged``, and nothing is
+  written, so importing a folder again succeeds and changes nothing;
+* the same header and owner with no events: the remnant of an import whose append failed
+  after its create (the stores have no delete), which this import completes;
+* anything else is a clash: ``failed``, or with ``--skip-existing``, ``skipped``.
+
+Files that are not read (`history_service.cli.log_files`) are reported as ``skipped``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, Literal, TextIO
+from typing import Literal, TextIO
 
 import msgspec
 
-from codec import (
-    MAX_SESSION_ID,
-    CodecError,
-    SessionHeader,
-    SessionIdError,
-    check_session_id,
-    incarnation_of,
-    read_header,
-    read_session_log,
-)
+from codec import CodecError, Event, SessionHeader, check_session_id, incarnation_of, read_header, read_session_log
 from history_service.cli import PROG
-from persistence import HistoryStore, SessionExistsError, SessionNotFoundError, StoreError, subagent_parent
+from history_service.cli.log_files import LogFiles
+from history_service.cli.naming import ImportOptions, plan_names
+from history_service.cli.references import References
+from persistence import HistoryStore, SessionExistsError, SessionInfo, SessionNotFoundError, StoreError, subagent_parent
 
-__all__ = ["ImportOptions", "Outcome", "derived_id", "find_logs", "import_logs", "is_templated", "plan_ids"]
+__all__ = ["Outcome", "import_logs"]
 
-_CHILD: Final = re.compile(r"session\.(\d+)\.jsonl")
-_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._:@~-]")
-
-
-class ImportOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """The owner, and the ``--id``, ``--rename-templated`` and ``--skip-existing`` flags."""
-
-    owner: str
-    new_id: str | None = None
-    rename: bool = False
-    skip_existing: bool = False
+Status = Literal["imported", "unchanged", "skipped", "failed"]
 
 
 class Outcome(msgspec.Struct, frozen=True):
-    """What became of one log: its session id (if known), and why it was skipped or failed."""
+    """What became of one file: its session id (if known), and why it was skipped or failed."""
 
     path: Path
-    status: Literal["imported", "skipped", "failed"]
+    status: Status
     session_id: str | None = None
     reason: str = ""
 
 
-def find_logs(paths: Sequence[Path]) -> list[Path]:
-    """Every log under ``paths``, each folder's ``session.jsonl`` before its ``session.N.jsonl`` in N order.
-
-    A folder is walked recursively, so a folder of session folders (or deeper) is one
-    import. Raises `ValueError` for a missing path or a folder with no log under it.
-    """
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            logs = [log for folder in _folders(path) for log in _session_logs(folder)]
-            if not logs:
-                raise ValueError(f"{path} holds no session.jsonl or session.N.jsonl, in it or in any folder under it")
-            found.extend(logs)
-        elif path.exists():
-            found.append(path)
-        else:
-            raise ValueError(f"{path}: no such file or directory")
-    unique: dict[Path, Path] = {}
-    for log in found:
-        unique.setdefault(log.resolve(), log)
-    return list(unique.values())
-
-
-def _folders(root: Path) -> list[Path]:
-    folders = []
-    for folder, subfolders, _ in os.walk(root):
-        subfolders[:] = sorted(name for name in subfolders if not name.startswith("."))
-        folders.append(Path(folder))
-    return folders
-
-
-def _session_logs(folder: Path) -> list[Path]:
-    children = sorted(
-        ((int(match[1]), p) for p in folder.glob("session.*.jsonl") if (match := _CHILD.fullmatch(p.name))),
-        key=lambda item: item[0],
-    )
-    parent = folder / "session.jsonl"
-    return ([parent] if parent.is_file() else []) + [p for _, p in children if p.is_file()]
-
-
-def is_templated(session_id: str) -> bool:
-    """Whether an id is a recorded template placeholder such as ``{{sessionId}}``."""
-    return "{{" in session_id or "}}" in session_id
-
-
-def derived_id(path: Path) -> str:
-    """The id ``--rename-templated`` gives a log: its folder's name, with ``.N`` for ``session.N.jsonl``.
-
-    Characters an id may not hold become ``_``; a name too long keeps its start and a hash
-    of the whole, so the id stays the same on every run.
-    """
-    folder = path.resolve().parent.name or "session"
-    name = path.name.removesuffix(".jsonl")
-    if name == "session":
-        raw = folder
-    elif (match := _CHILD.fullmatch(path.name)) is not None:
-        raw = f"{folder}.{match[1]}"
-    else:
-        raw = f"{folder}.{name}"
-    safe = _UNSAFE.sub("_", raw).strip(".") or "session"
-    if len(safe) > MAX_SESSION_ID:
-        digest = hashlib.sha256(raw.encode()).hexdigest()[:12]
-        safe = f"{safe[: MAX_SESSION_ID - 13]}-{digest}"
-    return safe
-
-
-def _usable(session_id: str) -> bool:
-    try:
-        check_session_id(session_id)
-    except SessionIdError:
-        return False
-    return not is_templated(session_id)
-
-
-def plan_ids(headers: dict[Path, SessionHeader], options: ImportOptions) -> dict[Path, SessionHeader]:
-    """Each readable log's header as it will be stored: its id, and a child's ``parentSession``, renamed."""
-    if options.new_id is not None:
-        return {path: msgspec.structs.replace(h, id=options.new_id) for path, h in headers.items()}
-    if not options.rename:
-        return dict(headers)
-    shared = Counter(header.id for header in headers.values())
-    new_ids = {path: derived_id(path) if shared[h.id] > 1 or not _usable(h.id) else h.id for path, h in headers.items()}
-    by_folder: dict[tuple[Path, str], str] = {}
-    for path, header in headers.items():
-        by_folder.setdefault((path.resolve().parent, header.id), new_ids[path])
-    planned = {}
-    for path, header in headers.items():
-        parent = header.parentSession
-        if isinstance(parent, str):
-            parent = by_folder.get((path.resolve().parent, parent), parent)
-        planned[path] = msgspec.structs.replace(header, id=new_ids[path], parentSession=parent)
-    return planned
-
-
 async def import_logs(
-    store: HistoryStore, logs: Sequence[Path], options: ImportOptions, out: TextIO, err: TextIO
+    store: HistoryStore, files: LogFiles, options: ImportOptions, out: TextIO, err: TextIO
 ) -> list[Outcome]:
     """Import each log whole or not at all, report each on ``out`` (failures on ``err``), then a summary."""
     headers: dict[Path, SessionHeader] = {}
     unread: dict[Path, str] = {}
-    for path in logs:
+    for path in files.logs:
         try:
             with open(path, "rb") as log:
                 headers[path] = read_header(log.readline().rstrip(b"\n"))
         except (CodecError, OSError) as exc:
             unread[path] = _reason(path, exc)
-    planned = plan_ids(headers, options)
+    naming = plan_names(headers, options)
     outcomes: list[Outcome] = []
+    for path in files.passed_over:
+        outcomes.append(_report(Outcome(path, "skipped", reason=_PASSED_OVER), out, err))
     failed_ids: set[str] = set()
-    for path in logs:
+    holders: dict[str, Path] = {}
+    for path in files.logs:
         if path in unread:
             outcome = Outcome(path, "failed", reason=unread[path])
         else:
-            outcome = await _import_one(store, path, headers[path], planned[path], options, failed_ids, err)
-        if outcome.status == "failed":
-            if path in planned:
-                failed_ids.add(planned[path].id)
-            print(f"{PROG}: error: {path}: {outcome.reason}", file=err)
-        elif outcome.status == "skipped":
-            print(f"skipped {outcome.session_id} from {path}: {outcome.reason}", file=out)
-        else:
-            print(f"imported {outcome.session_id} {outcome.reason} from {path}", file=out)
-        outcomes.append(outcome)
+            planned = naming.headers[path]
+            holder = holders.setdefault(planned.id, path)
+            shared_with = None if holder == path else holder
+            references = References(naming.renames[path])
+            outcome = await _import_one(
+                store, path, headers[path], planned, references, options, failed_ids, shared_with, err
+            )
+            if outcome.status == "failed":
+                failed_ids.add(planned.id)
+        outcomes.append(_report(outcome, out, err))
     _summary(outcomes, out)
     return outcomes
+
+
+_PASSED_OVER = "not read: an import reads session.jsonl and session.N.jsonl (give the file itself to read it)"
 
 
 async def _import_one(
@@ -196,15 +90,17 @@ async def _import_one(
     path: Path,
     recorded: SessionHeader,
     header: SessionHeader,
+    references: References,
     options: ImportOptions,
     failed_ids: set[str],
+    shared_with: Path | None,
     err: TextIO,
 ) -> Outcome:
     def failed(reason: str) -> Outcome:
         return Outcome(path, "failed", header.id, reason)
 
     # A log that names no incarnation keeps the derived one (§2.5), so an export gives back this log.
-    header = msgspec.structs.replace(header, incarnation=incarnation_of(header))
+    header = references.header(msgspec.structs.replace(header, incarnation=incarnation_of(header)))
 
     try:
         log = read_session_log(path.read_bytes())
@@ -213,6 +109,7 @@ async def _import_one(
             check_session_id(header.parentSession, where="the header's parentSession")
     except (CodecError, OSError) as exc:
         return failed(_reason(path, exc))
+    events = references.events(log.events)
     parent = subagent_parent(header)
     if parent is not None and parent in failed_ids:
         return failed(f"its parent {parent!r} was not imported (see above), so neither is this subagent child")
@@ -221,32 +118,46 @@ async def _import_one(
     except SessionNotFoundError:
         existing = None
     if existing is not None:
-        if options.skip_existing:
-            return Outcome(path, "skipped", header.id, f"session {header.id!r} already exists")
+        if await _same(store, existing, header, events, options.owner):
+            return Outcome(path, "unchanged", header.id, f"({_events(len(events))}, already stored)")
         remnant = existing.head_seq == -1 and existing.header == header and existing.owner == options.owner
-        if not (remnant and log.events):
-            return failed(f"session {header.id!r} already exists{_exists_hint(recorded, header, options)}")
+        if not (remnant and events):
+            if options.skip_existing:
+                return Outcome(path, "skipped", header.id, f"session {header.id!r} already exists")
+            return failed(f"session {header.id!r} already exists{_exists_hint(existing, options, shared_with)}")
     if parent is not None:
         await _warn_orphan(store, path, header, parent, options.owner, err)
     try:
         if existing is None:
             existing = await store.create_session(header, owner=options.owner)
     except SessionExistsError:
-        return failed(f"session {header.id!r} already exists{_exists_hint(recorded, header, options)}")
+        return failed(f"session {header.id!r} already exists (created meanwhile by another process)")
     except StoreError as exc:
         return failed(f"the store refused session {header.id!r}: {exc}")
     try:
-        if log.events:
+        if events:
             # Into the life just made (or the empty remnant found): never one created since by another.
-            await store.append(header.id, log.events, life=existing.life)
+            await store.append(header.id, events, life=existing.life)
     except StoreError as exc:
         return failed(
             f"session {header.id!r} was created but its events were not written ({exc}); "
             "importing this log again completes it"
         )
-    count = len(log.events)
     renamed = "" if header.id == recorded.id else f", renamed from {recorded.id!r}"
-    return Outcome(path, "imported", header.id, f"({count} event{'' if count == 1 else 's'}{renamed})")
+    return Outcome(path, "imported", header.id, f"({_events(len(events))}{renamed})")
+
+
+def _events(count: int) -> str:
+    return f"{count} event{'' if count == 1 else 's'}"
+
+
+async def _same(
+    store: HistoryStore, existing: SessionInfo, header: SessionHeader, events: list[Event], owner: str
+) -> bool:
+    """Whether the stored session is this log, stored whole: same owner, header and events."""
+    if existing.owner != owner or existing.header != header or existing.head_seq != len(events) - 1:
+        return False
+    return not events or await store.read_events(header.id, 0, len(events)) == events
 
 
 async def _warn_orphan(
@@ -265,12 +176,11 @@ async def _warn_orphan(
         )
 
 
-def _exists_hint(recorded: SessionHeader, header: SessionHeader, options: ImportOptions) -> str:
-    if options.new_id is not None or options.rename:
-        return " (--skip-existing skips it; --id NEW imports one log under another id)"
-    if is_templated(recorded.id):
-        return " (its id is a template placeholder: --rename-templated names it for its folder, or --id NEW)"
-    return " (--skip-existing skips it; --rename-templated renames ids shared by logs of one import)"
+def _exists_hint(existing: SessionInfo, options: ImportOptions, shared_with: Path | None) -> str:
+    differs = " and differs from this log" if existing.owner == options.owner else f", owned by {existing.owner!r}"
+    if shared_with is not None and not options.rename_shared:
+        return f"{differs}: {shared_with} of this import has that id too (--rename-templated names each for its folder)"
+    return f"{differs} (--skip-existing skips it; --id NEW imports one log under another id)"
 
 
 def _reason(path: Path, exc: Exception) -> str:
@@ -293,12 +203,24 @@ def _hint(path: Path) -> str:
     return ""
 
 
+def _report(outcome: Outcome, out: TextIO, err: TextIO) -> Outcome:
+    if outcome.status == "failed":
+        print(f"{PROG}: error: {outcome.path}: {outcome.reason}", file=err)
+    elif outcome.status == "skipped":
+        subject = f"{outcome.session_id} from {outcome.path}" if outcome.session_id else str(outcome.path)
+        print(f"skipped {subject}: {outcome.reason}", file=out)
+    else:
+        print(f"{outcome.status} {outcome.session_id} {outcome.reason} from {outcome.path}", file=out)
+    return outcome
+
+
 def _summary(outcomes: Sequence[Outcome], out: TextIO) -> None:
     counts = Counter(outcome.status for outcome in outcomes)
     print(
-        f"import: {counts['imported']} imported, {counts['skipped']} skipped, {counts['failed']} failed",
+        f"import: {counts['imported']} imported, {counts['unchanged']} unchanged, {counts['skipped']} skipped, "
+        f"{counts['failed']} failed",
         file=out,
     )
     for outcome in outcomes:
-        if outcome.status != "imported":
+        if outcome.status in ("skipped", "failed"):
             print(f"  {outcome.status} {outcome.path}: {outcome.reason}", file=out)

@@ -120,9 +120,13 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Import session logs into the store, creating the store if it does not exist. PATH is a log file, or a "
             "folder walked recursively: each folder's session.jsonl is imported, then its subagent children "
-            "session.N.jsonl in N order, as `export --with-children` writes. Lines that omit seq/time get them "
-            "rebuilt. Each log is imported whole or not at all; a failed log does not stop the others, and the "
-            "summary at the end names every log skipped or failed and why (exit 1 if any failed)."
+            "session.N.jsonl in N order, as `export --with-children` writes; any other .jsonl file there is named "
+            "and skipped. Lines that omit seq get it rebuilt, and a missing time is the last time before it (or "
+            "the header's createdAt). A log whose id is a template placeholder such as {{sessionId}} is named for "
+            "its folder, and what its folder's logs say of it follows. Each log is imported whole or not at all; "
+            "one already stored the same is unchanged (so importing a folder again succeeds and writes nothing); a "
+            "failed log does not stop the others, and the summary at the end names every file skipped or failed "
+            "and why (exit 1 if any failed)."
         ),
     )
     importer.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="a log file or a folder of logs")
@@ -135,9 +139,9 @@ def _parser() -> argparse.ArgumentParser:
         "--rename-templated",
         action="store_true",
         help=(
-            "give a log whose id is a placeholder such as {{sessionId}}, not a session id, or shared by another log "
-            "of this import an id named for its folder (FOLDER, or FOLDER.N for session.N.jsonl), the same on "
-            "every run; its children's parentSession follows"
+            "rename a log whose id is not a valid session id, or is shared by another log of this import, as a "
+            "placeholder id always is: for its folder (FOLDER, or FOLDER.N for session.N.jsonl), the same on every "
+            "run; its children's parentSession, and every reference its folder's events make to it, follow"
         ),
     )
     importer.add_argument(

@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Final, TextIO
 
 from codec import CodecError, check_session_id, encode, written
 from history_service.bodies import Closed, ListedSession
-from history_service.cli.importer import ImportOptions, find_logs, import_logs
+from history_service.cli.importer import import_logs
+from history_service.cli.log_files import LogFiles, find_logs
+from history_service.cli.naming import ImportOptions
 from history_service.durable.expiry import StreamExpiry
 from history_service.errors import CommandError, ThroughBeyondHead
 from history_service.pages import PageQuery, PageReader
@@ -32,9 +32,9 @@ EXPORT_WINDOW: Final = 10_000
 # Import.
 
 
-def _logs(args: argparse.Namespace) -> list[Path]:
+def _logs(args: argparse.Namespace) -> LogFiles:
     try:
-        logs = find_logs(args.paths)
+        files = find_logs(args.paths)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
     if args.id is not None:
@@ -42,21 +42,21 @@ def _logs(args: argparse.Namespace) -> list[Path]:
             check_session_id(args.id, where="--id")
         except CodecError as exc:
             raise CommandError(str(exc)) from exc
+        logs = files.logs
         if len(logs) != 1:
             raise CommandError(f"--id names one log, and {len(logs)} were given: {', '.join(map(str, logs[:3]))}...")
-    return logs
+    return files
 
 
-async def _import(
-    store: HistoryStore, logs: Sequence[Path], args: argparse.Namespace, out: TextIO, err: TextIO
-) -> None:
+async def _import(store: HistoryStore, files: LogFiles, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
     options = ImportOptions(
-        owner=args.owner, new_id=args.id, rename=args.rename_templated, skip_existing=args.skip_existing
+        owner=args.owner, new_id=args.id, rename_shared=args.rename_templated, skip_existing=args.skip_existing
     )
-    outcomes = await import_logs(store, logs, options, out, err)
+    outcomes = await import_logs(store, files, options, out, err)
     failed = sum(outcome.status == "failed" for outcome in outcomes)
     if failed:
-        raise CommandError(f"{failed} of {len(outcomes)} log{'' if len(outcomes) == 1 else 's'} not imported")
+        logs = len(files.logs)
+        raise CommandError(f"{failed} of {logs} log{'' if logs == 1 else 's'} not imported")
 
 
 # Export.
@@ -203,11 +203,11 @@ async def _page(store: HistoryStore, args: argparse.Namespace, settings: Setting
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
     """Run the store command ``args.command`` (import, export, list, close, delete, purge, vacuum or page)."""
     # The inputs are found before the store is opened, so a typo creates no empty store.
-    logs = _logs(args) if args.command == "import" else []
+    files = _logs(args) if args.command == "import" else LogFiles([], [])
     store = await open_store(settings.store_url, create=args.command == "import", timeout=settings.store_timeout)
     try:
         if args.command == "import":
-            await _import(store, logs, args, out, err)
+            await _import(store, files, args, out, err)
         elif args.command == "export":
             await _export(store, args, out, err)
         elif args.command == "list":

@@ -20,15 +20,17 @@ import httpx
 import msgspec
 import pytest
 
-from codec import SessionHeader, encode, pack_page, read_session_log
+from codec import SessionHeader, SessionLog, encode, pack_page, read_session_log
 from history_client import HistoryClient
 from history_service.app import create_app
 from history_service.cli.launcher import resolve_workers, usable_cores
+from history_service.cli.naming import ImportOptions, plan_names
 from history_service.cli.program import main
+from history_service.cli.references import References
 from history_service.errors import CommandError
 from history_service.pages import PageQuery, PageReader
 from history_service.settings import Settings
-from persistence import open_store
+from persistence import DEFAULT_OWNER, open_store
 from testing.asgi import serving
 from testing.corpus import corpus_dir
 from testing.events import make_events
@@ -110,8 +112,10 @@ def test_errors_are_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "unsafe.jsonl: the header's id '../up' is not a session id" in capsys.readouterr().err
     assert run("import", "--store", "ftp://x", str(bad))[0] == 1
     assert "unsupported store URL" in capsys.readouterr().err
-    assert run("import", "--store", url, str(GOLDEN / "edges.events.jsonl"))[0] == 1
-    assert "session 'edges' already exists" in capsys.readouterr().err
+    assert run("import", "--store", url, str(GOLDEN / "edges.events.jsonl"))[1].startswith("unchanged edges")
+    capsys.readouterr()
+    assert run("import", "--store", url, "--id", "edges", str(GOLDEN / "text-turn.events.jsonl"))[0] == 1
+    assert "session 'edges' already exists and differs from this log" in capsys.readouterr().err
     assert run("import", "--store", "memory://", str(GOLDEN / "edges.events.jsonl"))[0] == 1
     assert "memory:// keeps nothing between commands" in capsys.readouterr().err
     assert run("export", "--store", url, "edges", "-o", str(tmp_path))[0] == 1
@@ -353,9 +357,19 @@ def corpus_scenarios() -> list[object]:
     return [pytest.param(path, id=path.name) for path in sorted(p for p in root.iterdir() if p.is_dir())]
 
 
+def as_imported(logs: dict[Path, SessionLog]) -> dict[Path, SessionLog]:
+    """The logs of one folder as a plain import stores them: a placeholder id renamed, and what names it."""
+    naming = plan_names({path: log.header for path, log in logs.items()}, ImportOptions(owner=DEFAULT_OWNER))
+    out = {}
+    for path, log in logs.items():
+        references = References(naming.renames[path])
+        out[path] = SessionLog(references.header(naming.headers[path]), references.events(log.events))
+    return out
+
+
 @pytest.mark.parametrize("scenario", corpus_scenarios())
 def test_corpus_imports_exports_and_pages_identically_from_every_backend(tmp_path: Path, scenario: Path) -> None:
-    logs = {path: read_session_log(path.read_bytes()) for path in sorted(scenario.glob("session*.jsonl"))}
+    logs = as_imported({path: read_session_log(path.read_bytes()) for path in sorted(scenario.glob("session*.jsonl"))})
     pages: dict[str, list[list[bytes]]] = {}
     for backend, url in backend_urls(tmp_path).items():
         status, _ = run("import", "--store", url, str(scenario))
