@@ -19,7 +19,13 @@ from history_service.cli import PROG
 from history_service.durations import duration_ms
 from history_service.errors import CommandError
 from history_service.params import DEFAULT_MAX_MESSAGES
-from history_service.settings import DEFAULT_STORE, ServerSettings, Settings, read_token_file
+from history_service.settings import (
+    DEFAULT_STORE,
+    ServerSettings,
+    Settings,
+    environment_variables,
+    read_token_file,
+)
 
 try:
     import anyio
@@ -55,10 +61,8 @@ def _parser() -> argparse.ArgumentParser:
         help="run the HTTP service",
         description=(
             "Serve session.page, session.follow and appends over HTTP with uvicorn, creating the store if it does "
-            "not exist. Also read from the environment: HISTORY_HOST, HISTORY_PORT, HISTORY_AUTH, "
-            "HISTORY_SERVICE_TOKENS, HISTORY_MAX_BODY_BYTES, HISTORY_MAX_BODY_VALUES, HISTORY_MAX_BATCH_EVENTS, "
-            "HISTORY_TIMEOUT_KEEP_ALIVE, HISTORY_LIMIT_CONCURRENCY, HISTORY_MAX_HEADER_BYTES, HISTORY_HTTP and "
-            "more (README.md lists them all)."
+            "not exist. Also read from the environment (README.md says what each means): "
+            f"{', '.join(sorted(environment_variables()))}."
         ),
     )
     server.add_argument("--store", help=STORE_HELP)

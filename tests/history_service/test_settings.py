@@ -113,10 +113,19 @@ def documented_variables() -> set[str]:
     return {name for cell in cells for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", cell)}
 
 
+def readme_variables() -> set[str]:
+    """The variables in the first column of README.md's table under "Configuration"."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Configuration") : text.index("**Store URLs**")]
+    cells = [line.strip().split("|")[1] for line in section.splitlines() if line.strip().startswith("| `")]
+    return {name for cell in cells for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", cell)}
+
+
 def test_every_variable_is_named_on_its_field_and_documented() -> None:
     variables = environment_variables()
     assert variables["HISTORY_PORT"] == "ServerSettings.port" and variables["HISTORY_STORE"] == "Settings.store_url"
     assert documented_variables() == set(variables)
+    assert readme_variables() == set(variables), "README.md's Configuration table lists every variable, and no other"
 
 
 def test_the_retention_is_a_duration_and_the_sweep_is_bounded() -> None:

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -29,7 +30,7 @@ from history_service.cli.program import main
 from history_service.cli.references import References
 from history_service.errors import CommandError
 from history_service.pages import PageQuery, PageReader
-from history_service.settings import Settings
+from history_service.settings import Settings, environment_variables
 from persistence import DEFAULT_OWNER, open_store
 from testing.asgi import serving
 from testing.corpus import corpus_dir
@@ -346,6 +347,17 @@ def test_the_console_script_has_help() -> None:
     )
     assert out.returncode == 0
     assert "session.N.jsonl" in out.stdout and "--store" in out.stdout
+
+
+def test_serve_help_names_every_variable_the_settings_read(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert [name for name in environment_variables() if name not in text] == []
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    configuration = readme[readme.index("## Configuration") : readme.index("The variables:")]
+    flags = set(re.findall(r"(--[a-z][a-z-]+)", text)) - {"--help"}
+    assert flags == set(re.findall(r"`(--[a-z][a-z-]+)`", configuration)), "README.md names every flag of serve"
 
 
 def corpus_scenarios() -> list[object]:
