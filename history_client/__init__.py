@@ -1,12 +1,15 @@
 """The Python client SDK: exact pages, exact history, and exactly-once live follow.
 
 It imports only the codec and httpx. The codec types a write needs (`SessionHeader`, `Event`,
-`ReplaceOp` and the delta data of ``assistant/chunk`` events) are re-exported here.
+`ReplaceOp` and the delta data of ``assistant/chunk`` events) are re-exported here, beside
+the answers of writes and session reads (`SessionCreated`, `Appended`, `Closed`,
+`SessionList`, `SessionState`).
 """
 
 from __future__ import annotations
 
 from codec import DeltaData, Event, ReasoningDelta, ReplaceOp, SessionHeader, TextDelta, ToolCallDelta
+from history_client.bodies import Appended, Closed, ListedSession, SessionCreated, SessionList, SessionState
 from history_client.client import AsyncHistoryClient, HistoryClient
 from history_client.errors import (
     ClientError,
@@ -26,9 +29,11 @@ from history_client.sse import ServerSentEvent, SSEDecoder
 from history_client.text import RowText, has_visible, joined_text
 
 __all__ = [
+    "Appended",
     "AsyncHistoryClient",
     "Backoff",
     "ClientError",
+    "Closed",
     "CursorAheadError",
     "DeltaData",
     "Event",
@@ -38,6 +43,7 @@ __all__ = [
     "iter_body_events",
     "joined_text",
     "LazyPage",
+    "ListedSession",
     "PageContinuityError",
     "ProtocolError",
     "read_page",
@@ -50,8 +56,11 @@ __all__ = [
     "ServerSentEvent",
     "service_error",
     "ServiceError",
+    "SessionCreated",
     "SessionDeletedError",
     "SessionHeader",
+    "SessionList",
+    "SessionState",
     "SSEDecoder",
     "StreamOverlapError",
     "TextDelta",

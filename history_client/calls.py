@@ -9,22 +9,27 @@ only run its plans, one with an ``httpx.AsyncClient`` and one with an ``httpx.Cl
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, ParamSpec, TypeVar
 
 import httpx
 
 from codec import Event, SessionHeader, encode
-from history_client.follow import Backoff, Connect, ConnectionHook, FollowPlan, follow_plan
+from history_client.bodies import Appended, Closed, SessionCreated, SessionList, SessionState, read_body
+from history_client.follow import Backoff, CaughtUpHook, Connect, ConnectionHook, FollowPlan, Until, follow_plan
 from history_client.history import Fetch, PageAnswer, Plan, history_plan, pages_plan
 from history_client.incarnations import INCARNATION_HEADER, Pin
 from history_client.pages import HistoryPage, read_page
-from history_client.requests import Requests, answer_error, auth_headers, json_body, service_error
+from history_client.requests import Requests, answer_error, auth_headers, service_error
 
 __all__ = ["Call", "Calls", "Walk"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+B = TypeVar("B", Appended, Closed, SessionCreated, SessionList, SessionState)
+ListState = Literal["open", "closed"]
 
 
 class Call(NamedTuple, Generic[T]):
@@ -48,6 +53,7 @@ class Walk(NamedTuple, Generic[T]):
     session: str
     child: str | None
     max_messages: int | None = None
+    idle: float | None = None
 
 
 def _raw(page: Callable[P, Call[HistoryPage]]) -> Callable[P, Call[bytes]]:
@@ -77,13 +83,14 @@ class Calls:
     ) -> None:
         self._headers = auth_headers(token, principal)
         self._requests = Requests(max_messages=max_messages, max_bytes=max_bytes)
-        self._follow_timeout = httpx.Timeout(timeout, read=follow_read_timeout)
+        self._timeout = timeout
+        self._follow_read_timeout = follow_read_timeout
         self.backoff = backoff or Backoff()
 
-    def create_session(self, header: SessionHeader) -> Call[Any]:
+    def create_session(self, header: SessionHeader) -> Call[SessionCreated]:
         """Create a session from its header (docs/protocol.md §6.1).
 
-        Returns ``{"id", "headSeq": -1, "incarnation"}``: the new session's incarnation (§2.5).
+        Returns a `SessionCreated`: its ``id``, ``head_seq`` -1 and the new session's ``incarnation`` (§2.5).
 
         A subagent child is created the same way, with ``parentSession`` naming a session the
         caller owns and ``origin="subagent"``. Raises `ServiceError` with ``code``
@@ -91,28 +98,28 @@ class Calls:
         ``invalid_session_id`` or ``invalid_parent``; `TransportError` when the service
         cannot be reached.
         """
-        return self._post("/v1/sessions", encode(header))
+        return self._post("/v1/sessions", encode(header), SessionCreated)
 
-    def append(self, session: str, events: Sequence[Event]) -> Call[Any]:
+    def append(self, session: str, events: Sequence[Event]) -> Call[Appended]:
         """Append one atomic batch to a session, or a subagent child, by its own id (§6.2).
 
         The batch must continue the head: its first ``seq`` is ``headSeq + 1`` and the seqs
         run without gaps. Delta ``assistant/chunk`` events (``data`` a `DeltaData`) are packed
-        into chunk rows by the service. Returns ``{"firstSeq", "headSeq"}``; the exact batch
-        sent again is a no-op that adds ``"idempotent": True``, so a batch whose answer was
-        lost can be re-sent. Raises `ServiceError` with ``code`` ``seq_conflict`` (its
+        into chunk rows by the service. Returns an `Appended` (``first_seq``, ``head_seq``); the
+        exact batch sent again is a no-op whose answer has ``idempotent`` True, so a batch
+        whose answer was lost can be re-sent. Raises `ServiceError` with ``code`` ``seq_conflict`` (its
         ``response`` body holds the ``headSeq`` to continue from), ``invalid_batch``,
         ``invalid_event``, ``batch_too_large`` or ``session_not_found``.
         """
-        return self._post(Requests.path(session, None, "events"), encode({"events": events}))
+        return self._post(Requests.path(session, None, "events"), encode({"events": events}), Appended)
 
-    def close_session(self, session: str) -> Call[Any]:
-        """Close a session, or a subagent child, by its own id (§6.3); returns ``{"headSeq", "closedAt"}``.
+    def close_session(self, session: str) -> Call[Closed]:
+        """Close a session, or a subagent child, by its own id (§6.3); returns `Closed` (``head_seq``, ``closed_at``).
 
         Idempotent: a closed session answers the same. Its follow streams end after its last
         event, and a later append raises `ServiceError` with ``code`` ``session_closed``.
         """
-        return self._post(Requests.path(session, None, "close"), b"")
+        return self._post(Requests.path(session, None, "close"), b"", Closed)
 
     def delete_session(self, session: str) -> Call[None]:
         """Delete a session and its whole subagent tree, by the session's own id (§6.4).
@@ -122,6 +129,35 @@ class Calls:
         ``session_not_found`` for an unknown id (a deleted one too) or another principal's.
         """
         return Call("DELETE", Requests.address(session), self._headers, _deleted)
+
+    def list_sessions(
+        self, *, limit: int | None = None, cursor: str | None = None, state: ListState | None = None
+    ) -> Call[SessionList]:
+        """One page of the caller's sessions that are not subagent children, newest first (§12.1).
+
+        Pass ``next_cursor`` back as ``cursor`` for the next page (``None``: none). ``limit``
+        is 1-1000 (default 50); ``state`` ``"open"`` or ``"closed"`` lists only those.
+        """
+        return self._get("/v1/sessions", _list_params(limit, cursor, state), _reader(SessionList))
+
+    def subagents(
+        self, session: str, *, limit: int | None = None, cursor: str | None = None, state: ListState | None = None
+    ) -> Call[SessionList]:
+        """One page of a session's direct subagent children, newest first, named in its events or not (§12.3).
+
+        A child's own children are listed at the child's id. Paged as `list_sessions`.
+        """
+        return self._get(
+            Requests.path(session, None, "subagents"), _list_params(limit, cursor, state), _reader(SessionList)
+        )
+
+    def session(self, session: str, *, child: str | None = None) -> Call[SessionState]:
+        """A session's header and head (§12.2), or a subagent child's, read through its parent.
+
+        Raises `ServiceError` ``session_not_found`` for an unknown or foreign id, and
+        ``subagent_child`` for a child asked for without its parent.
+        """
+        return self._get(Requests.address(session, child), {}, _reader(SessionState))
 
     def page(
         self,
@@ -196,6 +232,9 @@ class Calls:
         on_connection: ConnectionHook | None = None,
         incarnation: str | None = None,
         packed: bool = True,
+        until: Until | None = None,
+        idle: float | None = None,
+        on_caught_up: CaughtUpHook | None = None,
     ) -> Walk[Event]:
         """Every event after ``after`` (or from a fresh snapshot's tail page), exactly once, in order, live.
 
@@ -214,11 +253,34 @@ class Calls:
         arrive as chunk rows, and are expanded to the same events. ``False`` asks for one
         frame per event, as a plain ``EventSource`` reads; so does a server that predates
         packed streams, which refuses the parameter.
+
+        Stopping early (the stream itself never says "caught up", so the client keeps count):
+
+        - ``until="caught_up"`` ends the follow once it has delivered every event up to the
+          head it found when it started: a fresh follow's snapshot cursor, or, with ``after``,
+          the head of one read of the session (`session`) before the stream opens.
+        - ``on_caught_up`` hears that head once, when it is reached, and the follow goes on
+          live (unless ``until`` ends it).
+        - ``idle`` (seconds) ends the follow once no event has arrived for that long; pings
+          do not count. The async client ends it on time; the sync client notices at its
+          next read, which comes by ``idle`` when it is shorter than ``follow_read_timeout``,
+          else at the stream's next ping (every 15 s by default).
         """
+        if until not in (None, "caught_up"):
+            raise ValueError(f"until must be None or 'caught_up', not {until!r}")
+        if idle is not None and not idle > 0:
+            raise ValueError(f"idle must be a positive number of seconds, not {idle!r}")
         plan = follow_plan(
-            after=after, backoff=self.backoff, on_connection=on_connection, incarnation=incarnation, packed=packed
+            after=after,
+            backoff=self.backoff,
+            on_connection=on_connection,
+            incarnation=incarnation,
+            until=until,
+            idle=idle,
+            on_caught_up=on_caught_up,
+            packed=packed,
         )
-        return Walk(plan, session, child, max_messages)
+        return Walk(plan, session, child, max_messages, idle)
 
     def fetch(self, page_path: str, action: Fetch) -> Call[PageAnswer]:
         """The page at ``page_path`` that a walk's `Fetch` asks for."""
@@ -238,14 +300,24 @@ class Calls:
             Requests.path(walk.session, walk.child, "follow"),
             params=Requests.follow_params(action.after, action.incarnation, walk.max_messages, packed=action.packed),
             headers={**self._headers, **Requests.follow_headers(action.after, action.incarnation)},
-            timeout=self._follow_timeout,
+            timeout=httpx.Timeout(self._timeout, read=min(self._follow_read_timeout, walk.idle or math.inf)),
         )
 
     def _get(self, path: str, params: Mapping[str, int | str], read: Callable[[httpx.Response], T]) -> Call[T]:
         return Call("GET", path, self._headers, read, params=params)
 
-    def _post(self, path: str, body: bytes) -> Call[Any]:
-        return Call("POST", path, {**self._headers, "Content-Type": "application/json"}, json_body, body=body)
+    def _post(self, path: str, body: bytes, answer: type[B]) -> Call[B]:
+        headers = {**self._headers, "Content-Type": "application/json"}
+        return Call("POST", path, headers, _reader(answer), body=body)
+
+
+def _reader(kind: type[B]) -> Callable[[httpx.Response], B]:
+    return functools.partial(read_body, kind)
+
+
+def _list_params(limit: int | None, cursor: str | None, state: ListState | None) -> dict[str, int | str]:
+    params = {"limit": limit, "cursor": cursor, "state": state}
+    return {name: value for name, value in params.items() if value is not None}
 
 
 def _body(response: httpx.Response) -> bytes:

@@ -20,7 +20,7 @@ import httpx
 
 from history_client.calls import Call, Calls, Walk
 from history_client.errors import ClientError
-from history_client.follow import Backoff, Connect, Disconnected, FollowPlan, NextFrame, Sleep
+from history_client.follow import Backoff, Connect, Disconnected, FollowPlan, NextFrame, ReadHead, Sleep
 from history_client.frames import AsyncFrames, SyncFrames
 from history_client.history import Emit, Fetch, Plan
 from history_client.requests import Requests, answer_error, check_event_stream, wrap_transport
@@ -136,6 +136,9 @@ class _Client(Generic[HttpT, TransportT]):
     append = _Operation(Calls.append)
     close_session = _Operation(Calls.close_session)
     delete_session = _Operation(Calls.delete_session)
+    list_sessions = _Operation(Calls.list_sessions)
+    subagents = _Operation(Calls.subagents)
+    session = _Operation(Calls.session)
     page_body = _Operation(Calls.page_body)
     page = _Operation(Calls.page)
     iter_pages = _Walking(Calls.iter_pages)
@@ -203,7 +206,9 @@ class AsyncHistoryClient(_Client[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                         reply = await self._call(Calls.fetch, page_path, action)
                     elif type(action) is NextFrame:
                         assert stream is not None
-                        reply = await stream.next()
+                        reply = await stream.next(action.deadline)
+                    elif type(action) is ReadHead:
+                        reply = await self._call(Calls.session, walk.session, child=walk.child)
                     elif type(action) is Connect:
                         if stream is not None:
                             await stream.aclose()
@@ -272,7 +277,9 @@ class HistoryClient(_Client[httpx.Client, httpx.BaseTransport]):
                         reply = self._call(Calls.fetch, page_path, action)
                     elif type(action) is NextFrame:
                         assert stream is not None
-                        reply = stream.next()
+                        reply = stream.next(action.deadline)
+                    elif type(action) is ReadHead:
+                        reply = self._call(Calls.session, walk.session, child=walk.child)
                     elif type(action) is Connect:
                         if stream is not None:
                             stream.close()

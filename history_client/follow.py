@@ -1,9 +1,10 @@
 """The follow plan: exactly-once delivery over a stream that may drop, written once for both clients.
 
 The plan does no I/O. It yields `Connect` (open a stream resuming after a seq, or fresh),
-`NEXT_FRAME` (the reply is the next `ServerSentEvent`, or ``None`` when the stream ends),
-`Fetch` (a page body, for gap repair), `Sleep` and `Emit`. A client reports a broken
-connection by throwing `Disconnected` (or the transport's error) into the plan.
+`NextFrame` (the reply is the next `ServerSentEvent`, ``None`` when the stream ends, or
+`IDLE` when its deadline passed first), `Fetch` (a page body, for gap repair), `ReadHead`
+(the session's `SessionState`), `Sleep` and `Emit`. A client reports a broken connection by
+throwing `Disconnected` (or the transport's error) into the plan.
 
 The journal rules (the seed's client journal):
 - The cursor is the last delivered seq. A snapshot must end exactly at its own cursor,
@@ -28,13 +29,25 @@ The incarnation rules (docs/protocol.md §2.5, §5.1):
 An optional hook hears each failure that will be retried (`Retrying`) and each stream
 that opens again after failures (`Reconnected`); the failure that exhausts the retries
 is raised as `TransportError` instead.
+
+Stopping (the protocol marks no point in a live stream, so the plan keeps its own):
+- *Caught up* is having delivered every event up to the head the follow found when it
+  started: a fresh open's snapshot ``cursor`` (the head when the stream opened, §5.2), or,
+  for a resume (``after``), which replays without a snapshot, the ``headSeq`` of one read
+  of the session before the stream opens. ``on_caught_up`` hears that head once, when it
+  is reached; ``until="caught_up"`` ends the follow there.
+- *Idle* is ``idle`` seconds without a snapshot, event or records frame (pings do not
+  count): the follow then ends. The async client ends it on time; the sync client notices
+  between reads, so at the latest at the stream's next ping (15 s by default) or, when
+  ``idle`` is shorter than a follow's read timeout, when that read times out.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Generator
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import httpx
 
@@ -51,6 +64,7 @@ from codec import (
     parse_event_id,
     record_seq_range,
 )
+from history_client.bodies import SessionState
 from history_client.errors import (
     CursorAheadError,
     ProtocolError,
@@ -69,16 +83,20 @@ from history_client.sse import ServerSentEvent
 __all__ = [
     "DEFAULT_MAX_DELAY",
     "DEFAULT_MAX_RETRIES",
-    "NEXT_FRAME",
+    "IDLE",
     "Backoff",
+    "CaughtUpHook",
     "Connect",
     "ConnectionHook",
     "Disconnected",
     "FollowPlan",
+    "Idle",
     "NextFrame",
+    "ReadHead",
     "Reconnected",
     "Retrying",
     "Sleep",
+    "Until",
     "follow_plan",
 ]
 
@@ -96,16 +114,33 @@ class Connect(NamedTuple):
 
 
 class NextFrame(NamedTuple):
-    """Read the next event of the open stream."""
+    """Read the next event of the open stream; if ``deadline`` (``time.monotonic()``) passes first, reply `IDLE`."""
+
+    deadline: float | None = None
+
+
+class ReadHead(NamedTuple):
+    """Read the session's header and head (docs/protocol.md §12.2); the reply is a `SessionState`."""
 
 
 class Sleep(NamedTuple):
     seconds: float
 
 
-NEXT_FRAME: Final = NextFrame()
+class Idle:
+    """The reply to a `NextFrame` whose deadline passed before a frame arrived."""
 
-FollowPlan = Generator[Connect | NextFrame | Fetch | Sleep | Emit, Any, None]
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "IDLE"
+
+
+IDLE: Final = Idle()
+_NEXT_FRAME: Final = NextFrame()
+
+FollowPlan = Generator[Connect | NextFrame | Fetch | ReadHead | Sleep | Emit, Any, None]
+Until = Literal["caught_up"]
 
 
 class Disconnected(Exception):
@@ -139,6 +174,9 @@ class Reconnected(NamedTuple):
 
 ConnectionHook = Callable[[Retrying | Reconnected], None]
 """Called synchronously from inside `follow`, in order; in the async client it runs on the event loop."""
+
+CaughtUpHook = Callable[[int], None]
+"""Called once, with the head the follow caught up to, after the events up to it were delivered."""
 
 
 class Backoff:
@@ -176,15 +214,34 @@ def follow_plan(
     backoff: Backoff,
     on_connection: ConnectionHook | None = None,
     incarnation: str | None = None,
+    until: Until | None = None,
+    idle: float | None = None,
+    on_caught_up: CaughtUpHook | None = None,
     packed: bool = False,
 ) -> FollowPlan:
     """Deliver every event after ``after`` (or from a fresh snapshot) exactly once, in order, until the session ends.
 
-    ``incarnation`` pins the follow to that incarnation from its first request. ``packed`` asks
-    for a packed stream (§5.5); a server that predates them refuses the parameter, and the plan
-    then follows it in one frame per event.
+    ``incarnation`` pins the follow to that incarnation from its first request. ``until``,
+    ``idle`` and ``on_caught_up`` are the stopping rules of the module's docstring. ``packed``
+    asks for a packed stream (§5.5); a server that predates them refuses the parameter, and
+    the plan then follows it in one frame per event.
     """
     journal = _Journal(after, Pin(incarnation))
+    caught = _CaughtUp(until, on_caught_up)
+    if after is not None and caught.wanted:
+        state: SessionState = yield ReadHead()
+        named = state.header.incarnation
+        if isinstance(named, str):
+            if journal.pin.incarnation not in (None, named):
+                gone = journal.pin.incarnation
+                raise SessionDeletedError(f"the session (incarnation {gone}) was deleted", incarnation=gone)
+            journal.pin.learn(named, "the session's header")
+        if after > state.head_seq:
+            raise CursorAheadError(after, state.head_seq)
+        caught.head = state.head_seq
+        if caught.reached(journal.cursor):
+            return
+    deadline = None if idle is None else time.monotonic() + idle
     failures = 0
     while True:
         opened = False
@@ -195,15 +252,20 @@ def follow_plan(
                 on_connection(Reconnected(failures))
             first = True  # a snapshot may only open a stream; a resumed one needs none
             while True:
-                frame: ServerSentEvent | None = yield NEXT_FRAME
+                frame: ServerSentEvent | Idle | None = yield _NEXT_FRAME if deadline is None else NextFrame(deadline)
+                if frame is IDLE:
+                    return
                 if frame is None:
                     raise Disconnected("the stream ended")
+                assert type(frame) is ServerSentEvent
                 if frame.retry is not None:
                     journal.retry_ms = frame.retry
                 if frame.event == "snapshot":
                     if not first:
                         raise ProtocolError("the stream sent a snapshot after its opening")
                     yield from journal.open(frame)
+                    if caught.head is None:
+                        caught.head = journal.cursor
                 elif frame.event in ("event", "records"):
                     if journal.cursor is None:
                         raise ProtocolError(f"the stream sent {frame.event} before its snapshot")
@@ -217,6 +279,10 @@ def follow_plan(
                     continue
                 first = False
                 failures = 0
+                if idle is not None:
+                    deadline = time.monotonic() + idle
+                if caught.reached(journal.cursor):
+                    return
         except ServiceError as exc:
             if packed and not opened and exc.code == "invalid_parameter" and "packed" in exc.message:
                 packed = False
@@ -234,6 +300,29 @@ def follow_plan(
         if on_connection is not None:
             on_connection(Retrying(failures, error, delay, opened))
         yield Sleep(delay)
+
+
+class _CaughtUp:
+    """The head a follow catches up to, and whether reaching it is heard (``on_caught_up``) or ends it (``until``)."""
+
+    def __init__(self, until: Until | None, hook: CaughtUpHook | None) -> None:
+        self.until = until
+        self.hook = hook
+        self.head: int | None = None
+        self.told = False
+
+    @property
+    def wanted(self) -> bool:
+        return self.until is not None or self.hook is not None
+
+    def reached(self, cursor: int | None) -> bool:
+        """Whether the follow should end now: first telling the hook, once, that ``cursor`` reached the head."""
+        if self.head is None or self.told or (cursor if cursor is not None else -1) < self.head:
+            return False
+        self.told = True
+        if self.hook is not None:
+            self.hook(self.head)
+        return self.until == "caught_up"
 
 
 def _stream_error(data: bytes, cursor: int | None, incarnation: str | None) -> Exception:

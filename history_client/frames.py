@@ -1,11 +1,19 @@
-"""The events of an open ``text/event-stream`` response, read one at a time, for either client."""
+"""The events of an open ``text/event-stream`` response, read one at a time, for either client.
+
+``next(deadline)`` answers `IDLE` when ``deadline`` (``time.monotonic()``) passes before an
+event does. The async reader stops waiting at the deadline; the sync one can only look
+between reads, after each chunk (a ping is one) or a read that timed out.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import deque
 
 import httpx
 
+from history_client.follow import IDLE, Idle
 from history_client.sse import ServerSentEvent, SSEDecoder
 
 __all__ = ["AsyncFrames", "SyncFrames"]
@@ -20,12 +28,20 @@ class AsyncFrames:
         self._decoder = SSEDecoder()
         self._ready: deque[ServerSentEvent] = deque()
 
-    async def next(self) -> ServerSentEvent | None:
+    async def next(self, deadline: float | None = None) -> ServerSentEvent | Idle | None:
         while not self._ready:
             try:
-                chunk = await anext(self._chunks)
+                if deadline is None:
+                    chunk = await anext(self._chunks)
+                else:
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                        chunk = await anext(self._chunks)
             except StopAsyncIteration:
                 return None
+            except (TimeoutError, httpx.ReadTimeout):
+                if deadline is not None and time.monotonic() >= deadline:
+                    return IDLE
+                raise
             self._ready.extend(self._decoder.feed(chunk))
         return self._ready.popleft()
 
@@ -42,9 +58,16 @@ class SyncFrames:
         self._decoder = SSEDecoder()
         self._ready: deque[ServerSentEvent] = deque()
 
-    def next(self) -> ServerSentEvent | None:
+    def next(self, deadline: float | None = None) -> ServerSentEvent | Idle | None:
         while not self._ready:
-            chunk = next(self._chunks, None)
+            if deadline is not None and time.monotonic() >= deadline:
+                return IDLE
+            try:
+                chunk = next(self._chunks, None)
+            except httpx.ReadTimeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return IDLE
+                raise
             if chunk is None:
                 return None
             self._ready.extend(self._decoder.feed(chunk))

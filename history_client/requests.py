@@ -6,7 +6,6 @@ answer, the same way.
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -20,7 +19,6 @@ __all__ = [
     "answer_error",
     "auth_headers",
     "check_event_stream",
-    "json_body",
     "named_incarnation",
     "service_error",
     "wrap_transport",
@@ -130,15 +128,6 @@ def named_incarnation(request: httpx.Request) -> str | None:
     last = request.headers.get("Last-Event-ID")
     parsed = parse_event_id(last) if last else None
     return None if parsed is None else parsed[0]
-
-
-def json_body(response: httpx.Response) -> Any:
-    if not response.is_success:
-        raise service_error(response)
-    try:
-        return decode_json(response.content)
-    except CodecError as exc:
-        raise ProtocolError(f"{response.request.url.path}: {exc}") from exc
 
 
 def check_event_stream(response: httpx.Response) -> None:

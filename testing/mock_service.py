@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -12,20 +13,40 @@ from codec import Event
 from history_client import AsyncHistoryClient, Backoff, HistoryClient
 from testing.wire import page_body
 
-__all__ = ["Broken", "Service", "collect"]
+__all__ = ["Broken", "Service", "Silent", "collect"]
 
 
 class Service:
-    """A scripted service for `httpx.MockTransport`: follow connections answer in turn; pages come from a log."""
+    """A scripted service for `httpx.MockTransport`: follow connections answer in turn; pages come from a log.
 
-    def __init__(self, log: Sequence[Event], streams: Iterable[Any] = ()) -> None:
+    A session's own address answers its header (naming ``incarnation``, if given) and
+    ``head`` (the log's last seq unless given).
+    """
+
+    def __init__(
+        self,
+        log: Sequence[Event],
+        streams: Iterable[Any] = (),
+        *,
+        head: int | None = None,
+        incarnation: str | None = None,
+    ) -> None:
         self.log = list(log)
         self.streams = list(streams)
+        self.head = len(self.log) - 1 if head is None else head
+        self.incarnation = incarnation
         self.follows: list[httpx.Request] = []
         self.pages: list[httpx.Request] = []
+        self.states: list[httpx.Request] = []
         self.asynchronous = False
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if not request.url.path.endswith(("/follow", "/page")):
+            self.states.append(request)
+            header = {"type": "session", "version": 0, "id": request.url.path.rsplit("/", 1)[-1], "createdAt": 0}
+            if self.incarnation is not None:
+                header["incarnation"] = self.incarnation
+            return httpx.Response(200, json={"header": header, "headSeq": self.head})
         if request.url.path.endswith("/follow"):
             self.follows.append(request)
             if not self.streams:
@@ -33,7 +54,7 @@ class Service:
             stream = self.streams.pop(0)
             if isinstance(stream, httpx.Response):
                 return stream
-            if isinstance(stream, Broken) and self.asynchronous:
+            if isinstance(stream, Broken | Silent) and self.asynchronous:
                 stream = stream.chunks_async()
             return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream)
         self.pages.append(request)
@@ -59,6 +80,24 @@ class Broken:
         raise httpx.ReadError("connection reset by peer")
 
 
+class Silent:
+    """Stream content that yields its chunks and then stays open: only pings (sync), or nothing at all (async)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = chunks
+
+    def __iter__(self) -> Any:
+        yield from self.chunks
+        while True:
+            time.sleep(0.01)
+            yield b": ping\n\n"
+
+    async def chunks_async(self) -> Any:
+        for chunk in self.chunks:
+            yield chunk
+        await anyio.sleep_forever()
+
+
 def collect(
     service: Service,
     *,
@@ -68,16 +107,21 @@ def collect(
     backoff: Any = None,
     on_connection: Any = None,
     packed: bool = True,
+    follow: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> list[Event]:
-    """Follow through the scripted service until ``limit`` events arrive; errors propagate."""
+    """Follow through the scripted service until ``limit`` events arrive or it ends; errors propagate.
+
+    ``follow`` holds further arguments of ``follow``; ``options`` are the client's.
+    """
+    extra = dict(follow or {})
     service.asynchronous = mode == "async"
     if backoff is None:
         backoff = Backoff(base=0.001, cap=0.002, max_retries=options.pop("max_retries", 3))
     received: list[Event] = []
     if mode == "sync":
         with HistoryClient("http://test", transport=httpx.MockTransport(service), backoff=backoff, **options) as client:
-            for event in client.follow("s", after=after, on_connection=on_connection, packed=packed):
+            for event in client.follow("s", after=after, on_connection=on_connection, packed=packed, **extra):
                 received.append(event)
                 if len(received) == limit:
                     break
@@ -86,7 +130,7 @@ def collect(
     async def run() -> None:
         transport = httpx.MockTransport(service)
         async with AsyncHistoryClient("http://test", transport=transport, backoff=backoff, **options) as client:
-            async for event in client.follow("s", after=after, on_connection=on_connection, packed=packed):
+            async for event in client.follow("s", after=after, on_connection=on_connection, packed=packed, **extra):
                 received.append(event)
                 if len(received) == limit:
                     break

@@ -8,8 +8,9 @@ import httpx
 import pytest
 
 from codec import SessionHeader
-from history_client import ServiceError, SessionDeletedError
+from history_client import ProtocolError, ServiceError, SessionCreated, SessionDeletedError
 from history_client.calls import Call, Calls
+from history_client.follow import Connect
 from history_client.history import Fetch, PageAnswer
 
 PAGE = b'{"records": [], "hasMore": false, "fromSeq": 0, "toSeq": 0}'
@@ -65,7 +66,10 @@ def test_writes_post_json_and_a_delete_reads_no_body() -> None:
     plans = calls()
     create = plans.create_session(SessionHeader(id="s", createdAt=1))
     assert (create.method, create.path, create.headers["Content-Type"]) == ("POST", "/v1/sessions", "application/json")
-    assert create.read(answer(create, 201, b'{"id": "s"}')) == {"id": "s"}
+    created = b'{"id": "s", "headSeq": -1, "incarnation": "0123456789ab", "added": "later"}'
+    assert create.read(answer(create, 201, created)) == SessionCreated("s", -1, "0123456789ab")
+    with pytest.raises(ProtocolError, match="/v1/sessions: Object missing required field `incarnation`"):
+        create.read(answer(create, 201, b'{"id": "s", "headSeq": -1}'))
     delete = plans.delete_session("s")
     assert (delete.method, delete.path, delete.body) == ("DELETE", "/v1/sessions/s", None)
     assert delete.read(answer(delete, 204, b"")) is None
@@ -79,3 +83,28 @@ def test_a_walks_fetch_asks_for_the_plans_cursor_and_incarnation_with_the_page_d
     assert dict(fetch.params or {}) == {"through": 7, "maxMessages": 50, "incarnation": "i1"}
     read = fetch.read(answer(fetch, 200, PAGE, {"Session-Incarnation": "i1"}))
     assert read == PageAnswer(PAGE, "i1")
+
+
+def test_listings_and_a_session_read_ask_the_addresses_and_parameters_of_the_protocol() -> None:
+    plans = calls()
+    client = httpx.Client(base_url="http://test")
+    listed = plans.list_sessions(limit=20, cursor="c1", state="closed").build(client)
+    assert (listed.method, listed.url.path, dict(listed.url.params)) == (
+        "GET",
+        "/v1/sessions",
+        {"limit": "20", "cursor": "c1", "state": "closed"},
+    )
+    children = plans.subagents("p:1").build(client)
+    assert (children.url.raw_path, dict(children.url.params)) == (b"/v1/sessions/p%3A1/subagents", {})
+    state = plans.session("p", child="c").build(client)
+    assert (state.method, state.url.path) == ("GET", "/v1/sessions/p/subagents/c")
+    assert state.headers["X-Principal"] == "alice"
+
+
+def test_a_follow_that_stops_when_idle_reads_no_longer_than_idle_before_it_looks() -> None:
+    plans = calls(follow_read_timeout=30.0)
+    client = httpx.Client(base_url="http://test")
+    for idle, read in ((None, 30.0), (2.5, 2.5), (90.0, 30.0)):
+        walk = plans.follow("s", idle=idle)
+        request = plans.connect(client, walk, Connect(None))
+        assert request.extensions["timeout"]["read"] == read, idle

@@ -10,11 +10,13 @@ import pytest
 
 from codec import Event, SessionHeader, SessionIdError, encode
 from history_client import (
+    Appended,
     AsyncHistoryClient,
     HistoryClient,
     PageContinuityError,
     ProtocolError,
     ServiceError,
+    SessionCreated,
     SessionDeletedError,
     TransportError,
 )
@@ -110,11 +112,11 @@ def test_create_session_and_append_post_exact_json():
         bodies.append((request.url.path, request.content))
         if request.url.path.endswith("/events"):
             return httpx.Response(201, json={"firstSeq": 0, "headSeq": 1})
-        return httpx.Response(201, json={"id": "s", "headSeq": -1})
+        return httpx.Response(201, json={"id": "s", "headSeq": -1, "incarnation": "0123456789ab"})
 
     with HistoryClient("http://test", transport=httpx.MockTransport(handler)) as client:
-        assert client.create_session(SessionHeader(id="s", createdAt=0)) == {"id": "s", "headSeq": -1}
-        assert client.append("s", LOG[:2]) == {"firstSeq": 0, "headSeq": 1}
+        assert client.create_session(SessionHeader(id="s", createdAt=0)) == SessionCreated("s", -1, "0123456789ab")
+        assert client.append("s", LOG[:2]) == Appended(first_seq=0, head_seq=1)
     assert bodies[0] == ("/v1/sessions", b'{"type":"session","version":0,"id":"s","createdAt":0}')
     assert bodies[1][0] == "/v1/sessions/s/events" and bodies[1][1].startswith(b'{"events":[{"type":"user/message"')
 

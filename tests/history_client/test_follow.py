@@ -25,7 +25,7 @@ from history_client import (
     TransportError,
 )
 from testing.events import make_events
-from testing.mock_service import Broken, Service, collect
+from testing.mock_service import Broken, Service, Silent, collect
 from testing.wire import event_frame, page_body, records_frame, snapshot_frame, sse
 
 LOG = make_events(200)
@@ -228,18 +228,18 @@ class Incarnated(Service):
     """The scripted service of one incarnation: pages name it, and a page that names another gets 404."""
 
     def __init__(self, log: Any, streams: Any = (), incarnation: str = INC) -> None:
-        super().__init__(log, streams)
-        self.incarnation = incarnation
+        super().__init__(log, streams, incarnation=incarnation)
+        self.named = incarnation
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/follow"):
             return super().__call__(request)
         named = request.url.params.get("incarnation")
-        if named is not None and named != self.incarnation:
+        if named is not None and named != self.named:
             self.pages.append(request)
             return session_not_found()
         response = super().__call__(request)
-        response.headers["Session-Incarnation"] = self.incarnation
+        response.headers["Session-Incarnation"] = self.named
         return response
 
 
@@ -450,6 +450,7 @@ def test_a_records_frame_that_breaks_the_rules_is_refused_before_any_of_its_even
     assert received == []
 
 
+<<<<<<< HEAD
 def test_a_server_that_predates_packed_streams_is_followed_in_event_frames(mode):
     old = httpx.Response(
         400, json={"error": {"code": "invalid_parameter", "message": "unknown query parameter(s): packed"}}
@@ -457,3 +458,58 @@ def test_a_server_that_predates_packed_streams_is_followed_in_event_frames(mode)
     service = Service(LOG, [old, snapshot_frame(LOG[0:20], 19) + live(20, 30)])
     assert collect(service, mode=mode, limit=30) == LOG[:30]
     assert [request.url.params.get("packed") for request in service.follows] == ["1", None]
+=======
+def test_until_caught_up_ends_a_fresh_follow_once_the_snapshot_is_delivered(mode):
+    service = Service(LOG, [snapshot_frame(LOG[40:100], 99) + live(100, 120)])
+    assert collect(service, mode=mode, limit=1000, follow={"until": "caught_up"}) == LOG[40:100]
+    assert service.states == [], "a fresh follow's snapshot names the head: nothing else is read"
+
+
+def test_until_caught_up_on_a_resume_reads_the_head_first_and_ends_there(mode):
+    service = Service(LOG, [Broken(live(120, 130)), live(130, 160)], head=139)
+    assert collect(service, mode=mode, limit=1000, after=119, follow={"until": "caught_up"}) == LOG[120:140]
+    assert [r.url.path for r in service.states] == ["/v1/sessions/s"]
+    assert [r.headers["last-event-id"] for r in service.follows] == ["119", "129"]
+
+
+def test_on_caught_up_hears_the_head_once_and_the_follow_goes_on(mode):
+    heard: list[int] = []
+    service = Service(LOG, [snapshot_frame(LOG[40:100], 99) + live(100, 120)])
+    assert collect(service, mode=mode, limit=80, follow={"on_caught_up": heard.append}) == LOG[40:120]
+    assert heard == [99]
+
+
+def test_a_resume_at_the_head_is_caught_up_before_it_connects_and_one_past_it_is_cursor_ahead(mode):
+    service = Service(LOG, [live(150, 160)], head=149)
+    assert collect(service, mode=mode, limit=1000, after=149, follow={"until": "caught_up"}) == []
+    assert service.follows == []
+    with pytest.raises(CursorAheadError) as ahead:
+        collect(Service(LOG, head=149), mode=mode, limit=1000, after=160, follow={"until": "caught_up"})
+    assert (ahead.value.after, ahead.value.head_seq) == (160, 149)
+
+
+def test_idle_ends_a_follow_that_hears_nothing_more_but_pings(mode):
+    service = Service(LOG, [Silent(snapshot_frame(LOG[0:10], 9), live(10, 15))])
+    assert collect(service, mode=mode, limit=1000, follow={"idle": 0.05}) == LOG[:15]
+    assert len(service.follows) == 1, "idle is an end, not a broken stream"
+
+
+def test_a_resume_that_reads_the_head_of_another_incarnation_raises_session_deleted(mode):
+    service = Incarnated(LOG, [inc_live(120, 150)], incarnation=NEXT)
+    with pytest.raises(SessionDeletedError):
+        collect(service, mode=mode, limit=1000, after=119, follow={"until": "caught_up", "incarnation": INC})
+    assert service.follows == []
+
+
+def test_a_resume_learns_the_incarnation_from_the_head_it_reads(mode):
+    service = Incarnated(LOG, [inc_live(120, 150)])
+    service.head = 149
+    assert collect(service, mode=mode, limit=1000, after=119, follow={"until": "caught_up"}) == LOG[120:150]
+    assert service.follows[0].headers["last-event-id"] == f"{INC}:119"
+
+
+@pytest.mark.parametrize(("option", "value"), [("until", "caught-up"), ("idle", 0), ("idle", -1.0)])
+def test_a_follow_refuses_a_stopping_rule_it_does_not_know(mode, option, value):
+    with pytest.raises(ValueError, match=option):
+        collect(Service(LOG, []), mode=mode, limit=1, follow={option: value})
+>>>>>>> 4e1031c (Python SDK: list_sessions, session and subagents; typed answers; follow can stop when caught up or idle)

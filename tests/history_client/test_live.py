@@ -157,7 +157,7 @@ async def test_both_clients_close_a_session_and_their_follows_end_after_its_last
                 group.start_soon(follow)
                 await client.append("s", events[100:])
                 closed = await client.close_session("s")
-            assert closed["headSeq"] == 119 and type(closed["closedAt"]) is int
+            assert closed.head_seq == 119 and type(closed.closed_at) is int
             assert encode(received) == encode(events)
             with pytest.raises(ServiceError) as refused:
                 await client.append("s", [Event("note", 120, 0, {})])
@@ -178,16 +178,16 @@ def recreate(url: str, events: list[Event]) -> str:
         raw.delete_session("s")
         created = raw.create_session(SessionHeader(id="s", createdAt=1))
         raw.append("s", events)
-    return str(created["incarnation"])
+    return created.incarnation
 
 
 def test_both_clients_delete_a_session_and_its_id_may_be_created_again() -> None:
     with serve_in_thread(Settings(store_url="memory://")) as running:
         with HistoryClient(running.url) as client:
             created = client.create_session(SessionHeader(id="s", createdAt=0))
-            assert created["id"] == "s" and created["headSeq"] == -1 and type(created["incarnation"]) is str
+            assert created.id == "s" and created.head_seq == -1 and type(created.incarnation) is str
             client.append("s", messages(10))
-            assert client.page("s").incarnation == created["incarnation"]
+            assert client.page("s").incarnation == created.incarnation
             client.delete_session("s")
             with pytest.raises(ServiceError) as gone:
                 client.page("s")
@@ -196,18 +196,18 @@ def test_both_clients_delete_a_session_and_its_id_may_be_created_again() -> None
                 client.delete_session("s")
             assert type(again.value) is ServiceError and again.value.code == "session_not_found"
             with pytest.raises(SessionDeletedError):
-                client.page("s", incarnation=created["incarnation"])
+                client.page("s", incarnation=created.incarnation)
 
         async def main() -> str:
             async with AsyncHistoryClient(running.url) as client:
                 answer = await client.create_session(SessionHeader(id="s", createdAt=0))
-                assert (await client.page("s", incarnation=answer["incarnation"])).to_seq == 0
+                assert (await client.page("s", incarnation=answer.incarnation)).to_seq == 0
                 await client.delete_session("s")
                 with pytest.raises(ServiceError, match="session_not_found"):
                     await client.delete_session("s")
-                return str(answer["incarnation"])
+                return answer.incarnation
 
-        assert anyio.run(main) != created["incarnation"]
+        assert anyio.run(main) != created.incarnation
 
 
 def store_url(kind: str, tmp_path: Path) -> str:
@@ -222,7 +222,7 @@ def test_a_follow_ends_with_session_deleted_when_its_session_is_deleted(mode: st
     received: list[Event] = []
     with serve_in_thread(Settings(store_url=store_url(store, tmp_path))) as running:
         with HistoryClient(running.url) as setup:
-            incarnation = setup.create_session(SessionHeader(id="s", createdAt=0))["incarnation"]
+            incarnation = setup.create_session(SessionHeader(id="s", createdAt=0)).incarnation
             setup.append("s", events)
         if mode == "sync":
             with HistoryClient(running.url) as client, pytest.raises(SessionDeletedError) as caught:
@@ -258,7 +258,7 @@ async def test_a_follower_that_reconnects_after_a_delete_and_re_create_gets_sess
     incarnations: list[str] = []
     with serve_in_thread(Settings(store_url=store_url(store, tmp_path))) as running:
         with HistoryClient(running.url) as setup:
-            incarnations.append(setup.create_session(SessionHeader(id="s", createdAt=0))["incarnation"])
+            incarnations.append(setup.create_session(SessionHeader(id="s", createdAt=0)).incarnation)
             setup.append("s", old)
 
         def lost(change: Retrying | Reconnected) -> None:
@@ -342,3 +342,38 @@ def test_history_read_across_a_delete_and_re_create_raises_session_deleted() -> 
             received.extend(client.iter_history("s"))
         http.close()
     assert received == [] and len(pages_served) == 2 and pages_served[1] is None  # the 404 names none
+
+
+def test_both_clients_list_sessions_and_children_read_a_session_and_stop_a_follow_caught_up_or_idle() -> None:
+    events = messages(30)
+    with serve_in_thread(Settings(store_url="memory://")) as running:
+        with HistoryClient(running.url) as client:
+            client.create_session(SessionHeader(id="p", createdAt=2))
+            client.create_session(SessionHeader(id="q", createdAt=1))
+            client.create_session(SessionHeader(id="p.c", createdAt=3, parentSession="p", origin="subagent"))
+            client.append("p", events)
+            closed = client.close_session("q")
+            first = client.list_sessions(limit=1)
+            assert [(s.id, s.head_seq, s.child_count) for s in first.sessions] == [("p", 29, 1)]
+            rest = client.list_sessions(cursor=first.next_cursor)
+            assert [(s.id, s.closed_at) for s in rest.sessions] == [("q", closed.closed_at)] and not rest.next_cursor
+            assert [s.id for s in client.list_sessions(state="open").sessions] == ["p"]
+            assert [s.id for s in client.subagents("p").sessions] == ["p.c"]
+            state = client.session("p")
+            assert (state.header.id, state.head_seq) == ("p", 29)
+            assert client.session("p", child="p.c").header.parentSession == "p"
+            assert list(client.follow("p", until="caught_up")) == events
+            assert list(client.follow("p", after=9, until="caught_up")) == events[10:]
+            assert list(client.follow("p", after=29, idle=0.2)) == []
+
+        async def main() -> None:
+            async with AsyncHistoryClient(running.url) as client:
+                assert [s.id for s in (await client.list_sessions()).sessions] == ["p", "q"]
+                assert [s.id for s in (await client.subagents("p", state="closed")).sessions] == []
+                assert (await client.session("p", child="p.c")).head_seq == -1
+                heard: list[int] = []
+                follow = client.follow("p", after=19, until="caught_up", on_caught_up=heard.append)
+                assert [e async for e in follow] == events[20:] and heard == [29]
+                assert [e async for e in client.follow("p", after=29, idle=0.2)] == []
+
+        anyio.run(main)

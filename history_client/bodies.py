@@ -1,0 +1,97 @@
+"""The JSON answers of writes and session reads, as the client returns them (docs/protocol.md §6, §12).
+
+Each is a frozen Struct with Python names (``head_seq``) for the service's camelCase keys
+(``headSeq``), decoded by one reused typed decoder. They are the service's own bodies
+(`history_service.bodies`, held to these by a test), read the way a client should read
+them: an unknown key is ignored, so a newer service that adds one does not break an older
+client, while a missing or mistyped one is a `ProtocolError`.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Final, TypeVar
+
+import httpx
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from codec import SessionHeader
+from history_client.errors import ProtocolError
+from history_client.requests import service_error
+
+__all__ = [
+    "Appended",
+    "Closed",
+    "ListedSession",
+    "SessionCreated",
+    "SessionList",
+    "SessionState",
+    "read_body",
+]
+
+B = TypeVar("B", bound=Struct)
+
+
+class SessionCreated(Struct, frozen=True, rename="camel"):
+    """A create's answer: the new session's id, its head (-1: no event yet), and its incarnation (§2.5)."""
+
+    id: str
+    head_seq: int
+    incarnation: str
+
+
+class Appended(Struct, frozen=True, rename="camel"):
+    """An append's answer: the batch's first seq and the new head; ``idempotent`` is True for an exact re-send."""
+
+    first_seq: int
+    head_seq: int
+    idempotent: bool = False
+
+
+class Closed(Struct, frozen=True, rename="camel"):
+    """A close's answer: the final head (-1 when empty) and when the session was first closed (epoch ms)."""
+
+    head_seq: int
+    closed_at: int
+
+
+class ListedSession(Struct, frozen=True, rename="camel"):
+    """One session of a listing: id, creation time, head, direct subagent children; close and expiry times if any."""
+
+    id: str
+    created_at: int
+    head_seq: int
+    child_count: int
+    closed_at: int | UnsetType = UNSET
+    expires_at: int | UnsetType = UNSET
+
+
+class SessionList(Struct, frozen=True, rename="camel"):
+    """A page of a listing, newest first; ``next_cursor`` continues it as ``cursor=`` (``None``: no more)."""
+
+    sessions: list[ListedSession]
+    next_cursor: str | None
+
+
+class SessionState(Struct, frozen=True, rename="camel"):
+    """A session's header and head (-1 while it has no event), and when it expires (§6.5), if it will."""
+
+    header: SessionHeader
+    head_seq: int
+    expires_at: int | UnsetType = UNSET
+
+
+_DECODERS: Final[MappingProxyType[type, msgspec.json.Decoder[Any]]] = MappingProxyType(
+    {kind: msgspec.json.Decoder(kind) for kind in (SessionCreated, Appended, Closed, SessionList, SessionState)}
+)
+
+
+def read_body(kind: type[B], response: httpx.Response) -> B:
+    """The answer as ``kind``; a non-2xx answer raises its `ServiceError`, a malformed one `ProtocolError`."""
+    if not response.is_success:
+        raise service_error(response)
+    try:
+        return _DECODERS[kind].decode(response.content)  # type: ignore[no-any-return]
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ProtocolError(f"{response.request.url.path}: {exc}") from exc
