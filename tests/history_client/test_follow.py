@@ -450,7 +450,6 @@ def test_a_records_frame_that_breaks_the_rules_is_refused_before_any_of_its_even
     assert received == []
 
 
-<<<<<<< HEAD
 def test_a_server_that_predates_packed_streams_is_followed_in_event_frames(mode):
     old = httpx.Response(
         400, json={"error": {"code": "invalid_parameter", "message": "unknown query parameter(s): packed"}}
@@ -458,7 +457,8 @@ def test_a_server_that_predates_packed_streams_is_followed_in_event_frames(mode)
     service = Service(LOG, [old, snapshot_frame(LOG[0:20], 19) + live(20, 30)])
     assert collect(service, mode=mode, limit=30) == LOG[:30]
     assert [request.url.params.get("packed") for request in service.follows] == ["1", None]
-=======
+
+
 def test_until_caught_up_ends_a_fresh_follow_once_the_snapshot_is_delivered(mode):
     service = Service(LOG, [snapshot_frame(LOG[40:100], 99) + live(100, 120)])
     assert collect(service, mode=mode, limit=1000, follow={"until": "caught_up"}) == LOG[40:100]
@@ -512,4 +512,3 @@ def test_a_resume_learns_the_incarnation_from_the_head_it_reads(mode):
 def test_a_follow_refuses_a_stopping_rule_it_does_not_know(mode, option, value):
     with pytest.raises(ValueError, match=option):
         collect(Service(LOG, []), mode=mode, limit=1, follow={option: value})
->>>>>>> 4e1031c (Python SDK: list_sessions, session and subagents; typed answers; follow can stop when caught up or idle)
