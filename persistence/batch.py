@@ -1,4 +1,4 @@
-"""An append batch ready to write: its stored records and its message-index entries."""
+"""An append batch ready to write: its stored records, its message-index entries and what it says of the synopsis."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import anyio.to_thread
 
 from codec import Event, StoredRecord, stored_batch
 from persistence.message_index import HiddenRange, MessageEntry, index_entries
+from persistence.synopsis import BatchSynopsis, of_batch
 
 __all__ = ["PreparedBatch", "prepare_batch", "prepared"]
 
@@ -17,17 +18,18 @@ PACK_INLINE: Final = 64
 
 
 class PreparedBatch(NamedTuple):
-    """A batch packed into stored records (`codec.StoredRecord`), with the index entries it adds."""
+    """A batch packed into stored records (`codec.StoredRecord`), with the index entries it adds and its synopsis."""
 
     records: list[StoredRecord]
     messages: list[MessageEntry]
     hidden: list[HiddenRange]
+    synopsis: BatchSynopsis
 
 
 def prepare_batch(events: Sequence[Event]) -> PreparedBatch:
-    """Pack a dense batch into stored records and derive its index entries."""
+    """Pack a dense, non-empty batch into stored records and derive its index entries and synopsis."""
     messages, hidden = index_entries(events)
-    return PreparedBatch(stored_batch(events), messages, hidden)
+    return PreparedBatch(stored_batch(events), messages, hidden, of_batch(events))
 
 
 async def prepared(events: Sequence[Event]) -> PreparedBatch | None:
