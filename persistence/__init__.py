@@ -66,6 +66,7 @@ from persistence.streams import (
     SubscriptionRecord,
     media_type,
 )
+from persistence.synopsis import MAX_MATCH, MAX_TITLE, Synopsis, matches
 from persistence.url import describe_url, open_store, shareable_across_workers
 
 __all__ = [
@@ -90,6 +91,9 @@ __all__ = [
     "KeyedLocks",
     "Life",
     "Lru",
+    "matches",
+    "MAX_MATCH",
+    "MAX_TITLE",
     "media_type",
     "MemoryStore",
     "MemoryStreams",
@@ -132,4 +136,5 @@ __all__ = [
     "StreamValueTooLargeError",
     "subagent_parent",
     "SubscriptionRecord",
+    "Synopsis",
 ]

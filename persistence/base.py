@@ -23,6 +23,7 @@ from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines,
 from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes, within
 from persistence.rules import BatchPlan, Life, PageSpan, page_span
+from persistence.synopsis import EMPTY, Synopsis
 
 if TYPE_CHECKING:
     from persistence.streams.base import StreamStore
@@ -102,7 +103,8 @@ class SessionSummary(Struct, frozen=True):
     ``created_at`` is the header's ``createdAt``; ``head_seq`` is -1 for an empty session;
     ``child_count`` counts the direct subagent children (see `subagent_parent`), whoever owns them;
     ``closed_at`` is the header's ``closedAt``, ``None`` while the session is open;
-    ``expires_at`` the header's ``expiresAt``, and ``touched_at`` as `SessionInfo`'s.
+    ``expires_at`` the header's ``expiresAt``, and ``touched_at`` as `SessionInfo`'s;
+    ``synopsis`` its title, last event's time and tokens (`persistence.synopsis`).
     """
 
     id: str
@@ -112,6 +114,7 @@ class SessionSummary(Struct, frozen=True):
     closed_at: int | None = None
     expires_at: int | None = None
     touched_at: int = 0
+    synopsis: Synopsis = EMPTY
 
     @property
     def key(self) -> SessionKey:
@@ -297,7 +300,13 @@ class HistoryStore(ABC):
 
     @abstractmethod
     async def list_sessions(
-        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+        self,
+        owner: str,
+        *,
+        limit: int,
+        before: SessionKey | None = None,
+        closed: bool | None = None,
+        match: str | None = None,
     ) -> list[SessionSummary]:
         """A page of ``owner``'s sessions, newest first; only its closed (or open) ones when ``closed`` is set.
 
@@ -307,8 +316,30 @@ class HistoryStore(ABC):
         session, and successive pages list every session exactly once, even when ``createdAt``
         values tie. ``child_count`` counts every direct subagent child whatever its owner: the
         parent's owner creates children through the API, so the count is the parent's business.
-        Ids compare by code point, as Python compares ``str``, in every backend.
+        Ids compare by code point, as Python compares ``str``, in every backend. With ``match``,
+        only the sessions `persistence.synopsis.matches` keeps: its id or title holds it, case-folded.
+        Each session's ``synopsis`` is the one its appends kept.
         """
+
+    @abstractmethod
+    async def count_sessions(
+        self,
+        owner: str,
+        *,
+        now: int,
+        retention_ms: int | None,
+        closed: bool | None = None,
+        match: str | None = None,
+    ) -> int:
+        """How many sessions `list_sessions` lists with ``closed`` and ``match``, less those expired at ``now``.
+
+        A session counts unless its own expiry time (`persistence.rules.expiry`, under
+        ``retention_ms``) is at or before ``now``: the rule of `expired`, read from the same rows.
+        """
+
+    @abstractmethod
+    async def synopsis(self, session_id: str) -> Synopsis:
+        """The session's synopsis (`persistence.synopsis`); `SessionNotFoundError` for an unknown id."""
 
     @abstractmethod
     async def expired(

@@ -29,9 +29,10 @@ from persistence.batch import prepare_batch
 from persistence.clock import now_ms
 from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
-from persistence.rules import Life, check_life, confirm_resend, expiry, plan_batch
+from persistence.rules import Life, alive, check_life, confirm_resend, expiry, plan_batch
 from persistence.sealing import next_open_run, plan_append
 from persistence.streams.memory import MemoryStreams
+from persistence.synopsis import EMPTY, Synopsis, applied, matches
 
 __all__ = ["MemoryStore", "RecordIndex"]
 
@@ -75,6 +76,7 @@ class _Session:
         self.owner = owner
         self.index = RecordIndex()
         self.touched = now_ms()
+        self.synopsis: Synopsis = EMPTY
 
     @property
     def info(self) -> SessionInfo:
@@ -124,6 +126,7 @@ class MemoryStore(HistoryStore):
             keep, records = plan_append(tail, batch.records, list)
             index.add(len(index.records) - len(tail) + keep, records, batch.messages, batch.hidden)
             index.open = next_open_run(tail[:keep], records)
+            session.synopsis = applied(session.synopsis, batch.synopsis)
             session.touched = now_ms()
         return AppendResult.of(plan)
 
@@ -164,27 +167,55 @@ class MemoryStore(HistoryStore):
             key=lambda header: header.id,
         )
 
+    def _listed(self, owner: str, closed: bool | None, match: str | None) -> list[_Session]:
+        return [
+            s
+            for s in self._sessions.values()
+            if s.owner == owner
+            and subagent_parent(s.header) is None
+            and in_listing(s.header, closed)
+            and matches(s.header.id, s.synopsis.title, match)
+        ]
+
     async def list_sessions(
-        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+        self,
+        owner: str,
+        *,
+        limit: int,
+        before: SessionKey | None = None,
+        closed: bool | None = None,
+        match: str | None = None,
     ) -> list[SessionSummary]:
         parents = Counter(subagent_parent(s.header) for s in self._sessions.values())
-        mine = (
-            s.header
-            for s in self._sessions.values()
-            if s.owner == owner and subagent_parent(s.header) is None and in_listing(s.header, closed)
-        )
+        mine = (s.header for s in self._listed(owner, closed, match))
         return [
             SessionSummary(
                 header.id,
                 header.createdAt,
-                self._sessions[header.id].index.head,
+                (session := self._sessions[header.id]).index.head,
                 parents[header.id],
                 closed_at_of(header),
                 expires_at_of(header),
-                self._sessions[header.id].touched,
+                session.touched,
+                session.synopsis,
             )
             for header in newest_first(mine, limit=limit, before=before)
         ]
+
+    async def count_sessions(
+        self,
+        owner: str,
+        *,
+        now: int,
+        retention_ms: int | None,
+        closed: bool | None = None,
+        match: str | None = None,
+    ) -> int:
+        listed = self._listed(owner, closed, match)
+        return sum(alive(expires_at_of(s.header), s.touched, retention_ms, now) for s in listed)
+
+    async def synopsis(self, session_id: str) -> Synopsis:
+        return self._session(session_id).synopsis
 
     async def expired(
         self, *, now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()

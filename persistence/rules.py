@@ -7,7 +7,8 @@
   stored at its seqs;
 * `page_span`: a page's exclusive end, whether it is empty, and whether its ``through`` is
   past the head;
-* `expiry`: when a session expires, from its own ``expiresAt`` and the store-wide retention;
+* `expiry`: when a session expires, from its own ``expiresAt`` and the store-wide retention
+  (`alive`: whether that is still to come);
 * `check_life`: whether a write reached the life of the id (`Life`) it was checked against.
 
 The sealing plan is `persistence.sealing.plan_append`. Backends execute what these return,
@@ -27,6 +28,7 @@ __all__ = [
     "BatchPlan",
     "Life",
     "PageSpan",
+    "alive",
     "check_life",
     "confirm_resend",
     "dense_gap",
@@ -195,3 +197,9 @@ def expiry(expires_at: int | None, touched_at: int, retention_ms: int | None) ->
     if expires_at is None:
         return kept
     return expires_at if kept is None else min(expires_at, kept)
+
+
+def alive(expires_at: int | None, touched_at: int, retention_ms: int | None, now: int) -> bool:
+    """Whether a session's own expiry time (`expiry`) is still to come at ``now``: what a listing's count keeps."""
+    at = expiry(expires_at, touched_at, retention_ms)
+    return at is None or at > now

@@ -18,6 +18,7 @@ from pathlib import Path
 import msgspec
 
 from codec import Event, StoredRecord
+from codec.stored import OTHER
 from persistence.base import AppendResult, events_in
 from persistence.batch import PreparedBatch
 from persistence.errors import StoreError
@@ -28,9 +29,11 @@ from persistence.jsonl.journal import Clearing, journal_size, pending, ready, un
 from persistence.jsonl.layout import INDEX_NAME
 from persistence.jsonl.recovery import Loader
 from persistence.jsonl.rewrite import write_plan
+from persistence.jsonl.synopses import Kept, of_state, write_kept
 from persistence.notify import notice
 from persistence.rules import Life, check_life, confirm_resend, plan_batch
 from persistence.state import Lru
+from persistence.synopsis import Synopsis, applied
 
 __all__ = ["Appends"]
 
@@ -118,9 +121,10 @@ class Appends:
         index_path, log_path = directory / INDEX_NAME, directory / self._log_name
         write_index = functools.partial(write_unsynced, index_path, index_at, line, size=index_at)
         write_log = functools.partial(write_unsynced, log_path, start, block)
+        synopsis, first = self._synopsis(state, batch, plan.head_seq)
         if journal is None:
             # The index entry before the log bytes: if the log write tears, the entry marks the batch as torn.
-            steps: tuple[tuple[Step, ...], ...] = ((write_index,), (write_log,))
+            steps: tuple[tuple[Step, ...], ...] = ((write_index, *first), (write_log,))
             failed = functools.partial(self._undo, state, start, index_at)
         else:
             # A sealing rewrite: its journal is durable before anything is overwritten, and can undo any part
@@ -130,15 +134,29 @@ class Appends:
             journal = msgspec.structs.replace(journal, entries=line)
             clearing = Clearing(directory)
             steps = (
-                (functools.partial(written, directory, journal),),
+                (functools.partial(written, directory, journal), *first),
                 (write_index, write_log),
                 (clearing,),
             )
             failed = functools.partial(self._settle_failed, state, clearing)
-        durable = functools.partial(_applied, state, entries, len(line))
+        durable = functools.partial(_applied, state, entries, len(line), synopsis)
         told = None if self._origin is None else notice(session_id, plan.head_seq, self._origin)
         group.stage(Staged(steps, log_path, durable, failed, told))
         return AppendResult.of(plan)
+
+    def _synopsis(
+        self, state: IndexedSession, batch: PreparedBatch, head: int
+    ) -> tuple[Synopsis | None, tuple[Step, ...]]:
+        """The session's synopsis once the batch is appended (``None`` while unknown), and what writes it first.
+
+        A batch with a record that never joins writes the file in its first barrier
+        (`persistence.jsonl.synopses`), so its synopsis must be known: it is found now, under the
+        lock. A batch of deltas alone writes nothing, and moves a known synopsis only.
+        """
+        if all(record.kind != OTHER for record in batch.records):
+            return (None if state.synopsis is None else applied(state.synopsis, batch.synopsis)), ()
+        after = applied(of_state(state, self._stored), batch.synopsis)
+        return after, (functools.partial(write_kept, state.directory, Kept(head, after)),)
 
     def _settle_failed(self, state: IndexedSession, clearing: Clearing) -> None:
         """Undo a failed rewrite from its journal, or stop appends when that fails or its journal may not be clear.
@@ -175,6 +193,7 @@ class Appends:
             truncate(state.directory / INDEX_NAME, index_size)
 
 
-def _applied(state: IndexedSession, entries: list[Entry], size: int) -> None:
+def _applied(state: IndexedSession, entries: list[Entry], size: int, synopsis: Synopsis | None) -> None:
     state.add_all(entries)
     state.index_size += size
+    state.synopsis = synopsis

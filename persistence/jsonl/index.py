@@ -28,6 +28,7 @@ from persistence.errors import SessionNotFoundError
 from persistence.group_commit import unavailable
 from persistence.jsonl.layout import INDEX_NAME, closed_at, touched_at, with_closed
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
+from persistence.synopsis import Synopsis
 
 __all__ = [
     "INDEX_VERSION",
@@ -268,6 +269,8 @@ class IndexedSession:
         self.time1s = array("q")
         self.messages = MessageIndex()
         self.head = -1
+        # The session's synopsis once known (`persistence.jsonl.synopses.of_state`); appends move it.
+        self.synopsis: Synopsis | None = None
         # Per entry: where its records, messages and hidden ranges begin in the columns.
         self._first: list[tuple[int, int, int]] = []
 

@@ -7,6 +7,10 @@ the directory's inode and change time: a directory made again under the same nam
 another process) gets a new change time, even where the file system reuses the inode, and
 is read again. So a delete finds its tree in a scan of the root that reads only the headers
 of directories that changed (§6.5).
+
+A session's synopsis is its `persistence.jsonl.synopses` file's when that is at the listed
+head (one small read); otherwise it is found as a read finds it, under the session's lock.
+A filter reads it for every session of the owner whose id does not match already.
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ from persistence.jsonl.layout import (
     with_closed,
 )
 from persistence.jsonl.recovery import Loader
-from persistence.rules import expiry
+from persistence.jsonl.synopses import read_kept
+from persistence.rules import alive, expiry
 from persistence.state import Lru
+from persistence.synopsis import EMPTY, Synopsis, matches
 
 __all__ = ["Listing"]
 
@@ -53,7 +59,8 @@ PARENTS_KEPT: Final = 1 << 17
 
 
 class Listing:
-    """The listing reads of one root. ``state`` loads a session as the store does (it recovers one that needs it)."""
+    """The listing reads of one root. ``state`` loads a session as the store does (it recovers one that needs it);
+    ``synopsis`` finds a session's synopsis as a read does."""
 
     def __init__(
         self,
@@ -62,10 +69,12 @@ class Listing:
         *,
         states: Lru[str, IndexedSession],
         state: Callable[[str], IndexedSession],
+        synopsis: Callable[[str], Synopsis],
         headers: Lru[str, tuple[SessionHeader | None]],
         owners: Lru[str, str],
     ) -> None:
         self._root = root
+        self._synopsis_read = synopsis
         self._loader = loader
         self._states = states
         self._state = state
@@ -129,7 +138,8 @@ class Listing:
             self._headers.put(name, known)
         return known[0]
 
-    def sessions(self, owner: str, limit: int, before: SessionKey | None, closed: bool | None) -> list[SessionSummary]:
+    def _mine(self, owner: str, closed: bool | None) -> tuple[list[SessionHeader], Counter[str]]:
+        """The owner's top-level sessions that a listing of ``closed`` holds, and every session's child count."""
         child_counts: Counter[str] = Counter()
         mine: list[SessionHeader] = []
         for name, header in self._peeked():
@@ -140,6 +150,12 @@ class Listing:
                 header = with_closed(header, closed_at(self._root / name))
                 if in_listing(header, closed):
                     mine.append(header)
+        return mine, child_counts
+
+    def sessions(
+        self, owner: str, limit: int, before: SessionKey | None, closed: bool | None, match: str | None
+    ) -> list[SessionSummary]:
+        mine, child_counts = self._mine(owner, closed)
         found: list[SessionSummary] = []
         if limit < 1:
             return found
@@ -147,10 +163,13 @@ class Listing:
             try:
                 head = self._listed_head(header.id)
                 touched = touched_at(self._root / encode_segment(header.id))
+                synopsis = self._synopsis(header.id, head)
             except (CorruptLogError, SessionNotFoundError, FileNotFoundError) as exc:
                 # One unreadable log must not hide the owner's other sessions; reads of it still fail.
                 # An OS failure is the store's, not the log's: the listing fails with it (503).
                 logger.error("listing skips session %r: %s", header.id, exc)
+                continue
+            if not matches(header.id, synopsis.title, match):
                 continue
             children = child_counts[header.id]
             found.append(
@@ -162,11 +181,39 @@ class Listing:
                     closed_at_of(header),
                     expires_at_of(header),
                     touched,
+                    synopsis,
                 )
             )
             if len(found) == limit:
                 break
         return found
+
+    def count(self, owner: str, now: int, retention_ms: int | None, closed: bool | None, match: str | None) -> int:
+        """`HistoryStore.count_sessions`: what `sessions` would list, less the sessions expired at ``now``."""
+        counted = 0
+        for header in self._mine(owner, closed)[0]:
+            try:
+                if not alive(
+                    expires_at_of(header), touched_at(self._root / encode_segment(header.id)), retention_ms, now
+                ):
+                    continue
+                if not matches(header.id, None, match):
+                    title = self._synopsis(header.id, self._listed_head(header.id)).title
+                    if not matches(header.id, title, match):
+                        continue
+            except (CorruptLogError, SessionNotFoundError, FileNotFoundError):
+                continue  # left out of the listing too (and logged there)
+            counted += 1
+        return counted
+
+    def _synopsis(self, session_id: str, head: int) -> Synopsis:
+        """The session's synopsis: its file's when that is at ``head``, else as a read finds it."""
+        if head == -1:
+            return EMPTY
+        kept = read_kept(self._root / encode_segment(session_id))
+        if kept is not None and kept.seq == head:
+            return kept.synopsis
+        return self._synopsis_read(session_id)
 
     def expired(self, now: int, retention_ms: int | None, limit: int | None, skip: frozenset[str]) -> list[str]:
         """`HistoryStore.expired`: each directory's header (cached) and file times, never its log."""

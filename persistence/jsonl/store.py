@@ -91,10 +91,12 @@ from persistence.jsonl.listing import Listing
 from persistence.jsonl.notices import TURN_NAME, Sidecar, SidecarListener
 from persistence.jsonl.reads import Reads
 from persistence.jsonl.recovery import Loader
+from persistence.jsonl.synopses import of_state
 from persistence.notify import HeadListener, notice
 from persistence.rules import Life, check_life
 from persistence.state import KeyedLocks, Lru
 from persistence.state.flocks import FileTurn
+from persistence.synopsis import Synopsis
 
 __all__ = ["JsonlStore"]
 
@@ -127,7 +129,13 @@ class JsonlStore(HistoryStore):
         self._headers: Lru[str, tuple[SessionHeader | None]] = Lru(session_cache)
         self._owners: Lru[str, str] = Lru(session_cache)
         self._listing = Listing(
-            root, self._loader, states=self._states, state=self._state, headers=self._headers, owners=self._owners
+            root,
+            self._loader,
+            states=self._states,
+            state=self._state,
+            synopsis=self._synopsis_sync,
+            headers=self._headers,
+            owners=self._owners,
         )
         self._locks = KeyedLocks()
         self._groups = FileGroups(self._sidecar.tell)
@@ -241,9 +249,36 @@ class JsonlStore(HistoryStore):
         return await self._run(self._listing.children, parent_id)
 
     async def list_sessions(
-        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+        self,
+        owner: str,
+        *,
+        limit: int,
+        before: SessionKey | None = None,
+        closed: bool | None = None,
+        match: str | None = None,
     ) -> list[SessionSummary]:
-        return await self._run(self._listing.sessions, owner, limit, before, closed)
+        return await self._run(self._listing.sessions, owner, limit, before, closed, match)
+
+    async def count_sessions(
+        self,
+        owner: str,
+        *,
+        now: int,
+        retention_ms: int | None,
+        closed: bool | None = None,
+        match: str | None = None,
+    ) -> int:
+        return await self._run(self._listing.count, owner, now, retention_ms, closed, match)
+
+    async def synopsis(self, session_id: str) -> Synopsis:
+        state = self._fresh(session_id)
+        if state is not None and state.synopsis is not None:
+            return state.synopsis
+        return await self._run(self._synopsis_sync, session_id)
+
+    def _synopsis_sync(self, session_id: str) -> Synopsis:
+        with self._reads.reading(session_id) as state:
+            return of_state(state, self._reads.stored)
 
     async def expired(self, *, now: int, retention_ms: int | None, limit: int | None, skip: Ids = ()) -> list[str]:
         return await self._run(self._listing.expired, now, retention_ms, limit, frozenset(skip))

@@ -1,4 +1,4 @@
-"""The schema version in ``history_meta``, and the upgrades from versions 1 to 7 to the current one.
+"""The schema version in ``history_meta``, and the upgrades from versions 1 to 8 to the current one.
 
 An older database is upgraded in place when opened; an unknown version refuses to open.
 """
@@ -6,12 +6,12 @@ An older database is upgraded in place when opened; an unknown version refuses t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from codec import CodecError, SessionHeader, decode_storage_line, stored_record
+from codec import CodecError, Event, SessionHeader, decode_storage_line, stored_record
 from persistence.clock import now_ms
 from persistence.errors import CorruptLogError, SchemaVersionError
 from persistence.sql.dialect import Dialect
@@ -31,6 +31,7 @@ from persistence.sql.schema import (
     records_table,
     sessions_table,
 )
+from persistence.synopsis import EMPTY, Synopsis, folded, synopsis_of
 
 __all__ = ["migrate", "refuse"]
 
@@ -75,6 +76,9 @@ def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) 
         version = "7"
     if version == "7":
         _upgrade_from_7(conn)
+        version = "8"
+    if version == "8":
+        _upgrade_from_8(conn, dialect, unpack)
         return None
     return version
 
@@ -84,7 +88,7 @@ def refuse(version: str | None) -> None:
     if version is not None and version != str(SCHEMA_VERSION):
         raise SchemaVersionError(
             f"the database has history schema version {version!r}; "
-            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 7"
+            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 8"
         )
 
 
@@ -208,6 +212,114 @@ def _upgrade_from_7(conn: Connection) -> None:
     """
     notices_table.create(conn, checkfirst=True)
     _set_version(conn, "8")
+
+
+def _upgrade_from_8(conn: Connection, dialect: Dialect, unpack: Unpack) -> None:
+    """Version 9 adds each session's synopsis (`persistence.synopsis`), folded from its stored events.
+
+    Only records that never join (``kind`` 0) can name a title or report tokens, so only those
+    are read and decoded, in batches; a session's last event's time is its last record's
+    (a row's ``time1``, or the event's own time).
+    """
+    for name, kind in (("title", sa.String()), ("title_folded", sa.String()), ("last_event_at", sa.BigInteger())):
+        conn.exec_driver_sql(f"ALTER TABLE history_sessions ADD COLUMN {name} {kind.compile(dialect=conn.dialect)}")
+    for name in ("input_tokens", "output_tokens"):
+        conn.exec_driver_sql(f"ALTER TABLE history_sessions ADD COLUMN {name} BIGINT NOT NULL DEFAULT 0")
+        dialect.drop_default(conn, sessions_table.name, name)
+    s, r = sessions_table.c, records_table.c
+    set_synopsis = (
+        sa.update(sessions_table)
+        .where(s.id == sa.bindparam("b_id"))
+        .values(
+            title=sa.bindparam("b_title"),
+            title_folded=sa.bindparam("b_folded"),
+            input_tokens=sa.bindparam("b_input"),
+            output_tokens=sa.bindparam("b_output"),
+        )
+    )
+
+    def event(row: Any) -> Event:
+        line = unpack(row.seq, row.compressed, row.data)
+        try:
+            found = decode_storage_line(line)
+        except CodecError as exc:
+            where = f"session {row.session_id!r}: stored record at seq {row.seq}"
+            raise CorruptLogError(f"{where} is corrupt: {exc}") from exc
+        if not isinstance(found, Event):
+            raise CorruptLogError(f"session {row.session_id!r}: stored record at seq {row.seq} is a row of kind 0")
+        return found
+
+    def flush(done: dict[str, Synopsis]) -> None:
+        if done:
+            conn.execute(
+                set_synopsis,
+                [
+                    {
+                        "b_id": session_id,
+                        "b_title": found.title,
+                        "b_folded": None if found.title is None else folded(found.title),
+                        "b_input": found.input_tokens,
+                        "b_output": found.output_tokens,
+                    }
+                    for session_id, found in done.items()
+                ],
+            )
+            done.clear()
+
+    # Titles and tokens: the plain records of every session, in (session, seq) order, folded as one batch each.
+    done: dict[str, Synopsis] = {}
+    current, folding = None, EMPTY
+    after: tuple[str, int] | None = None
+    alive = sa.exists().where(s.id == r.session_id)
+    while True:
+        batch = (
+            sa.select(r.session_id, r.seq, r.compressed, r.data)
+            .where(r.kind == 0, alive)
+            .order_by(r.session_id, r.seq)
+            .limit(_BACKFILL_BATCH)
+        )
+        if after is not None:
+            batch = batch.where(sa.tuple_(r.session_id, r.seq) > sa.tuple_(*after))
+        rows = conn.execute(batch).all()
+        for row in rows:
+            if row.session_id != current:
+                if current is not None:
+                    done[current] = folding
+                current, folding = row.session_id, EMPTY
+            folding = synopsis_of([[event(row)]], folding)
+        if len(done) >= _BACKFILL_BATCH or not rows:
+            flush(done)
+        if not rows:
+            break
+        after = (rows[-1].session_id, rows[-1].seq)
+    if current is not None:
+        done[current] = folding
+    flush(done)
+    # The last event's time: each session's last record, a batch of sessions at a time.
+    set_last = sa.update(sessions_table).where(s.id == sa.bindparam("b_id")).values(last_event_at=sa.bindparam("b_at"))
+    last_seq = (
+        sa.select(r.session_id, sa.func.max(r.seq).label("seq"))
+        .where(r.session_id.in_(sa.bindparam("b_ids", expanding=True)))
+        .group_by(r.session_id)
+        .subquery()
+    )
+    last = sa.select(r.session_id, r.seq, r.kind, r.time1, r.compressed, r.data).join(
+        last_seq, sa.and_(r.session_id == last_seq.c.session_id, r.seq == last_seq.c.seq)
+    )
+    after_id: str | None = None
+    while True:
+        ids_query = sa.select(s.id).where(s.head_seq >= 0).order_by(s.id).limit(_BACKFILL_BATCH)
+        ids = conn.execute(ids_query if after_id is None else ids_query.where(s.id > after_id)).scalars().all()
+        if not ids:
+            break
+        lasts = conn.execute(last, {"b_ids": list(ids)}).all()
+        if lasts:
+            conn.execute(
+                set_last,
+                [{"b_id": row.session_id, "b_at": row.time1 if row.kind else event(row).time} for row in lasts],
+            )
+        after_id = ids[-1]
+    _set_version(conn, "9")
 
 
 def _set_version(conn: Connection, version: str) -> None:

@@ -22,6 +22,7 @@ from persistence.sql.dialect import MESSAGE_PAGE, LongWalk
 from persistence.sql.lines import Lines
 from persistence.sql.schema import bounded_rows, stored_header
 from persistence.sql.statements import Statements
+from persistence.synopsis import Synopsis
 
 __all__ = [
     "Head",
@@ -34,6 +35,7 @@ __all__ = [
     "require",
     "stored",
     "stored_checked",
+    "synopsis",
 ]
 
 
@@ -51,6 +53,14 @@ def info(cursor: Any, sql: Statements, session_id: str) -> SessionInfo:
     if row is None:
         raise SessionNotFoundError(session_id)
     return SessionInfo(stored_header(row[0], session_id), row[1], row[2], row[3])
+
+
+def synopsis(cursor: Any, sql: Statements, session_id: str) -> Synopsis:
+    """The session's synopsis (`persistence.synopsis`)."""
+    row = sql.synopsis.run(cursor, id=session_id).fetchone()
+    if row is None:
+        raise SessionNotFoundError(session_id)
+    return Synopsis(*row)
 
 
 def require(cursor: Any, sql: Statements, session_id: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Final, NamedTuple
 
 import psycopg
 
-from codec import StoredRecord
+from codec import MAX_SAFE_INTEGER, StoredRecord
 from persistence.base import TOUCH_MS, AppendResult
 from persistence.clock import now_ms
 from persistence.notify import NOTIFY_CHANNEL, notice
@@ -22,6 +22,7 @@ from persistence.sealing import plan_append
 from persistence.sql.dialect import Deadline
 from persistence.sql.groups import SessionUnit, SqlGroups
 from persistence.sql.lines import Lines
+from persistence.sql.statements import synopsis_params
 from persistence.sql.tails import Tails
 from persistence.sql.writes import Append
 
@@ -44,15 +45,27 @@ INCARNATION_OF: Final = "(convert_from(%s, 'UTF8')::jsonb ->> 'incarnation')"
 # NOTIFY rides the update, so PostgreSQL sends it at commit and never for a rollback. Every
 # parameter is sent in binary (``%(name)b``): psycopg writes a text array element by element in
 # Python, escaping each bytea, at about four times the cost (1.16 ms against 0.28 ms to adapt a
-# group of ten appends).
+# group of ten appends). Each head moves the session's synopsis with it, as
+# `persistence.sql.statements.synopsis_moved` does for an append alone.
 GROUP_APPEND: Final = """
 WITH locked AS MATERIALIZED (
     SELECT id FROM history_sessions WHERE id = ANY(%(locks)b::text[]) ORDER BY id COLLATE "C" FOR UPDATE
 ), moved AS (
     UPDATE history_sessions s SET head_seq = u.head,
-        touched_at = CASE WHEN s.touched_at < %(touched)s - %(touch_ms)s THEN %(touched)s ELSE s.touched_at END
+        touched_at = CASE WHEN s.touched_at < %(touched)s - %(touch_ms)s THEN %(touched)s ELSE s.touched_at END,
+        title = COALESCE(u.named, s.title, u.said),
+        title_folded = COALESCE(u.named_folded, s.title_folded, u.said_folded),
+        last_event_at = u.last_event_at,
+        input_tokens = CASE WHEN s.input_tokens > {cap} - u.input_tokens THEN {cap}
+            ELSE s.input_tokens + u.input_tokens END,
+        output_tokens = CASE WHEN s.output_tokens > {cap} - u.output_tokens THEN {cap}
+            ELSE s.output_tokens + u.output_tokens END
     FROM unnest(%(sessions)b::text[], %(expected)b::bigint[], %(heads)b::bigint[], %(notices)b::text[],
-        %(owners)b::text[], %(incarnations)b::text[]) AS u(session, expected, head, notice, owner, incarnation)
+        %(owners)b::text[], %(incarnations)b::text[], %(named)b::text[], %(named_folded)b::text[],
+        %(said)b::text[], %(said_folded)b::text[], %(last_event_at)b::bigint[], %(input_tokens)b::bigint[],
+        %(output_tokens)b::bigint[])
+        AS u(session, expected, head, notice, owner, incarnation, named, named_folded, said, said_folded,
+            last_event_at, input_tokens, output_tokens)
     WHERE s.id = u.session AND s.head_seq = u.expected AND s.closed_at IS NULL AND s.id IN (SELECT id FROM locked)
         AND s.owner = COALESCE(u.owner, s.owner)
         AND COALESCE({stored}, u.incarnation, '') = COALESCE(u.incarnation, {stored}, '')
@@ -92,7 +105,7 @@ WITH locked AS MATERIALIZED (
     WHERE h.session IN (SELECT id FROM moved)
 )
 SELECT id FROM moved
-""".format(stored=INCARNATION_OF % "s.header")
+""".format(stored=INCARNATION_OF % "s.header", cap=MAX_SAFE_INTEGER)
 
 
 INSERTED: Final = (
@@ -106,6 +119,16 @@ INSERTED: Final = (
     "time0s",
     "time1s",
 )
+# The synopsis parameters of each append (`persistence.sql.statements.synopsis_params`), an array each.
+SYNOPSIS_PARAMS: Final = (
+    "named",
+    "named_folded",
+    "said",
+    "said_folded",
+    "last_event_at",
+    "input_tokens",
+    "output_tokens",
+)
 SEALED: Final = tuple(f"sealed_{name}" for name in ("sessions", *INSERTED[1:]))
 GROUP_ARRAYS: Final = (
     "sessions",
@@ -114,6 +137,7 @@ GROUP_ARRAYS: Final = (
     "notices",
     "owners",
     "incarnations",
+    *SYNOPSIS_PARAMS,
     *INSERTED,
     *SEALED,
     "dropped_sessions",
@@ -270,6 +294,8 @@ class PostgresGroups(SqlGroups):
             life = planned.unit.life
             params["owners"].append(None if life is None else life.owner)
             params["incarnations"].append(None if life is None else life.incarnation)
+            for name, value in synopsis_params(batch.synopsis).items():
+                params[name].append(value)
             for record in planned.records:
                 row = self._lines.row(session, record)
                 names = SEALED if record.seq in planned.rewritten else INSERTED

@@ -7,7 +7,10 @@ Tables, keyed ``(session_id, seq)``:
   header's ``closedAt`` once the session is closed (NULL while it is open), which an append checks,
   and for the sweeper (docs/protocol.md §6.5), both indexed: ``expires_at``, the header's
   ``expiresAt`` (NULL when it has none), and ``touched_at``, when the row was last written
-  (created, appended to or closed), by the store's clock;
+  (created, appended to or closed), by the store's clock; and the session's synopsis
+  (`persistence.synopsis`), which each append moves with the head: ``title`` and its
+  case-folded ``title_folded`` (what a listing's filter compares), ``last_event_at``
+  (NULL while the session has no event), and ``input_tokens`` and ``output_tokens``;
 * ``history_records``: one row per stored record (`codec.StoredRecord`), a packed row at its
   ``seq0``: its member count, its canonical JSON line in ``data``, and the join columns
   ``kind``, ``key``, ``time0`` and ``time1``. A line of at least 4 KiB is zstd-compressed
@@ -55,6 +58,7 @@ __all__ = [
     "PROBE",
     "purges_table",
     "SCHEMA_VERSION",
+    "SYNOPSIS_COLUMNS",
     "StoredIncarnation",
     "bounded_rows",
     "hidden_table",
@@ -74,7 +78,7 @@ __all__ = [
     "notices_table",
 ]
 
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 COMPRESS_AT: Final = 4096
 
 
@@ -119,7 +123,14 @@ sessions_table = sa.Table(
     sa.Column("closed_at", sa.BigInteger, nullable=True),
     sa.Column("expires_at", sa.BigInteger, nullable=True),
     sa.Column("touched_at", sa.BigInteger, nullable=False),
+    sa.Column("title", sa.String, nullable=True),
+    sa.Column("title_folded", sa.String, nullable=True),
+    sa.Column("last_event_at", sa.BigInteger, nullable=True),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
 )
+# The synopsis columns (`persistence.synopsis`), in the order of `persistence.synopsis.Synopsis` (and the folded title).
+SYNOPSIS_COLUMNS: Final = ("title", "last_event_at", "input_tokens", "output_tokens")
 # The sweeper's two reads (`persistence.rules.expiry`): sessions past their own expiresAt, and
 # sessions last written before the retention's cutoff; each a range scan that stops at its limit.
 expiry_indexes = (

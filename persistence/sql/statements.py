@@ -10,6 +10,7 @@ from sqlalchemy.engine import Dialect as SaDialect
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ClauseElement
 
+from codec import MAX_SAFE_INTEGER
 from persistence.base import TOUCH_MS, SessionKey
 from persistence.sealing import MAX_TAIL
 from persistence.sql.dialect import MESSAGE_PAGE, Dialect
@@ -17,6 +18,7 @@ from persistence.sql.prepared import Prepared
 from persistence.sql.schema import (
     FRAME_HEADER,
     JOIN_COLUMNS,
+    SYNOPSIS_COLUMNS,
     CodePointOrder,
     hidden_table,
     messages_table,
@@ -24,11 +26,32 @@ from persistence.sql.schema import (
     records_table,
     sessions_table,
 )
+from persistence.synopsis import BatchSynopsis, folded
 
-__all__ = ["Statements", "expired", "listing"]
+__all__ = ["Statements", "counting", "expired", "listed", "listing", "synopsis_moved", "synopsis_params"]
 
 
-def listing(owner: str, limit: int, before: SessionKey | None, closed: bool | None = None) -> Select[Any]:
+def listed(owner: str, closed: bool | None, match: str | None) -> list[sa.ColumnElement[bool]]:
+    """Which rows a listing of ``owner``'s top-level sessions holds (`HistoryStore.list_sessions`).
+
+    The filter is `persistence.synopsis.matches` in SQL: the folded needle in the id (ASCII,
+    so SQL's ``lower`` folds it as Python does) or in ``title_folded`` (folded by Python when
+    written), as a ``LIKE`` with its wildcards escaped. It scans the owner's sessions.
+    """
+    s = sessions_table.c
+    where = [s.owner == owner, s.parent_id.is_(None)]
+    if closed is not None:
+        where.append(s.closed_at.is_not(None) if closed else s.closed_at.is_(None))
+    if match is not None:
+        needle = folded(match)
+        in_id = sa.func.lower(s.id).contains(needle, autoescape=True)
+        where.append(sa.or_(in_id, s.title_folded.contains(needle, autoescape=True)))
+    return where
+
+
+def listing(
+    owner: str, limit: int, before: SessionKey | None, closed: bool | None = None, match: str | None = None
+) -> Select[Any]:
     """A page of ``owner``'s top-level sessions, newest first, with child counts (`HistoryStore.list_sessions`)."""
     s, child = sessions_table.c, sessions_table.alias("child").c
     order_id = CodePointOrder(s.id)
@@ -36,18 +59,37 @@ def listing(owner: str, limit: int, before: SessionKey | None, closed: bool | No
     child_count = sa.select(sa.func.count()).where(child.parent_id == s.id).scalar_subquery()
     query = (
         sa.select(
-            s.id, s.created_at, s.head_seq, child_count.label("child_count"), s.closed_at, s.expires_at, s.touched_at
+            s.id,
+            s.created_at,
+            s.head_seq,
+            child_count.label("child_count"),
+            s.closed_at,
+            s.expires_at,
+            s.touched_at,
+            *(s[name] for name in SYNOPSIS_COLUMNS),
         )
-        .where(s.owner == owner, s.parent_id.is_(None))
+        .where(*listed(owner, closed, match))
         .order_by(s.created_at.desc(), order_id.desc())
         .limit(limit)
     )
     if before is not None:
         bound = sa.tuple_(before.created_at, before.id, types=[s.created_at.type, s.id.type])
         query = query.where(sa.tuple_(s.created_at, order_id) < bound)
-    if closed is not None:
-        query = query.where(s.closed_at.is_not(None) if closed else s.closed_at.is_(None))
     return query
+
+
+def counting(
+    owner: str, now: int, retention_ms: int | None, closed: bool | None = None, match: str | None = None
+) -> Select[Any]:
+    """How many rows `listing` lists, less those expired at ``now`` (`HistoryStore.count_sessions`).
+
+    `persistence.rules.alive` in SQL: the negation of `expired`'s condition, with NULL ``expires_at`` as never.
+    """
+    s = sessions_table.c
+    kept = sa.or_(s.expires_at.is_(None), s.expires_at > now)
+    if retention_ms is not None:
+        kept = sa.and_(kept, s.touched_at > now - retention_ms)
+    return sa.select(sa.func.count()).where(*listed(owner, closed, match), kept)
 
 
 def expired(now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()) -> Select[Any]:
@@ -85,7 +127,10 @@ class Statements:
         )
         # The time only once it is `TOUCH_MS` old: appends in between leave every indexed column as it was.
         touched = sa.case((s.touched_at < b("touched") - TOUCH_MS, b("touched")), else_=s.touched_at)
-        self.advance = prepared(ways.advance(advance.values(head_seq=b("new_head"), touched_at=touched)))
+        self.advance = prepared(
+            ways.advance(advance.values(head_seq=b("new_head"), touched_at=touched, **synopsis_moved(b)))
+        )
+        self.synopsis = prepared(sa.select(*(s[name] for name in SYNOPSIS_COLUMNS)).where(s.id == b("id")))
         close = sa.update(sessions_table).where(s.id == b("id"), s.closed_at.is_(None))
         closing = close.values(header=b("closed_header"), closed_at=b("at"), touched_at=b("at"))
         self.close = prepared(ways.advance(closing))
@@ -146,3 +191,39 @@ class Statements:
             .order_by(m.seq.desc())
             .limit(MESSAGE_PAGE)
         )
+
+
+def synopsis_moved(b: Any) -> dict[str, sa.ColumnElement[Any]]:
+    """The synopsis columns an append moves, from its batch's (`persistence.synopsis.applied`, in SQL).
+
+    A ``session/title`` names the session (``named``); its first user message (``said``) only
+    while it has no title; the tokens add up to at most `codec.MAX_SAFE_INTEGER`.
+    """
+    s = sessions_table.c
+    cap = MAX_SAFE_INTEGER
+
+    def added(column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[int]:
+        more = b(name, type_=sa.BigInteger)
+        return sa.case((column > cap - more, cap), else_=column + more)
+
+    text = sa.String
+    return {
+        "title": sa.func.coalesce(b("named", type_=text), s.title, b("said", type_=text)),
+        "title_folded": sa.func.coalesce(b("named_folded", type_=text), s.title_folded, b("said_folded", type_=text)),
+        "last_event_at": b("last_event_at", type_=sa.BigInteger),
+        "input_tokens": added(s.input_tokens, "input_tokens"),
+        "output_tokens": added(s.output_tokens, "output_tokens"),
+    }
+
+
+def synopsis_params(batch: BatchSynopsis) -> dict[str, Any]:
+    """The parameters of `synopsis_moved` for a batch."""
+    return {
+        "named": batch.named,
+        "named_folded": None if batch.named is None else folded(batch.named),
+        "said": batch.said,
+        "said_folded": None if batch.said is None else folded(batch.said),
+        "last_event_at": batch.last_event_at,
+        "input_tokens": batch.input_tokens,
+        "output_tokens": batch.output_tokens,
+    }

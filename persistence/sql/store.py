@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 import persistence.sql.pages as pages
 import persistence.sql.space as space
 import persistence.sql.writes as writes
-from codec import Event, SessionHeader, StoredRecord, encode
+from codec import Event, SessionHeader, StoredRecord
 from persistence.base import (
     DEFAULT_OWNER,
     DEFAULT_SESSION_CACHE,
@@ -32,9 +32,7 @@ from persistence.base import (
     SessionInfo,
     SessionKey,
     SessionSummary,
-    expires_at_of,
     incarnated,
-    subagent_parent,
 )
 from persistence.batch import prepared
 from persistence.call_bound import in_thread
@@ -51,10 +49,11 @@ from persistence.sql.migrations import migrate, refuse
 from persistence.sql.postgres import PostgresBackend
 from persistence.sql.schema import SCHEMA_VERSION, purges_table, stored_header
 from persistence.sql.sqlite import SqliteBackend
-from persistence.sql.statements import expired, listing
+from persistence.sql.statements import counting, expired, listing
 from persistence.sql.streams import SqlStreams
 from persistence.sql.tails import Tails
 from persistence.sql.writes import Append, Writes
+from persistence.synopsis import Synopsis
 
 __all__ = ["SCHEMA_VERSION", "SqlStore"]
 
@@ -136,17 +135,7 @@ class SqlStore(HistoryStore):
 
     async def create_session(self, header: SessionHeader, *, owner: str = DEFAULT_OWNER) -> SessionInfo:
         header = incarnated(header)
-        row = {
-            "id": header.id,
-            "header": encode(header),
-            "owner": owner,
-            "parent_id": subagent_parent(header),
-            "head_seq": -1,
-            "created_at": header.createdAt,
-            "closed_at": None,
-            "expires_at": expires_at_of(header),
-            "touched_at": (touched := now_ms()),
-        }
+        row = writes.new_row(header, owner, touched := now_ms())
         await self._writer.run(lambda cursor: writes.create(cursor, self._writes, row), header.id)
         return SessionInfo(header, owner, -1, touched)
 
@@ -179,15 +168,45 @@ class SqlStore(HistoryStore):
             return conn.execute(query).all()
 
     async def list_sessions(
-        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
+        self,
+        owner: str,
+        *,
+        limit: int,
+        before: SessionKey | None = None,
+        closed: bool | None = None,
+        match: str | None = None,
     ) -> list[SessionSummary]:
         if limit < 1:
             return []
-        rows = await self._rows(listing(owner, limit, before, closed))
+        rows = await self._rows(listing(owner, limit, before, closed, match))
         return [
-            SessionSummary(r.id, r.created_at, r.head_seq, r.child_count, r.closed_at, r.expires_at, r.touched_at)
+            SessionSummary(
+                r.id,
+                r.created_at,
+                r.head_seq,
+                r.child_count,
+                r.closed_at,
+                r.expires_at,
+                r.touched_at,
+                Synopsis(r.title, r.last_event_at, r.input_tokens, r.output_tokens),
+            )
             for r in rows
         ]
+
+    async def count_sessions(
+        self,
+        owner: str,
+        *,
+        now: int,
+        retention_ms: int | None,
+        closed: bool | None = None,
+        match: str | None = None,
+    ) -> int:
+        rows = await self._rows(counting(owner, now, retention_ms, closed, match))
+        return int(rows[0][0])
+
+    async def synopsis(self, session_id: str) -> Synopsis:
+        return await self._backend.read(pages.synopsis, self._sql, session_id)
 
     async def expired(
         self, *, now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()

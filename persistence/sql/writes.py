@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 import msgspec
 
 import persistence.sql.pages as pages
-from codec import Event, StoredRecord, encode
-from persistence.base import AppendResult, SessionInfo, events_in
+from codec import Event, SessionHeader, StoredRecord, encode
+from persistence.base import AppendResult, SessionInfo, events_in, expires_at_of, subagent_parent
 from persistence.batch import PreparedBatch
 from persistence.clock import now_ms
 from persistence.errors import SessionExistsError, SessionNotFoundError
@@ -25,10 +25,10 @@ from persistence.sql.deletion import Deletion
 from persistence.sql.dialect import Dialect
 from persistence.sql.lines import Lines
 from persistence.sql.schema import stored_header
-from persistence.sql.statements import Statements
+from persistence.sql.statements import Statements, synopsis_params
 from persistence.sql.tails import Tails
 
-__all__ = ["Append", "Writes", "append", "close", "create"]
+__all__ = ["Append", "Writes", "append", "close", "create", "new_row"]
 
 
 class Writes(NamedTuple):
@@ -72,6 +72,26 @@ class Append:
         return append(cursor, self.writes, self.session_id, self.events, self.batch, self.hoped, self.life)
 
 
+def new_row(header: SessionHeader, owner: str, touched_at: int) -> dict[str, Any]:
+    """A new session's row, empty: no head, no title, no event, no tokens."""
+    return {
+        "id": header.id,
+        "header": encode(header),
+        "owner": owner,
+        "parent_id": subagent_parent(header),
+        "head_seq": -1,
+        "created_at": header.createdAt,
+        "closed_at": None,
+        "expires_at": expires_at_of(header),
+        "touched_at": touched_at,
+        "title": None,
+        "title_folded": None,
+        "last_event_at": None,
+        "input_tokens": 0,
+        "output_tokens": 0,
+    }
+
+
 def create(cursor: Any, w: Writes, row: dict[str, Any]) -> None:
     """Insert a session's row; `SessionExistsError` if the id is taken."""
     w.tails.forget(row["id"])  # what it kept of an earlier incarnation of the id
@@ -109,7 +129,7 @@ def append(
     """One append, in the writer thread, inside its own savepoint of the group's transaction."""
     if batch is not None and hoped is not None:
         # The usual case, tried first: the head is just before the batch, in the life checked.
-        if _advance(cursor, w, session_id, hoped.first_seq - 1, hoped.head_seq, life):
+        if _advance(cursor, w, session_id, hoped.first_seq - 1, hoped.head_seq, life, batch):
             # It was, and the row is now locked.
             _insert(cursor, w, session_id, batch, life)
             return AppendResult.of(hoped)
@@ -125,14 +145,17 @@ def append(
         found = pages.stored(cursor, w.sql, w.lines, session_id, plan.first_seq, plan.to_seq)
         confirm_resend(session_id, events, events_in(found, plan.first_seq, plan.to_seq), head, closed=closed)
     if plan.writes and batch is not None:
-        if not _advance(cursor, w, session_id, head, plan.head_seq, life):
+        if not _advance(cursor, w, session_id, head, plan.head_seq, life, batch):
             raise AssertionError("the locked head moved")
         _insert(cursor, w, session_id, batch, life)
     return AppendResult.of(plan)
 
 
-def _advance(cursor: Any, w: Writes, session_id: str, expected: int, new_head: int, life: Life | None) -> bool:
-    """Move the head of ``life`` from ``expected`` to ``new_head``; ``False``, changing nothing, if not there."""
+def _advance(
+    cursor: Any, w: Writes, session_id: str, expected: int, new_head: int, life: Life | None, batch: PreparedBatch
+) -> bool:
+    """Move the head of ``life`` from ``expected`` to ``new_head``, and the synopsis by ``batch``'s; ``False``,
+    changing nothing, if not there."""
     extra = w.dialect.advance_params(session_id, new_head)
     owner, incarnation = (None, None) if life is None else (life.owner, life.incarnation)
     w.sql.advance.run(
@@ -143,6 +166,7 @@ def _advance(cursor: Any, w: Writes, session_id: str, expected: int, new_head: i
         touched=now_ms(),
         owner=owner,
         incarnation=incarnation,
+        **synopsis_params(batch.synopsis),
         **extra,
     )
     if cursor.rowcount != 1:

@@ -6,6 +6,7 @@ import random
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
@@ -30,8 +31,9 @@ from persistence.clock import now_ms
 from persistence.errors import SeqConflictError, SessionClosedError, SessionExistsError, SessionNotFoundError
 from persistence.rules import Life
 from persistence.sealing import SINGLES
+from persistence.synopsis import MAX_TITLE, Synopsis, synopsis_of
 from persistence.url import open_store
-from testing.events import plain, text
+from testing.events import chunk_event, plain, text
 from testing.stores import backend_url, page_records
 
 pytestmark = pytest.mark.anyio
@@ -935,6 +937,174 @@ async def test_listing_returns_at_most_limit_sessions(store: HistoryStore) -> No
     assert [s.id for s in await store.list_sessions("alice", limit=2)] == ["s4", "s3"]
     assert [s.id for s in await store.list_sessions("alice", limit=5)] == ["s4", "s3", "s2", "s1", "s0"]
     assert await store.list_sessions("alice", limit=0) == []
+
+
+# The listing's synopsis, filter and count (docs/protocol.md §12.1, `persistence.synopsis`).
+
+
+def said(seq: int, words: str, *, kind: str = "user", time: int = 0) -> Event:
+    data = {"role": "user", "content": [{"type": "text", "text": words}], "source": {"kind": kind}}
+    return Event("user/message", seq, time or EPOCH + seq, data, surfaceOp="append")
+
+
+def titled(seq: int, title: str) -> Event:
+    return Event("session/title", seq, EPOCH + seq, {"title": title, "source": {"kind": "fallback"}})
+
+
+def usage(seq: int, tokens_in: int, tokens_out: int) -> Event:
+    counts = {"inputTokens": tokens_in, "outputTokens": tokens_out}
+    return chunk_event(seq, EPOCH + seq, {"type": "usage", "usage": counts})
+
+
+async def listed_synopsis(store: HistoryStore, session_id: str, owner: str = "alice") -> Synopsis:
+    """The synopsis the listing gives, checked against `HistoryStore.synopsis`."""
+    (found,) = [s for s in await store.list_sessions(owner, limit=1000) if s.id == session_id]
+    assert found.synopsis == await store.synopsis(session_id)
+    return found.synopsis
+
+
+async def test_a_title_is_the_last_session_title_else_the_first_user_message(store: HistoryStore) -> None:
+    await store.create_session(created_at("s1", 1), owner="alice")
+    assert await listed_synopsis(store, "s1") == Synopsis()
+    # Injected context is not the user: it names nothing.
+    await store.append("s1", [plain(0), said(1, "Runtime context.", kind="plugin")])
+    assert (await listed_synopsis(store, "s1")).title is None
+    await store.append("s1", [said(2, "  Fix the\nfailing   test  "), said(3, "and then another")])
+    assert (await listed_synopsis(store, "s1")).title == "Fix the failing test"
+    await store.append("s1", [titled(4, "Failing test")])
+    assert (await listed_synopsis(store, "s1")).title == "Failing test"
+    # A later user message keeps the title; a later session/title replaces it.
+    await store.append("s1", [said(5, "one more thing")])
+    assert (await listed_synopsis(store, "s1")).title == "Failing test"
+    await store.append("s1", [titled(6, "Renamed"), text(7, EPOCH + 7, "ok")])
+    assert (await listed_synopsis(store, "s1")).title == "Renamed"
+    # A long message is cut, on one line, at MAX_TITLE characters.
+    await store.create_session(created_at("s2", 2), owner="alice")
+    await store.append("s2", [said(0, "word " * 500)])
+    title = (await listed_synopsis(store, "s2")).title
+    assert title is not None and len(title) == MAX_TITLE and title.endswith("…") and "\n" not in title
+
+
+async def test_the_last_event_time_is_the_heads_and_an_empty_session_has_none(store: HistoryStore) -> None:
+    await store.create_session(created_at("s1", 1), owner="alice")
+    assert (await listed_synopsis(store, "s1")).last_event_at is None
+    await store.append("s1", [plain(0, time=5), plain(1, time=9)])
+    assert (await listed_synopsis(store, "s1")).last_event_at == 9
+    # Deltas alone (a token stream), and a time that goes backwards: the last event's, not the greatest.
+    for seq in range(2, 6):
+        await store.append("s1", [text(seq, 20 + seq, "x")])
+    assert (await listed_synopsis(store, "s1")).last_event_at == 25
+    await store.append("s1", [plain(6, time=3)])
+    assert (await listed_synopsis(store, "s1")).last_event_at == 3
+
+
+async def test_tokens_sum_usage_chunks_and_messages_no_deltas_built(store: HistoryStore) -> None:
+    built = {"message": {"role": "assistant", "content": [], "usage": {"inputTokens": 100, "outputTokens": 100}}}
+    alone = {"message": {"role": "assistant", "content": [], "usage": {"inputTokens": 5, "outputTokens": 6}}}
+    await store.create_session(created_at("s1", 1), owner="alice")
+    await store.append("s1", [usage(0, 10, 2), text(1, 1, "a")])
+    # A message built from deltas repeats its step's usage chunk: it is not counted again.
+    await store.append("s1", [Event("assistant/message", 2, 2, built, sourceEventSeqs=(1,))])
+    await store.append("s1", [Event("assistant/message", 3, 3, alone), usage(4, 1, 1)])
+    # Nonsense is no count: a negative, a float, a string.
+    await store.append("s1", [chunk_event(5, 5, {"type": "usage", "usage": {"inputTokens": -4, "outputTokens": 1.5}})])
+    found = await listed_synopsis(store, "s1")
+    assert (found.input_tokens, found.output_tokens) == (16, 9)
+
+
+async def test_the_synopsis_is_the_same_however_the_events_are_batched(store: HistoryStore) -> None:
+    events = [said(0, "Start"), *multi_turn(seed=3, turns=1)[1:], titled(0, "Done")]
+    events = [msgspec.structs.replace(event, seq=seq) for seq, event in enumerate(events)]
+    expected = synopsis_of([events])
+    assert expected.title == "Done" and expected.input_tokens > 0
+    for k, sizes in enumerate([[len(events)], random_sizes(random.Random(5), len(events)), [1, 2, 3] * 3]):
+        await write(store, events, sizes, session_id=f"s{k}")
+        assert await store.synopsis(f"s{k}") == expected
+
+
+# Each filter, and the sessions it keeps: a substring of the id or the title, case-folded, wildcards literal.
+FILTERS = {"FIX": ["s3", "s1"], "fix the": ["s1"], "s2": ["s2"], "STRASSE": ["s3"], "100%": ["s4"], "1_0": [], "no": []}
+
+
+async def test_the_filter_keeps_ids_or_titles_that_hold_it_in_any_case(store: HistoryStore) -> None:
+    titles = {"s1": "Fix the tests", "s2": None, "s3": "Straße fixes", "s4": "100% done"}
+    for k, (session_id, title) in enumerate(titles.items()):
+        await store.create_session(created_at(session_id, k), owner="alice")
+        if title is not None:
+            await store.append(session_id, [titled(0, title)])
+    for needle, expected in FILTERS.items():
+        listed = await store.list_sessions("alice", limit=10, match=needle)
+        assert [s.id for s in listed] == expected, needle
+        counted = await store.count_sessions("alice", now=now_ms(), retention_ms=None, match=needle)
+        assert counted == len(expected), needle
+
+
+async def test_the_count_is_the_owners_listing_under_its_state_and_filter(store: HistoryStore) -> None:
+    for i in range(7):
+        await store.create_session(created_at(f"a{i}", i), owner="alice")
+        await store.append(f"a{i}", [titled(0, "even" if i % 2 == 0 else "odd")])
+    await store.create_session(created_at("b0", 9), owner="bob")
+    await store.append("b0", [titled(0, "even")])
+    await store.create_session(created_at("a0.c", 10, parentSession="a0", origin="subagent"), owner="alice")
+    await store.close_session("a1", closed_at=EPOCH)
+    now = now_ms()
+
+    async def count(owner: str = "alice", **kwargs: Any) -> int:
+        return await store.count_sessions(owner, now=now, retention_ms=None, **kwargs)
+
+    # The children are not in the listing, and another owner's sessions are not the caller's.
+    assert await count() == 7 == len(await store.list_sessions("alice", limit=100))
+    assert await count(match="even") == 4 and await count("bob", match="even") == 1
+    assert await count(closed=True) == 1 and await count(closed=False, match="odd") == 2
+    assert await count("carol") == 0
+    # The filter holds across pages.
+    first = await store.list_sessions("alice", limit=2, match="even")
+    rest = await store.list_sessions("alice", limit=10, before=first[-1].key, match="even")
+    assert [s.id for s in first + rest] == ["a6", "a4", "a2", "a0"]
+
+
+async def test_the_count_leaves_out_sessions_expired_by_their_own_time(store: HistoryStore) -> None:
+    await store.create_session(created_at("kept", 1), owner="alice")
+    await store.create_session(created_at("going", 2, expiresAt=EPOCH + 5_000), owner="alice")
+    assert await store.count_sessions("alice", now=EPOCH, retention_ms=None) == 2
+    assert await store.count_sessions("alice", now=EPOCH + 5_000, retention_ms=None) == 1
+    # The retention counts from the last write.
+    touched = (await store.get_session("kept")).touched_at
+    assert await store.count_sessions("alice", now=touched + 999, retention_ms=1_000) == 1
+    assert await store.count_sessions("alice", now=touched + 10**9, retention_ms=1_000) == 0
+
+
+async def test_a_deleted_session_leaves_the_listing_its_count_and_its_synopsis(store: HistoryStore) -> None:
+    await store.create_session(created_at("s1", 1), owner="alice")
+    await store.append("s1", [titled(0, "Gone soon")])
+    assert await store.count_sessions("alice", now=now_ms(), retention_ms=None, match="gone") == 1
+    await store.delete_session("s1")
+    assert await store.list_sessions("alice", limit=10, match="gone") == []
+    assert await store.count_sessions("alice", now=now_ms(), retention_ms=None, match="gone") == 0
+    with pytest.raises(SessionNotFoundError):
+        await store.synopsis("s1")
+    # The id made again starts with no title.
+    await store.create_session(created_at("s1", 1), owner="alice")
+    assert await listed_synopsis(store, "s1") == Synopsis()
+
+
+async def test_another_process_sees_the_synopsis_appends_kept(
+    store: HistoryStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    name = request.node.callspec.params["store"]
+    if name == "memory":
+        pytest.skip("one process holds a memory store")
+    events = [said(0, "Hello there"), usage(1, 3, 4), *(text(seq, EPOCH + seq, "t") for seq in range(2, 9))]
+    await store.create_session(created_at("s1", 1), owner="alice")
+    for event in events:
+        await store.append("s1", [event])
+    other = await open_store(backend_url(name, tmp_path), timeout=10)
+    try:
+        assert await listed_synopsis(other, "s1") == synopsis_of([events]) == Synopsis("Hello there", EPOCH + 8, 3, 4)
+        await other.append("s1", [titled(9, "Named elsewhere")])
+        assert await listed_synopsis(store, "s1") == Synopsis("Named elsewhere", EPOCH + 9, 3, 4)
+    finally:
+        await other.close()
 
 
 # Readiness.

@@ -34,8 +34,9 @@ from persistence.errors import CorruptLogError, SchemaVersionError, StoreError
 from persistence.notice_log import CREATE
 from persistence.sql import SqlStore, meta_table, records_table, sessions_table
 from persistence.sql.reads import KeptReaders
+from persistence.synopsis import EMPTY, Synopsis, synopsis_of
 from persistence.url import open_store
-from testing.events import plain, text
+from testing.events import chunk_event, plain, text
 from testing.postgres import PG_URL, empty_postgres
 from testing.stores import page_records
 
@@ -122,7 +123,7 @@ async def test_unknown_schema_version_refuses_to_open(tmp_path: Path) -> None:
         conn.execute(sa.update(meta_table).values(value="99"))
     engine.dispose()
     with pytest.raises(
-        SchemaVersionError, match="schema version '99'; this build reads version 8 and upgrades versions 1 to 7"
+        SchemaVersionError, match="schema version '99'; this build reads version 9 and upgrades versions 1 to 8"
     ):
         await SqlStore.open(url)
 
@@ -176,29 +177,41 @@ JOIN_COLUMNS = ("kind", "key", "time0", "time1")
 
 EXPIRY_INDEXES = {"ix_history_sessions_expires", "ix_history_sessions_touched"}
 VERSION_4_COLUMNS = {"id", "header", "owner", "parent_id", "head_seq", "created_at", "closed_at"}
-COLUMNS = VERSION_4_COLUMNS | {"expires_at", "touched_at"}
+SYNOPSIS_COLUMNS = ("title", "title_folded", "last_event_at", "input_tokens", "output_tokens")
+COLUMNS = VERSION_4_COLUMNS | {"expires_at", "touched_at"} | set(SYNOPSIS_COLUMNS)
+VERSION_8_COLUMNS = COLUMNS - set(SYNOPSIS_COLUMNS)
+
+
+def to_version_8(url: str) -> None:
+    """Turn a version-9 database into the version-8 shape: sessions without their synopsis."""
+    execute(
+        url,
+        *(f"ALTER TABLE history_sessions DROP COLUMN {name}" for name in SYNOPSIS_COLUMNS),
+        sa.update(meta_table).values(value="8"),
+    )
 
 
 def to_version_7(url: str) -> None:
-    """Turn a version-8 database into the version-7 shape: no notices table."""
+    """Turn a version-9 database into the version-7 shape: no synopsis, no notices table."""
+    to_version_8(url)
     execute(url, "DROP TABLE history_notices", sa.update(meta_table).values(value="7"))
 
 
 def to_version_6(url: str) -> None:
-    """Turn a version-8 database into the version-6 shape: no notices or subscriptions table."""
+    """Turn a version-9 database into the version-6 shape: no notices or subscriptions table."""
     to_version_7(url)
     execute(url, "DROP TABLE ds_subscriptions", sa.update(meta_table).values(value="6"))
 
 
 def to_version_5(url: str) -> None:
-    """Turn a version-8 database into the version-5 shape: no Durable Streams tables."""
+    """Turn a version-9 database into the version-5 shape: no Durable Streams tables."""
     to_version_6(url)
     execute(url, "DROP TABLE ds_producers", "DROP TABLE ds_chunks", "DROP TABLE ds_streams")
     execute(url, sa.update(meta_table).values(value="5"))
 
 
 def to_version_4(url: str) -> None:
-    """Turn a version-8 database into the version-4 shape: no ``expires_at``, ``touched_at`` or purges table."""
+    """Turn a version-9 database into the version-4 shape: no ``expires_at``, ``touched_at`` or purges table."""
     to_version_5(url)
     execute(
         url,
@@ -211,13 +224,13 @@ def to_version_4(url: str) -> None:
 
 
 def to_version_3(url: str) -> None:
-    """Turn a version-8 database into the version-3 shape: sessions without ``closed_at``."""
+    """Turn a version-9 database into the version-3 shape: sessions without ``closed_at``."""
     to_version_4(url)
     execute(url, "ALTER TABLE history_sessions DROP COLUMN closed_at", sa.update(meta_table).values(value="3"))
 
 
 def to_version_2(url: str) -> None:
-    """Turn a version-8 database into the version-2 shape: records without their join columns."""
+    """Turn a version-9 database into the version-2 shape: records without their join columns."""
     to_version_3(url)
     execute(
         url,
@@ -227,7 +240,7 @@ def to_version_2(url: str) -> None:
 
 
 def to_version_1(url: str) -> None:
-    """Turn a version-8 database into the version-1 shape: no join columns, no created_at, no listing index."""
+    """Turn a version-9 database into the version-1 shape: no join columns, no created_at, no listing index."""
     to_version_2(url)
     execute(
         url,
@@ -251,7 +264,7 @@ async def test_a_version_7_database_gets_the_notices_table_and_keeps_its_session
 
     store = await SqlStore.open(sql_url)
     try:
-        assert schema_of(sql_url)[0] == "8"
+        assert schema_of(sql_url)[0] == "9"
         assert (await store.get_session("s")).head_seq == -1
         await store.append("s", [plain(0)])
     finally:
@@ -297,14 +310,15 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
 
     upgraded = now_ms()
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url) == ("8", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    assert schema_of(sql_url) == ("9", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
     listed = await store.list_sessions("alice", limit=10)
     # An older session's last write is not on record: it counts as written at the upgrade.
     assert all(upgraded <= s.touched_at <= now_ms() for s in listed)
     assert [msgspec.structs.replace(s, touched_at=0) for s in listed] == [
         SessionSummary("tie-b", 200, -1, 0),
         SessionSummary("tie-a", 200, -1, 1),
-        SessionSummary("old", 100, 1, 0),
+        # Its synopsis is folded from its events: no title, and its last event's time.
+        SessionSummary("old", 100, 1, 0, synopsis=Synopsis(last_event_at=1000)),
     ]
     assert await store.read_events("old", 0, 2) == [plain(0), plain(1)]
     await store.create_session(SessionHeader(id="newer", createdAt=500), owner="alice")
@@ -314,7 +328,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
     ]
     await store.close()
     await (await SqlStore.open(sql_url)).close()
-    assert schema_of(sql_url)[0] == "8"
+    assert schema_of(sql_url)[0] == "9"
 
 
 async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url: str) -> None:
@@ -331,7 +345,7 @@ async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url
     to_version_2(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[0] == "8"
+    assert schema_of(sql_url)[0] == "9"
     assert await store.read_stored("s", 0, len(events)) == before
     assert await page_records(store, "s", 0, len(events)) == [encode(r) for r in pack_page(events)]
     await store.append("s", [plain(len(events))])
@@ -346,7 +360,7 @@ async def test_version_3_sessions_are_open_and_can_be_closed(sql_url: str) -> No
     to_version_3(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[:2] == ("8", COLUMNS)
+    assert schema_of(sql_url)[:2] == ("9", COLUMNS)
     assert not (await store.get_session("s")).closed
     await store.append("s", [plain(1)])
     assert (await store.close_session("s", closed_at=7)).header.closedAt == 7
@@ -368,7 +382,7 @@ async def test_version_4_sessions_count_as_written_at_the_upgrade_and_can_expire
 
     upgraded = now_ms()
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url) == ("8", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    assert schema_of(sql_url) == ("9", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
     touched = {(await store.get_session(s)).touched_at for s in ("empty", "written", "closed")}
     (at,) = touched
     assert upgraded <= at <= now_ms()
@@ -382,6 +396,61 @@ async def test_version_4_sessions_count_as_written_at_the_upgrade_and_can_expire
     with engine.connect() as conn:
         assert sa.inspect(conn).get_foreign_keys("history_records") == []
     engine.dispose()
+
+
+def synopsis_cases() -> dict[str, list[Event]]:
+    """Sessions whose synopses the upgrade must fold: titled, said (in a compressed line), tokens, deltas last."""
+    said = {"content": [{"type": "text", "text": "please " * 1000}], "source": {"kind": "user"}}
+    usage = {"type": "usage", "usage": {"inputTokens": 7, "outputTokens": 3}}
+    message = {"message": {"role": "assistant", "content": [], "usage": {"inputTokens": 5, "outputTokens": 1}}}
+    return {
+        "titled": [
+            Event("user/message", 0, 10, {"text": "first words"}, surfaceOp="append"),
+            Event("session/title", 1, 11, {"title": "Named"}),
+            chunk_event(2, 12, usage),
+            Event("assistant/message", 3, 13, message),
+            text(4, 14, "a"),
+            text(5, 15, "b"),
+        ],
+        "said": [
+            Event("user/message", 0, 20, {"text": "context", "source": {"kind": "plugin"}}),
+            Event("user/message", 1, 21, said, surfaceOp="append"),
+            plain(2, time=22),
+        ],
+        "deltas": [text(0, 30, "x"), text(1, 31, "y")],
+        "empty": [],
+    }
+
+
+async def test_a_version_8_database_gets_each_sessions_synopsis_folded_from_its_events(sql_url: str) -> None:
+    cases = synopsis_cases()
+    store = await SqlStore.open(sql_url)
+    for session_id, events in cases.items():
+        await store.create_session(SessionHeader(id=session_id, createdAt=1), owner="alice")
+        for start in range(0, len(events), 2):
+            await store.append(session_id, events[start : start + 2])
+    kept = {session_id: await store.synopsis(session_id) for session_id in cases}
+    await store.close()
+    # The long user message is stored compressed: the upgrade must read it.
+    assert any(row.compressed for row in rows_of(sql_url))
+    to_version_8(sql_url)
+    assert schema_of(sql_url)[:2] == ("8", VERSION_8_COLUMNS)
+
+    store = await SqlStore.open(sql_url)
+    try:
+        assert schema_of(sql_url)[:2] == ("9", COLUMNS)
+        upgraded = {session_id: await store.synopsis(session_id) for session_id in cases}
+        assert upgraded == kept == {session_id: synopsis_of([events]) for session_id, events in cases.items()}
+        assert upgraded["titled"] == Synopsis("Named", 15, 12, 4)
+        assert upgraded["said"].title == ("please " * 1000)[:199].rstrip() + "…"
+        assert upgraded["deltas"] == Synopsis(None, 31) and upgraded["empty"] == EMPTY
+        # The filter reads the folded titles, and appends go on moving them.
+        listed = await store.list_sessions("alice", limit=10, match="NAMED")
+        assert [s.id for s in listed] == ["titled"]
+        await store.append("deltas", [Event("session/title", 2, 32, {"title": "Late"})])
+        assert await store.synopsis("deltas") == Synopsis("Late", 32)
+    finally:
+        await store.close()
 
 
 def rows_of(url: str) -> list[Any]:

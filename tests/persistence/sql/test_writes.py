@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from codec import Event, SessionHeader, encode
+from codec import Event, SessionHeader
 from persistence.base import AppendResult
 from persistence.batch import prepare_batch
 from persistence.errors import SeqConflictError, SessionClosedError, SessionExistsError, SessionNotFoundError
@@ -25,17 +25,7 @@ def notes(first: int, count: int) -> list[Event]:
 
 def create(units: Units, session_id: str, owner: str = "o", incarnation: str = "i1") -> None:
     header = SessionHeader(id=session_id, createdAt=1, incarnation=incarnation)
-    row = {
-        "id": session_id,
-        "header": encode(header),
-        "owner": owner,
-        "parent_id": None,
-        "head_seq": -1,
-        "created_at": 1,
-        "closed_at": None,
-        "expires_at": None,
-        "touched_at": 1,
-    }
+    row = writes.new_row(header, owner, 1)
     writes.create(units.cursor, units.writes, row)
 
 
