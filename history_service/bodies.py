@@ -15,7 +15,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from codec import INCARNATION_PATTERN, MAX_SAFE_INTEGER, MAX_SESSION_ID, SESSION_ID_CHARS, SessionHeader
-from persistence import SessionInfo, SessionSummary
+from persistence import MAX_TITLE, SessionInfo, SessionSummary, Synopsis
 
 __all__ = [
     "AppendBody",
@@ -31,6 +31,7 @@ __all__ = [
     "SessionId",
     "SessionList",
     "SessionState",
+    "Usage",
 ]
 
 # docs/protocol.md §2.4; the ids "." and ".." match this too, and are refused all the same.
@@ -42,6 +43,34 @@ Count = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
 Expiry = Annotated[
     int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER, description="When it expires (§6.5), epoch ms.")
 ]
+Title = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=MAX_TITLE,
+        description="Its last `session/title`, else its first user message, on one line (§12.1).",
+    ),
+]
+EventTime = Annotated[
+    int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER, description="Its last event's `time` (§12.1).")
+]
+
+
+class Usage(Struct, frozen=True, forbid_unknown_fields=True):
+    """The tokens a session's events report, summed (§12.1)."""
+
+    inputTokens: Count
+    outputTokens: Count
+
+
+def _synopsis(synopsis: Synopsis) -> tuple[str | UnsetType, int | UnsetType, Usage | UnsetType]:
+    """A synopsis as a body's ``title``, ``lastEventAt`` and ``usage``, each left out when it has none."""
+    tokens = (synopsis.input_tokens, synopsis.output_tokens)
+    return (
+        UNSET if synopsis.title is None else synopsis.title,
+        UNSET if synopsis.last_event_at is None else synopsis.last_event_at,
+        Usage(*tokens) if any(tokens) else UNSET,
+    )
 
 
 class AppendBody(Struct, frozen=True, forbid_unknown_fields=True):
@@ -87,7 +116,8 @@ class FollowEnd(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ListedSession(Struct, frozen=True, forbid_unknown_fields=True):
-    """One session of a listing: its id, creation time, head, number of direct subagent children, and close time."""
+    """One session of a listing: its id, creation time, head, number of direct subagent children, close time,
+    when it expires, and its synopsis (title, last event's time, tokens)."""
 
     id: SessionId
     createdAt: Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
@@ -95,35 +125,52 @@ class ListedSession(Struct, frozen=True, forbid_unknown_fields=True):
     childCount: Count
     closedAt: Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)] | UnsetType = UNSET
     expiresAt: Expiry | UnsetType = UNSET
+    title: Title | UnsetType = UNSET
+    lastEventAt: EventTime | UnsetType = UNSET
+    usage: Usage | UnsetType = UNSET
 
     @classmethod
     def of(cls, summary: SessionSummary) -> ListedSession:
         """The entry of a summary whose ``expires_at`` is when it expires (`Listing.sessions`)."""
         closed = UNSET if summary.closed_at is None else summary.closed_at
         expires = UNSET if summary.expires_at is None else summary.expires_at
-        return cls(summary.id, summary.created_at, summary.head_seq, summary.child_count, closed, expires)
+        return cls(
+            summary.id,
+            summary.created_at,
+            summary.head_seq,
+            summary.child_count,
+            closed,
+            expires,
+            *_synopsis(summary.synopsis),
+        )
 
 
 class SessionList(Struct, frozen=True, forbid_unknown_fields=True):
     """A page of a listing, newest first: the caller's top-level sessions, or one session's subagent children.
 
-    ``nextCursor`` continues the listing (``null``: no more).
+    ``nextCursor`` continues the listing (``null``: no more); ``total`` is how many sessions
+    the whole listing holds, under the same ``state`` and ``q``.
     """
 
     sessions: list[ListedSession]
     nextCursor: str | None
+    total: Count
 
 
 class SessionState(Struct, frozen=True, forbid_unknown_fields=True):
-    """A session's header and head (``headSeq``, -1 while it has no event), and when it expires (§6.5)."""
+    """A session's header and head (``headSeq``, -1 while it has no event), when it expires (§6.5), and its
+    synopsis, as a listing gives it (§12.1)."""
 
     header: SessionHeader
     headSeq: Head
     expiresAt: Expiry | UnsetType = UNSET
+    title: Title | UnsetType = UNSET
+    lastEventAt: EventTime | UnsetType = UNSET
+    usage: Usage | UnsetType = UNSET
 
     @classmethod
-    def of(cls, info: SessionInfo, expires_at: int | None) -> SessionState:
-        return cls(info.header, info.head_seq, UNSET if expires_at is None else expires_at)
+    def of(cls, info: SessionInfo, expires_at: int | None, synopsis: Synopsis) -> SessionState:
+        return cls(info.header, info.head_seq, UNSET if expires_at is None else expires_at, *_synopsis(synopsis))
 
 
 class Health(Struct, frozen=True, forbid_unknown_fields=True):

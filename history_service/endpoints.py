@@ -20,6 +20,7 @@ from history_service.answers import stream_error, tracebacks_of
 from history_service.auth import principal
 from history_service.follow_coding import FOLLOW_CODINGS, frame_coder
 from history_service.follow_frames import sse_frame
+from history_service.listing import Listed
 from history_service.logs import Tracebacks
 from history_service.readiness import readiness
 from history_service.requests import (
@@ -37,7 +38,7 @@ from history_service.requests import (
 )
 from history_service.responses import EndedStreamingResponse, JsonResponse, PartsResponse
 from history_service.service import HistoryService
-from persistence import SessionNotFoundError, SessionSummary, StoreError
+from persistence import SessionNotFoundError, StoreError
 
 __all__ = [
     "IMMUTABLE",
@@ -90,24 +91,26 @@ async def document(request: Request) -> Response:
 async def list_sessions(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
-    limit, before, closed = list_params(request)
-    return _listing(await service.sessions(who, limit + 1, before, closed), limit)
+    listing = list_params(request)
+    found = await service.sessions(who, listing.limit + 1, listing.before, listing.closed, listing.match)
+    return _listing(found, listing.limit)
 
 
 async def list_subagents(request: Request) -> Response:
     service = _service(request)
     who = principal(request, service.settings)
     session_id, _ = address(request)
-    limit, before, closed = list_params(request)
-    return _listing(await service.subagents(who, session_id, limit + 1, before, closed), limit)
+    listing = list_params(request)
+    found = await service.subagents(who, session_id, listing.limit + 1, listing.before, listing.closed, listing.match)
+    return _listing(found, listing.limit)
 
 
-def _listing(found: list[SessionSummary], limit: int) -> Response:
+def _listing(found: Listed, limit: int) -> Response:
     """A listing's page from up to ``limit + 1`` sessions: the extra one only says that more follow."""
-    listed = found[:limit]
+    listed = found.sessions[:limit]
     sessions = [bodies.ListedSession.of(s) for s in listed]
-    next_cursor = cursor_for(listed[-1].key) if len(found) > limit else None
-    return _json(bodies.SessionList(sessions, next_cursor))
+    next_cursor = cursor_for(listed[-1].key) if len(found.sessions) > limit else None
+    return _json(bodies.SessionList(sessions, next_cursor, found.total))
 
 
 async def get_session(request: Request) -> Response:
@@ -115,7 +118,8 @@ async def get_session(request: Request) -> Response:
     who = principal(request, service.settings)
     no_params(request)
     info = await service.readable(who, *address(request))
-    return _json(bodies.SessionState.of(info, await service.tree_expires_at(info.header, info.touched_at)))
+    expires_at = await service.tree_expires_at(info.header, info.touched_at)
+    return _json(bodies.SessionState.of(info, expires_at, await service.synopsis(info.header.id)))
 
 
 async def create_session(request: Request) -> Response:

@@ -17,8 +17,10 @@ import msgspec
 from msgspec import Meta, Struct
 
 from codec import INCARNATION_PATTERN, MAX_SAFE_INTEGER
+from history_service.control import CONTROL_CLASS
 from history_service.durations import MOST_MS
 from history_service.encoding import Coding, spoken
+from persistence import MAX_MATCH
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -30,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGES",
     "EVENT_ID_PATTERN",
     "LAST_EVENT_ID",
+    "MATCH_PATTERN",
     "MAX_LISTED",
     "MAX_MESSAGES",
     "MAX_TTL_MS",
@@ -51,6 +54,8 @@ MAX_LISTED: Final = 1000
 MAX_TTL_MS: Final = MOST_MS
 DEFAULT_LISTED: Final = 50
 MaxMessages = Annotated[int, Meta(ge=1, le=MAX_MESSAGES, description="Most counted messages (§4.3).")]
+# A listing's filter: 1 to `MAX_MATCH` characters, none of them a control character.
+MATCH_PATTERN: Final = f"^[^{CONTROL_CLASS}]{{1,{MAX_MATCH}}}$"
 # A follow's resume cursor: a seq, or -1 for "from the start".
 Resume = Annotated[int, Meta(ge=-1, le=MAX_SAFE_INTEGER)]
 IncarnationParam = Annotated[
@@ -92,6 +97,16 @@ class ListParams(Struct, frozen=True, forbid_unknown_fields=True):
     cursor: Annotated[str, Meta(description="A `nextCursor` the service returned, unchanged.")] | None = None
     state: (
         Annotated[Literal["open", "closed"], Meta(description="Only the open, or only the closed, sessions (§6.3).")]
+        | None
+    ) = None
+    q: (
+        Annotated[
+            str,
+            Meta(
+                pattern=MATCH_PATTERN,
+                description="Only the sessions whose id or title holds this text, in any case (§12.1).",
+            ),
+        ]
         | None
     ) = None
 

@@ -78,6 +78,7 @@ __all__ = [
     "cursor_for",
     "follow_params",
     "integer",
+    "ListQuery",
     "list_cursor",
     "list_params",
     "no_params",
@@ -310,11 +311,20 @@ def create_params(request: Request) -> int | None:
     return query(request, CreateParams).ttlMs
 
 
-def list_params(request: Request) -> tuple[int, SessionKey | None, bool | None]:
-    """A listing's ``limit``, the position its ``cursor`` continues after, and its ``state`` as ``closed``."""
+class ListQuery(NamedTuple):
+    """A listing's ``limit``, the position its ``cursor`` continues after, its ``state`` as ``closed``, and ``q``."""
+
+    limit: int
+    before: SessionKey | None
+    closed: bool | None
+    match: str | None
+
+
+def list_params(request: Request) -> ListQuery:
+    """A listing's parameters (docs/protocol.md §12.1), checked."""
     listing = query(request, ListParams)
     closed = None if listing.state is None else listing.state == "closed"
-    return listing.limit, list_cursor(listing.cursor), closed
+    return ListQuery(listing.limit, list_cursor(listing.cursor), closed, listing.q)
 
 
 def no_params(request: Request) -> None:

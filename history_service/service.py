@@ -83,6 +83,7 @@ class HistoryService:
         self.readable = self.access.readable
         self.sessions = self.listing.sessions
         self.subagents = self.listing.subagents
+        self.synopsis = store.synopsis
         self.create = self.lifecycle.create
         self.append = self.lifecycle.append
         self.close = self.lifecycle.close

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from history_service.app import create_app
 from history_service.logs import ACCESS_LOGGER, LogHandler
 from history_service.settings import Settings
-from persistence import MemoryStore, SessionKey, SessionSummary
+from persistence import MemoryStore, SessionSummary
 from testing.asgi import serving
 from testing.servers import free_port, wait_healthy
 
@@ -71,9 +72,7 @@ def test_sigterm_ends_open_follow_streams_and_the_process_exits_cleanly(tmp_path
 
 
 class BuggyStore(MemoryStore):
-    async def list_sessions(
-        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
-    ) -> list[SessionSummary]:
+    async def list_sessions(self, owner: str, **listing: Any) -> list[SessionSummary]:
         raise RuntimeError("a bug")
 
 

@@ -17,7 +17,7 @@ from history_service.app import create_app
 from history_service.cli import launcher, program as cli
 from history_service.cors import ALLOW_HEADERS, EXPOSE_HEADERS, MAX_AGE
 from history_service.settings import ServerSettings, Settings
-from persistence import SessionKey, SessionSummary
+from persistence import SessionSummary
 from persistence.memory import MemoryStore
 from testing.asgi import serving
 from testing.events import text
@@ -155,9 +155,7 @@ async def test_error_answers_carry_the_cors_headers() -> None:
 
 
 class FailingStore(MemoryStore):
-    async def list_sessions(
-        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
-    ) -> list[SessionSummary]:
+    async def list_sessions(self, owner: str, **listing: Any) -> list[SessionSummary]:
         raise RuntimeError("a bug")
 
 

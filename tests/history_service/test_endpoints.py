@@ -22,6 +22,9 @@ from testing.events import plain
 pytestmark = pytest.mark.anyio
 
 
+TOKENS = {"inputTokens", "outputTokens"}
+
+
 def who(principal: str) -> dict[str, str]:
     return {"Authorization": "Bearer t", "X-Principal": principal}
 
@@ -49,12 +52,20 @@ async def test_a_listing_is_the_callers_own_sessions_newest_first(api: httpx.Asy
     assert response.status_code == 200
     body = response.json()
     assert [s["id"] for s in body["sessions"]] == ["tree", "d", "c", "b", "a"]
-    assert body["nextCursor"] is None
+    assert body["nextCursor"] is None and body["total"] == 5
     tree = body["sessions"][0]
     assert tree["childCount"] == 2 and tree["headSeq"] > 0 and tree["createdAt"] == 1_700_000_000_000
+    # The seeded session's synopsis: its first user message, its last event's time, the tokens it reports.
+    assert tree["title"] and tree["lastEventAt"] >= tree["createdAt"] and set(tree["usage"]) == TOKENS
+    # An empty session has no title, no last event and no tokens: those keys are left out.
     assert body["sessions"][1] == {"id": "d", "createdAt": 9, "headSeq": -1, "childCount": 0}
-    assert [s["id"] for s in (await api.get("/v1/sessions", headers=who("bob"))).json()["sessions"]] == ["bobs"]
-    assert (await api.get("/v1/sessions", headers=who("carol"))).json() == {"sessions": [], "nextCursor": None}
+    bobs = (await api.get("/v1/sessions", headers=who("bob"))).json()
+    assert [s["id"] for s in bobs["sessions"]] == ["bobs"] and bobs["total"] == 1
+    assert (await api.get("/v1/sessions", headers=who("carol"))).json() == {
+        "sessions": [],
+        "nextCursor": None,
+        "total": 0,
+    }
 
 
 async def test_pages_of_a_listing_cover_every_session_once(api: httpx.AsyncClient) -> None:
@@ -97,6 +108,49 @@ async def test_a_close_is_the_owners_and_listings_show_it_and_filter_on_it(api: 
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_parameter"
     created = await api.post("/v1/sessions", json={"id": "e", "createdAt": 1, "closedAt": 2}, headers=who("alice"))
     assert created.status_code == 422 and created.json()["error"]["code"] == "invalid_header"
+
+
+async def test_a_filtered_listing_pages_what_it_keeps_and_totals_it(api: httpx.AsyncClient) -> None:
+    for session_id, title in [("b", "Fix the 100% bug"), ("c", "fix LATER"), ("d", "unrelated")]:
+        event = {"seq": 0, "time": 1_700_000_000_000, "type": "session/title", "data": {"title": title}}
+        response = await api.post(f"/v1/sessions/{session_id}/events", json={"events": [event]}, headers=who("alice"))
+        assert response.status_code == 201
+
+    async def listed(**params: str) -> dict[str, Any]:
+        response = await api.get("/v1/sessions", params=params, headers=who("alice"))
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    first = await listed(q="FIX", limit="1")
+    assert ([s["id"] for s in first["sessions"]], first["total"]) == (["c"], 2)
+    rest = await listed(q="FIX", limit="1", cursor=first["nextCursor"])
+    assert ([s["id"] for s in rest["sessions"]], rest["nextCursor"], rest["total"]) == (["b"], None, 2)
+    assert (await listed(q="100%"))["sessions"][0]["title"] == "Fix the 100% bug"
+    # The id counts as the title does; the state narrows it; the caller's own sessions only.
+    assert [s["id"] for s in (await listed(q="tre"))["sessions"]] == ["tree"]
+    assert (await listed(q="fix", state="closed"))["total"] == 0
+    response = await api.get("/v1/sessions", params={"q": "fix"}, headers=who("bob"))
+    assert response.json() == {"sessions": [], "nextCursor": None, "total": 0}
+
+
+@pytest.mark.parametrize("q", ["", "x" * 201, "a\nb", "\x7f", "\x85"], ids=["empty", "long", "newline", "del", "c1"])
+async def test_a_filter_is_1_to_200_characters_without_control_characters(api: httpx.AsyncClient, q: str) -> None:
+    response = await api.get("/v1/sessions", params={"q": q}, headers=who("alice"))
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_parameter"
+    assert (await api.get("/v1/sessions", params={"q": "x" * 200}, headers=who("alice"))).status_code == 200
+
+
+async def test_a_sessions_state_gives_its_synopsis_as_its_listing_does(api: httpx.AsyncClient) -> None:
+    (tree,) = [s for s in (await api.get("/v1/sessions", headers=who("alice"))).json()["sessions"] if s["id"] == "tree"]
+    state = (await api.get("/v1/sessions/tree", headers=who("alice"))).json()
+    assert {key: state[key] for key in ("title", "lastEventAt", "usage")} == {
+        key: tree[key] for key in ("title", "lastEventAt", "usage")
+    }
+    assert set((await api.get("/v1/sessions/d", headers=who("alice"))).json()) == {"header", "headSeq"}
+    children = (await api.get("/v1/sessions/tree/subagents", headers=who("alice"))).json()["sessions"]
+    child = (await api.get(f"/v1/sessions/tree/subagents/{children[0]['id']}", headers=who("alice"))).json()
+    assert child.get("title") == children[0].get("title") and child["headSeq"] == children[0]["headSeq"]
 
 
 @pytest.mark.parametrize(
@@ -156,10 +210,11 @@ async def test_a_sessions_children_are_listed_newest_first_even_those_its_events
     assert response.json() == {
         "sessions": [
             {"id": "d.z", "createdAt": 8, "headSeq": -1, "childCount": 1},
-            {"id": "d.y", "createdAt": 3, "headSeq": 0, "childCount": 0},
+            {"id": "d.y", "createdAt": 3, "headSeq": 0, "childCount": 0, "title": "hi", "lastEventAt": 4},
             {"id": "d.x", "createdAt": 3, "headSeq": -1, "childCount": 0},
         ],
         "nextCursor": None,
+        "total": 3,
     }
     # A child's own children are listed at its address, the one its pages use as a parent.
     nested = (await api.get("/v1/sessions/d.z/subagents", headers=who("alice"))).json()
@@ -167,7 +222,11 @@ async def test_a_sessions_children_are_listed_newest_first_even_those_its_events
     assert (await api.get("/v1/sessions/a/subagents", headers=who("alice"))).json() == {
         "sessions": [],
         "nextCursor": None,
+        "total": 0,
     }
+    # Filtered by title, as the caller's own listing is.
+    found = (await api.get("/v1/sessions/d/subagents", params={"q": "HI"}, headers=who("alice"))).json()
+    assert [s["id"] for s in found["sessions"]] == ["d.y"] and found["total"] == 1
     # The top-level listing still holds no child.
     top = (await api.get("/v1/sessions", headers=who("alice"))).json()
     assert "d.x" not in {s["id"] for s in top["sessions"]} and top["sessions"][1]["childCount"] == 3

@@ -176,16 +176,20 @@ async def test_the_bodies_structs_decode_what_the_endpoints_answer(client: httpx
     assert strictly(await client.post("/v1/sessions/s1/events", json=batch), bodies.Appended) == bodies.Appended(0, 0)
     again = strictly(await client.post("/v1/sessions/s1/events", json=batch), bodies.Appended)
     assert again == bodies.Appended(0, 0, idempotent=True)
+    usage = {"type": "assistant/chunk", "seq": 2, "time": 3, "data": {"chunk": {"type": "usage", "usage": USAGE}}}
+    named = {"type": "session/title", "seq": 1, "time": 2, "data": {"title": "Named"}}
+    assert (await client.post("/v1/sessions/s1/events", json={"events": [named, usage]})).status_code == 201
     listed = strictly(await client.get("/v1/sessions", params={"limit": 1}), bodies.SessionList)
-    assert listed == bodies.SessionList([bodies.ListedSession("s1", 1, 0, 0)], None)
+    entry = bodies.ListedSession("s1", 1, 2, 0, title="Named", lastEventAt=3, usage=bodies.Usage(7, 2))
+    assert listed == bodies.SessionList([entry], None, 1)
     state = strictly(await client.get("/v1/sessions/s1"), bodies.SessionState)
-    assert isinstance(state, bodies.SessionState) and state.headSeq == 0
+    assert isinstance(state, bodies.SessionState) and state.headSeq == 2 and state.usage == entry.usage
     conflict = strictly(
         await client.post("/v1/sessions/s1/events", json={"events": [{**batch["events"][0], "seq": 5}]}),
         bodies.ErrorBody,
     )
     assert (
-        isinstance(conflict, bodies.ErrorBody) and conflict.error.code == "seq_conflict" and conflict.error.headSeq == 0
+        isinstance(conflict, bodies.ErrorBody) and conflict.error.code == "seq_conflict" and conflict.error.headSeq == 2
     )
     bad = strictly(await client.post("/v1/sessions/s1/events", json={"events": [{"type": 1}]}), bodies.ErrorBody)
     assert isinstance(bad, bodies.ErrorBody) and bad.error.index == 0
@@ -193,6 +197,7 @@ async def test_the_bodies_structs_decode_what_the_endpoints_answer(client: httpx
     assert strictly(await client.get("/readyz"), bodies.Readiness) == bodies.Readiness("ready", "ok", "in-process")
 
 
+USAGE = {"inputTokens": 7, "outputTokens": 2}
 REDOCLY = os.environ.get("HISTORY_REDOCLY")
 
 

@@ -10,6 +10,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +21,7 @@ from history_service.app import create_app
 from history_service.endpoints import healthz
 from history_service.logs import ACCESS_LOGGER, REQUEST_ID, QueuedLogHandler, log_access
 from history_service.settings import Settings
-from persistence import SessionKey, SessionSummary
+from persistence import SessionSummary
 from persistence.memory import MemoryStore
 from testing.asgi import serving
 from testing.events import text
@@ -61,9 +62,7 @@ async def test_a_json_line_for_a_page_request_holds_the_access_fields_and_the_re
 
 
 class FailingStore(MemoryStore):
-    async def list_sessions(
-        self, owner: str, *, limit: int, before: SessionKey | None = None, closed: bool | None = None
-    ) -> list[SessionSummary]:
+    async def list_sessions(self, owner: str, **listing: Any) -> list[SessionSummary]:
         raise RuntimeError("a bug")
 
 
