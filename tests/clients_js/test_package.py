@@ -61,7 +61,9 @@ import {
   type Event,
   type LiveRecords,
   type NewSession,
+  type ListedSession,
   type ReadPage,
+  type SessionList,
 } from "history-transport-client";
 
 const client = new HistoryClient("http://127.0.0.1:8000", { token: "t0k", principal: "ann", timeoutMs: 5000 });
@@ -99,6 +101,14 @@ export async function read(): Promise<string[]> {
   return more ? types : types.concat(bounds.map(String));
 }
 
+export async function list(): Promise<string[]> {
+  const listed: SessionList = await client.sessions({ limit: 10, state: "open", q: "fix" });
+  const first: ListedSession | undefined = listed.sessions[0];
+  const tokens: number = first?.usage?.inputTokens ?? 0;
+  const children = await client.subagents("s1", { q: "run" });
+  return [`${listed.total}`, first?.title ?? "", `${first?.lastEventAt ?? tokens}`, `${children.total}`];
+}
+
 export function why(error: unknown): string | null {
   if (error instanceof SessionDeletedError) return `${error.session} ${error.incarnation ?? "?"} deleted`;
   return error instanceof ServiceError ? `${error.status} ${error.code}: ${error.message}` : null;
@@ -123,7 +133,9 @@ export async function misuse(): Promise<void> {
   const missing: number = (await client.append("s1", [])).nextSeq; // wrong
   client.follow("s1", { packed: "no" }); // wrong
   const more: boolean = decodeLiveRecords({}).hasMore; // wrong
-  console.log(appended, from, missing, gone, more);
+  await client.sessions({ state: "ended" }); // wrong
+  const total: string = (await client.sessions()).total; // wrong
+  console.log(appended, from, missing, gone, more, total);
 }
 """
 

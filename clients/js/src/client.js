@@ -46,8 +46,24 @@ export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js"
  * @typedef {{id: string, headSeq: number, incarnation: string}} Created
  */
 /**
- * A page of a listing (§12.1, §12.3): sessions newest first, and the cursor of the next page (`null`: none).
- * @typedef {{sessions: {id: string, createdAt: number, headSeq: number, childCount: number}[], nextCursor: string | null}} SessionList
+ * One session of a listing (§12.1): its head (-1: no event yet), its direct subagent children, when it
+ * closed and when it expires, and its synopsis: its title (its last `session/title`, else its first user
+ * message), its last event's `time`, and the tokens its events report. Each optional key is left out
+ * while the session has none.
+ * @typedef {{
+ *   id: string, createdAt: number, headSeq: number, childCount: number, closedAt?: number, expiresAt?: number,
+ *   title?: string, lastEventAt?: number, usage?: {inputTokens: number, outputTokens: number},
+ * }} ListedSession
+ */
+/**
+ * A page of a listing (§12.1, §12.3): sessions newest first, the cursor of the next page (`null`: none),
+ * and how many sessions the whole listing holds under its `state` and `q`.
+ * @typedef {{sessions: ListedSession[], nextCursor: string | null, total: number}} SessionList
+ */
+/**
+ * What narrows a listing (§12.1): only the `"open"` or the `"closed"` sessions, and only those whose id or
+ * title holds `q`, in any case (1-200 characters). Pass the same with each `cursor`.
+ * @typedef {{state?: "open" | "closed", q?: string}} ListFilter
  */
 /**
  * What an append answers: the batch's first seq and the new head; `idempotent` when the
@@ -279,26 +295,27 @@ export class HistoryClient {
   }
 
   /**
-   * One page of the caller's sessions, newest first (§12.1); pass `nextCursor` back as `cursor`.
+   * One page of the caller's sessions, newest first (§12.1), with the listing's `total`; pass `nextCursor`
+   * back as `cursor`, with the same `state` and `q`.
    *
-   * @param {{limit?: number, cursor?: string, signal?: AbortSignal}} [options]
+   * @param {{limit?: number, cursor?: string, signal?: AbortSignal} & ListFilter} [options]
    * @returns {Promise<SessionList>}
    */
-  async sessions({ limit, cursor, signal } = {}) {
-    return JSON.parse(await this._get("/v1/sessions", { limit, cursor }, signal));
+  async sessions({ limit, cursor, state, q, signal } = {}) {
+    return JSON.parse(await this._get("/v1/sessions", { limit, cursor, state, q }, signal));
   }
 
   /**
-   * One page of a session's direct subagent children, newest first (§12.3), named in its events or not.
-   * A child's own children are listed at the child's id.
+   * One page of a session's direct subagent children, newest first (§12.3), named in its events or not,
+   * filtered and totalled as `sessions` is. A child's own children are listed at the child's id.
    *
    * @param {string} sessionId
-   * @param {{limit?: number, cursor?: string, signal?: AbortSignal}} [options]
+   * @param {{limit?: number, cursor?: string, signal?: AbortSignal} & ListFilter} [options]
    * @returns {Promise<SessionList>}
    */
-  async subagents(sessionId, { limit, cursor, signal } = {}) {
+  async subagents(sessionId, { limit, cursor, state, q, signal } = {}) {
     checkSessionId(sessionId);
-    return JSON.parse(await this._get(`/v1/sessions/${sessionId}/subagents`, { limit, cursor }, signal));
+    return JSON.parse(await this._get(`/v1/sessions/${sessionId}/subagents`, { limit, cursor, state, q }, signal));
   }
 
   /**

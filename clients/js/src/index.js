@@ -46,5 +46,7 @@ export { SSEDecoder } from "./sse.js";
  * @typedef {import("./client.js").Closed} Closed
  * @typedef {import("./client.js").Ended} Ended
  * @typedef {import("./client.js").SessionList} SessionList
+ * @typedef {import("./client.js").ListedSession} ListedSession
+ * @typedef {import("./client.js").ListFilter} ListFilter
  * @typedef {import("./client.js").ConnectionChange} ConnectionChange
  */

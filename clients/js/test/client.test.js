@@ -650,7 +650,7 @@ test("the backoff grows to its cap, with jitter in the upper half, and follows t
 
 describe("sessions and session", () => {
   test("sessions passes the cursor back unchanged and returns the page", async () => {
-    const body = '{"sessions":[{"id":"s1","createdAt":5,"headSeq":-1,"childCount":0}],"nextCursor":null}';
+    const body = '{"sessions":[{"id":"s1","createdAt":5,"headSeq":-1,"childCount":0}],"nextCursor":null,"total":1}';
     const { fetch, seen } = fetchOf(() => json(body));
     const client = new HistoryClient("http://h", { fetch });
     const page = await client.sessions({ limit: 50, cursor: "a/b+c=" });
@@ -660,8 +660,22 @@ describe("sessions and session", () => {
     assert.equal(seen[0].url.searchParams.get("limit"), "50");
   });
 
+  test("sessions sends the filter and state as given, and returns the titles and the total", async () => {
+    const body =
+      '{"sessions":[{"id":"s1","createdAt":5,"headSeq":3,"childCount":0,"title":"Fix it","lastEventAt":9,' +
+      '"usage":{"inputTokens":4,"outputTokens":2}}],"nextCursor":"n","total":7}';
+    const { fetch, seen } = fetchOf(() => json(body));
+    const client = new HistoryClient("http://h", { fetch });
+    const page = await client.sessions({ limit: 1, state: "open", q: "50% & fix" });
+    assert.deepEqual(page, JSON.parse(body));
+    assert.equal(page.total, 7);
+    assert.deepEqual([...seen[0].url.searchParams], [["limit", "1"], ["state", "open"], ["q", "50% & fix"]]);
+    await client.subagents("p", { q: "x" });
+    assert.deepEqual([...seen[1].url.searchParams], [["q", "x"]]);
+  });
+
   test("subagents lists a session's children at its own id, paged like sessions", async () => {
-    const body = '{"sessions":[{"id":"p.c","createdAt":5,"headSeq":2,"childCount":1}],"nextCursor":"x"}';
+    const body = '{"sessions":[{"id":"p.c","createdAt":5,"headSeq":2,"childCount":1}],"nextCursor":"x","total":3}';
     const { fetch, seen } = fetchOf(() => json(body));
     const client = new HistoryClient("http://h", { fetch });
     assert.deepEqual(await client.subagents("p", { limit: 2, cursor: "a/b" }), JSON.parse(body));
