@@ -15,6 +15,7 @@
 // `usage` chunk is not an item on screen but a line on the step's last block (timeline.js).
 import { joinedText } from "history-transport-client";
 import { eventCard, rawItem } from "./events.js";
+import { knownTime } from "./when.js";
 
 const DELTA_KINDS = { "text-delta": "text", "reasoning-delta": "reasoning", "tool-call-delta": "tool" };
 const ROW_KINDS = { "text-chunks": "text", "reasoning-chunks": "reasoning", "tool-call-chunks": "tool" };
@@ -82,25 +83,6 @@ function usageOf(value) {
   return Object.keys(out).length ? out : undefined;
 }
 
-// 2000-01-01T00:00:00Z. No harness recorded a session before it: an earlier time is none.
-const EARLIEST = 946_684_800_000;
-
-/**
- * The time an event carries, or undefined. A log that recorded none reads as time 0 (§13), and
- * a recorded log may count from 0: any time before 2000 is unknown, never shown as 1970. So is
- * one outside the range a Date holds.
- * @param {unknown} time
- */
-export function timeOf(time) {
-  return typeof time === "number" && time >= EARLIEST && Number.isFinite(new Date(time).getTime()) ? time : undefined;
-}
-
-/** A time as a person reads it: local date and time, or "at an unknown time" (never 1970). @param {unknown} time */
-export function shownTime(time) {
-  const known = timeOf(time);
-  return known === undefined ? "at an unknown time" : new Date(known).toLocaleString();
-}
-
 /**
  * The range an edit or a replacement hides (§2.1), or undefined.
  * @param {any} event
@@ -158,7 +140,7 @@ const NORMAL_FINISH = new Set(["stop", "tool-calls", "end-turn", "tool-use"]);
 export function eventItem(event) {
   const data = event.data;
   const seq = event.seq;
-  const time = timeOf(event.time);
+  const time = knownTime(event.time);
   if (event.type === "assistant/chunk" && data && typeof data === "object" && data.chunk && typeof data.chunk === "object") {
     const item = chunkItem(event, data, data.chunk, time);
     if (item) return item;
@@ -290,7 +272,7 @@ export function recordItem(record) {
       seq0: value.seq0,
       seq1: value.seq0 + members - 1,
       text: joined.text,
-      time: timeOf(value.time0),
+      time: knownTime(value.time0),
     },
     data,
   );

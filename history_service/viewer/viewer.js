@@ -6,9 +6,11 @@
 import { Backoff, HistoryClient, MAX_MESSAGES, ServiceError, SessionDeletedError } from "history-transport-client";
 import { ChildLinks } from "./children.js";
 import { Finder } from "./find.js";
-import { showSessions } from "./sessions.js";
-import { eventItem, joinItems, recordItem, shownTime } from "./items.js";
+import { Place, showHeading } from "./nav.js";
+import { listSessions, sessionHref } from "./sessions.js";
+import { eventItem, joinItems, recordItem } from "./items.js";
 import { Timeline } from "./timeline.js";
+import { eventCount, shownTime } from "./when.js";
 
 const TOKEN_KEY = "history.token";
 const PRINCIPAL_KEY = "history.principal";
@@ -45,13 +47,14 @@ const finder = new Finder(timeline, {
  * later page and in the follow, so a delete and re-create shows "session deleted", never the new
  * session's events below the old one's.
  * @type {{
- *   client: HistoryClient | null, incarnation: string | undefined, deleted: boolean, oldest: number, hasMore: boolean,
+ *   client: HistoryClient | null, incarnation: string | undefined, closed: boolean, deleted: boolean, oldest: number, hasMore: boolean,
  *   cursor: number, loading: boolean, olderFailed: boolean, stop: AbortController | null,
  * }}
  */
 const state = {
   client: null,
   incarnation: undefined,
+  closed: false,
   deleted: false,
   oldest: 0,
   hasMore: false,
@@ -64,6 +67,7 @@ const state = {
 const live = { events: [] };
 /** The links from items that name a subagent child to its view, once the session is open. @type {{links: ChildLinks | null}} */
 const childLinks = { links: null };
+const place = new Place($("about"), timelineEl, sessionId ?? "", child);
 
 /** Link each item that names a subagent child of this session to the child's view. @param {import("./items.js").Item[]} items */
 function linkChildren(items) {
@@ -79,7 +83,7 @@ async function listSubagents(client) {
   const self = child ?? sessionId;
   if (!self) return;
   const nav = $("subagents");
-  /** @type {{id: string, createdAt: number, headSeq: number, childCount: number}[]} */
+  /** @type {import("history-transport-client").ListedSession[]} */
   const found = [];
   let cursor;
   try {
@@ -95,10 +99,10 @@ async function listSubagents(client) {
   }
   for (const entry of found.reverse()) {
     const link = document.createElement("a");
-    link.href = `?parent=${encodeURIComponent(self)}&session=${encodeURIComponent(entry.id)}`;
-    link.textContent = entry.id;
+    link.href = sessionHref(entry.id, self);
+    link.textContent = entry.title ?? entry.id;
     link.dataset.child = entry.id;
-    link.title = `${entry.headSeq + 1} events, started ${shownTime(entry.createdAt)}`;
+    link.title = `${entry.id}: ${eventCount(entry.headSeq)}, started ${shownTime(entry.createdAt)}`;
     nav.append(link);
   }
   nav.dataset.count = String(found.length);
@@ -252,7 +256,8 @@ async function follow() {
     packed,
     signal: state.stop.signal,
     onConnection: (change) => {
-      if (change.type === "connected") setStatus("live");
+      // A closed session's stream only catches up to its final head: it is never live.
+      if (change.type === "connected") setStatus(state.closed ? "ended" : "live", state.closed ? "session ended" : "live");
       else if (change.type === "ended") showEnded(undefined);
       else if (change.type === "retrying") {
         const seconds = (change.delayMs / 1000).toFixed(1);
@@ -292,6 +297,7 @@ function showLive() {
   linkChildren(items);
   state.cursor = events[events.length - 1].seq;
   markProgress();
+  if (state.client !== null) place.live(state.client, events);
   if (stick) scroller.scrollTop = scroller.scrollHeight;
   // Kept at the bottom, or away from it with newer items below: known without reading layout again.
   showJump(stick);
@@ -322,43 +328,43 @@ function connect() {
   return { client, token, principal };
 }
 
-/** Without a session: the caller's sessions, newest first, a page at a time. */
+/** Without a session: the caller's sessions, newest first, a page at a time, filtered as the reader types. */
 async function openList() {
   document.title = "Sessions · session viewer";
   $("title").textContent = "Sessions";
   scroller.hidden = true;
   const listEl = $("sessions");
-  const rows = $("session-rows");
-  const more = /** @type {HTMLButtonElement} */ ($("more"));
   const { client, token } = connect();
-  rows.replaceChildren();
-  listEl.hidden = false;
-  /** @param {string | undefined} cursor */
-  const load = async (cursor) => {
-    more.disabled = true;
-    setStatus("connecting", "loading");
-    try {
-      const next = await showSessions(client, rows, cursor);
-      more.hidden = next === null;
-      more.onclick = next === null ? null : () => void load(next);
-      listEl.dataset.loaded = String(rows.children.length);
-      setStatus("idle", `${rows.children.length} sessions`);
-    } catch (error) {
-      if (error instanceof ServiceError && error.status === 401) {
-        sessionStorage.removeItem(TOKEN_KEY);
-        listEl.hidden = true;
-        askForToken(token ? `The service refused the token: ${error.message}` : "This service needs a token.");
-        if (token) showError(`The token was refused: ${describe(error)}`);
-        return;
-      }
-      showError(`Could not list sessions: ${describe(error)}`);
-      setStatus("error");
-    } finally {
-      more.disabled = false;
-      document.documentElement.dataset.ready = "true";
-    }
-  };
-  await load(undefined);
+  setStatus("connecting", "loading");
+  await listSessions(
+    client,
+    {
+      section: listEl,
+      rows: $("session-rows"),
+      more: /** @type {HTMLButtonElement} */ ($("more")),
+      filter: /** @type {HTMLInputElement} */ ($("session-filter")),
+      count: $("session-count"),
+    },
+    {
+      loaded: (shown, total) => {
+        clearError();
+        setStatus("idle", `${total} session${total === 1 ? "" : "s"}`);
+        document.documentElement.dataset.ready = "true";
+      },
+      failed: (error) => {
+        document.documentElement.dataset.ready = "true";
+        if (error instanceof ServiceError && error.status === 401) {
+          sessionStorage.removeItem(TOKEN_KEY);
+          listEl.hidden = true;
+          askForToken(token ? `The service refused the token: ${error.message}` : "This service needs a token.");
+          if (token) showError(`The token was refused: ${describe(error)}`);
+          return;
+        }
+        showError(`Could not list sessions: ${describe(error)}`);
+        setStatus("error");
+      },
+    },
+  );
 }
 
 async function open() {
@@ -367,13 +373,16 @@ async function open() {
     return;
   }
   document.title = `${child ?? sessionId} · session viewer`;
-  $("title").textContent = child ? `${sessionId} › ${child}` : sessionId;
+  showHeading($("title"), sessionId, child);
+  $("back").hidden = false;
+  // Its line takes its place now, so that filling it in later moves nothing the reader sees.
+  $("about").hidden = false;
   state.olderFailed = false;
   const { client, token, principal } = connect();
   setStatus("connecting", "loading");
   // The header says whether the session is closed. Read beside the tail page, not before it; a
   // failure only leaves that out, and the follow still ends on a closed session's end frame.
-  const about = client.session(sessionId, { child }).catch(() => null);
+  const header = client.session(sessionId, { child }).catch(() => null);
   let tail;
   try {
     tail = await client.page(sessionId, { child, maxMessages: pageSize });
@@ -412,8 +421,10 @@ async function open() {
   showJump();
   // Live updates need not wait for older pages: appends and prepends touch opposite ends.
   void fillViewport();
-  const found = await about;
+  const found = await header;
+  if (found !== null) void place.show(client, found);
   const closedAt = found?.header.closedAt;
+  state.closed = typeof closedAt === "number";
   // Closed, and the tail page reaches its final head: there is nothing to follow.
   if (typeof closedAt === "number" && found?.headSeq === state.cursor) {
     showEnded(closedAt);

@@ -782,44 +782,6 @@ def test_a_packed_gzip_follow_renders_the_same_timeline_as_an_unpacked_one(
     assert frames["event"] == 26 and 0 < frames["records"] <= len(appends), frames
 
 
-LISTED = 120
-
-
-def test_the_session_list_pages_newest_first_and_the_root_lands_on_it(live_server: ServerProcess, page: Page) -> None:
-    url = live_server.url
-    with httpx.Client(timeout=30) as http:
-        for k in range(LISTED):
-            response = http.post(f"{url}/v1/sessions", json={"id": f"s{k:03d}", "createdAt": 1_700_000_000_000 + k})
-            assert response.status_code == 201
-        append(url, "s007", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}])
-        child = {"id": "s007.child", "createdAt": 1, "parentSession": "s007", "origin": "subagent"}
-        assert http.post(f"{url}/v1/sessions", json=child).status_code == 201
-    page.goto(f"{url}/")
-    page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
-    assert page.url == f"{url}/viewer/"
-    assert page.is_visible("#sessions") and not page.is_visible("#error")
-    loads = 1
-    while page.is_visible("#more"):
-        shown = page.locator("#session-rows > tr").count()
-        page.click("#more")
-        page.wait_for_function(f"() => document.getElementById('session-rows').children.length > {shown}")
-        loads += 1
-    rows = page.evaluate(
-        "() => Array.from(document.querySelectorAll('#session-rows > tr'))"
-        ".map((tr) => Array.from(tr.children).map((td) => td.textContent))"
-    )
-    assert loads == 3
-    assert [row[0] for row in rows] == [f"s{k:03d}" for k in reversed(range(LISTED))]
-    by_id = {row[0]: row for row in rows}
-    assert by_id["s007"][2:] == ["0", "1"] and by_id["s008"][2:] == ["-1", "0"]
-    assert by_id["s000"][1] == "2023-11-14 22:13:20 UTC"
-    screenshot(page, "session-list")
-    page.click("#session-rows a:text-is('s007')")
-    page.wait_for_selector("html[data-ready='true']", timeout=TIMEOUT_MS)
-    assert page.text_content("#title") == "s007"
-    assert rendered_items(page) == [("turn", 0, 0, "1")]
-
-
 def test_children_the_parents_events_never_name_are_listed_and_open(live_server: ServerProcess, page: Page) -> None:
     url = live_server.url
     with httpx.Client(timeout=30) as http:
