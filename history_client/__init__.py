@@ -9,7 +9,7 @@ the answers of writes and session reads (`SessionCreated`, `Appended`, `Closed`,
 from __future__ import annotations
 
 from codec import DeltaData, Event, ReasoningDelta, ReplaceOp, SessionHeader, TextDelta, ToolCallDelta
-from history_client.bodies import Appended, Closed, ListedSession, SessionCreated, SessionList, SessionState
+from history_client.bodies import Appended, Closed, ListedSession, SessionCreated, SessionList, SessionState, Usage
 from history_client.client import AsyncHistoryClient, HistoryClient
 from history_client.errors import (
     ClientError,
@@ -66,4 +66,5 @@ __all__ = [
     "TextDelta",
     "ToolCallDelta",
     "TransportError",
+    "Usage",
 ]

@@ -27,6 +27,7 @@ __all__ = [
     "SessionCreated",
     "SessionList",
     "SessionState",
+    "Usage",
     "read_body",
 ]
 
@@ -56,8 +57,16 @@ class Closed(Struct, frozen=True, rename="camel"):
     closed_at: int
 
 
+class Usage(Struct, frozen=True, rename="camel"):
+    """The tokens a session's events report, summed (§12.1)."""
+
+    input_tokens: int
+    output_tokens: int
+
+
 class ListedSession(Struct, frozen=True, rename="camel"):
-    """One session of a listing: id, creation time, head, direct subagent children; close and expiry times if any."""
+    """One session of a listing: id, creation time, head, direct subagent children; close and expiry times if any;
+    and its synopsis when it has one: title, last event's time, tokens (§12.1)."""
 
     id: str
     created_at: int
@@ -65,21 +74,30 @@ class ListedSession(Struct, frozen=True, rename="camel"):
     child_count: int
     closed_at: int | UnsetType = UNSET
     expires_at: int | UnsetType = UNSET
+    title: str | UnsetType = UNSET
+    last_event_at: int | UnsetType = UNSET
+    usage: Usage | UnsetType = UNSET
 
 
 class SessionList(Struct, frozen=True, rename="camel"):
-    """A page of a listing, newest first; ``next_cursor`` continues it as ``cursor=`` (``None``: no more)."""
+    """A page of a listing, newest first; ``next_cursor`` continues it as ``cursor=`` (``None``: no more), and
+    ``total`` is how many sessions the whole listing holds under the same ``state`` and ``q``."""
 
     sessions: list[ListedSession]
     next_cursor: str | None
+    total: int
 
 
 class SessionState(Struct, frozen=True, rename="camel"):
-    """A session's header and head (-1 while it has no event), and when it expires (§6.5), if it will."""
+    """A session's header and head (-1 while it has no event), when it expires (§6.5), if it will, and its
+    synopsis as a listing gives it (§12.1)."""
 
     header: SessionHeader
     head_seq: int
     expires_at: int | UnsetType = UNSET
+    title: str | UnsetType = UNSET
+    last_event_at: int | UnsetType = UNSET
+    usage: Usage | UnsetType = UNSET
 
 
 _DECODERS: Final[MappingProxyType[type, msgspec.json.Decoder[Any]]] = MappingProxyType(

@@ -131,24 +131,36 @@ class Calls:
         return Call("DELETE", Requests.address(session), self._headers, _deleted)
 
     def list_sessions(
-        self, *, limit: int | None = None, cursor: str | None = None, state: ListState | None = None
+        self,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        state: ListState | None = None,
+        q: str | None = None,
     ) -> Call[SessionList]:
         """One page of the caller's sessions that are not subagent children, newest first (§12.1).
 
         Pass ``next_cursor`` back as ``cursor`` for the next page (``None``: none). ``limit``
-        is 1-1000 (default 50); ``state`` ``"open"`` or ``"closed"`` lists only those.
+        is 1-1000 (default 50); ``state`` ``"open"`` or ``"closed"`` lists only those; ``q``
+        only those whose id or title holds it, ignoring case.
         """
-        return self._get("/v1/sessions", _list_params(limit, cursor, state), _reader(SessionList))
+        return self._get("/v1/sessions", _list_params(limit, cursor, state, q), _reader(SessionList))
 
     def subagents(
-        self, session: str, *, limit: int | None = None, cursor: str | None = None, state: ListState | None = None
+        self,
+        session: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        state: ListState | None = None,
+        q: str | None = None,
     ) -> Call[SessionList]:
         """One page of a session's direct subagent children, newest first, named in its events or not (§12.3).
 
         A child's own children are listed at the child's id. Paged as `list_sessions`.
         """
         return self._get(
-            Requests.path(session, None, "subagents"), _list_params(limit, cursor, state), _reader(SessionList)
+            Requests.path(session, None, "subagents"), _list_params(limit, cursor, state, q), _reader(SessionList)
         )
 
     def session(self, session: str, *, child: str | None = None) -> Call[SessionState]:
@@ -315,8 +327,8 @@ def _reader(kind: type[B]) -> Callable[[httpx.Response], B]:
     return functools.partial(read_body, kind)
 
 
-def _list_params(limit: int | None, cursor: str | None, state: ListState | None) -> dict[str, int | str]:
-    params = {"limit": limit, "cursor": cursor, "state": state}
+def _list_params(limit: int | None, cursor: str | None, state: ListState | None, q: str | None) -> dict[str, int | str]:
+    params = {"limit": limit, "cursor": cursor, "state": state, "q": q}
     return {name: value for name, value in params.items() if value is not None}
 
 

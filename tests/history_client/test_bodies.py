@@ -19,6 +19,7 @@ from history_client import (
     SessionCreated,
     SessionList,
     SessionState,
+    Usage,
 )
 from history_client.bodies import read_body
 from history_service import bodies as service
@@ -30,6 +31,7 @@ TWINS = [
     (ListedSession, service.ListedSession),
     (SessionList, service.SessionList),
     (SessionState, service.SessionState),
+    (Usage, service.Usage),
 ]
 
 
@@ -49,6 +51,7 @@ def answer(status: int, body: bytes) -> httpx.Response:
 
 SAFE = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
 HEAD = st.integers(min_value=-1, max_value=2**53 - 1)
+COUNT = st.integers(min_value=0, max_value=2**53 - 1)
 listed = st.builds(
     service.ListedSession,
     id=st.from_regex(r"[a-z0-9.:-]{1,20}", fullmatch=True),
@@ -57,6 +60,9 @@ listed = st.builds(
     childCount=st.integers(min_value=0, max_value=10**6),
     closedAt=st.one_of(st.just(msgspec.UNSET), SAFE),
     expiresAt=st.one_of(st.just(msgspec.UNSET), SAFE),
+    title=st.one_of(st.just(msgspec.UNSET), st.text(min_size=1, max_size=20)),
+    lastEventAt=st.one_of(st.just(msgspec.UNSET), SAFE),
+    usage=st.one_of(st.just(msgspec.UNSET), st.builds(service.Usage, COUNT, COUNT)),
 )
 
 
@@ -65,9 +71,9 @@ listed = st.builds(
 def test_a_listing_the_service_encodes_reads_back_with_every_value(
     sessions: list[service.ListedSession], cursor: str | None
 ) -> None:
-    sent = service.SessionList(sessions, cursor)
+    sent = service.SessionList(sessions, cursor, len(sessions))
     got = read_body(SessionList, answer(200, encode(sent)))
-    assert got.next_cursor == cursor
+    assert (got.next_cursor, got.total) == (cursor, len(sessions))
     assert [msgspec.structs.asdict(s) for s in got.sessions] == [
         {
             "id": s.id,
@@ -76,6 +82,9 @@ def test_a_listing_the_service_encodes_reads_back_with_every_value(
             "child_count": s.childCount,
             "closed_at": s.closedAt,
             "expires_at": s.expiresAt,
+            "title": s.title,
+            "last_event_at": s.lastEventAt,
+            "usage": s.usage if isinstance(s.usage, msgspec.UnsetType) else Usage(*msgspec.structs.astuple(s.usage)),
         }
         for s in sessions
     ]
@@ -83,7 +92,7 @@ def test_a_listing_the_service_encodes_reads_back_with_every_value(
 
 def test_a_key_the_client_does_not_know_is_ignored_and_a_missing_one_is_a_protocol_error() -> None:
     header = encode(SessionHeader(id="s", createdAt=5))
-    state = read_body(SessionState, answer(200, b'{"header":%b,"headSeq":3,"title":"new key"}' % header))
+    state = read_body(SessionState, answer(200, b'{"header":%b,"headSeq":3,"newKey":"later"}' % header))
     assert state == SessionState(SessionHeader(id="s", createdAt=5), 3)
     assert read_body(Appended, answer(200, b'{"firstSeq":0,"headSeq":1,"idempotent":true}')).idempotent is True
     with pytest.raises(ProtocolError, match="/v1/sessions: Object missing required field `headSeq`"):

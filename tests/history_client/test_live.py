@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import httpx
+import msgspec
 import pytest
 
 from codec import DeltaData, Event, SessionHeader, TextDelta, encode
@@ -355,12 +356,14 @@ def test_both_clients_list_sessions_and_children_read_a_session_and_stop_a_follo
             closed = client.close_session("q")
             first = client.list_sessions(limit=1)
             assert [(s.id, s.head_seq, s.child_count) for s in first.sessions] == [("p", 29, 1)]
+            assert (first.total, first.sessions[0].title, first.sessions[0].last_event_at) == (2, "m0", 29)
+            assert [(s.id, s.title) for s in client.list_sessions(q="Q").sessions] == [("q", msgspec.UNSET)]
             rest = client.list_sessions(cursor=first.next_cursor)
             assert [(s.id, s.closed_at) for s in rest.sessions] == [("q", closed.closed_at)] and not rest.next_cursor
             assert [s.id for s in client.list_sessions(state="open").sessions] == ["p"]
             assert [s.id for s in client.subagents("p").sessions] == ["p.c"]
             state = client.session("p")
-            assert (state.header.id, state.head_seq) == ("p", 29)
+            assert (state.header.id, state.head_seq, state.title, state.last_event_at) == ("p", 29, "m0", 29)
             assert client.session("p", child="p.c").header.parentSession == "p"
             assert list(client.follow("p", until="caught_up")) == events
             assert list(client.follow("p", after=9, until="caught_up")) == events[10:]

@@ -3,11 +3,10 @@ visible, assistant Markdown rendered safely, results matched to their calls, chi
 time shown before 2000, nothing wider than the page.
 
 The whole corpus (``HISTORY_CORPUS_DIR``) is imported once with ``history-service import
---rename-templated``, into one store behind one server, and read by one browser; the families the
-rename cut apart (their ids are shared with other folders, so the children were renamed while the
-parents' events still name them as recorded) are imported once more under their recorded ids, so
-that a parent's events name its children as they are stored. A session of our own, served beside
-them, carries Markdown with XSS payloads, parallel tool calls and an unbroken long argument.
+--rename-templated``, into one store behind one server, and read by one browser. The import renames
+a child's references with it, so a parent's events name its children as they are stored. A session
+of our own, served beside them, carries Markdown with XSS payloads, parallel tool calls and an
+unbroken long argument.
 """
 
 from __future__ import annotations
@@ -26,7 +25,8 @@ import pytest
 
 from codec import Event, SessionHeader, encode, read_header
 from history_client import HistoryClient
-from history_service.cli.importer import ImportOptions, find_logs, plan_ids
+from history_service.cli.log_files import find_logs
+from history_service.cli.naming import ImportOptions, plan_names
 from history_service.cli.program import main
 from history_service.settings import Settings
 from testing.browser import checked_page, launch, missing_reason, screenshot
@@ -112,30 +112,10 @@ def stored_as(headers: dict[Path, SessionHeader]) -> dict[Path, tuple[str, str |
     return out
 
 
-def named_families(headers: dict[Path, SessionHeader], planned: dict[Path, SessionHeader]) -> list[Path]:
-    """The folders whose parent names a renamed child as recorded; each folder's ids used once."""
-    taken = {header.id for header in planned.values()}
-    folders: list[Path] = []
-    for folder in sorted({path.parent for path in headers}):
-        logs = {path: header for path, header in headers.items() if path.parent == folder}
-        ids = {header.id for header in logs.values()}
-        renamed = any(planned[path].id != header.id for path, header in logs.items())
-        texts = {header.id: path.read_text(encoding="utf-8") for path, header in logs.items()}
-        names_child = any(
-            header.parentSession in texts and header.id in texts[str(header.parentSession)].split("\n", 1)[-1]
-            for header in logs.values()
-        )
-        if renamed and names_child and not ids & taken:
-            folders.append(folder)
-            taken |= ids
-    return folders
-
-
 class Plan(msgspec.Struct, frozen=True):
-    """The import this module makes: the corpus, the families imported again, and every log as stored."""
+    """The import this module makes: the corpus, and every log as stored."""
 
     root: Path
-    again: list[Path]
     logs: list[Log]
 
 
@@ -144,13 +124,10 @@ def corpus_plan() -> Plan | None:
     root = corpus_dir()
     if root is None or not root.is_dir():
         return None
-    paths = find_logs([root])
+    paths = find_logs([root]).logs
     headers = {path: read_header(path.read_bytes().split(b"\n", 1)[0]) for path in paths}
-    planned = plan_ids(headers, ImportOptions(owner="local", rename=True))
-    again = named_families(headers, planned)
-    logs = [Log(path, *stored) for path, stored in stored_as(planned).items()]
-    recorded = {path: header for path, header in headers.items() if path.parent in again}
-    return Plan(root, again, logs + [Log(path, *stored) for path, stored in stored_as(recorded).items()])
+    planned = plan_names(headers, ImportOptions(owner="local", rename_shared=True)).headers
+    return Plan(root, [Log(path, *stored) for path, stored in stored_as(planned).items()])
 
 
 PLAN = corpus_plan()
@@ -161,25 +138,16 @@ def log_params() -> list[object]:
         root = corpus_dir()
         reason = f"{CORPUS_ENV}={root} is not a directory" if root else f"{CORPUS_ENV} is not set; corpus tests need it"
         return [pytest.param(None, marks=pytest.mark.skip(reason=reason))]
-    ids = Counter[str]()
-    params: list[object] = []
-    for log in PLAN.logs:
-        name = f"{log.path.parent.name}/{log.path.name}"
-        ids[name] += 1
-        params.append(pytest.param(log, id=name if ids[name] == 1 else f"{name}-as-recorded"))
-    return params
+    return [pytest.param(log, id=f"{log.path.parent.name}/{log.path.name}") for log in PLAN.logs]
 
 
 def import_corpus(plan: Plan, store: str) -> None:
-    """The corpus imported as a user would, then the named families once more under their recorded ids."""
+    """The corpus imported as a user would."""
     err = io.StringIO()
     # In a thread of its own, as Playwright's sync API runs an event loop in this one.
     with ThreadPoolExecutor(1) as pool:
         args = ["import", "--rename-templated", "--store", store, str(plan.root)]
         assert pool.submit(main, args, out=io.StringIO(), err=err).result() == 0, err.getvalue()
-        if plan.again:
-            args = ["import", "--store", store, *map(str, plan.again)]
-            assert pool.submit(main, args, out=io.StringIO(), err=err).result() == 0, err.getvalue()
 
 
 @pytest.fixture(scope="module")
