@@ -9,7 +9,17 @@ the answers of writes and session reads (`SessionCreated`, `Appended`, `Closed`,
 from __future__ import annotations
 
 from codec import DeltaData, Event, ReasoningDelta, ReplaceOp, SessionHeader, TextDelta, ToolCallDelta
-from history_client.bodies import Appended, Closed, ListedSession, SessionCreated, SessionList, SessionState, Usage
+from history_client.bodies import (
+    Appended,
+    Closed,
+    ListedSession,
+    SearchHit,
+    SearchHits,
+    SessionCreated,
+    SessionList,
+    SessionState,
+    Usage,
+)
 from history_client.client import AsyncHistoryClient, HistoryClient
 from history_client.errors import (
     ClientError,
@@ -53,6 +63,8 @@ __all__ = [
     "ResumeBehindError",
     "Retrying",
     "RowText",
+    "SearchHit",
+    "SearchHits",
     "ServerSentEvent",
     "service_error",
     "ServiceError",

@@ -24,6 +24,8 @@ __all__ = [
     "Appended",
     "Closed",
     "ListedSession",
+    "SearchHit",
+    "SearchHits",
     "SessionCreated",
     "SessionList",
     "SessionState",
@@ -86,6 +88,28 @@ class SessionList(Struct, frozen=True, rename="camel"):
     sessions: list[ListedSession]
     next_cursor: str | None
     total: int
+
+
+class SearchHit(Struct, frozen=True, rename="camel"):
+    """A passage that matched a search (§14.1): its session (and that session's parent, for a child), the seq of its
+    first event, its kind and time, its snippet (even positions plain text, odd ones matched), its rank (higher
+    first), and the session's title."""
+
+    session: str
+    seq: int
+    kind: str
+    time: int
+    snippet: list[str]
+    rank: float
+    parent: str | UnsetType = UNSET
+    title: str | UnsetType = UNSET
+
+
+class SearchHits(Struct, frozen=True, rename="camel"):
+    """A page of a search's hits, best first; ``next_cursor`` continues it as ``cursor=`` (``None``: no more)."""
+
+    hits: list[SearchHit]
+    next_cursor: str | None
 
 
 class SessionState(Struct, frozen=True, rename="camel"):

@@ -17,7 +17,15 @@ from typing import Any, Generic, Literal, NamedTuple, ParamSpec, TypeVar
 import httpx
 
 from codec import Event, SessionHeader, encode
-from history_client.bodies import Appended, Closed, SessionCreated, SessionList, SessionState, read_body
+from history_client.bodies import (
+    Appended,
+    Closed,
+    SearchHits,
+    SessionCreated,
+    SessionList,
+    SessionState,
+    read_body,
+)
 from history_client.follow import Backoff, CaughtUpHook, Connect, ConnectionHook, FollowPlan, Until, follow_plan
 from history_client.history import Fetch, PageAnswer, Plan, history_plan, pages_plan
 from history_client.incarnations import INCARNATION_HEADER, Pin
@@ -28,7 +36,7 @@ __all__ = ["Call", "Calls", "Walk"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-B = TypeVar("B", Appended, Closed, SessionCreated, SessionList, SessionState)
+B = TypeVar("B", Appended, Closed, SearchHits, SessionCreated, SessionList, SessionState)
 ListState = Literal["open", "closed"]
 
 
@@ -162,6 +170,29 @@ class Calls:
         return self._get(
             Requests.path(session, None, "subagents"), _list_params(limit, cursor, state, q), _reader(SessionList)
         )
+
+    def search(
+        self,
+        q: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        state: ListState | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> Call[SearchHits]:
+        """One page of the passages of the caller's sessions that match ``q``, best first (§14.1).
+
+        ``q`` holds words, ``"quoted phrases"`` and ``prefix*`` terms, all required. Pass
+        ``next_cursor`` back as ``cursor``, with the same query, for the next page. ``limit`` is
+        1-100 (default 20); ``state`` keeps hits in open or closed sessions, and ``since`` and
+        ``until`` (epoch ms) those whose passage's time is in ``[since, until)``. A hit's ``seq``
+        opens its page with ``page(hit.session, child=..., through=hit.seq)``; a child's hit
+        names its ``parent``. Raises `ServiceError` ``search_unsupported`` from a JSONL store.
+        """
+        params = {"q": q, "limit": limit, "cursor": cursor, "state": state, "since": since, "until": until}
+        given = {name: value for name, value in params.items() if value is not None}
+        return self._get("/v1/search", given, _reader(SearchHits))
 
     def session(self, session: str, *, child: str | None = None) -> Call[SessionState]:
         """A session's header and head (§12.2), or a subagent child's, read through its parent.

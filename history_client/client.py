@@ -138,6 +138,7 @@ class _Client(Generic[HttpT, TransportT]):
     delete_session = _Operation(Calls.delete_session)
     list_sessions = _Operation(Calls.list_sessions)
     subagents = _Operation(Calls.subagents)
+    search = _Operation(Calls.search)
     session = _Operation(Calls.session)
     page_body = _Operation(Calls.page_body)
     page = _Operation(Calls.page)

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+import persistence
 from codec import INCARNATION_PATTERN, MAX_SAFE_INTEGER, MAX_SESSION_ID, SESSION_ID_CHARS, SessionHeader
 from persistence import MAX_TITLE, SessionInfo, SessionSummary, Synopsis
 
@@ -30,6 +31,8 @@ __all__ = [
     "SessionCreated",
     "SessionId",
     "SessionList",
+    "SearchHit",
+    "SearchHits",
     "SessionState",
     "Usage",
 ]
@@ -219,3 +222,32 @@ class FollowError(Struct, frozen=True, forbid_unknown_fields=True):
 
     code: str
     headSeq: Head | UnsetType = UNSET
+
+
+class SearchHit(Struct, frozen=True, forbid_unknown_fields=True):
+    """A passage that matched a search (§14.1): its session (and the session's parent, for a subagent child), the
+    session's title, the seq of its first event (a page opens at it with ``through=``), its kind and time, its
+    snippet (even positions plain text, odd ones matched) and its rank (higher first; only its order means
+    anything)."""
+
+    session: SessionId
+    seq: Seq
+    kind: Literal["user", "assistant", "reasoning", "tool_call", "tool_result", "title"]
+    time: Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+    snippet: list[str]
+    rank: float
+    parent: SessionId | UnsetType = UNSET
+    title: Title | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, found: persistence.SearchHit) -> SearchHit:
+        parent = UNSET if found.parent_id is None else found.parent_id
+        title = UNSET if found.title is None else found.title
+        return cls(found.session_id, found.seq, found.kind, found.time, found.snippet, found.rank, parent, title)  # type: ignore[arg-type]
+
+
+class SearchHits(Struct, frozen=True, forbid_unknown_fields=True):
+    """A page of a search's hits, best first; ``nextCursor`` continues it (``null``: no more)."""
+
+    hits: list[SearchHit]
+    nextCursor: str | None

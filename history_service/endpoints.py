@@ -22,6 +22,7 @@ from history_service.follow_coding import FOLLOW_CODINGS, frame_coder
 from history_service.follow_frames import sse_frame
 from history_service.listing import Listed
 from history_service.logs import Tracebacks
+from history_service.params import SearchParams
 from history_service.readiness import readiness
 from history_service.requests import (
     accepted_coding,
@@ -33,6 +34,7 @@ from history_service.requests import (
     matches_etag,
     no_params,
     page_query,
+    query,
     read_events,
     read_header,
 )
@@ -111,6 +113,12 @@ def _listing(found: Listed, limit: int) -> Response:
     sessions = [bodies.ListedSession.of(s) for s in listed]
     next_cursor = cursor_for(listed[-1].key) if len(found.sessions) > limit else None
     return _json(bodies.SessionList(sessions, next_cursor, found.total))
+
+
+async def search(request: Request) -> Response:
+    service = _service(request)
+    who = principal(request, service.settings)
+    return _json(await service.search(who, query(request, SearchParams)))
 
 
 async def get_session(request: Request) -> Response:

@@ -21,6 +21,7 @@ from history_service.control import CONTROL_CLASS
 from history_service.durations import MOST_MS
 from history_service.encoding import Coding, spoken
 from persistence import MAX_MATCH
+from persistence.search import MAX_LIMIT
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -41,6 +42,7 @@ __all__ = [
     "ListParams",
     "NoParams",
     "PageParams",
+    "SearchParams",
     "Param",
     "parameters",
     "parameter",
@@ -53,6 +55,9 @@ MAX_LISTED: Final = 1000
 # The longest ttlMs: 100 years, as for HISTORY_RETENTION, so the expiresAt it gives stays a safe integer.
 MAX_TTL_MS: Final = MOST_MS
 DEFAULT_LISTED: Final = 50
+# The most hits one search answers, and how many it answers by default.
+MAX_SEARCHED: Final = MAX_LIMIT
+DEFAULT_SEARCHED: Final = 20
 MaxMessages = Annotated[int, Meta(ge=1, le=MAX_MESSAGES, description="Most counted messages (§4.3).")]
 # A listing's filter: 1 to `MAX_MATCH` characters, none of them a control character.
 MATCH_PATTERN: Final = f"^[^{CONTROL_CLASS}]{{1,{MAX_MATCH}}}$"
@@ -106,6 +111,39 @@ class ListParams(Struct, frozen=True, forbid_unknown_fields=True):
                 pattern=MATCH_PATTERN,
                 description="Only the sessions whose id or title holds this text, in any case (§12.1).",
             ),
+        ]
+        | None
+    ) = None
+
+
+class SearchParams(Struct, frozen=True, forbid_unknown_fields=True):
+    """A search's query (§14.1). ``q`` is required: its absence, or a ``q`` with no word in it, is a 400."""
+
+    q: (
+        Annotated[
+            str,
+            Meta(description='Words, `"quoted phrases"` and `prefix*` terms, all required, as plain text (§14.1).'),
+        ]
+        | None
+    ) = None
+    limit: Annotated[int, Meta(ge=1, le=MAX_SEARCHED, description="Most hits in the answer.")] = DEFAULT_SEARCHED
+    cursor: (
+        Annotated[str, Meta(description="A `nextCursor` the service returned for this query, unchanged.")] | None
+    ) = None
+    state: (
+        Annotated[Literal["open", "closed"], Meta(description="Only hits in open, or in closed, sessions (§6.3).")]
+        | None
+    ) = None
+    since: (
+        Annotated[
+            int,
+            Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER, description="Only passages whose time is at or after, ms."),
+        ]
+        | None
+    ) = None
+    until: (
+        Annotated[
+            int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER, description="Only passages whose time is before, ms.")
         ]
         | None
     ) = None

@@ -34,6 +34,7 @@ from history_service.params import (
     ListParams,
     NoParams,
     PageParams,
+    SearchParams,
 )
 
 __all__ = ["ROUTES", "Operation", "Reply", "Route"]
@@ -246,6 +247,21 @@ def _public(path: str, name: str, summary: str, endpoint: Endpoint, *replies: Re
 
 
 ROUTES: Final = (
+    Route(
+        path="/v1/search",
+        operations=(
+            Operation(
+                method="GET",
+                name="search",
+                summary="Search what was said and done in the caller's sessions, children included (§14)",
+                tag="sessions",
+                endpoint=endpoints.search,
+                replies=(Reply(status=200, description="A page of hits, best first.", body=bodies.SearchHits),),
+                errors=("invalid_parameter", "search_unsupported", *FAILURES),
+                query=SearchParams,
+            ),
+        ),
+    ),
     Route(
         path="/v1/sessions",
         operations=(

@@ -28,6 +28,7 @@ from history_service.listing import Listing
 from history_service.metrics import Metrics
 from history_service.notices import Notices
 from history_service.pages import PageCache, PageQuery, PageReader, ServedPage
+from history_service.search import Search
 from history_service.settings import Settings
 from history_service.sweep import Sweeper, Swept
 from persistence import HistoryStore, SessionInfo, SessionNotFoundError
@@ -75,6 +76,7 @@ class HistoryService:
         self.reading, self.sending = self.inflight.reading, self.inflight.sending
         self.lifecycle = Lifecycle(store, self.access, self.expiry, self.notices, self.metrics)
         self.listing = Listing(store, self.access, self.expiry)
+        self.searching = Search(store, self.expiry)
         self.sweeper = Sweeper(store, self.expiry, self.lifecycle, batch=settings.sweep_batch)
         self.follows = Followers(
             settings, self.hub, self.cap, pages=self.pages, inflight=self.inflight, metrics=self.metrics
@@ -83,6 +85,7 @@ class HistoryService:
         self.readable = self.access.readable
         self.sessions = self.listing.sessions
         self.subagents = self.listing.subagents
+        self.search = self.searching.search
         self.synopsis = store.synopsis
         self.create = self.lifecycle.create
         self.append = self.lifecycle.append

@@ -28,6 +28,8 @@ from persistence.errors import (
     ProducerFencedError,
     ProducerGapError,
     SchemaVersionError,
+    SearchQueryError,
+    SearchUnsupportedError,
     SeqConflictError,
     SessionClosedError,
     SessionExistsError,
@@ -49,6 +51,7 @@ from persistence.message_index import select_cuts
 from persistence.notify import HeadListener, Notice, stream_of
 from persistence.off_loop import OFF_LOOP_BYTES
 from persistence.rules import Life, expiry, page_span
+from persistence.search import SearchHit, SearchPage, SearchRequest
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
 from persistence.streams import (
@@ -110,6 +113,11 @@ __all__ = [
     "ProducerGapError",
     "ReadResult",
     "SchemaVersionError",
+    "SearchHit",
+    "SearchPage",
+    "SearchQueryError",
+    "SearchRequest",
+    "SearchUnsupportedError",
     "select_cuts",
     "SeqConflictError",
     "SessionClosedError",

@@ -20,9 +20,11 @@ import msgspec
 from msgspec import UNSET, Struct
 
 from codec import Event, SessionHeader, StoredRecord, decode_event, event_lines, incarnation_of, new_incarnation
+from persistence.errors import SearchUnsupportedError
 from persistence.notify import HeadListener
 from persistence.page_bound import bounded_cuts, floor_sizes, within
 from persistence.rules import BatchPlan, Life, PageSpan, page_span
+from persistence.search import SearchPage, SearchRequest
 from persistence.synopsis import EMPTY, Synopsis
 
 if TYPE_CHECKING:
@@ -350,6 +352,23 @@ class HistoryStore(ABC):
         None of ``skip``, in no particular order; a child may be listed apart from its parent.
         Reads only the sessions' rows, headers or file times, never their records.
         """
+
+    async def search(self, request: SearchRequest) -> SearchPage:
+        """A page of the passages (`persistence.search.passages`) of ``request.owner``'s live sessions that match
+        ``request.query``, best first (docs/protocol.md §14).
+
+        A session's passages are written with the append they come from, and answer for no
+        other incarnation of its id: a deleted or expired session's never answer again. A store
+        that keeps no index raises `SearchUnsupportedError`.
+        """
+        raise SearchUnsupportedError(f"{type(self).__name__} keeps no search index")
+
+    async def reindex(self) -> int:
+        """Rebuild the search index from every session's stored events; how many passages it holds then.
+
+        A store that keeps no index raises `SearchUnsupportedError`.
+        """
+        raise SearchUnsupportedError(f"{type(self).__name__} keeps no search index")
 
     def sweeping(self) -> AbstractAsyncContextManager[bool]:
         """Whether this process may sweep expired sessions now: ``True`` unless another sweeps (`expired`).

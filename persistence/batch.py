@@ -9,6 +9,7 @@ import anyio.to_thread
 
 from codec import Event, StoredRecord, stored_batch
 from persistence.message_index import HiddenRange, MessageEntry, index_entries
+from persistence.search import Passage, of_batch as passages_of
 from persistence.synopsis import BatchSynopsis, of_batch
 
 __all__ = ["PreparedBatch", "prepare_batch", "prepared"]
@@ -18,18 +19,20 @@ PACK_INLINE: Final = 64
 
 
 class PreparedBatch(NamedTuple):
-    """A batch packed into stored records (`codec.StoredRecord`), with the index entries it adds and its synopsis."""
+    """A batch packed into stored records (`codec.StoredRecord`), with the index entries it adds, its synopsis and
+    its search passages (`persistence.search.passages`, before any joins the session's last)."""
 
     records: list[StoredRecord]
     messages: list[MessageEntry]
     hidden: list[HiddenRange]
     synopsis: BatchSynopsis
+    passages: list[Passage]
 
 
 def prepare_batch(events: Sequence[Event]) -> PreparedBatch:
-    """Pack a dense, non-empty batch into stored records and derive its index entries and synopsis."""
+    """Pack a dense, non-empty batch into stored records and derive its index entries, synopsis and passages."""
     messages, hidden = index_entries(events)
-    return PreparedBatch(stored_batch(events), messages, hidden, of_batch(events))
+    return PreparedBatch(stored_batch(events), messages, hidden, of_batch(events), passages_of(events))
 
 
 async def prepared(events: Sequence[Event]) -> PreparedBatch | None:

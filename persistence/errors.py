@@ -12,6 +12,8 @@ callers never see a driver exception::
     ├── StoreNotFoundError                           no store where the URL points, and none may be created
     ├── SchemaVersionError                           a database or log written by another schema
     ├── CorruptLogError                              committed data that cannot be read
+    ├── SearchQueryError(StoreError, ValueError)     a search query that cannot be searched (docs/protocol.md §14)
+    ├── SearchUnsupportedError                       a store that keeps no search index (JSONL)
     └── StreamError                                  a Durable Streams write or read refused (docs/protocol.md §13)
         ├── StreamNotFoundError                      no such stream (or a fork's missing source)
         ├── StreamGoneError                          deleted, but still read through by its forks: 410
@@ -30,6 +32,8 @@ __all__ = [
     "CorruptLogError",
     "InvalidSessionIdError",
     "SchemaVersionError",
+    "SearchQueryError",
+    "SearchUnsupportedError",
     "SeqConflictError",
     "SessionClosedError",
     "SessionExistsError",
@@ -104,6 +108,14 @@ class SchemaVersionError(StoreError):
 
 class CorruptLogError(StoreError):
     """Raised when committed data cannot be decoded; the message names the place."""
+
+
+class SearchQueryError(StoreError, ValueError):
+    """Raised for a search query that is too long, too big, or holds no word to search for."""
+
+
+class SearchUnsupportedError(StoreError):
+    """Raised by a store that keeps no search index."""
 
 
 class StreamError(StoreError):

@@ -31,6 +31,8 @@ from persistence.errors import SessionExistsError, SessionNotFoundError
 from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 from persistence.rules import Life, alive, check_life, confirm_resend, expiry, plan_batch
 from persistence.sealing import next_open_run, plan_append
+from persistence.search import Passage, SearchPage, SearchRequest, hit, joined
+from persistence.search.matching import found, tokens
 from persistence.streams.memory import MemoryStreams
 from persistence.synopsis import EMPTY, Synopsis, applied, matches
 
@@ -77,6 +79,7 @@ class _Session:
         self.index = RecordIndex()
         self.touched = now_ms()
         self.synopsis: Synopsis = EMPTY
+        self.passages: list[Passage] = []
 
     @property
     def info(self) -> SessionInfo:
@@ -127,6 +130,10 @@ class MemoryStore(HistoryStore):
             index.add(len(index.records) - len(tail) + keep, records, batch.messages, batch.hidden)
             index.open = next_open_run(tail[:keep], records)
             session.synopsis = applied(session.synopsis, batch.synopsis)
+            rewritten, new = joined(session.passages[-1] if session.passages else None, batch.passages)
+            if rewritten is not None:
+                session.passages[-1] = rewritten
+            session.passages.extend(new)
             session.touched = now_ms()
         return AppendResult.of(plan)
 
@@ -216,6 +223,45 @@ class MemoryStore(HistoryStore):
 
     async def synopsis(self, session_id: str) -> Synopsis:
         return self._session(session_id).synopsis
+
+    async def search(self, request: SearchRequest) -> SearchPage:
+        """A scan of every passage of the owner's live sessions; the rank is how many times the query matched."""
+        ranked = []
+        for session in self._sessions.values():
+            header = session.header
+            if session.owner != request.owner or not in_listing(header, request.closed):
+                continue
+            if not alive(expires_at_of(header), session.touched, request.retention_ms, request.now):
+                continue
+            for passage in session.passages:
+                if request.since is not None and passage.time < request.since:
+                    continue
+                if request.until is not None and passage.time >= request.until:
+                    continue
+                marks = found(request.query, tokens(passage.text))
+                if marks:
+                    ranked.append((-len(marks), header.id, passage.seq, passage.kind, session, passage))
+        ranked.sort(key=lambda found: found[:4])
+        end = request.offset + request.limit
+        hits = [
+            hit(
+                request,
+                session.header.id,
+                subagent_parent(session.header),
+                session.synopsis.title,
+                passage.seq,
+                passage.kind,
+                passage.time,
+                passage.text,
+                float(-minus),
+            )
+            for minus, _, _, _, session, passage in ranked[request.offset : end]
+        ]
+        return SearchPage(hits, len(ranked) > end)
+
+    async def reindex(self) -> int:
+        """Memory keeps its passages beside its records, never apart from them: nothing to rebuild."""
+        return sum(len(session.passages) for session in self._sessions.values())
 
     async def expired(
         self, *, now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()

@@ -237,6 +237,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     vacuumer.add_argument("--store", help=STORE_HELP)
 
+    reindexer = commands.add_parser(
+        "reindex",
+        help="rebuild the search index from every session's stored events",
+        description=(
+            "Rebuild the full-text search index (docs/protocol.md §14.3) from every session's stored events, "
+            "one session at a time, each in a transaction of its own, so a running server's appends wait for "
+            "one session at most. Appends keep the index themselves, and opening a store of an older schema "
+            "builds it: reindex is for an index that a bug or a manual edit left out of step. SQLite and "
+            'PostgreSQL only; JSONL keeps no index. Prints {"passages": N}, how many passages it holds.'
+        ),
+    )
+    reindexer.add_argument("--store", help=STORE_HELP)
+
     pager = commands.add_parser(
         "page",
         help="print one page as the service would serve it",

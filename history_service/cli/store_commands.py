@@ -1,4 +1,4 @@
-"""The store commands of ``history-service``: import, export, list, close, delete, purge, vacuum and page, on a store.
+"""The store commands of ``history-service``: import, export, list, close, delete, purge, vacuum, reindex and page.
 
 Each opens the store of the settings, does its one thing and closes it; only ``import``
 may create the store. The import itself is `history_service.cli.importer`'s.
@@ -22,7 +22,7 @@ from history_service.pages import PageQuery, PageReader
 from history_service.params import MAX_MESSAGES
 from history_service.service import HistoryService
 from history_service.settings import Settings
-from persistence import HistoryStore, open_store
+from persistence import HistoryStore, SearchUnsupportedError, open_store
 
 __all__ = ["EXPORT_WINDOW", "run"]
 
@@ -181,6 +181,17 @@ async def _vacuum(store: HistoryStore, out: TextIO) -> None:
     out.write(encode({"before": before, "after": await store.size()}).decode() + "\n")
 
 
+# Reindex.
+
+
+async def _reindex(store: HistoryStore, out: TextIO) -> None:
+    try:
+        passages = await store.reindex()
+    except SearchUnsupportedError as exc:
+        raise CommandError(f"{exc}: search needs a SQLite or PostgreSQL store (docs/protocol.md §14.3)") from None
+    out.write(encode({"passages": passages}).decode() + "\n")
+
+
 # Page.
 
 
@@ -201,7 +212,7 @@ async def _page(store: HistoryStore, args: argparse.Namespace, settings: Setting
 
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
-    """Run the store command ``args.command`` (import, export, list, close, delete, purge, vacuum or page)."""
+    """Run the store command ``args.command`` (import, export, list, close, delete, purge, vacuum, reindex or page)."""
     # The inputs are found before the store is opened, so a typo creates no empty store.
     files = _logs(args) if args.command == "import" else LogFiles([], [])
     store = await open_store(settings.store_url, create=args.command == "import", timeout=settings.store_timeout)
@@ -220,6 +231,8 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
             await _purge(store, args, settings, out)
         elif args.command == "vacuum":
             await _vacuum(store, out)
+        elif args.command == "reindex":
+            await _reindex(store, out)
         else:
             await _page(store, args, settings, out)
     finally:

@@ -27,6 +27,7 @@ from persistence.sql.dialect import Deadline, Dialect
 from persistence.sql.groups import SessionUnit, SqlGroups
 from persistence.sql.lines import Lines
 from persistence.sql.reads import KeptReaders
+from persistence.sql.search import SqlSearch
 from persistence.sql.statements import Statements
 from persistence.sql.tails import Tails
 
@@ -53,6 +54,7 @@ class Backend(ABC):
         self.timeout = timeout
         self.origin = origin
         self.sql = Statements(engine.dialect, self.dialect)
+        self.search = SqlSearch(engine.dialect)
         self.lines = lines
         self.tails = tails
         dbapi = engine.dialect.loaded_dbapi

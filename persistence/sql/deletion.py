@@ -6,8 +6,9 @@ gone. The tree's rows are locked first, in code-point order, as a group's append
 theirs. On PostgreSQL each session's row leaves with a notice saying that incarnation was
 deleted, delivered at commit.
 
-The records, which may be a hundred megabytes, stay behind the gone rows, and no read sees
-them (every read of records asks for its session's row in the same statement). The same unit
+The records, which may be a hundred megabytes, and the search passages stay behind the gone
+rows, and no read sees them (every read of records, and every search, asks for its session's
+row in the same statement). The same unit
 names each id in ``history_purges``; then `Deletion.purge` removes their records a bounded
 batch at a time (`Backend.purge`: a unit of SQLite's writer, or a transaction of its own
 beside PostgreSQL's), so appends to other sessions commit between the batches. A create of
@@ -31,7 +32,14 @@ from persistence.errors import SessionNotFoundError, StoreError
 from persistence.rules import Life, check_life
 from persistence.sql.dialect import Dialect
 from persistence.sql.prepared import Prepared
-from persistence.sql.schema import hidden_table, messages_table, purges_table, records_table, sessions_table
+from persistence.sql.schema import (
+    hidden_table,
+    messages_table,
+    passages_table,
+    purges_table,
+    records_table,
+    sessions_table,
+)
 
 __all__ = ["PURGE_PAUSE", "PURGE_ROWS", "Deletion", "finish_purges"]
 
@@ -57,13 +65,12 @@ class Deletion:
             for table in (messages_table, hidden_table)
         ]
         self._session = Prepared(ways.advance(sa.delete(sessions_table).where(s.id == b("id"))), dialect)
-        p, r = purges_table.c, records_table.c
+        p = purges_table.c
         self._purging = Prepared(ways.lock_head(sa.select(p.session_id).where(p.session_id == b("id"))), dialect)
         self._name = Prepared(sa.insert(purges_table), dialect)
         self._unname = Prepared(sa.delete(purges_table).where(p.session_id == b("id")), dialect)
-        first = sa.select(r.seq).where(r.session_id == b("id")).order_by(r.seq).limit(b("rows"))
-        self._purge = Prepared(sa.delete(records_table).where(r.session_id == b("id"), r.seq.in_(first)), dialect)
-        self._purge_all = Prepared(sa.delete(records_table).where(r.session_id == b("id")), dialect)
+        # What outlives a deleted session's row until it is purged: its records, then its search passages.
+        self._purges = [_purges(records_table, "seq", dialect), _purges(passages_table, "id", dialect)]
 
     def tree(self, cursor: Any, session_id: str) -> list[str]:
         """``session_id`` and every session below it, parents first; `SessionNotFoundError` if it is unknown."""
@@ -98,8 +105,7 @@ class Deletion:
             return self.run(cursor, session_id, forget, life)
         left = []
         for gone in reversed(tree):
-            self._purge.run(cursor, id=gone, rows=PURGE_ROWS)
-            if cursor.rowcount == PURGE_ROWS:
+            if self._purge_batch(cursor, gone):
                 # More than one batch: the rest go after this unit (`purge_some`), and the id is named meanwhile.
                 if self._purging.run(cursor, id=gone).fetchone() is None:
                     self._name.run(cursor, session_id=gone)
@@ -119,10 +125,17 @@ class Deletion:
         """
         if self._purging.run(cursor, id=session_id).fetchone() is None:
             return False
-        self._purge.run(cursor, id=session_id, rows=PURGE_ROWS)
-        if cursor.rowcount == PURGE_ROWS:
+        if self._purge_batch(cursor, session_id):
             return True
         self._unname.run(cursor, id=session_id)
+        return False
+
+    def _purge_batch(self, cursor: Any, session_id: str) -> bool:
+        """Remove up to `PURGE_ROWS` of a gone session's records, or else of its passages; whether any may remain."""
+        for batch, _ in self._purges:
+            batch.run(cursor, id=session_id, rows=PURGE_ROWS)
+            if cursor.rowcount == PURGE_ROWS:
+                return True
         return False
 
     async def purge(self, left: list[str], batch: Callable[[str, Callable[[Any], bool]], Awaitable[bool]]) -> None:
@@ -141,8 +154,19 @@ class Deletion:
     def before_create(self, cursor: Any, session_id: str) -> None:
         """Before ``session_id`` is created again: remove whatever a purge of its last incarnation has left."""
         if self._purging.run(cursor, id=session_id).fetchone() is not None:
-            self._purge_all.run(cursor, id=session_id)
+            for _, purge_all in self._purges:
+                purge_all.run(cursor, id=session_id)
             self._unname.run(cursor, id=session_id)
+
+
+def _purges(table: sa.Table, key: str, dialect: SaDialect) -> tuple[Prepared, Prepared]:
+    """The deletes of a gone session's rows of ``table``: the first ``rows`` of them by ``key``, and all."""
+    b, c = sa.bindparam, table.c
+    first = sa.select(c[key]).where(c.session_id == b("id")).order_by(c[key]).limit(b("rows"))
+    return (
+        Prepared(sa.delete(table).where(c.session_id == b("id"), c[key].in_(first)), dialect),
+        Prepared(sa.delete(table).where(c.session_id == b("id")), dialect),
+    )
 
 
 def finish_purges(conn: Connection) -> None:
@@ -152,8 +176,9 @@ def finish_purges(conn: Connection) -> None:
     PostgreSQL; SQLite has one writer): waiting for it, in the order opposite to its own,
     could deadlock the two.
     """
-    p, r = purges_table.c, records_table.c
+    p = purges_table.c
     named = sa.select(p.session_id).with_for_update(skip_locked=True)
     for session_id in conn.execute(named).scalars().all():
-        conn.execute(sa.delete(records_table).where(r.session_id == session_id))
+        for table in (records_table, passages_table):
+            conn.execute(sa.delete(table).where(table.c.session_id == session_id))
         conn.execute(sa.delete(purges_table).where(p.session_id == session_id))

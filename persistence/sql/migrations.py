@@ -1,4 +1,4 @@
-"""The schema version in ``history_meta``, and the upgrades from versions 1 to 8 to the current one.
+"""The schema version in ``history_meta``, and the upgrades from versions 1 to 9 to the current one.
 
 An older database is upgraded in place when opened; an unknown version refuses to open.
 """
@@ -27,10 +27,12 @@ from persistence.sql.schema import (
     meta_table,
     metadata,
     notices_table,
+    passages_table,
     purges_table,
     records_table,
     sessions_table,
 )
+from persistence.sql.search import SqlSearch, rebuild_all
 from persistence.synopsis import EMPTY, Synopsis, folded, synopsis_of
 
 __all__ = ["migrate", "refuse"]
@@ -79,6 +81,9 @@ def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) 
         version = "8"
     if version == "8":
         _upgrade_from_8(conn, dialect, unpack)
+        version = "9"
+    if version == "9":
+        _upgrade_from_9(conn, unpack)
         return None
     return version
 
@@ -88,7 +93,7 @@ def refuse(version: str | None) -> None:
     if version is not None and version != str(SCHEMA_VERSION):
         raise SchemaVersionError(
             f"the database has history schema version {version!r}; "
-            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 8"
+            f"this build reads version {SCHEMA_VERSION} and upgrades versions 1 to 9"
         )
 
 
@@ -320,6 +325,14 @@ def _upgrade_from_8(conn: Connection, dialect: Dialect, unpack: Unpack) -> None:
             )
         after_id = ids[-1]
     _set_version(conn, "9")
+
+
+def _upgrade_from_9(conn: Connection, unpack: Unpack) -> None:
+    """Version 10 adds the search passages and the database's full-text index over them (docs/protocol.md §14.3),
+    built from every session's stored events."""
+    passages_table.create(conn)
+    rebuild_all(conn, SqlSearch(conn.dialect), unpack)
+    _set_version(conn, "10")
 
 
 def _set_version(conn: Connection, version: str) -> None:

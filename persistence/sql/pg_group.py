@@ -22,6 +22,7 @@ from persistence.sealing import plan_append
 from persistence.sql.dialect import Deadline
 from persistence.sql.groups import SessionUnit, SqlGroups
 from persistence.sql.lines import Lines
+from persistence.sql.search import SqlSearch
 from persistence.sql.statements import synopsis_params
 from persistence.sql.tails import Tails
 from persistence.sql.writes import Append
@@ -193,12 +194,14 @@ class PostgresGroups(SqlGroups):
         *,
         tails: Tails,
         lines: Lines,
+        search: SqlSearch,
         origin: str,
         bound: Callable[[Any], AbstractContextManager[Deadline]],
     ) -> None:
         super().__init__(connect, begin=None, aborted=tails.clear, bound=bound)
         self._tails = tails
         self._lines = lines
+        self._search = search
         self._origin = origin
 
     def _run(self, connection: Any, cursor: Any, works: Sequence[Callable[[Any], Any]]) -> list[tuple[bool, Any]]:
@@ -270,6 +273,10 @@ class PostgresGroups(SqlGroups):
         for planned in pending.values():
             unit = planned.unit
             if unit.session_id in moved:
+                batch = unit.batch
+                assert batch is not None
+                # In the group's transaction: a session's passages commit with its events.
+                self._search.write(cursor, unit.session_id, batch.passages, planned.plan.first_seq)
                 self._tails.remember(unit.session_id, unit.life, planned.plan.head_seq, planned.tail, planned.records)
                 outcomes[planned.at] = (True, AppendResult.of(planned.plan))
             else:

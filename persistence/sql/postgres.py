@@ -96,7 +96,12 @@ class PostgresBackend(Backend):
 
     def group_writer(self) -> SqlGroups:
         return PostgresGroups(
-            self._writer_connection, tails=self.tails, lines=self.lines, origin=self.origin, bound=self._watchdog.bound
+            self._writer_connection,
+            tails=self.tails,
+            lines=self.lines,
+            search=self.search,
+            origin=self.origin,
+            bound=self._watchdog.bound,
         )
 
     def _writer_connection(self) -> Any:

@@ -29,6 +29,12 @@ Tables, keyed ``(session_id, seq)``:
   idempotent producer's state;
 * ``ds_subscriptions``: Durable Streams subscriptions, each a `persistence.streams.SubscriptionRecord`
   (its configuration and state encoded, and the version a change is made over);
+* ``search_passages``: each session's search passages (`persistence.search.passages`): the
+  seqs of the first and last event, the first event's time, the kind, the run of deltas it
+  joins, the text (``body``), and ``terms``, its folded tokens (`persistence.search.terms`),
+  which the database's full-text index reads: on SQLite the FTS5 table ``search_fts``, whose
+  content is this table's ``terms`` (kept in step by triggers); on PostgreSQL a ``tsvector``
+  with a GIN index. A deleted session's passages are purged with its records;
 * ``history_notices``: the notices log between processes on one host (`persistence.notice_log`),
   written by SQLite's writer in the transaction of each change it tells of; PostgreSQL has
   ``NOTIFY`` and never writes it.
@@ -43,6 +49,7 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 import zstandard
+from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from codec import CodecError, SessionHeader, StoredRecord, decode_header
@@ -76,9 +83,10 @@ __all__ = [
     "ds_streams_table",
     "ds_subscriptions_table",
     "notices_table",
+    "passages_table",
 ]
 
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 COMPRESS_AT: Final = 4096
 
 
@@ -278,3 +286,45 @@ notices_table = sa.Table(
     sa.Column("origin", sa.Text, nullable=False),
     sa.Column("notice", sa.Text, nullable=False),
 )
+passages_table = sa.Table(
+    "search_passages",
+    metadata,
+    # On SQLite "INTEGER PRIMARY KEY" is the rowid, which the FTS5 table's rows are keyed by.
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String, nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("last_seq", sa.BigInteger, nullable=False),
+    sa.Column("time", sa.BigInteger, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("run", sa.String, nullable=True),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("terms", sa.Text().with_variant(TSVECTOR(), "postgresql"), nullable=False),
+    sa.Index("ix_search_passages_session", "session_id", "seq"),
+)
+
+
+def _ddl(statement: str, dialect: str) -> Any:
+    """DDL that only ``dialect``'s databases run."""
+    return sa.DDL(statement).execute_if(dialect=dialect)  # type: ignore[no-untyped-call]
+
+
+# The full-text index over ``terms``: made with the table, by the database it is made in.
+for _statement in (
+    # Contentful, external: FTS5 reads a row's terms from search_passages, and the triggers tell it each change.
+    "CREATE VIRTUAL TABLE search_fts USING fts5(terms, content='search_passages', content_rowid='id', "
+    "tokenize='unicode61 remove_diacritics 0')",
+    "CREATE TRIGGER search_passages_ai AFTER INSERT ON search_passages BEGIN "
+    "INSERT INTO search_fts(rowid, terms) VALUES (new.id, new.terms); END",
+    "CREATE TRIGGER search_passages_ad AFTER DELETE ON search_passages BEGIN "
+    "INSERT INTO search_fts(search_fts, rowid, terms) VALUES ('delete', old.id, old.terms); END",
+    "CREATE TRIGGER search_passages_au AFTER UPDATE ON search_passages BEGIN "
+    "INSERT INTO search_fts(search_fts, rowid, terms) VALUES ('delete', old.id, old.terms); "
+    "INSERT INTO search_fts(rowid, terms) VALUES (new.id, new.terms); END",
+):
+    sa.event.listen(passages_table, "after_create", _ddl(_statement, "sqlite"))
+sa.event.listen(
+    passages_table,
+    "after_create",
+    _ddl("CREATE INDEX ix_search_passages_terms ON search_passages USING gin (terms)", "postgresql"),
+)
+sa.event.listen(passages_table, "before_drop", _ddl("DROP TABLE IF EXISTS search_fts", "sqlite"))

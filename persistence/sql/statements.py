@@ -28,7 +28,7 @@ from persistence.sql.schema import (
 )
 from persistence.synopsis import BatchSynopsis, folded
 
-__all__ = ["Statements", "counting", "expired", "listed", "listing", "synopsis_moved", "synopsis_params"]
+__all__ = ["Statements", "alive", "counting", "expired", "listed", "listing", "synopsis_moved", "synopsis_params"]
 
 
 def listed(owner: str, closed: bool | None, match: str | None) -> list[sa.ColumnElement[bool]]:
@@ -81,15 +81,18 @@ def listing(
 def counting(
     owner: str, now: int, retention_ms: int | None, closed: bool | None = None, match: str | None = None
 ) -> Select[Any]:
-    """How many rows `listing` lists, less those expired at ``now`` (`HistoryStore.count_sessions`).
+    """How many rows `listing` lists, less those expired at ``now`` (`HistoryStore.count_sessions`)."""
+    return sa.select(sa.func.count()).where(*listed(owner, closed, match), alive(now, retention_ms))
 
-    `persistence.rules.alive` in SQL: the negation of `expired`'s condition, with NULL ``expires_at`` as never.
-    """
+
+def alive(now: int, retention_ms: int | None) -> sa.ColumnElement[bool]:
+    """The sessions not expired at ``now``: `persistence.rules.alive` in SQL, the negation of `expired`'s
+    condition, with NULL ``expires_at`` as never."""
     s = sessions_table.c
     kept = sa.or_(s.expires_at.is_(None), s.expires_at > now)
     if retention_ms is not None:
         kept = sa.and_(kept, s.touched_at > now - retention_ms)
-    return sa.select(sa.func.count()).where(*listed(owner, closed, match), kept)
+    return kept
 
 
 def expired(now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()) -> Select[Any]:

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 import persistence.sql.pages as pages
+import persistence.sql.search as search
 import persistence.sql.space as space
 import persistence.sql.writes as writes
 from codec import Event, SessionHeader, StoredRecord
@@ -40,6 +41,7 @@ from persistence.clock import now_ms
 from persistence.errors import StoreError
 from persistence.notify import HeadListener
 from persistence.rules import Life, next_plan
+from persistence.search import SearchPage, SearchRequest
 from persistence.sql.backend import Backend
 from persistence.sql.deletion import Deletion, finish_purges
 from persistence.sql.dialect import busy_ms
@@ -89,7 +91,9 @@ class SqlStore(HistoryStore):
         self._sql = backend.sql
         self._lines = lines
         self._deletion = Deletion(engine.dialect, backend.dialect)
-        self._writes = Writes(backend.sql, lines, self._tails, backend.dialect, self._deletion, backend.integrity_error)
+        self._writes = Writes(
+            backend.sql, backend.search, lines, self._tails, backend.dialect, self._deletion, backend.integrity_error
+        )
         self._writer = backend.writer
         self.streams = SqlStreams(engine.dialect, backend)
 
@@ -212,6 +216,26 @@ class SqlStore(HistoryStore):
         self, *, now: int, retention_ms: int | None, limit: int | None, skip: Collection[str] = ()
     ) -> list[str]:
         return [row.id for row in await self._rows(expired(now, retention_ms, limit, skip))]
+
+    async def search(self, request: SearchRequest) -> SearchPage:
+        return search.page(request, await self._rows(self._backend.search.query(request)))
+
+    async def reindex(self) -> int:
+        """Every session's passages rebuilt from its records, each session in a write transaction of its own."""
+        return await anyio.to_thread.run_sync(self._reindex_sync)
+
+    def _reindex_sync(self) -> int:
+        total = 0
+        after: str | None = None
+        while True:
+            with self._backend.connections.read() as conn:
+                found = search.session_ids(conn, after)
+            if not found:
+                return total
+            for session_id in found:
+                with self._backend.connections.write() as conn:
+                    total += search.rebuild_session(conn, self._backend.search, self._lines.unpack, session_id)
+            after = found[-1]
 
     def sweeping(self) -> contextlib.AbstractAsyncContextManager[bool]:
         return self._backend.sweeping()

@@ -25,6 +25,7 @@ from persistence.sql.deletion import Deletion
 from persistence.sql.dialect import Dialect
 from persistence.sql.lines import Lines
 from persistence.sql.schema import stored_header
+from persistence.sql.search import SqlSearch
 from persistence.sql.statements import Statements, synopsis_params
 from persistence.sql.tails import Tails
 
@@ -35,6 +36,7 @@ class Writes(NamedTuple):
     """What the writer's units write with: the statements, the lines' packing, the open runs kept, the dialect."""
 
     sql: Statements
+    search: SqlSearch
     lines: Lines
     tails: Tails
     dialect: Dialect
@@ -195,6 +197,7 @@ def _insert(cursor: Any, w: Writes, session_id: str, batch: PreparedBatch, life:
             cursor,
             [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
         )
+    w.search.write(cursor, session_id, batch.passages, batch.records[0].seq)
     w.tails.remember(session_id, life, records[-1].end - 1, tail[:keep], records)
 
 

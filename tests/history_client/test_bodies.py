@@ -15,6 +15,8 @@ from history_client import (
     Closed,
     ListedSession,
     ProtocolError,
+    SearchHit,
+    SearchHits,
     ServiceError,
     SessionCreated,
     SessionList,
@@ -32,6 +34,8 @@ TWINS = [
     (SessionList, service.SessionList),
     (SessionState, service.SessionState),
     (Usage, service.Usage),
+    (SearchHit, service.SearchHit),
+    (SearchHits, service.SearchHits),
 ]
 
 

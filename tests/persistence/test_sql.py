@@ -123,7 +123,7 @@ async def test_unknown_schema_version_refuses_to_open(tmp_path: Path) -> None:
         conn.execute(sa.update(meta_table).values(value="99"))
     engine.dispose()
     with pytest.raises(
-        SchemaVersionError, match="schema version '99'; this build reads version 9 and upgrades versions 1 to 8"
+        SchemaVersionError, match="schema version '99'; this build reads version 10 and upgrades versions 1 to 9"
     ):
         await SqlStore.open(url)
 

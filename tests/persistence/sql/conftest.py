@@ -13,6 +13,7 @@ from persistence.sql.deletion import Deletion
 from persistence.sql.dialect import Dialect
 from persistence.sql.lines import Lines
 from persistence.sql.pg_dialect import PostgresDialect
+from persistence.sql.search import SqlSearch
 from persistence.sql.sqlite import SqliteDialect
 from persistence.sql.statements import Statements
 from persistence.sql.tails import Tails
@@ -45,7 +46,15 @@ async def units(sql_url: str) -> AsyncIterator[Units]:
     dialect.autocommit(connection)
     sql = Statements(engine.dialect, dialect)
     dbapi = engine.dialect.loaded_dbapi
-    writes = Writes(sql, Lines(), Tails(8), dialect, Deletion(engine.dialect, dialect), dbapi.IntegrityError)
+    writes = Writes(
+        sql,
+        SqlSearch(engine.dialect),
+        Lines(),
+        Tails(8),
+        dialect,
+        Deletion(engine.dialect, dialect),
+        dbapi.IntegrityError,
+    )
     try:
         yield Units(connection.cursor(), writes)
     finally:

@@ -1,0 +1,216 @@
+"""Search on the SQL store (docs/protocol.md §14.3): passages written with their append, matched by the database.
+
+Each append writes its batch's passages (`persistence.search.passages`) in its own
+transaction, so the index never lags its events: a batch whose first passage continues
+the session's last (a block's next deltas) rewrites that row, which stays bounded
+(`persistence.search.MAX_PASSAGE`). ``terms``, the passage's folded tokens, is what the
+database indexes: SQLite's FTS5 table reads it through the triggers of
+`persistence.sql.schema`, and PostgreSQL reads it as a ``tsvector`` under a GIN index.
+
+A query joins each matching passage to its session's row, so a passage answers only
+while its session lives, for its owner: a deleted session's rows are gone from the join
+in the delete's own transaction, and its passages are purged after, with its records
+(`persistence.sql.deletion`), before its id can be created again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
+from sqlalchemy.engine import Connection, Dialect as SaDialect
+
+from codec import CodecError, Event, decode_storage_line, expand_row
+from persistence.errors import CorruptLogError
+from persistence.search import Passage, SearchPage, SearchRequest, fts5, hit, joined, of_batch, tsquery
+from persistence.search.terms import terms, tsvector
+from persistence.sql.prepared import Prepared
+from persistence.sql.schema import passages_table, records_table, sessions_table
+from persistence.sql.statements import alive
+
+__all__ = [
+    "REBUILD_ROWS",
+    "SqlSearch",
+    "page",
+    "rebuild_all",
+    "rebuild_session",
+    "session_ids",
+    "stored_events",
+]
+
+Unpack = Callable[[int, bool, bytes], bytes]
+
+# How many stored records a rebuild reads at a time, and how many sessions' ids.
+REBUILD_ROWS: Final = 1000
+_COLUMNS: Final = ("seq", "last_seq", "time", "kind", "run", "body", "terms")
+
+
+class SqlSearch:
+    """The search statements of one database, compiled once; `write` runs in an append's transaction."""
+
+    def __init__(self, dialect: SaDialect) -> None:
+        p, b = passages_table.c, sa.bindparam
+        self._postgres = dialect.name == "postgresql"
+        self._terms: Callable[[str], str] = tsvector if self._postgres else terms
+        values: dict[str, sa.ColumnElement[Any]] = {name: b(f"b_{name}") for name in _COLUMNS}
+        if self._postgres:
+            values["terms"] = sa.cast(b("b_terms"), TSVECTOR)
+        self._last = Prepared(
+            sa.select(p.id, p.seq, p.last_seq, p.time, p.kind, p.run, p.body)
+            .where(p.session_id == b("id"))
+            .order_by(p.seq.desc(), p.id.desc())
+            .limit(1),
+            dialect,
+        )
+        self._insert = Prepared(sa.insert(passages_table).values(session_id=b("b_session"), **values), dialect)
+        self._rewrite = Prepared(sa.update(passages_table).where(p.id == b("b_id")).values(**values), dialect)
+        first = sa.select(p.id).where(p.session_id == b("id")).order_by(p.id).limit(b("rows"))
+        self.purge = Prepared(sa.delete(passages_table).where(p.session_id == b("id"), p.id.in_(first)), dialect)
+        self.purge_all = Prepared(sa.delete(passages_table).where(p.session_id == b("id")), dialect)
+
+    def write(self, cursor: Any, session_id: str, passages: Sequence[Passage], first_seq: int) -> None:
+        """Write the passages of a batch that starts at ``first_seq``, joining the first to the session's last."""
+        if not passages:
+            return
+        last: Passage | None = None
+        head = passages[0]
+        if head.run is not None and head.seq == first_seq:
+            # Only a batch that starts with a delta may continue a block an earlier append began.
+            row = self._last.run(cursor, id=session_id).fetchone()
+            if row is not None:
+                last = Passage(row[1], row[2], row[3], row[4], row[6], row[5])
+        rewritten, new = joined(last, list(passages))
+        if rewritten is not None:
+            assert row is not None
+            self._rewrite.run(cursor, b_id=row[0], **self._row(rewritten))
+        if new:
+            self._insert.run_many(cursor, [{"b_session": session_id, **self._row(passage)} for passage in new])
+
+    def rebuild(self, cursor: Any, session_id: str, batches: Iterable[Sequence[Event]]) -> int:
+        """Replace a session's passages with those of its stored events, given a window at a time; how many it
+        holds then."""
+        self.purge_all.run(cursor, id=session_id)
+        out: list[Passage] = []
+        for events in batches:
+            last, new = joined(out[-1] if out else None, of_batch(events))
+            if last is not None:
+                out[-1] = last
+            out.extend(new)
+        if out:
+            self._insert.run_many(cursor, [{"b_session": session_id, **self._row(passage)} for passage in out])
+        return len(out)
+
+    def _row(self, passage: Passage) -> dict[str, Any]:
+        return {
+            "b_seq": passage.seq,
+            "b_last_seq": passage.last_seq,
+            "b_time": passage.time,
+            "b_kind": passage.kind,
+            "b_run": passage.run,
+            "b_body": passage.text,
+            "b_terms": self._terms(passage.text),
+        }
+
+    def query(self, request: SearchRequest) -> sa.Select[Any]:
+        """A page of the request's hits, and one more when there is one: session, parent, title, the passage
+        (seq, kind, time, text) and its rank, best first."""
+        p, s = passages_table.c, sessions_table.c
+        rank: sa.ColumnElement[Any]
+        source: sa.FromClause
+        if self._postgres:
+            wanted = sa.cast(sa.literal(tsquery(request.query)), TSQUERY)
+            rank = sa.func.ts_rank(p.terms, wanted)
+            matched = p.terms.op("@@")(wanted)
+            source = passages_table
+            order = [rank.desc(), p.id]
+        else:
+            fts = sa.table("search_fts", sa.column("rowid"))
+            table: sa.ColumnElement[Any] = sa.literal_column("search_fts")
+            # bm25 is lower for a better match; the hit's rank is its negation, so higher is better everywhere.
+            rank = -sa.func.bm25(table)
+            matched = table.op("MATCH")(fts5(request.query))
+            source = fts.join(passages_table, p.id == fts.c.rowid)
+            order = [rank.desc(), p.id]
+        where = [matched, s.owner == request.owner, alive(request.now, request.retention_ms)]
+        if request.closed is not None:
+            where.append(s.closed_at.is_not(None) if request.closed else s.closed_at.is_(None))
+        if request.since is not None:
+            where.append(p.time >= request.since)
+        if request.until is not None:
+            where.append(p.time < request.until)
+        return (
+            sa.select(s.id, s.parent_id, s.title, p.seq, p.kind, p.time, p.body, rank.label("rank"))
+            .select_from(source.join(sessions_table, s.id == p.session_id))
+            .where(*where)
+            .order_by(*order)
+            .limit(request.limit + 1)
+            .offset(request.offset)
+        )
+
+
+def page(request: SearchRequest, rows: Sequence[Any]) -> SearchPage:
+    """The page of `SqlSearch.query`'s rows."""
+    hits = [
+        hit(request, row[0], row[1], row[2], row[3], row[4], row[5], row[6], float(row[7]))
+        for row in rows[: request.limit]
+    ]
+    return SearchPage(hits, len(rows) > request.limit)
+
+
+def stored_events(conn: Connection, unpack: Unpack, session_id: str) -> Iterator[list[Event]]:
+    """A session's stored events, in seq order, `REBUILD_ROWS` records at a time (a row's deltas expanded)."""
+    r = records_table.c
+    after = -1
+    while True:
+        window = (
+            sa.select(r.seq, r.compressed, r.data)
+            .where(r.session_id == session_id, r.seq > after)
+            .order_by(r.seq)
+            .limit(REBUILD_ROWS)
+        )
+        rows = conn.execute(window).all()
+        if not rows:
+            return
+        events: list[Event] = []
+        for row in rows:
+            try:
+                record = decode_storage_line(unpack(row.seq, row.compressed, row.data))
+            except (CodecError, CorruptLogError) as exc:
+                raise CorruptLogError(
+                    f"session {session_id!r}: stored record at seq {row.seq} is corrupt: {exc}"
+                ) from exc
+            events.extend([record] if isinstance(record, Event) else expand_row(record))
+        yield events
+        after = rows[-1].seq
+
+
+def session_ids(conn: Connection, after: str | None) -> Sequence[str]:
+    """The next `REBUILD_ROWS` session ids after ``after`` (``None``: from the first), in id order."""
+    s = sessions_table.c
+    ids = sa.select(s.id).order_by(s.id).limit(REBUILD_ROWS)
+    return conn.execute(ids if after is None else ids.where(s.id > after)).scalars().all()
+
+
+def rebuild_all(conn: Connection, search: SqlSearch, unpack: Unpack) -> int:
+    """Rebuild every session's passages from its records, in ``conn``'s transaction; how many there are then."""
+    total = 0
+    after: str | None = None
+    while found := session_ids(conn, after):
+        total += sum(rebuild_session(conn, search, unpack, session_id) for session_id in found)
+        after = found[-1]
+    return total
+
+
+def rebuild_session(conn: Connection, search: SqlSearch, unpack: Unpack, session_id: str) -> int:
+    """Rebuild one session's passages, in ``conn``'s write transaction; how many it has (0: it is gone)."""
+    s = sessions_table.c
+    # Locked (on PostgreSQL; SQLite's write transaction holds the file), so no append interleaves.
+    if conn.execute(sa.select(s.id).where(s.id == session_id).with_for_update()).first() is None:
+        return 0  # deleted meanwhile
+    cursor = conn.connection.cursor()
+    try:
+        return search.rebuild(cursor, session_id, stored_events(conn, unpack, session_id))
+    finally:
+        cursor.close()
