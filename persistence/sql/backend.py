@@ -49,12 +49,14 @@ class Backend(ABC):
     # The kept reader connections, which `read` takes.
     readers: KeptReaders
 
-    def __init__(self, engine: Engine, timeout: float, origin: str, *, lines: Lines, tails: Tails) -> None:
+    def __init__(
+        self, engine: Engine, timeout: float, origin: str, *, lines: Lines, tails: Tails, indexed: bool = True
+    ) -> None:
         self.engine = engine
         self.timeout = timeout
         self.origin = origin
         self.sql = Statements(engine.dialect, self.dialect)
-        self.search = SqlSearch(engine.dialect)
+        self.search = SqlSearch(engine.dialect, indexed=indexed)
         self.lines = lines
         self.tails = tails
         dbapi = engine.dialect.loaded_dbapi

@@ -63,12 +63,14 @@ class PostgresBackend(Backend):
     def prepare_engine(cls, engine: Engine, busy_ms: int) -> None:
         pass
 
-    def __init__(self, engine: Engine, timeout: float, origin: str, *, lines: Lines, tails: Tails) -> None:
+    def __init__(
+        self, engine: Engine, timeout: float, origin: str, *, lines: Lines, tails: Tails, indexed: bool = True
+    ) -> None:
         self.dialect = PostgresDialect(origin)
         self._watchdog = Watchdog(timeout, name="history-sql-watchdog")
         self._listener: HeadListener | None = None
         self._async_readers: AsyncReaders | None = None
-        super().__init__(engine, timeout, origin, lines=lines, tails=tails)
+        super().__init__(engine, timeout, origin, lines=lines, tails=tails, indexed=indexed)
         self.readers = KeptReaders(
             self._new_reader,
             wait=None,

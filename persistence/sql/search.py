@@ -50,8 +50,10 @@ _COLUMNS: Final = ("seq", "last_seq", "time", "kind", "run", "body", "terms")
 class SqlSearch:
     """The search statements of one database, compiled once; `write` runs in an append's transaction."""
 
-    def __init__(self, dialect: SaDialect) -> None:
+    def __init__(self, dialect: SaDialect, *, indexed: bool = True) -> None:
         p, b = passages_table.c, sa.bindparam
+        # Without the index (a benchmark's baseline), appends write no passages and searches are refused.
+        self.indexed = indexed
         self._postgres = dialect.name == "postgresql"
         self._terms: Callable[[str], str] = tsvector if self._postgres else terms
         values: dict[str, sa.ColumnElement[Any]] = {name: b(f"b_{name}") for name in _COLUMNS}
@@ -72,7 +74,7 @@ class SqlSearch:
 
     def write(self, cursor: Any, session_id: str, passages: Sequence[Passage], first_seq: int) -> None:
         """Write the passages of a batch that starts at ``first_seq``, joining the first to the session's last."""
-        if not passages:
+        if not passages or not self.indexed:
             return
         last: Passage | None = None
         head = passages[0]

@@ -209,7 +209,9 @@ class SqliteBackend(Backend):
             write = connection.get_execution_options().get("history_write", False)
             connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
-    def __init__(self, engine: Engine, timeout: float, origin: str, *, lines: Lines, tails: Tails) -> None:
+    def __init__(
+        self, engine: Engine, timeout: float, origin: str, *, lines: Lines, tails: Tails, indexed: bool = True
+    ) -> None:
         path = _file(engine)
         self._path = path
         self._holders = Holders(path) if path is not None else None
@@ -218,7 +220,7 @@ class SqliteBackend(Backend):
         self.dialect = SqliteDialect(origin)
         # SQLite's bound is its busy timeout; the readers and the writer take it as it is.
         self._lock_waits = functools.partial(lock_waits, seconds=timeout)
-        super().__init__(engine, timeout, origin, lines=lines, tails=tails)
+        super().__init__(engine, timeout, origin, lines=lines, tails=tails, indexed=indexed)
         self._busy_ms = busy_ms(timeout)
         self.readers = KeptReaders(
             self._new_reader,

@@ -38,7 +38,7 @@ from persistence.base import (
 from persistence.batch import prepared
 from persistence.call_bound import in_thread
 from persistence.clock import now_ms
-from persistence.errors import StoreError
+from persistence.errors import SearchUnsupportedError, StoreError
 from persistence.notify import HeadListener
 from persistence.rules import Life, next_plan
 from persistence.search import SearchPage, SearchRequest
@@ -78,14 +78,19 @@ class SqlStore(HistoryStore):
     """
 
     def __init__(
-        self, engine: Engine, *, session_cache: int = DEFAULT_SESSION_CACHE, timeout: float = DEFAULT_STORE_TIMEOUT
+        self,
+        engine: Engine,
+        *,
+        session_cache: int = DEFAULT_SESSION_CACHE,
+        timeout: float = DEFAULT_STORE_TIMEOUT,
+        indexed: bool = True,
     ) -> None:
         self._engine = engine
         self._timeout = timeout
         self._tails = Tails(session_cache)
         lines = Lines()
         backend = _backend_for(engine.url.get_backend_name())(
-            engine, timeout, uuid.uuid4().hex[:12], lines=lines, tails=self._tails
+            engine, timeout, uuid.uuid4().hex[:12], lines=lines, tails=self._tails, indexed=indexed
         )
         self._backend = backend
         self._sql = backend.sql
@@ -99,15 +104,24 @@ class SqlStore(HistoryStore):
 
     @classmethod
     async def open(
-        cls, url: str, *, session_cache: int = DEFAULT_SESSION_CACHE, timeout: float = DEFAULT_STORE_TIMEOUT
+        cls,
+        url: str,
+        *,
+        session_cache: int = DEFAULT_SESSION_CACHE,
+        timeout: float = DEFAULT_STORE_TIMEOUT,
+        indexed: bool = True,
     ) -> SqlStore:
-        """Connect, create the schema on an empty database, refuse an unknown version; ``timeout`` bounds each call."""
+        """Connect, create the schema on an empty database, refuse an unknown version; ``timeout`` bounds each call.
+
+        ``indexed=False`` opens it without writing search passages (a benchmark's baseline):
+        its searches are refused, and a later `reindex` catches the index up.
+        """
         if not timeout > 0:
             raise ValueError(f"the store timeout must be positive, got {timeout!r}")
-        return await anyio.to_thread.run_sync(cls._open_sync, url, session_cache, timeout)
+        return await anyio.to_thread.run_sync(cls._open_sync, url, session_cache, timeout, indexed)
 
     @classmethod
-    def _open_sync(cls, url: str, session_cache: int, timeout: float) -> SqlStore:
+    def _open_sync(cls, url: str, session_cache: int, timeout: float, indexed: bool) -> SqlStore:
         try:
             backend = _backend_for(sa.make_url(url).get_backend_name())
             # Pinged at checkout: a pooled connection the database dropped meanwhile (the sweep's, a listing's)
@@ -116,7 +130,7 @@ class SqlStore(HistoryStore):
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise StoreError(f"not a usable database URL: {exc}") from exc
         backend.prepare_engine(engine, busy_ms(timeout))
-        store = cls(engine, session_cache=session_cache, timeout=timeout)
+        store = cls(engine, session_cache=session_cache, timeout=timeout, indexed=indexed)
         try:
             store._backend.opened()
             store._migrate()
@@ -218,6 +232,8 @@ class SqlStore(HistoryStore):
         return [row.id for row in await self._rows(expired(now, retention_ms, limit, skip))]
 
     async def search(self, request: SearchRequest) -> SearchPage:
+        if not self._backend.search.indexed:
+            raise SearchUnsupportedError("this store was opened without its search index")
         return search.page(request, await self._rows(self._backend.search.query(request)))
 
     async def reindex(self) -> int:

@@ -32,6 +32,7 @@ from persistence.base import SessionKey, SessionSummary
 from persistence.clock import now_ms
 from persistence.errors import CorruptLogError, SchemaVersionError, StoreError
 from persistence.notice_log import CREATE
+from persistence.search import SearchRequest, parse
 from persistence.sql import SqlStore, meta_table, records_table, sessions_table
 from persistence.sql.reads import KeptReaders
 from persistence.synopsis import EMPTY, Synopsis, synopsis_of
@@ -182,8 +183,15 @@ COLUMNS = VERSION_4_COLUMNS | {"expires_at", "touched_at"} | set(SYNOPSIS_COLUMN
 VERSION_8_COLUMNS = COLUMNS - set(SYNOPSIS_COLUMNS)
 
 
+def to_version_9(url: str) -> None:
+    """Turn a version-10 database into the version-9 shape: no search passages, nor their full-text index."""
+    search = ["DROP TABLE search_fts"] if url.startswith("sqlite") else []
+    execute(url, *search, "DROP TABLE search_passages", sa.update(meta_table).values(value="9"))
+
+
 def to_version_8(url: str) -> None:
-    """Turn a version-9 database into the version-8 shape: sessions without their synopsis."""
+    """Turn a version-10 database into the version-8 shape: sessions without their synopsis, nor search."""
+    to_version_9(url)
     execute(
         url,
         *(f"ALTER TABLE history_sessions DROP COLUMN {name}" for name in SYNOPSIS_COLUMNS),
@@ -192,7 +200,7 @@ def to_version_8(url: str) -> None:
 
 
 def to_version_7(url: str) -> None:
-    """Turn a version-9 database into the version-7 shape: no synopsis, no notices table."""
+    """Turn a version-10 database into the version-7 shape: no synopsis, no notices table, no search."""
     to_version_8(url)
     execute(url, "DROP TABLE history_notices", sa.update(meta_table).values(value="7"))
 
@@ -264,7 +272,7 @@ async def test_a_version_7_database_gets_the_notices_table_and_keeps_its_session
 
     store = await SqlStore.open(sql_url)
     try:
-        assert schema_of(sql_url)[0] == "9"
+        assert schema_of(sql_url)[0] == "10"
         assert (await store.get_session("s")).head_seq == -1
         await store.append("s", [plain(0)])
     finally:
@@ -310,7 +318,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
 
     upgraded = now_ms()
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url) == ("9", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    assert schema_of(sql_url) == ("10", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
     listed = await store.list_sessions("alice", limit=10)
     # An older session's last write is not on record: it counts as written at the upgrade.
     assert all(upgraded <= s.touched_at <= now_ms() for s in listed)
@@ -328,7 +336,7 @@ async def test_version_1_database_is_upgraded_in_place(sql_url: str) -> None:
     ]
     await store.close()
     await (await SqlStore.open(sql_url)).close()
-    assert schema_of(sql_url)[0] == "9"
+    assert schema_of(sql_url)[0] == "10"
 
 
 async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url: str) -> None:
@@ -345,7 +353,7 @@ async def test_version_2_records_get_their_join_columns_from_their_lines(sql_url
     to_version_2(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[0] == "9"
+    assert schema_of(sql_url)[0] == "10"
     assert await store.read_stored("s", 0, len(events)) == before
     assert await page_records(store, "s", 0, len(events)) == [encode(r) for r in pack_page(events)]
     await store.append("s", [plain(len(events))])
@@ -360,7 +368,7 @@ async def test_version_3_sessions_are_open_and_can_be_closed(sql_url: str) -> No
     to_version_3(sql_url)
 
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url)[:2] == ("9", COLUMNS)
+    assert schema_of(sql_url)[:2] == ("10", COLUMNS)
     assert not (await store.get_session("s")).closed
     await store.append("s", [plain(1)])
     assert (await store.close_session("s", closed_at=7)).header.closedAt == 7
@@ -382,7 +390,7 @@ async def test_version_4_sessions_count_as_written_at_the_upgrade_and_can_expire
 
     upgraded = now_ms()
     store = await SqlStore.open(sql_url)
-    assert schema_of(sql_url) == ("9", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
+    assert schema_of(sql_url) == ("10", COLUMNS, {"ix_history_sessions_parent_id", LISTING_INDEX} | EXPIRY_INDEXES)
     touched = {(await store.get_session(s)).touched_at for s in ("empty", "written", "closed")}
     (at,) = touched
     assert upgraded <= at <= now_ms()
@@ -438,7 +446,7 @@ async def test_a_version_8_database_gets_each_sessions_synopsis_folded_from_its_
 
     store = await SqlStore.open(sql_url)
     try:
-        assert schema_of(sql_url)[:2] == ("9", COLUMNS)
+        assert schema_of(sql_url)[:2] == ("10", COLUMNS)
         upgraded = {session_id: await store.synopsis(session_id) for session_id in cases}
         assert upgraded == kept == {session_id: synopsis_of([events]) for session_id, events in cases.items()}
         assert upgraded["titled"] == Synopsis("Named", 15, 12, 4)
@@ -449,6 +457,41 @@ async def test_a_version_8_database_gets_each_sessions_synopsis_folded_from_its_
         assert [s.id for s in listed] == ["titled"]
         await store.append("deltas", [Event("session/title", 2, 32, {"title": "Late"})])
         assert await store.synopsis("deltas") == Synopsis("Late", 32)
+    finally:
+        await store.close()
+
+
+async def test_a_version_9_database_gets_its_search_index_built_from_its_stored_events(sql_url: str) -> None:
+    store = await SqlStore.open(sql_url)
+    await store.create_session(SessionHeader(id="s", createdAt=1), owner="alice")
+    # A long message is stored compressed, and a block's deltas come in appends of their own: the upgrade reads both.
+    await store.append("s", [plain(0, "user/message", {"text": "where is the rate limit? " + "pad " * 2000})])
+    for seq, piece in enumerate(["The ra", "te li", "mit is 4", "2."], start=1):
+        await store.append("s", [text(seq, seq, piece)])
+    await store.append("s", [plain(5, "tool/result", {"content": "北京大学 backoff_factor=2"})])
+    queries = ['"rate limit"', "北京", "backoff_factor", '"limit is 42"', "pad"]
+
+    async def hits() -> list[list[tuple[str, int, str, list[str]]]]:
+        found = []
+        for q in queries:
+            request = SearchRequest(owner="alice", query=parse(q), limit=10, now=now_ms())
+            found.append([(h.session_id, h.seq, h.kind, h.snippet) for h in (await store.search(request)).hits])
+        return found
+
+    kept = await hits()
+    await store.close()
+    assert all(kept) and any(row.compressed for row in rows_of(sql_url))
+    to_version_9(sql_url)
+    assert schema_of(sql_url)[0] == "9"
+
+    store = await SqlStore.open(sql_url)
+    try:
+        assert schema_of(sql_url)[0] == "10"
+        assert await hits() == kept
+        # Appends go on joining a block the upgrade indexed.
+        await store.append("s", [text(6, 6, "Wait, 4"), text(7, 7, "3.")])
+        request = SearchRequest(owner="alice", query=parse('"wait 43"'), limit=10, now=now_ms())
+        assert [(h.seq, h.kind) for h in (await store.search(request)).hits] == [(6, "assistant")]
     finally:
         await store.close()
 

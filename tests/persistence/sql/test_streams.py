@@ -63,7 +63,7 @@ async def test_a_version_5_database_is_upgraded_and_then_keeps_streams(sql_url: 
 
     store = await SqlStore.open(sql_url)
     try:
-        assert schema_of(sql_url)[0] == "9" and DS_TABLES <= tables_of(sql_url)
+        assert schema_of(sql_url)[0] == "10" and DS_TABLES <= tables_of(sql_url)
         assert await store.read_events("s", 0, 1) == [plain(0)]
         streams = streams_of(store)
         meta, created = await streams.create(
@@ -85,7 +85,7 @@ async def test_a_version_6_database_is_upgraded_and_then_keeps_subscriptions(sql
 
     store = await SqlStore.open(sql_url)
     try:
-        assert schema_of(sql_url)[0] == "9" and "ds_subscriptions" in tables_of(sql_url)
+        assert schema_of(sql_url)[0] == "10" and "ds_subscriptions" in tables_of(sql_url)
         assert await contents(streams_of(store), "ds") == b"a"
         record = SubscriptionRecord(owner=OWNER, id="s1", config=b"c", state=b"s")
         assert await streams_of(store).create_subscription(record, 64, 4096) is not None
