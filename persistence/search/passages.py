@@ -14,10 +14,11 @@ Other events hold nothing a person searches for, and give no passage.
 
 A block's deltas may come one append at a time. A batch's passages are found alone
 (`of_batch`); the first of them *continues* the session's last passage when both are the
-same run of deltas and the batch starts right after it, and `continued` joins the two. A
+same run of deltas and the batch starts right after it, and `joined` joins the two. A
 passage holds at most `MAX_PASSAGE` characters, so an append to a long block rewrites a
 bounded passage: past it, a new passage starts at a token's start, and only a phrase that
-spans the cut is not found.
+spans the cut is not found. Every rule here depends on the events alone, never on how they
+were batched: a session's passages are the same however it was appended (`of_events`).
 """
 
 from __future__ import annotations
@@ -102,29 +103,30 @@ def continued(last: Passage, first: Passage) -> list[Passage] | None:
     continue it (another run, or not right after it)."""
     if last.run is None or first.run != last.run or first.seq != last.last_seq + 1:
         return None
-    text = last.text + first.text
-    if len(text) <= MAX_PASSAGE:
-        return [Passage(last.seq, first.last_seq, last.time, last.kind, text, last.run)]
-    cut = _cut(text, len(last.text))
-    head = Passage(last.seq, last.last_seq, last.time, last.kind, text[:cut], last.run)
-    rest = Passage(first.seq, first.last_seq, first.time, first.kind, text[cut:], first.run)
-    return ([head] if head.text else []) + _bounded(rest)
+    return _bounded(Passage(last.seq, first.last_seq, last.time, last.kind, last.text + first.text, last.run))
 
 
 def _bounded(passage: Passage) -> list[Passage]:
-    """A passage cut into passages of at most `MAX_PASSAGE` characters, never inside a token that fits one."""
+    """A passage cut into passages of at most `MAX_PASSAGE` characters, never inside a token that fits one.
+
+    Where a cut falls depends on the text alone, so a block's passages are the same however
+    its deltas were batched. Each passage keeps the block's first seq and time; one cut off
+    the front is finished, and keeps no last seq of its own (``last_seq == seq``), so only the
+    last may be continued.
+    """
     out = []
     text = passage.text
     while len(text) > MAX_PASSAGE:
-        cut = _cut(text, MAX_PASSAGE) or MAX_PASSAGE
-        out.append(msgspec.structs.replace(passage, text=text[:cut]))
+        cut = _cut(text, MAX_PASSAGE)
+        out.append(msgspec.structs.replace(passage, last_seq=passage.seq, text=text[:cut]))
         text = text[cut:]
     out.append(msgspec.structs.replace(passage, text=text))
     return out
 
 
 def _cut(text: str, at: int) -> int:
-    """Where to cut ``text`` at ``at``: there, or the start of the token that runs across it."""
+    """Where to cut ``text`` at ``at``: there, or the start of the token that runs across it (a token longer
+    than `MAX_TOKEN` is cut inside, as it is compared by its start only)."""
     low = max(0, at - MAX_TOKEN)
     for start, end in spans(text[low : at + MAX_TOKEN]):
         if low + start < at < low + end:

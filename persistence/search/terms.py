@@ -5,7 +5,8 @@ script written without spaces between words (Han, Hiragana, Katakana) is a token
 own: no tokenizer at hand knows where a Chinese word ends, and a phrase of single
 characters finds any substring of three or more, or two, or one. A token is compared
 **folded**: case-folded, compatibility-decomposed, its combining marks dropped (``É`` and
-``e`` are one word), and cut at `MAX_TOKEN` characters.
+``e`` are one word), and cut at `MAX_TOKEN` characters; a character of a script without
+spaces keeps its marks (``が`` is not ``か``).
 
 Every store indexes the folded tokens this module gives, not its own tokenizer's reading of
 the text: SQLite's FTS5 reads them as space-separated words (``unicode61``), PostgreSQL as
@@ -28,6 +29,7 @@ MAX_TOKEN: Final = 64
 # half-width forms), CJK ideographs (the unified blocks, their extensions and compatibility forms).
 _UNSPACED: Final = "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
 _TOKEN: Final = re.compile(f"[{_UNSPACED}]|(?:(?![{_UNSPACED}])[^\\W_])+")
+_ONE_UNSPACED: Final = re.compile(f"[{_UNSPACED}]")
 
 
 def spans(text: str) -> Iterator[tuple[int, int]]:
@@ -40,7 +42,11 @@ def fold(token: str) -> list[str]:
     """The folded tokens a token compares as: usually one, but a decomposition may split it (``½``)."""
     if token.isascii():
         return [token.lower()[:MAX_TOKEN]]
-    decomposed = unicodedata.normalize("NFKD", token.casefold())
+    if _ONE_UNSPACED.fullmatch(token):
+        # Kana keep their voicing marks (が is not か); half-width forms become full-width.
+        return [unicodedata.normalize("NFKC", token)]
+    # Case-folded between two decompositions: a compatibility form may fold to a letter that decomposes again.
+    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", token).casefold())
     bare = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
     return [part[:MAX_TOKEN] for part in _TOKEN.findall(unicodedata.normalize("NFC", bare))]
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import msgspec
 import pytest
+from msgspec import UNSET
 
-from codec import Event, SessionHeader
+from codec import Event, SessionHeader, read_session_log
 from persistence.base import HistoryStore
 from persistence.clock import now_ms
 from persistence.errors import SearchUnsupportedError
-from persistence.search import SearchHit, SearchPage, SearchRequest, parse
+from persistence.search import SearchHit, SearchPage, SearchRequest, of_batch, parse
+from persistence.search.terms import folded_tokens
+from testing.corpus import CORPUS_ENV, corpus_dir
 from testing.events import plain, reasoning, text, tool
 from testing.stores import BACKENDS, open_backend
 
@@ -235,6 +239,52 @@ async def test_every_store_finds_the_same_passages_as_the_memory_store(searchabl
     for q in ("staging", "deploy", '"smoke test"', "smok*", "ENV=staging", "42s", "make deploy", "nothing"):
         assert found(await search(store, q)) == found(await search(reference, q)), q
     await reference.close()
+
+
+# A phrase a reader would search for: a run of two to six Han or Kana characters (Chinese, Japanese),
+# else three words of letters.
+UNSPACED = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]{2,6}")
+WORDS = re.compile(r"\b[A-Za-z]{4,} [A-Za-z]{2,} [A-Za-z]{4,}\b")
+
+
+def corpus_phrases() -> list[tuple[Path, str]]:
+    """Each corpus log with a phrase from its first user message or answer that holds one: an unspaced script's
+    when the log has one, else three words."""
+    root = corpus_dir()
+    found = []
+    for path in sorted(root.glob("*/session*.jsonl")) if root is not None and root.is_dir() else []:
+        said = [
+            p.text
+            for event in read_session_log(path.read_bytes()).events
+            for p in of_batch([event])
+            if p.kind in ("user", "assistant")
+        ]
+        for pattern in (UNSPACED, WORDS):
+            phrase = next((m.group() for text in said for m in pattern.finditer(text)), None)
+            if phrase is not None:
+                found.append((path, phrase))
+                break
+    return found
+
+
+async def test_a_phrase_of_each_real_log_finds_it_chinese_included_where_the_corpus_has_any(
+    searchable: HistoryStore,
+) -> None:
+    root = corpus_dir()
+    if root is None or not root.is_dir():
+        pytest.skip(f"{CORPUS_ENV} is not set to a folder of real logs; this test needs them")
+    phrases = corpus_phrases()
+    assert len(phrases) > 10, f"few logs under {root} hold a phrase: {phrases}"
+    store = searchable
+    for number, (path, _) in enumerate(phrases):
+        log = read_session_log(path.read_bytes())
+        await store.create_session(msgspec.structs.replace(log.header, id=f"log{number}", parentSession=UNSET))
+        await store.append(f"log{number}", log.events)
+    for number, (path, phrase) in enumerate(phrases):
+        page = await search(store, f'"{phrase}"', limit=100)
+        assert f"log{number}" in {hit.session_id for hit in page.hits}, (path, phrase)
+        for hit in page.hits:
+            assert marked(hit) and all(folded_tokens(mark) == folded_tokens(phrase) for mark in marked(hit)), phrase
 
 
 async def test_reindex_rebuilds_what_appends_wrote(searchable: HistoryStore) -> None:

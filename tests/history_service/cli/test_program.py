@@ -230,6 +230,20 @@ def test_vacuum_gives_back_what_deletes_freed_in_a_sqlite_file(tmp_path: Path) -
     assert status == 0 and json.loads(out)["after"] <= sizes["after"]
 
 
+def test_reindex_rebuilds_the_search_index_and_says_why_a_jsonl_store_has_none(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert run("import", "--store", url, "--id", "turn", str(GOLDEN / "text-turn.events.jsonl"))[0] == 0
+    status, out = run("reindex", "--store", url)
+    assert status == 0 and json.loads(out)["passages"] > 0
+    # Rebuilt, the index answers as the appends left it.
+    status, again = run("reindex", "--store", url)
+    assert status == 0 and again == out
+    jsonl = f"jsonl:///{tmp_path / 'logs'}"
+    assert run("import", "--store", jsonl, "--id", "turn", str(GOLDEN / "text-turn.events.jsonl"))[0] == 0
+    status, _, err = run_all("reindex", "--store", jsonl)
+    assert status != 0 and "search needs a SQLite or PostgreSQL store" in err
+
+
 BAD_URLS = {
     "mysql": ("mysql://x", "unsupported store URL mysql://x; use sqlite:///path.db"),
     "sqlite-missing-dir": ("sqlite:///missing/dir/x.db", "missing/dir"),

@@ -1,0 +1,38 @@
+"""Tokens (docs/protocol.md §14.2): one rule for the index, the query and the marks, in any script."""
+
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from persistence.search.terms import MAX_TOKEN, fold, folded_tokens, spans, terms, tsvector
+
+
+def test_words_are_runs_of_letters_and_digits_and_unspaced_scripts_are_characters() -> None:
+    assert folded_tokens("Edit retry.py: RATE_LIMIT=42!") == ["edit", "retry", "py", "rate", "limit", "42"]
+    assert folded_tokens("看看北京大学的ひらがなカタカナ") == list("看看北京大学的ひらがなカタカナ")
+    assert folded_tokens("mixed北京text") == ["mixed", "北", "京", "text"]
+    assert folded_tokens("한국어 단어") == ["한국어", "단어"]
+
+
+def test_tokens_compare_case_folded_without_marks_and_cut_at_max_token() -> None:
+    assert folded_tokens("Émile ÇA Straße") == ["emile", "ca", "strasse"]
+    assert fold("½") == ["1", "2"]
+    assert folded_tokens("x" * 100) == ["x" * MAX_TOKEN]
+
+
+def test_spans_locate_each_token_in_the_text() -> None:
+    text = "a rate-limit, 北京"
+    assert [text[a:b] for a, b in spans(text)] == ["a", "rate", "limit", "北", "京"]
+
+
+def test_the_stores_forms_hold_the_tokens_in_order_with_positions() -> None:
+    assert terms("Rate limit, rate!") == "rate limit rate"
+    assert tsvector("Rate limit, rate!") == "'rate':1,3 'limit':2"
+    assert tsvector("") == "" and terms("...") == ""
+
+
+@given(st.text())
+def test_any_text_gives_tokens_of_letters_and_digits_that_fold_to_themselves(text: str) -> None:
+    for token in folded_tokens(text):
+        assert token and len(token) <= MAX_TOKEN and "'" not in token and " " not in token
+        assert folded_tokens(token) == [token]
