@@ -380,3 +380,28 @@ def test_both_clients_list_sessions_and_children_read_a_session_and_stop_a_follo
                 assert [e async for e in client.follow("p", after=29, idle=0.2)] == []
 
         anyio.run(main)
+
+
+def test_both_clients_search_and_page_through_the_hits_then_open_one() -> None:
+    with serve_in_thread(Settings(store_url="memory://")) as running:
+        with HistoryClient(running.url) as client:
+            client.create_session(SessionHeader(id="p", createdAt=2))
+            client.append("p", messages(3, text="a needle here"))
+            client.create_session(SessionHeader(id="p.c", createdAt=3, parentSession="p", origin="subagent"))
+            client.append("p.c", messages(1, text="the child's needle"))
+            first = client.search("needle", limit=2)
+            rest = client.search("needle", limit=2, cursor=first.next_cursor)
+            hits = [*first.hits, *rest.hits]
+            assert rest.next_cursor is None and len({(h.session, h.seq) for h in hits}) == 4
+            child = next(hit for hit in hits if hit.session == "p.c")
+            assert child.parent == "p" and child.kind == "user" and "needle" in child.snippet[1::2]
+            assert client.page("p", child="p.c", through=child.seq).to_seq == child.seq + 1
+            with pytest.raises(ServiceError, match="400 invalid_parameter"):
+                client.search("***")
+
+        async def main() -> None:
+            async with AsyncHistoryClient(running.url) as client:
+                found = await client.search('"a needle"', state="open", since=0)
+                assert {(hit.session, hit.seq) for hit in found.hits} == {("p", 0), ("p", 1), ("p", 2)}
+
+        anyio.run(main)
