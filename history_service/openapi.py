@@ -68,6 +68,7 @@ _TYPES: Final = (
     bodies.Appended,
     bodies.SessionList,
     bodies.SessionState,
+    bodies.SearchHits,
     bodies.Health,
     bodies.Readiness,
     bodies.ErrorBody,
@@ -212,6 +213,7 @@ class _Builder:
         ]
         found += [
             {"name": param.name, "in": where, "description": param.description, "schema": _schema(param, self.settings)}
+            | ({"required": True} if param.required else {})
             for where, param in declared
         ]
         return found

@@ -117,15 +117,11 @@ class ListParams(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class SearchParams(Struct, frozen=True, forbid_unknown_fields=True):
-    """A search's query (§14.1). ``q`` is required: its absence, or a ``q`` with no word in it, is a 400."""
+    """A search's query (§14.1): ``q`` is required, and a ``q`` with no word in it is a 400 too."""
 
-    q: (
-        Annotated[
-            str,
-            Meta(description='Words, `"quoted phrases"` and `prefix*` terms, all required, as plain text (§14.1).'),
-        ]
-        | None
-    ) = None
+    q: Annotated[
+        str, Meta(description='Words, `"quoted phrases"` and `prefix*` terms, all required, as plain text (§14.1).')
+    ]
     limit: Annotated[int, Meta(ge=1, le=MAX_SEARCHED, description="Most hits in the answer.")] = DEFAULT_SEARCHED
     cursor: (
         Annotated[str, Meta(description="A `nextCursor` the service returned for this query, unchanged.")] | None
@@ -207,6 +203,7 @@ class Param(Struct, frozen=True, kw_only=True):
     pattern: str | None = None
     default: Any = None
     setting: str | None = None
+    required: bool = False
 
 
 class Header(Struct, frozen=True):
@@ -217,7 +214,9 @@ class Header(Struct, frozen=True):
     description: str
 
 
-def parameter(name: str, annotation: Any, *, default: Any = None, description: str = "") -> Param:
+def parameter(
+    name: str, annotation: Any, *, default: Any = None, description: str = "", required: bool = False
+) -> Param:
     """The `Param` an annotation declares: its range, its values or its setting, unwrapped from `Meta`s and ``None``."""
     metas: list[Meta] = []
     while get_origin(annotation) is Annotated:
@@ -226,13 +225,18 @@ def parameter(name: str, annotation: Any, *, default: Any = None, description: s
     members = get_args(annotation) if get_origin(annotation) in (Union, type(int | None)) else (annotation,)
     members = tuple(member for member in members if member is not type(None))
     if len(members) == 1 and get_origin(members[0]) is Annotated:
-        return parameter(name, members[0], default=default, description=description)
+        return parameter(name, members[0], default=default, description=description, required=required)
     low = next((int(meta.ge) for meta in metas if meta.ge is not None), None)
     high = next((int(meta.le) for meta in metas if meta.le is not None), None)
     described = next((meta.description for meta in reversed(metas) if meta.description), "")
     setting = next((meta.extra["setting"] for meta in metas if meta.extra and "setting" in meta.extra), None)
     pattern = next((meta.pattern for meta in metas if meta.pattern is not None), None)
-    common: dict[str, Any] = {"name": name, "description": description or described, "default": default}
+    common: dict[str, Any] = {
+        "name": name,
+        "description": description or described,
+        "default": default,
+        "required": required,
+    }
     if all(get_origin(member) is Literal for member in members):
         values = tuple(value for member in members for value in get_args(member))
         return Param(kind="enum", values=values, **common)
@@ -248,7 +252,12 @@ def parameters(query: type[Struct]) -> tuple[Param, ...]:
     """A query Struct's parameters, in the order its fields are declared."""
     hints = get_type_hints(query, include_extras=True)
     return tuple(
-        parameter(field.encode_name, hints[field.name], default=field.default)
+        parameter(
+            field.encode_name,
+            hints[field.name],
+            default=None if field.required else field.default,
+            required=field.required,
+        )
         for field in msgspec.structs.fields(query)
     )
 

@@ -295,6 +295,8 @@ def _checks(params: type[msgspec.Struct]) -> tuple[frozenset[str], tuple[tuple[P
 
 def _value(param: Param, value: str | None, settings: Settings | None) -> Any:
     if value is None:
+        if param.required:
+            raise InvalidParameter(f"{param.name} is required")
         return param.default if param.setting is None else getattr(settings, param.setting)
     if param.kind == "integer":
         assert param.low is not None and param.high is not None, "an integer parameter has a range"

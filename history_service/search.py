@@ -34,8 +34,6 @@ class Search:
     async def search(self, principal: str, params: SearchParams) -> bodies.SearchHits:
         """A page of the hits of ``params.q`` in ``principal``'s sessions; `InvalidParameter` for a bad query or cursor,
         `persistence.SearchUnsupportedError` from a store that keeps no index."""
-        if params.q is None:
-            raise InvalidParameter("q is required: the words to search for")
         try:
             query = parse(params.q)
         except SearchQueryError as exc:

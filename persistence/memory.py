@@ -6,6 +6,7 @@ import bisect
 from collections import Counter
 from collections.abc import Collection, Sequence
 
+import anyio.to_thread
 import msgspec
 
 from codec import Event, SessionHeader, StoredRecord
@@ -225,39 +226,15 @@ class MemoryStore(HistoryStore):
         return self._session(session_id).synopsis
 
     async def search(self, request: SearchRequest) -> SearchPage:
-        """A scan of every passage of the owner's live sessions; the rank is how many times the query matched."""
-        ranked = []
-        for session in self._sessions.values():
-            header = session.header
-            if session.owner != request.owner or not in_listing(header, request.closed):
-                continue
-            if not alive(expires_at_of(header), session.touched, request.retention_ms, request.now):
-                continue
-            for passage in session.passages:
-                if request.since is not None and passage.time < request.since:
-                    continue
-                if request.until is not None and passage.time >= request.until:
-                    continue
-                marks = found(request.query, tokens(passage.text))
-                if marks:
-                    ranked.append((-len(marks), header.id, passage.seq, passage.kind, session, passage))
-        ranked.sort(key=lambda found: found[:4])
-        end = request.offset + request.limit
-        hits = [
-            hit(
-                request,
-                session.header.id,
-                subagent_parent(session.header),
-                session.synopsis.title,
-                passage.seq,
-                passage.kind,
-                passage.time,
-                passage.text,
-                float(-minus),
-            )
-            for minus, _, _, _, session, passage in ranked[request.offset : end]
+        """A scan of every passage of the owner's live sessions, newest first, in a worker thread."""
+        mine = [
+            (session.header.id, subagent_parent(session.header), session.synopsis.title, list(session.passages))
+            for session in self._sessions.values()
+            if session.owner == request.owner
+            and in_listing(session.header, request.closed)
+            and alive(expires_at_of(session.header), session.touched, request.retention_ms, request.now)
         ]
-        return SearchPage(hits, len(ranked) > end)
+        return await anyio.to_thread.run_sync(_scan, request, mine)
 
     async def reindex(self) -> int:
         """Memory keeps its passages beside its records, never apart from them: nothing to rebuild."""
@@ -281,3 +258,23 @@ class MemoryStore(HistoryStore):
 
     async def close(self) -> None:
         self._sessions.clear()
+
+
+def _scan(request: SearchRequest, sessions: list[tuple[str, str | None, str | None, list[Passage]]]) -> SearchPage:
+    """The page of `MemoryStore.search` from a copy of the owner's sessions: newest first, later writes first."""
+    matched = []
+    for order, (session_id, parent, title, passages) in enumerate(sessions):
+        for at, passage in enumerate(passages):
+            if request.since is not None and passage.time < request.since:
+                continue
+            if request.until is not None and passage.time >= request.until:
+                continue
+            if found(request.query, tokens(passage.text)):
+                matched.append(((-passage.time, -order, -at), (session_id, parent, title, passage)))
+    matched.sort(key=lambda entry: entry[0])
+    end = request.offset + request.limit
+    hits = [
+        hit(request, session_id, parent, title, passage.seq, passage.kind, passage.time, passage.text)
+        for _, (session_id, parent, title, passage) in matched[request.offset : end]
+    ]
+    return SearchPage(hits, len(matched) > end)

@@ -5,11 +5,12 @@ query against them in its own way (`persistence.sql.search`, the memory store's 
 """
 
 from persistence.search.hits import MAX_LIMIT, MAX_OFFSET, SearchHit, SearchPage, SearchRequest, hit
-from persistence.search.passages import KINDS, MAX_PASSAGE, Passage, continued, joined, of_batch, of_events
+from persistence.search.passages import KINDS, MAX_EVENT_TEXT, MAX_PASSAGE, Passage, joined, of_batch, of_events
 from persistence.search.query import MAX_QUERY, Clause, Query, fts5, parse, tsquery
 
 __all__ = [
     "KINDS",
+    "MAX_EVENT_TEXT",
     "MAX_LIMIT",
     "MAX_OFFSET",
     "MAX_PASSAGE",
@@ -20,7 +21,6 @@ __all__ = [
     "SearchHit",
     "SearchPage",
     "SearchRequest",
-    "continued",
     "fts5",
     "hit",
     "joined",

@@ -18,7 +18,7 @@ MAX_OFFSET: Final = 1000
 
 
 class SearchRequest(Struct, frozen=True, kw_only=True):
-    """A page of the hits of ``query`` in ``owner``'s live sessions, children included, best first.
+    """A page of the hits of ``query`` in ``owner``'s live sessions, children included, newest first.
 
     ``closed`` keeps only closed (or open) sessions; ``since`` and ``until`` keep passages whose
     first event's time is in ``[since, until)``. ``now`` and ``retention_ms`` say which sessions
@@ -38,7 +38,8 @@ class SearchRequest(Struct, frozen=True, kw_only=True):
 
 class SearchHit(Struct, frozen=True):
     """A passage that matched: its session (and that session's parent, for a child), the session's title, the
-    seq of its first event, its kind and time, its snippet (`persistence.search.snippets`) and rank (higher first)."""
+    seq of its first event, its kind and time, its snippet (`persistence.search.snippets`), and its rank: how
+    many times the query matched in the passage (a store orders hits newest first, not by rank)."""
 
     session_id: str
     parent_id: str | None
@@ -51,7 +52,7 @@ class SearchHit(Struct, frozen=True):
 
 
 class SearchPage(Struct, frozen=True):
-    """The hits of a page, best first, and whether the ranking goes on past them."""
+    """The hits of a page, newest first, and whether more follow."""
 
     hits: list[SearchHit]
     more: bool
@@ -66,8 +67,8 @@ def hit(
     kind: str,
     time: int,
     text: str,
-    rank: float,
 ) -> SearchHit:
-    """A hit on a passage whose ``text`` a store matched, its snippet marked by the one rule (`found`)."""
+    """A hit on a passage whose ``text`` a store matched: its snippet marked, and ranked by how many times the
+    query matched in it, by the one rule (`found`)."""
     marks = found(request.query, tokens(text)) or []
-    return SearchHit(session_id, parent_id, title, seq, kind, time, snippet(text, marks), rank)
+    return SearchHit(session_id, parent_id, title, seq, kind, time, snippet(text, marks), float(len(marks)))

@@ -44,13 +44,18 @@ def found(query: Query, tokens: Tokens) -> list[tuple[int, int]] | None:
 def _occurrences(clause: Clause, tokens: Tokens) -> list[tuple[int, int]]:
     words = clause.tokens
     n = len(words)
+    names = [token[0] for token in tokens]
+    last = n - 1
     out = []
-    for i in range(len(tokens) - n + 1):
-        if all(tokens[i + k][0] == words[k] for k in range(n - 1)) and _last(clause, tokens[i + n - 1][0]):
-            out.append((tokens[i][1], tokens[i + n - 1][2]))
+    first = words[0]
+    for i, name in enumerate(names[: len(names) - last]):
+        if n == 1:
+            if name == first or (clause.prefix and name.startswith(first)):
+                out.append((tokens[i][1], tokens[i][2]))
+            continue
+        if name != first or names[i + 1 : i + last] != list(words[1:last]):
+            continue
+        end = names[i + last]
+        if end == words[last] or (clause.prefix and end.startswith(words[last])):
+            out.append((tokens[i][1], tokens[i + last][2]))
     return out
-
-
-def _last(clause: Clause, token: str) -> bool:
-    word = clause.tokens[-1]
-    return token.startswith(word) if clause.prefix else token == word

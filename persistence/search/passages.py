@@ -32,12 +32,14 @@ from msgspec import Struct
 from codec import DeltaData, Event, ReasoningDelta, TextDelta, ToolCallDelta
 from persistence.search.terms import MAX_TOKEN, spans
 
-__all__ = ["KINDS", "MAX_PASSAGE", "Passage", "continued", "joined", "of_batch", "of_events"]
+__all__ = ["KINDS", "MAX_EVENT_TEXT", "MAX_PASSAGE", "Passage", "joined", "of_batch", "of_events"]
 
 # The kinds of passage, in the order the protocol lists them.
 KINDS: Final = ("user", "assistant", "reasoning", "tool_call", "tool_result", "title")
 # The most characters a passage holds before the next begins.
-MAX_PASSAGE: Final = 2000
+MAX_PASSAGE: Final = 1000
+# The most characters of one event that are indexed: a megabyte of tool output costs the writer no more than this.
+MAX_EVENT_TEXT: Final = 16384
 
 _DELTA_KINDS: Final = {TextDelta: "assistant", ReasoningDelta: "reasoning", ToolCallDelta: "tool_call"}
 _PART_KINDS: Final = {"text": "assistant", "reasoning": "reasoning", "tool-call": "tool_call"}
@@ -71,39 +73,48 @@ def of_events(events: Iterable[Sequence[Event]]) -> list[Passage]:
 
 
 def joined(last: Passage | None, batch: list[Passage]) -> tuple[Passage | None, list[Passage]]:
-    """A batch's passages (`of_batch`) after the session's ``last``: what ``last`` becomes (``None``: it stays),
-    and the passages to add after it."""
-    if last is None or not batch:
-        return None, batch
-    found = continued(last, batch[0])
-    if found is None:
-        return None, batch
-    # found[0] rewrites ``last``, even when all of its text moved to the next passage.
-    return found[0], found[1:] + batch[1:]
+    """A batch's passages (`of_batch`) after the session's ``last``, bounded: what ``last`` becomes (``None``: it
+    stays), and the passages to add after it."""
+    if last is not None and batch and _continues(last, batch[0]):
+        first = batch[0]
+        merged = Passage(last.seq, first.last_seq, last.time, last.kind, last.text + first.text, last.run)
+        found = _bounded(merged)
+        # found[0] rewrites ``last``, even when all of its text moved to the next passage.
+        return found[0], found[1:] + [piece for passage in batch[1:] for piece in _bounded(passage)]
+    return None, [piece for passage in batch for piece in _bounded(passage)]
 
 
 def of_batch(events: Sequence[Event]) -> list[Passage]:
-    """A batch's passages alone, in seq order; each a bounded one (`MAX_PASSAGE`)."""
+    """A batch's passages alone, in seq order, each run of deltas joined whole: `joined` bounds them, after it
+    has joined the first to the session's last, so a cut falls where it would had the block come in one batch.
+
+    A delta with no text still extends its run (a harness may stream an empty first piece); any other
+    passage without text is none.
+    """
     out: list[Passage] = []
+    texts: list[str] = []  # the pieces of ``out[-1]`` while it is a run, joined once it ends
     for event in events:
         for found in _passages(event):
-            if not found.text:
+            if out and _continues(out[-1], found):
+                out[-1] = msgspec.structs.replace(out[-1], last_seq=found.last_seq)
+                texts.append(found.text)
                 continue
-            if out:
-                joined = continued(out[-1], found)
-                if joined is not None:
-                    out[-1:] = joined
-                    continue
-            out.extend(_bounded(found))
+            if texts:
+                out[-1] = msgspec.structs.replace(out[-1], text="".join(texts))
+                texts = []
+            if found.run is not None:
+                texts = [found.text]
+                out.append(found)
+            elif found.text:
+                out.append(found)
+    if texts:
+        out[-1] = msgspec.structs.replace(out[-1], text="".join(texts))
     return out
 
 
-def continued(last: Passage, first: Passage) -> list[Passage] | None:
-    """``last`` with ``first`` joined to it, as one or more bounded passages; ``None`` when ``first`` does not
-    continue it (another run, or not right after it)."""
-    if last.run is None or first.run != last.run or first.seq != last.last_seq + 1:
-        return None
-    return _bounded(Passage(last.seq, first.last_seq, last.time, last.kind, last.text + first.text, last.run))
+def _continues(last: Passage, first: Passage) -> bool:
+    """Whether ``first`` is the next piece of the run ``last`` holds: the same run, right after it."""
+    return last.run is not None and first.run == last.run and first.seq == last.last_seq + 1
 
 
 def _bounded(passage: Passage) -> list[Passage]:
@@ -114,23 +125,26 @@ def _bounded(passage: Passage) -> list[Passage]:
     the front is finished, and keeps no last seq of its own (``last_seq == seq``), so only the
     last may be continued.
     """
-    out = []
     text = passage.text
-    while len(text) > MAX_PASSAGE:
-        cut = _cut(text, MAX_PASSAGE)
-        out.append(msgspec.structs.replace(passage, last_seq=passage.seq, text=text[:cut]))
-        text = text[cut:]
-    out.append(msgspec.structs.replace(passage, text=text))
+    if len(text) <= MAX_PASSAGE:
+        return [passage]
+    out = []
+    start = 0
+    while len(text) - start > MAX_PASSAGE:
+        cut = _cut(text, start, start + MAX_PASSAGE)
+        out.append(msgspec.structs.replace(passage, last_seq=passage.seq, text=text[start:cut]))
+        start = cut
+    out.append(msgspec.structs.replace(passage, text=text[start:]))
     return out
 
 
-def _cut(text: str, at: int) -> int:
-    """Where to cut ``text`` at ``at``: there, or the start of the token that runs across it (a token longer
-    than `MAX_TOKEN` is cut inside, as it is compared by its start only)."""
-    low = max(0, at - MAX_TOKEN)
-    for start, end in spans(text[low : at + MAX_TOKEN]):
-        if low + start < at < low + end:
-            return low + start
+def _cut(text: str, start: int, at: int) -> int:
+    """Where to cut ``text[start:]`` at ``at``: there, or the start of the token that runs across it (a token
+    longer than `MAX_TOKEN` is cut inside, as it is compared by its start only)."""
+    low = max(start, at - MAX_TOKEN)
+    for begin, end in spans(text[low : at + MAX_TOKEN]):
+        if low + begin < at < low + end:
+            return low + begin
     return at
 
 
@@ -151,7 +165,7 @@ def _passages(event: Event) -> list[Passage]:
         else:
             text = chunk.text
             run = f"{data.turn}:{data.step}:{found[0]}:{chunk.index}"
-        return [Passage(event.seq, event.seq, event.time, found, text, run)]
+        return [Passage(event.seq, event.seq, event.time, found, _indexed(text), run)]
     if not isinstance(data, dict):
         return []
     if kind == "user/message":
@@ -175,7 +189,14 @@ def _passages(event: Event) -> list[Passage]:
 
 
 def _one(event: Event, kind: str, text: str) -> Passage:
-    return Passage(event.seq, event.seq, event.time, kind, text)
+    return Passage(event.seq, event.seq, event.time, kind, _indexed(text))
+
+
+def _indexed(text: str) -> str:
+    """The part of an event's text that is indexed: its first `MAX_EVENT_TEXT` characters, a NUL read as U+FFFD
+    (PostgreSQL's text holds none, and one character for one keeps a snippet's offsets)."""
+    text = text[:MAX_EVENT_TEXT]
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def _message(event: Event, body: dict[str, Any]) -> list[Passage]:

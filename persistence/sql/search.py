@@ -23,12 +23,14 @@ from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
 from sqlalchemy.engine import Connection, Dialect as SaDialect
 
 from codec import CodecError, Event, decode_storage_line, expand_row
+from persistence.base import DEFAULT_SESSION_CACHE
 from persistence.errors import CorruptLogError
 from persistence.search import Passage, SearchPage, SearchRequest, fts5, hit, joined, of_batch, tsquery
-from persistence.search.terms import terms, tsvector
+from persistence.search.terms import extended, folded_tokens, terms, tsvector
 from persistence.sql.prepared import Prepared
 from persistence.sql.schema import passages_table, records_table, sessions_table
 from persistence.sql.statements import alive
+from persistence.state import Lru
 
 __all__ = [
     "REBUILD_ROWS",
@@ -50,12 +52,15 @@ _COLUMNS: Final = ("seq", "last_seq", "time", "kind", "run", "body", "terms")
 class SqlSearch:
     """The search statements of one database, compiled once; `write` runs in an append's transaction."""
 
-    def __init__(self, dialect: SaDialect, *, indexed: bool = True) -> None:
+    def __init__(self, dialect: SaDialect, *, indexed: bool = True, kept: int = DEFAULT_SESSION_CACHE) -> None:
         p, b = passages_table.c, sa.bindparam
         # Without the index (a benchmark's baseline), appends write no passages and searches are refused.
         self.indexed = indexed
+        # Each session's last passage, as its text and tokens, for the writer: a block's next delta is then
+        # tokenized alone, not with the whole passage again. Only the writer thread reads and writes it.
+        self._open: Lru[str, tuple[str, list[str]]] = Lru(kept)
         self._postgres = dialect.name == "postgresql"
-        self._terms: Callable[[str], str] = tsvector if self._postgres else terms
+        self._terms: Callable[[list[str]], str] = tsvector if self._postgres else terms
         values: dict[str, sa.ColumnElement[Any]] = {name: b(f"b_{name}") for name in _COLUMNS}
         if self._postgres:
             values["terms"] = sa.cast(b("b_terms"), TSVECTOR)
@@ -77,18 +82,35 @@ class SqlSearch:
         if not passages or not self.indexed:
             return
         last: Passage | None = None
+        last_id = 0
         head = passages[0]
         if head.run is not None and head.seq == first_seq:
             # Only a batch that starts with a delta may continue a block an earlier append began.
             row = self._last.run(cursor, id=session_id).fetchone()
             if row is not None:
-                last = Passage(row[1], row[2], row[3], row[4], row[6], row[5])
+                last_id, last = row[0], Passage(row[1], row[2], row[3], row[4], row[6], row[5])
         rewritten, new = joined(last, list(passages))
+        tokens: list[str] | None = None
         if rewritten is not None:
-            assert row is not None
-            self._rewrite.run(cursor, b_id=row[0], **self._row(rewritten))
+            assert last is not None
+            tokens = self._continued(session_id, last, rewritten)
+            self._rewrite.run(cursor, b_id=last_id, **self._row(rewritten, tokens))
         if new:
-            self._insert.run_many(cursor, [{"b_session": session_id, **self._row(passage)} for passage in new])
+            rows = [(passage, folded_tokens(passage.text)) for passage in new]
+            self._insert.run_many(cursor, [{"b_session": session_id, **self._row(*row)} for row in rows])
+            rewritten, tokens = rows[-1]
+        assert rewritten is not None and tokens is not None
+        if rewritten.run is not None:
+            self._open.put(session_id, (rewritten.text, tokens))
+
+    def _continued(self, session_id: str, last: Passage, rewritten: Passage) -> list[str]:
+        """The tokens of ``rewritten``, the session's ``last`` passage extended: from the tokens of ``last`` that
+        this writer kept (when the stored text is still the text they were read from) and the new text alone."""
+        if not rewritten.text.startswith(last.text):
+            return folded_tokens(rewritten.text)  # cut: a token moved to the next passage
+        kept = self._open.get(session_id)
+        tokens = kept[1] if kept is not None and kept[0] == last.text else folded_tokens(last.text)
+        return extended(tokens, last.text, rewritten.text[len(last.text) :])
 
     def rebuild(self, cursor: Any, session_id: str, batches: Iterable[Sequence[Event]]) -> int:
         """Replace a session's passages with those of its stored events, given a window at a time; how many it
@@ -101,10 +123,12 @@ class SqlSearch:
                 out[-1] = last
             out.extend(new)
         if out:
-            self._insert.run_many(cursor, [{"b_session": session_id, **self._row(passage)} for passage in out])
+            rows = [{"b_session": session_id, **self._row(p, folded_tokens(p.text))} for p in out]
+            self._insert.run_many(cursor, rows)
+        self._open.pop(session_id)
         return len(out)
 
-    def _row(self, passage: Passage) -> dict[str, Any]:
+    def _row(self, passage: Passage, tokens: list[str]) -> dict[str, Any]:
         return {
             "b_seq": passage.seq,
             "b_last_seq": passage.last_seq,
@@ -112,29 +136,27 @@ class SqlSearch:
             "b_kind": passage.kind,
             "b_run": passage.run,
             "b_body": passage.text,
-            "b_terms": self._terms(passage.text),
+            "b_terms": self._terms(tokens),
         }
 
     def query(self, request: SearchRequest) -> sa.Select[Any]:
-        """A page of the request's hits, and one more when there is one: session, parent, title, the passage
-        (seq, kind, time, text) and its rank, best first."""
+        """A page of the request's hits, and one more when there is one, newest first: session, parent, title, and
+        the passage (seq, kind, time, text).
+
+        Newest first, never by the database's relevance: FTS5's bm25 weighs a word by how rare it
+        is in the whole index, every principal's passages included, so its rank would tell one
+        principal how often others wrote a word.
+        """
         p, s = passages_table.c, sessions_table.c
-        rank: sa.ColumnElement[Any]
         source: sa.FromClause
         if self._postgres:
-            wanted = sa.cast(sa.literal(tsquery(request.query)), TSQUERY)
-            rank = sa.func.ts_rank(p.terms, wanted)
-            matched = p.terms.op("@@")(wanted)
+            matched = p.terms.op("@@")(sa.cast(sa.literal(tsquery(request.query)), TSQUERY))
             source = passages_table
-            order = [rank.desc(), p.id]
         else:
             fts = sa.table("search_fts", sa.column("rowid"))
             table: sa.ColumnElement[Any] = sa.literal_column("search_fts")
-            # bm25 is lower for a better match; the hit's rank is its negation, so higher is better everywhere.
-            rank = -sa.func.bm25(table)
             matched = table.op("MATCH")(fts5(request.query))
             source = fts.join(passages_table, p.id == fts.c.rowid)
-            order = [rank.desc(), p.id]
         where = [matched, s.owner == request.owner, alive(request.now, request.retention_ms)]
         if request.closed is not None:
             where.append(s.closed_at.is_not(None) if request.closed else s.closed_at.is_(None))
@@ -143,10 +165,10 @@ class SqlSearch:
         if request.until is not None:
             where.append(p.time < request.until)
         return (
-            sa.select(s.id, s.parent_id, s.title, p.seq, p.kind, p.time, p.body, rank.label("rank"))
+            sa.select(s.id, s.parent_id, s.title, p.seq, p.kind, p.time, p.body)
             .select_from(source.join(sessions_table, s.id == p.session_id))
             .where(*where)
-            .order_by(*order)
+            .order_by(p.time.desc(), p.id.desc())
             .limit(request.limit + 1)
             .offset(request.offset)
         )
@@ -154,10 +176,7 @@ class SqlSearch:
 
 def page(request: SearchRequest, rows: Sequence[Any]) -> SearchPage:
     """The page of `SqlSearch.query`'s rows."""
-    hits = [
-        hit(request, row[0], row[1], row[2], row[3], row[4], row[5], row[6], float(row[7]))
-        for row in rows[: request.limit]
-    ]
+    hits = [hit(request, row[0], row[1], row[2], row[3], row[4], row[5], row[6]) for row in rows[: request.limit]]
     return SearchPage(hits, len(rows) > request.limit)
 
 

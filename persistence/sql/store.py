@@ -234,7 +234,14 @@ class SqlStore(HistoryStore):
     async def search(self, request: SearchRequest) -> SearchPage:
         if not self._backend.search.indexed:
             raise SearchUnsupportedError("this store was opened without its search index")
-        return search.page(request, await self._rows(self._backend.search.query(request)))
+        backend = self._backend
+        return await in_thread(backend.call_bound(), self._search_sync, request, outstanding=backend.outstanding)
+
+    def _search_sync(self, request: SearchRequest) -> SearchPage:
+        # The hits' snippets are built here too, in the worker thread: a page of them may cost milliseconds.
+        with self._backend.connections.read() as conn:
+            rows = conn.execute(self._backend.search.query(request)).all()
+        return search.page(request, rows)
 
     async def reindex(self) -> int:
         """Every session's passages rebuilt from its records, each session in a write transaction of its own."""

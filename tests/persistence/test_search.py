@@ -5,17 +5,23 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import anyio
 import msgspec
 import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings, strategies as st
 from msgspec import UNSET
 
 from codec import Event, SessionHeader, read_session_log
 from persistence.base import HistoryStore
 from persistence.clock import now_ms
 from persistence.errors import SearchUnsupportedError
-from persistence.search import SearchHit, SearchPage, SearchRequest, of_batch, parse
+from persistence.search import SearchHit, SearchPage, SearchRequest, of_batch, of_events, parse
 from persistence.search.terms import folded_tokens
+from persistence.sql.schema import passages_table
+from persistence.url import open_store
 from testing.corpus import CORPUS_ENV, corpus_dir
 from testing.events import plain, reasoning, text, tool
 from testing.stores import BACKENDS, open_backend
@@ -295,4 +301,41 @@ async def test_reindex_rebuilds_what_appends_wrote(searchable: HistoryStore) -> 
     after = await search(store, "delta")
     assert [msgspec.structs.replace(hit, rank=0.0) for hit in after.hits] == [
         msgspec.structs.replace(hit, rank=0.0) for hit in before.hits
+    ]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["text", "tool", "user"]), st.text("ab 北.", min_size=1, max_size=400)), max_size=30
+    ),
+    st.data(),
+)
+def test_the_sql_writer_keeps_the_passages_of_the_pure_rule_however_the_appends_come(
+    tmp_path_factory: pytest.TempPathFactory, specs: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    events = [
+        text(seq, T0, piece) if kind == "text" else tool(seq, T0, piece) if kind == "tool" else user(seq, piece)
+        for seq, (kind, piece) in enumerate(specs)
+    ]
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(events) - 1)))) if len(events) > 1 else set())
+    batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True) if events[a:b]]
+    url = f"sqlite:///{tmp_path_factory.mktemp('writer') / 'h.db'}"
+
+    async def written() -> list[tuple[Any, ...]]:
+        store = await open_store(url, create=True)
+        try:
+            await appended(store, "s", batches)
+        finally:
+            await store.close()
+        engine = sa.create_engine(url)
+        with engine.connect() as conn:
+            p = passages_table.c
+            rows = conn.execute(sa.select(p.seq, p.last_seq, p.kind, p.body, p.terms).order_by(p.id)).all()
+        engine.dispose()
+        return [tuple(row) for row in rows]
+
+    expected = of_events([events])
+    assert anyio.run(written) == [
+        (p.seq, p.last_seq, p.kind, p.text, " ".join(folded_tokens(p.text))) for p in expected
     ]

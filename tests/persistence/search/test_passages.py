@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from codec import Event
-from persistence.search.passages import MAX_PASSAGE, Passage, joined, of_batch, of_events
+from persistence.search.passages import MAX_EVENT_TEXT, MAX_PASSAGE, Passage, joined, of_batch, of_events
 from testing.events import plain, reasoning, text, tool
 
 T0 = 1_700_000_000_000
@@ -70,9 +70,19 @@ def test_the_next_appends_first_delta_continues_the_sessions_last_passage() -> N
     assert joined(last, of_batch([text(1, T0, "x", index=9)]))[0] is None
 
 
+def test_an_empty_delta_extends_its_run_and_an_empty_message_gives_nothing() -> None:
+    events = [text(0, T0, "rate li"), text(1, T0, ""), text(2, T0, "mit"), plain(3, "user/message", {"text": ""})]
+    assert kinds(of_events([events[:1], events[1:2], events[2:]])) == [(0, "assistant", "rate limit")]
+
+
+def test_an_events_text_is_indexed_up_to_its_bound_and_a_nul_reads_as_a_replacement() -> None:
+    found = of_batch([plain(0, "tool/result", {"content": "a\x00b" + "x" * 100_000})])
+    assert len(found) == 1 and found[0].text.startswith("a\ufffdb") and len(found[0].text) == MAX_EVENT_TEXT
+
+
 def test_a_long_block_is_cut_into_bounded_passages_at_token_starts() -> None:
     words = [f"word{n} " for n in range(1000)]
-    found = of_batch([text(seq, T0, piece) for seq, piece in enumerate(words)])
+    found = of_events([[text(seq, T0, piece) for seq, piece in enumerate(words)]])
     assert len(found) > 1 and all(len(p.text) <= MAX_PASSAGE for p in found)
     assert "".join(p.text for p in found) == "".join(words)
     assert all(p.text[0].isalnum() or p.text[0] == " " for p in found)
@@ -81,7 +91,7 @@ def test_a_long_block_is_cut_into_bounded_passages_at_token_starts() -> None:
 
 
 # Events of a session: deltas of a few blocks, in runs, with other events between.
-_PIECES = st.text(st.sampled_from("ab 北京.x"), min_size=1, max_size=300)
+_PIECES = st.text(st.sampled_from("ab 北京.x"), max_size=600)
 _EVENT = st.one_of(
     st.tuples(st.just("text"), st.integers(0, 1), _PIECES),
     st.tuples(st.just("reasoning"), st.just(0), _PIECES),
@@ -112,5 +122,6 @@ def test_a_sessions_passages_are_the_same_however_its_events_were_batched(
     events = _events(specs)
     cuts = sorted(data.draw(st.sets(st.integers(1, len(events) - 1), max_size=len(events))) if len(events) > 1 else [])
     batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
-    assert of_events(batches) == of_batch(events)
-    assert all(len(p.text) <= MAX_PASSAGE for p in of_batch(events))
+    whole = of_events([events])
+    assert of_events(batches) == whole
+    assert all(len(p.text) <= MAX_PASSAGE for p in whole)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from persistence.search.terms import MAX_TOKEN, fold, folded_tokens, spans, terms, tsvector
+from persistence.search.terms import MAX_TOKEN, extended, fold, folded_tokens, spans, terms, tsvector
 
 
 def test_words_are_runs_of_letters_and_digits_and_unspaced_scripts_are_characters() -> None:
@@ -16,8 +16,14 @@ def test_words_are_runs_of_letters_and_digits_and_unspaced_scripts_are_character
 
 def test_tokens_compare_case_folded_without_marks_and_cut_at_max_token() -> None:
     assert folded_tokens("Émile ÇA Straße") == ["emile", "ca", "strasse"]
-    assert fold("½") == ["1", "2"]
+    assert fold("½") == ("1", "2")
     assert folded_tokens("x" * 100) == ["x" * MAX_TOKEN]
+
+
+def test_a_combining_mark_belongs_to_its_letter_and_symbols_are_no_tokens() -> None:
+    assert folded_tokens("Re\u0301sume\u0301 na\u0308ive") == folded_tokens("Résumé naïve") == ["resume", "naive"]
+    assert folded_tokens("か\u3099") == folded_tokens("が") == ["が"]
+    assert folded_tokens("・ ゛ ゙") == []
 
 
 def test_spans_locate_each_token_in_the_text() -> None:
@@ -26,9 +32,16 @@ def test_spans_locate_each_token_in_the_text() -> None:
 
 
 def test_the_stores_forms_hold_the_tokens_in_order_with_positions() -> None:
-    assert terms("Rate limit, rate!") == "rate limit rate"
-    assert tsvector("Rate limit, rate!") == "'rate':1,3 'limit':2"
-    assert tsvector("") == "" and terms("...") == ""
+    words = folded_tokens("Rate limit, rate!")
+    assert terms(words) == "rate limit rate"
+    assert tsvector(words) == "'rate':1,3 'limit':2"
+    assert tsvector([]) == "" and terms(folded_tokens("...")) == ""
+
+
+@settings(max_examples=1000)
+@given(st.text(), st.text())
+def test_tokens_extended_by_a_piece_are_the_tokens_of_the_whole(text: str, piece: str) -> None:
+    assert extended(folded_tokens(text), text, piece) == folded_tokens(text + piece)
 
 
 @given(st.text())
