@@ -214,10 +214,10 @@ async def test_state_and_time_filters_and_an_expired_session(searchable: History
     assert found(await search(store, "needle", now=now_ms() + 10_000, retention_ms=1)) == set()
 
 
-async def test_pages_go_down_the_ranking_without_repeats(searchable: HistoryStore) -> None:
+async def test_pages_go_newest_first_without_repeats_each_hit_ranked_by_its_matches(searchable: HistoryStore) -> None:
     store = searchable
     for number in range(7):
-        await appended(store, f"s{number}", [[user(0, "word " * (number + 1))]])
+        await appended(store, f"s{number}", [[user(0, "word " * (number + 1), time=T0 + 10 * (number % 3))]])
     seen: list[tuple[str, int, str]] = []
     offset, more = 0, True
     while more:
@@ -225,8 +225,9 @@ async def test_pages_go_down_the_ranking_without_repeats(searchable: HistoryStor
         seen.extend((hit.session_id, hit.seq, hit.kind) for hit in page.hits)
         offset, more = offset + len(page.hits), page.more
     assert len(seen) == len(set(seen)) == 7
-    ranks = [hit.rank for hit in (await search(store, "word")).hits]
-    assert ranks == sorted(ranks, reverse=True)
+    hits = (await search(store, "word")).hits
+    assert [hit.time for hit in hits] == sorted((hit.time for hit in hits), reverse=True)
+    assert {hit.session_id: hit.rank for hit in hits} == {f"s{number}": number + 1.0 for number in range(7)}
 
 
 async def test_every_store_finds_the_same_passages_as_the_memory_store(searchable: HistoryStore) -> None:
