@@ -67,6 +67,7 @@ _TYPES: Final = (
     bodies.SessionCreated,
     bodies.Appended,
     bodies.SessionList,
+    bodies.SearchHits,
     bodies.SessionState,
     bodies.Health,
     bodies.Readiness,
