@@ -125,7 +125,10 @@ class SessionState(Struct, frozen=True, rename="camel"):
 
 
 _DECODERS: Final[MappingProxyType[type, msgspec.json.Decoder[Any]]] = MappingProxyType(
-    {kind: msgspec.json.Decoder(kind) for kind in (SessionCreated, Appended, Closed, SessionList, SessionState)}
+    {
+        kind: msgspec.json.Decoder(kind)
+        for kind in (SessionCreated, Appended, Closed, SessionList, SearchHits, SessionState)
+    }
 )
 
 

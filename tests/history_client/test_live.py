@@ -380,3 +380,35 @@ def test_both_clients_list_sessions_and_children_read_a_session_and_stop_a_follo
                 assert [e async for e in client.follow("p", after=29, idle=0.2)] == []
 
         anyio.run(main)
+
+
+def test_both_clients_search_a_page_at_a_time_and_name_a_childs_parent() -> None:
+    with serve_in_thread(Settings(store_url="memory://")) as running:
+        with HistoryClient(running.url) as client:
+            client.create_session(SessionHeader(id="p", createdAt=2))
+            client.create_session(SessionHeader(id="p.c", createdAt=3, parentSession="p", origin="subagent"))
+            client.append("p", messages(3, text="the rate limit"))
+            client.append("p.c", [Event("user/message", 0, 7, {"text": "a rate limit"})])
+            first = client.search("rate limit", limit=3)
+            assert len(first.hits) == 3 and first.next_cursor is not None
+            rest = client.search("rate limit", limit=3, cursor=first.next_cursor)
+            hits = first.hits + rest.hits
+            assert rest.next_cursor is None and sorted((h.session, h.seq) for h in hits) == [
+                ("p", 0),
+                ("p", 1),
+                ("p", 2),
+                ("p.c", 0),
+            ]
+            child = next(h for h in hits if h.session == "p.c")
+            assert (child.parent, child.kind, child.time) == ("p", "user", 7)
+            assert child.snippet == ["a ", "rate", " ", "limit", ""]
+            with pytest.raises(ServiceError) as refused:
+                client.search("!!")
+            assert (refused.value.status_code, refused.value.code) == (400, "invalid_parameter")
+
+        async def main() -> None:
+            async with AsyncHistoryClient(running.url) as client:
+                found = await client.search("rate", state="open", since=7, until=8)
+                assert [(h.session, h.seq) for h in found.hits] == [("p.c", 0)]
+
+        anyio.run(main)
