@@ -67,7 +67,7 @@ def said(seq: int, text: str) -> dict[str, Any]:
 
 
 def delta(seq: int, text: str) -> dict[str, Any]:
-    chunk = {"type": "text-delta", "index": 0, "delta": text}
+    chunk = {"type": "text-delta", "index": 0, "text": text}
     return {"type": "assistant/chunk", "seq": seq, "time": T0 + seq, "data": {"turn": 1, "step": 1, "chunk": chunk}}
 
 
@@ -134,6 +134,7 @@ def test_every_page_of_every_search_is_the_same_from_both_clients(service: str) 
     assert len(walked['rate limit{"limit": 2}']["pages"]) >= 3
     hits = [hit for page in walked['rate limit{"limit": 2}']["pages"] for hit in page["hits"]]
     assert {"session": "s2.w", "parent": "s2"}.items() <= next(h for h in hits if h["session"] == "s2.w").items()
+    assert {hit["kind"] for hit in hits} == {"user", "assistant"}
     closed_pages = walked['"rate limit"{"limit": 1, "state": "closed"}']["pages"]
     closed = [hit["session"] for page in closed_pages for hit in page["hits"]]
     assert closed and set(closed) == {"s1"}
