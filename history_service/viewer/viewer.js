@@ -8,7 +8,8 @@ import { ChildLinks } from "./children.js";
 import { Finder } from "./find.js";
 import { Place, showHeading } from "./nav.js";
 import { listSessions, sessionHref } from "./sessions.js";
-import { eventItem, joinItems, recordItem } from "./items.js";
+import { eventItem, joinItems } from "./items.js";
+import { Pager } from "./paging.js";
 import { Timeline } from "./timeline.js";
 import { eventCount, shownTime } from "./when.js";
 
@@ -43,26 +44,13 @@ const finder = new Finder(timeline, {
   next: /** @type {HTMLButtonElement} */ ($("find-next")),
 });
 /**
- * What is shown, and of which incarnation (docs/protocol.md §2.5): the tail page's, named in every
- * later page and in the follow, so a delete and re-create shows "session deleted", never the new
- * session's events below the old one's.
- * @type {{
- *   client: HistoryClient | null, incarnation: string | undefined, closed: boolean, deleted: boolean, oldest: number, hasMore: boolean,
- *   cursor: number, loading: boolean, olderFailed: boolean, stop: AbortController | null,
- * }}
+ * The open session: its pages on screen (`pager`, which knows what is shown, and of which incarnation,
+ * docs/protocol.md §2.5: the tail page's, named in every later page and in the follow, so a delete and
+ * re-create shows "session deleted", never the new session's events below the old one's), and whether
+ * it is closed or deleted.
+ * @type {{client: HistoryClient | null, pager: Pager | null, closed: boolean, deleted: boolean, stop: AbortController | null}}
  */
-const state = {
-  client: null,
-  incarnation: undefined,
-  closed: false,
-  deleted: false,
-  oldest: 0,
-  hasMore: false,
-  cursor: -1,
-  loading: false,
-  olderFailed: false,
-  stop: null,
-};
+const state = { client: null, pager: null, closed: false, deleted: false, stop: null };
 /** The live events not shown yet; the next animation frame shows them. @type {{events: any[]}} */
 const live = { events: [] };
 /** The links from items that name a subagent child to its view, once the session is open. @type {{links: ChildLinks | null}} */
@@ -139,7 +127,7 @@ function showEnded(closedAt) {
 /** The session was deleted (§6.4): nothing of it is left to read, so nothing more is asked for. */
 function showDeleted() {
   state.deleted = true;
-  state.hasMore = false;
+  state.pager?.stop();
   state.stop?.abort();
   setStatus("deleted", "session deleted");
   markProgress();
@@ -162,9 +150,11 @@ function atBottom() {
 
 /** After items came: the marks and the find count that depend on what is loaded. */
 function markProgress() {
-  timelineEl.dataset.from = String(state.oldest);
-  timelineEl.dataset.hasMore = String(state.hasMore);
-  timelineEl.dataset.cursor = String(state.cursor);
+  const pager = state.pager;
+  if (pager === null) return;
+  timelineEl.dataset.from = String(pager.oldest);
+  timelineEl.dataset.hasMore = String(pager.hasMore);
+  timelineEl.dataset.cursor = String(pager.cursor);
   if (finder.query) finder.refresh();
 }
 
@@ -200,59 +190,20 @@ loginEl.addEventListener("submit", (event) => {
   void open();
 });
 
-async function loadOlder() {
-  const client = state.client;
-  if (client === null || state.loading || !state.hasMore) return;
-  state.loading = true;
-  timelineEl.dataset.loading = "true";
-  olderEl.hidden = false;
-  try {
-    // `through` pins where the page ends, so it must join the oldest page shown exactly
-    // (the client checks it); with the incarnation it makes the page immutable, so the browser
-    // may cache it (§4.4), and a page of a session created again after a delete is refused.
-    const through = state.oldest - 1;
-    const options = { child, through, maxMessages: pageSize, incarnation: state.incarnation };
-    const page = await client.page(/** @type {string} */ (sessionId), options);
-    const height = scroller.scrollHeight;
-    const top = scroller.scrollTop;
-    const older = joinItems(page.records.map(recordItem));
-    timeline.prepend(older);
-    linkChildren(older);
-    // Keep what the reader was looking at in place: the new rows went above it.
-    scroller.scrollTop = top + (scroller.scrollHeight - height);
-    state.oldest = page.fromSeq;
-    state.hasMore = page.hasMore;
-    markProgress();
-  } catch (error) {
-    state.olderFailed = true;
-    if (error instanceof SessionDeletedError) showDeleted();
-    else showError(`Could not load older messages: ${describe(error)}`);
-  } finally {
-    state.loading = false;
-    timelineEl.dataset.loading = "false";
-    olderEl.hidden = true;
-  }
-}
-
-async function fillViewport() {
-  while (state.hasMore && scroller.scrollHeight <= scroller.clientHeight && !state.olderFailed) {
-    await loadOlder();
-  }
-}
-
 scroller.addEventListener("scroll", () => {
-  if (scroller.scrollTop < NEAR_TOP_PX) void loadOlder();
+  if (scroller.scrollTop < NEAR_TOP_PX) void state.pager?.older();
   showJump();
 });
 
 async function follow() {
   const client = /** @type {HistoryClient} */ (state.client);
+  const pager = /** @type {Pager} */ (state.pager);
   state.stop = new AbortController();
   setStatus("connecting");
   const updates = client.follow(/** @type {string} */ (sessionId), {
     child,
-    after: state.cursor,
-    incarnation: state.incarnation,
+    after: pager.cursor,
+    incarnation: pager.incarnation,
     packed,
     signal: state.stop.signal,
     onConnection: (change) => {
@@ -295,7 +246,7 @@ function showLive() {
   const items = joinItems(events.map(eventItem));
   timeline.append(items);
   linkChildren(items);
-  state.cursor = events[events.length - 1].seq;
+  /** @type {Pager} */ (state.pager).cursor = events[events.length - 1].seq;
   markProgress();
   if (state.client !== null) place.live(state.client, events);
   if (stick) scroller.scrollTop = scroller.scrollHeight;
@@ -377,7 +328,6 @@ async function open() {
   $("back").hidden = false;
   // Its line takes its place now, so that filling it in later moves nothing the reader sees.
   $("about").hidden = false;
-  state.olderFailed = false;
   const { client, token, principal } = connect();
   setStatus("connecting", "loading");
   // The header says whether the session is closed. Read beside the tail page, not before it; a
@@ -406,27 +356,29 @@ async function open() {
   }
   state.client = client;
   childLinks.links = new ChildLinks(timeline, client, child ?? sessionId);
-  state.incarnation = tail.incarnation ?? undefined;
   void listSubagents(client);
-  const items = joinItems(tail.records.map(recordItem));
-  timeline.append(items);
-  linkChildren(items);
-  state.oldest = tail.fromSeq;
-  state.hasMore = tail.hasMore;
-  state.cursor = tail.toSeq - 1;
+  const pager = new Pager(client, { session: sessionId, child, pageSize }, { timeline, scroller, older: olderEl }, {
+    shown: linkChildren,
+    moved: markProgress,
+    failed: (what, error) => {
+      if (error instanceof SessionDeletedError) showDeleted();
+      else showError(`Could not load ${what} messages: ${describe(error)}`);
+    },
+  });
+  state.pager = pager;
+  pager.first(tail);
   $("find-bar").hidden = false;
-  markProgress();
   recordTailTiming(tail.records.length);
   scroller.scrollTop = scroller.scrollHeight;
   showJump();
   // Live updates need not wait for older pages: appends and prepends touch opposite ends.
-  void fillViewport();
+  void pager.fill();
   const found = await header;
   if (found !== null) void place.show(client, found);
   const closedAt = found?.header.closedAt;
   state.closed = typeof closedAt === "number";
   // Closed, and the tail page reaches its final head: there is nothing to follow.
-  if (typeof closedAt === "number" && found?.headSeq === state.cursor) {
+  if (typeof closedAt === "number" && found?.headSeq === pager.cursor) {
     showEnded(closedAt);
     return;
   }
