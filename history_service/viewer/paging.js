@@ -1,14 +1,23 @@
-// The pages of the open session on screen: older ones go above as the reader nears the top.
+// The pages of the open session on screen: older ones go above as the reader nears the top. A session
+// opened at a seq (a search hit's) also has newer ones go below as the reader nears the bottom, up to
+// the head, where the shell follows it live.
 //
 // Every page after the first names the first one's incarnation (docs/protocol.md §2.5), so a delete
 // and re-create between them is a `SessionDeletedError`, never another session's events joined to these.
 import { HistoryClient } from "history-transport-client";
-import { joinItems, recordItem } from "./items.js";
+import { eventItem, joinItems, recordItem } from "./items.js";
+
+// How far past the newest event shown a newer page reaches, in seqs. Pages are cut backwards from a
+// seq (§4.3), so the newer side is read as the events up to there, joined to those shown exactly.
+const NEWER_SEQS = 400;
 
 /**
- * What the shell hears of: items shown (to link the children they name), what is shown moved, and a
- * load that failed.
- * @typedef {{shown: (items: Item[]) => void, moved: () => void, failed: (what: "older", error: unknown) => void}} PagerEvents
+ * What the shell hears of: items shown (to link the children they name), what is shown moved, a load
+ * that failed, and the newest event shown reaching the head that was read.
+ * @typedef {{
+ *   shown: (items: Item[]) => void, moved: () => void, failed: (what: "older" | "newer", error: unknown) => void,
+ *   atHead: () => void,
+ * }} PagerEvents
  * @typedef {import("./items.js").Item} Item
  * @typedef {import("./timeline.js").Timeline} Timeline
  * @typedef {Awaited<ReturnType<HistoryClient["page"]>>} Page
@@ -33,11 +42,19 @@ export class Pager {
     this.hasMore = false;
     /** The newest seq shown; live events move it too. */
     this.cursor = -1;
+    /** The head newer pages go up to: none (`null`) but for a session opened at a seq, until it is followed. @type {number | null} */
+    this.head = null;
     this.loadingOlder = false;
     this.olderFailed = false;
+    this.loadingNewer = false;
   }
 
-  /** Show the first page, the newest; later pages are pinned to its incarnation. @param {Page} page */
+  /** Whether newer events than those shown wait to be paged in. */
+  get hasNewer() {
+    return this.head !== null && this.cursor < this.head;
+  }
+
+  /** Show the first page, the newest or the one through a seq; later pages are pinned to its incarnation. @param {Page} page */
   first(page) {
     this.incarnation = page.incarnation ?? undefined;
     this.#show(joinItems(page.records.map(recordItem)), false);
@@ -47,9 +64,10 @@ export class Pager {
     this.events.moved();
   }
 
-  /** Nothing more is paged in: the session was deleted. */
+  /** Nothing more is paged in, either way: the session was deleted. */
   stop() {
     this.hasMore = false;
+    this.head = null;
   }
 
   /** @param {Item[]} items @param {boolean} older */
@@ -90,14 +108,43 @@ export class Pager {
     }
   }
 
-  /** Page in older items until they fill the screen, or none are left. */
+  /** Page newer events in below the newest shown, up to `NEWER_SEQS` past it or the head; the shell hears when it is reached. */
+  async newer() {
+    if (this.loadingNewer || !this.hasNewer) return;
+    const root = this.elements.timeline.root;
+    this.loadingNewer = true;
+    root.dataset.loadingNewer = "true";
+    let failed = false;
+    try {
+      const through = Math.min(/** @type {number} */ (this.head), this.cursor + NEWER_SEQS);
+      const { session, child } = this.where;
+      /** @type {any[]} */
+      const events = [];
+      for await (const event of this.client.iterHistory(session, { child, after: this.cursor, through, incarnation: this.incarnation })) {
+        events.push(event);
+      }
+      this.#show(joinItems(events.map(eventItem)), false);
+      this.cursor = through;
+      this.events.moved();
+    } catch (error) {
+      failed = true;
+      this.events.failed("newer", error);
+    } finally {
+      this.loadingNewer = false;
+      root.dataset.loadingNewer = "false";
+    }
+    if (!failed && this.head !== null && !this.hasNewer) this.events.atHead();
+  }
+
+  /** Page in older (then newer) items until they fill the screen, or none are left. */
   async fill() {
     const { scroller } = this.elements;
-    while (this.hasMore && !this.olderFailed && scroller.scrollHeight <= scroller.clientHeight) {
-      const before = this.oldest;
-      await this.older();
-      // Nothing came (a load under way already): the scroll handler takes over.
-      if (this.oldest === before) return;
+    while (scroller.scrollHeight <= scroller.clientHeight) {
+      const before = [this.oldest, this.cursor];
+      if (this.hasMore && !this.olderFailed) await this.older();
+      else if (this.hasNewer) await this.newer();
+      // Nothing came (a load under way already, or one that failed): the scroll handler takes over.
+      if (this.oldest === before[0] && this.cursor === before[1]) return;
     }
   }
 }
