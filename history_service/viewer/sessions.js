@@ -21,10 +21,15 @@ const TYPING_MS = 250;
  * @typedef {import("history-transport-client").ListedSession} ListedSession
  */
 
-/** A session's view. @param {string} id @param {string} [parent] */
-export function sessionHref(id, parent) {
+/**
+ * A session's view; a subagent child's is read through its `parent`. With `at`, the view opens at the
+ * page that holds that seq and marks the item holding it, rather than at the newest page.
+ * @param {string} id @param {string} [parent] @param {number} [at]
+ */
+export function sessionHref(id, parent, at) {
   const session = `session=${encodeURIComponent(id)}`;
-  return parent === undefined ? `?${session}` : `?parent=${encodeURIComponent(parent)}&${session}`;
+  const href = parent === undefined ? `?${session}` : `?parent=${encodeURIComponent(parent)}&${session}`;
+  return at === undefined ? href : `${href}&at=${at}`;
 }
 
 /**

@@ -157,6 +157,11 @@ export class Timeline {
     return node && node.item.seq0 <= seq ? node : undefined;
   }
 
+  /** The node on screen that shows `seq`: the one whose range holds it, else the one that accounts for it. @param {number} seq */
+  holding(seq) {
+    return this.nodeAt(seq) ?? this.nodes.find((node) => node.absorbed.includes(seq));
+  }
+
   /**
    * Link a node, and the other items of its tool call (the call and its result), to a subagent child's view.
    * @param {Rendered} named the node that names the child

@@ -1,5 +1,7 @@
 // The session viewer: the newest page first, older pages as the reader scrolls up, then live tokens
-// until the session is closed or deleted.
+// until the session is closed or deleted. Opened at a seq (`&at=`, from a search hit), it starts at the
+// page that holds it, marks that item, and pages newer events in below as the reader scrolls down,
+// until the head, where it follows live.
 //
 // Everything it shows comes through the public API of the JavaScript client package. The token
 // a user enters is kept in sessionStorage for this tab, never in the URL.
@@ -8,14 +10,19 @@ import { ChildLinks } from "./children.js";
 import { Finder } from "./find.js";
 import { Place, showHeading } from "./nav.js";
 import { listSessions, sessionHref } from "./sessions.js";
-import { eventItem, joinItems, recordItem } from "./items.js";
+import { searchSessions } from "./search.js";
+import { eventItem, joinItems } from "./items.js";
+import { Pager } from "./paging.js";
 import { Timeline } from "./timeline.js";
 import { eventCount, shownTime } from "./when.js";
 
+/** @typedef {import("./nav.js").SessionState} SessionState */
+
 const TOKEN_KEY = "history.token";
 const PRINCIPAL_KEY = "history.principal";
-// Load an older page when the reader comes this close to the top.
+// Load an older page when the reader comes this close to the top, a newer one this close to the bottom.
 const NEAR_TOP_PX = 200;
+const NEAR_BOTTOM_PX = 200;
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const scroller = $("scroller");
@@ -32,6 +39,8 @@ const requested = params.get("session");
 const sessionId = parent ?? requested;
 const child = parent ? requested ?? undefined : undefined;
 const pageSize = messagesPerPage(params.get("pageSize"));
+// The seq to open at (a search hit's), instead of the newest page.
+const at = seqParam(params.get("at"));
 // Live events come packed (docs/protocol.md §5.5), a write a frame; `packed=0` asks for one frame an event.
 const packed = params.get("packed") !== "0";
 
@@ -43,26 +52,16 @@ const finder = new Finder(timeline, {
   next: /** @type {HTMLButtonElement} */ ($("find-next")),
 });
 /**
- * What is shown, and of which incarnation (docs/protocol.md §2.5): the tail page's, named in every
- * later page and in the follow, so a delete and re-create shows "session deleted", never the new
- * session's events below the old one's.
+ * The open session: its pages on screen (`pager`, which knows what is shown, and of which incarnation,
+ * docs/protocol.md §2.5: the first page's, named in every later page and in the follow, so a delete and
+ * re-create shows "session deleted", never the new session's events below the old one's), the session
+ * as read when it opened (`found`), and whether it is followed.
  * @type {{
- *   client: HistoryClient | null, incarnation: string | undefined, closed: boolean, deleted: boolean, oldest: number, hasMore: boolean,
- *   cursor: number, loading: boolean, olderFailed: boolean, stop: AbortController | null,
+ *   client: HistoryClient | null, pager: Pager | null, found: SessionState | null, closed: boolean, deleted: boolean,
+ *   following: boolean, stop: AbortController | null,
  * }}
  */
-const state = {
-  client: null,
-  incarnation: undefined,
-  closed: false,
-  deleted: false,
-  oldest: 0,
-  hasMore: false,
-  cursor: -1,
-  loading: false,
-  olderFailed: false,
-  stop: null,
-};
+const state = { client: null, pager: null, found: null, closed: false, deleted: false, following: false, stop: null };
 /** The live events not shown yet; the next animation frame shows them. @type {{events: any[]}} */
 const live = { events: [] };
 /** The links from items that name a subagent child to its view, once the session is open. @type {{links: ChildLinks | null}} */
@@ -115,6 +114,17 @@ function messagesPerPage(value) {
   return Number.isInteger(count) && count >= 1 && count <= MAX_MESSAGES ? count : undefined;
 }
 
+/** `at` from the URL: a seq, or undefined. @param {string | null} value */
+function seqParam(value) {
+  const seq = value === null || value === "" ? NaN : Number(value);
+  return Number.isSafeInteger(seq) && seq >= 0 ? seq : undefined;
+}
+
+/** Whether newer events than those shown wait to be paged in before the follow. */
+function hasNewer() {
+  return state.pager?.hasNewer ?? false;
+}
+
 /** @param {string} phase @param {string} [text] */
 function setStatus(phase, text) {
   statusEl.dataset.state = phase;
@@ -139,7 +149,7 @@ function showEnded(closedAt) {
 /** The session was deleted (§6.4): nothing of it is left to read, so nothing more is asked for. */
 function showDeleted() {
   state.deleted = true;
-  state.hasMore = false;
+  state.pager?.stop();
   state.stop?.abort();
   setStatus("deleted", "session deleted");
   markProgress();
@@ -162,23 +172,32 @@ function atBottom() {
 
 /** After items came: the marks and the find count that depend on what is loaded. */
 function markProgress() {
-  timelineEl.dataset.from = String(state.oldest);
-  timelineEl.dataset.hasMore = String(state.hasMore);
-  timelineEl.dataset.cursor = String(state.cursor);
+  const pager = state.pager;
+  if (pager === null) return;
+  timelineEl.dataset.from = String(pager.oldest);
+  timelineEl.dataset.hasMore = String(pager.hasMore);
+  timelineEl.dataset.cursor = String(pager.cursor);
+  timelineEl.dataset.hasNewer = String(pager.hasNewer);
   if (finder.query) finder.refresh();
 }
 
 /**
- * The jump-to-end button shows while the reader is away from the newest item. Older items
- * go above the reader without moving them, so only scrolling, resizing and live items change it.
+ * The jump-to-end button shows while the reader is away from the newest item, or newer items wait to
+ * be paged in. Older items go above the reader without moving them, so only scrolling, resizing and
+ * new items change it.
  * @param {boolean} [bottom] whether the reader is at the bottom, when the caller knows
  */
 function showJump(bottom = atBottom()) {
-  jumpEl.hidden = bottom;
+  jumpEl.hidden = bottom && !hasNewer();
 }
 
 window.addEventListener("resize", () => showJump());
 jumpEl.addEventListener("click", () => {
+  // The end is not paged in yet: open the session at its newest page instead.
+  if (hasNewer()) {
+    location.assign(child === undefined ? sessionHref(/** @type {string} */ (sessionId)) : sessionHref(child, sessionId ?? undefined));
+    return;
+  }
   scroller.scrollTop = scroller.scrollHeight;
   showJump(true);
 });
@@ -200,59 +219,35 @@ loginEl.addEventListener("submit", (event) => {
   void open();
 });
 
-async function loadOlder() {
-  const client = state.client;
-  if (client === null || state.loading || !state.hasMore) return;
-  state.loading = true;
-  timelineEl.dataset.loading = "true";
-  olderEl.hidden = false;
-  try {
-    // `through` pins where the page ends, so it must join the oldest page shown exactly
-    // (the client checks it); with the incarnation it makes the page immutable, so the browser
-    // may cache it (§4.4), and a page of a session created again after a delete is refused.
-    const through = state.oldest - 1;
-    const options = { child, through, maxMessages: pageSize, incarnation: state.incarnation };
-    const page = await client.page(/** @type {string} */ (sessionId), options);
-    const height = scroller.scrollHeight;
-    const top = scroller.scrollTop;
-    const older = joinItems(page.records.map(recordItem));
-    timeline.prepend(older);
-    linkChildren(older);
-    // Keep what the reader was looking at in place: the new rows went above it.
-    scroller.scrollTop = top + (scroller.scrollHeight - height);
-    state.oldest = page.fromSeq;
-    state.hasMore = page.hasMore;
-    markProgress();
-  } catch (error) {
-    state.olderFailed = true;
-    if (error instanceof SessionDeletedError) showDeleted();
-    else showError(`Could not load older messages: ${describe(error)}`);
-  } finally {
-    state.loading = false;
-    timelineEl.dataset.loading = "false";
-    olderEl.hidden = true;
-  }
-}
-
-async function fillViewport() {
-  while (state.hasMore && scroller.scrollHeight <= scroller.clientHeight && !state.olderFailed) {
-    await loadOlder();
-  }
-}
-
 scroller.addEventListener("scroll", () => {
-  if (scroller.scrollTop < NEAR_TOP_PX) void loadOlder();
+  if (scroller.scrollTop < NEAR_TOP_PX) void state.pager?.older();
+  if (scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < NEAR_BOTTOM_PX) void state.pager?.newer();
   showJump();
 });
 
+/**
+ * Mark the item that holds `seq` and bring it to the middle of the screen (its top, when it is taller);
+ * a folded one is unfolded.
+ * @param {number} seq
+ */
+function showMatch(seq) {
+  const node = timeline.holding(seq);
+  if (node === undefined) return;
+  node.el.dataset.highlight = "true";
+  timelineEl.dataset.highlight = String(seq);
+  if (node.el instanceof HTMLDetailsElement) node.el.open = true;
+  node.el.scrollIntoView({ block: node.el.offsetHeight > scroller.clientHeight ? "start" : "center" });
+}
+
 async function follow() {
   const client = /** @type {HistoryClient} */ (state.client);
+  const pager = /** @type {Pager} */ (state.pager);
   state.stop = new AbortController();
   setStatus("connecting");
   const updates = client.follow(/** @type {string} */ (sessionId), {
     child,
-    after: state.cursor,
-    incarnation: state.incarnation,
+    after: pager.cursor,
+    incarnation: pager.incarnation,
     packed,
     signal: state.stop.signal,
     onConnection: (change) => {
@@ -295,7 +290,7 @@ function showLive() {
   const items = joinItems(events.map(eventItem));
   timeline.append(items);
   linkChildren(items);
-  state.cursor = events[events.length - 1].seq;
+  /** @type {Pager} */ (state.pager).cursor = events[events.length - 1].seq;
   markProgress();
   if (state.client !== null) place.live(state.client, events);
   if (stick) scroller.scrollTop = scroller.scrollHeight;
@@ -328,7 +323,10 @@ function connect() {
   return { client, token, principal };
 }
 
-/** Without a session: the caller's sessions, newest first, a page at a time, filtered as the reader types. */
+/**
+ * Without a session: the caller's sessions, newest first, a page at a time, filtered as the reader types;
+ * above them, the search across their text, whose hits stand in for the list while it holds a query.
+ */
 async function openList() {
   document.title = "Sessions · session viewer";
   $("title").textContent = "Sessions";
@@ -336,6 +334,14 @@ async function openList() {
   const listEl = $("sessions");
   const { client, token } = connect();
   setStatus("connecting", "loading");
+  searchSessions(client, {
+    box: /** @type {HTMLInputElement} */ ($("search")),
+    status: $("search-status"),
+    results: $("search-results"),
+    hits: $("hits"),
+    more: /** @type {HTMLButtonElement} */ ($("more-hits")),
+    list: $("session-list"),
+  });
   await listSessions(
     client,
     {
@@ -377,15 +383,17 @@ async function open() {
   $("back").hidden = false;
   // Its line takes its place now, so that filling it in later moves nothing the reader sees.
   $("about").hidden = false;
-  state.olderFailed = false;
   const { client, token, principal } = connect();
   setStatus("connecting", "loading");
   // The header says whether the session is closed. Read beside the tail page, not before it; a
   // failure only leaves that out, and the follow still ends on a closed session's end frame.
   const header = client.session(sessionId, { child }).catch(() => null);
+  // Opened at a seq: the page through it, within the head (an empty session's is empty).
+  const found = at === undefined ? null : await header;
+  const through = at === undefined ? undefined : Math.min(at, found?.headSeq ?? at);
   let tail;
   try {
-    tail = await client.page(sessionId, { child, maxMessages: pageSize });
+    tail = await client.page(sessionId, { child, through, maxMessages: pageSize });
   } catch (error) {
     if (error instanceof ServiceError && error.status === 401) {
       // A refused token is not kept for the next load.
@@ -406,27 +414,69 @@ async function open() {
   }
   state.client = client;
   childLinks.links = new ChildLinks(timeline, client, child ?? sessionId);
-  state.incarnation = tail.incarnation ?? undefined;
   void listSubagents(client);
-  const items = joinItems(tail.records.map(recordItem));
-  timeline.append(items);
-  linkChildren(items);
-  state.oldest = tail.fromSeq;
-  state.hasMore = tail.hasMore;
-  state.cursor = tail.toSeq - 1;
+  const pager = new Pager(client, { session: sessionId, child, pageSize }, { timeline, scroller, older: olderEl }, {
+    shown: linkChildren,
+    moved: markProgress,
+    failed: (what, error) => {
+      if (error instanceof SessionDeletedError) showDeleted();
+      else showError(`Could not load ${what} messages: ${describe(error)}`);
+    },
+    atHead: () => void goLive(),
+  });
+  state.pager = pager;
+  pager.first(tail);
   $("find-bar").hidden = false;
-  markProgress();
+  if (at !== undefined) {
+    await openAt(client, at, found, tail.records.length);
+    return;
+  }
   recordTailTiming(tail.records.length);
   scroller.scrollTop = scroller.scrollHeight;
   showJump();
   // Live updates need not wait for older pages: appends and prepends touch opposite ends.
-  void fillViewport();
-  const found = await header;
+  void pager.fill();
+  state.found = await header;
+  if (state.found !== null) void place.show(client, state.found);
+  await goLive();
+}
+
+/**
+ * Opened at `seq`, with its page shown: page in what came after it, mark its item and bring it on screen,
+ * then fill the screen both ways. The follow starts once the reader has paged in every newer event.
+ * @param {HistoryClient} client @param {number} seq @param {SessionState | null} found the session as read
+ * @param {number} records the records of its page
+ */
+async function openAt(client, seq, found, records) {
+  const pager = /** @type {Pager} */ (state.pager);
+  state.found = found;
   if (found !== null) void place.show(client, found);
+  // Without the head, the follow catches up from the newest event shown.
+  pager.head = found?.headSeq ?? pager.cursor;
+  markProgress();
+  // The matched item may go on past its page's end: its page's newer side completes it, and shows what followed.
+  await pager.newer();
+  showMatch(seq);
+  recordTailTiming(records);
+  if (pager.hasNewer) setStatus("idle", "newer messages below");
+  else void goLive();
+  showJump();
+  await pager.fill();
+}
+
+/** Follow the session live from the newest event shown: once, when nothing newer waits to be paged in. */
+async function goLive() {
+  const pager = /** @type {Pager} */ (state.pager);
+  if (state.following) return;
+  state.following = true;
+  // The follow takes the newer side over from here.
+  pager.head = null;
+  markProgress();
+  const found = state.found;
   const closedAt = found?.header.closedAt;
   state.closed = typeof closedAt === "number";
-  // Closed, and the tail page reaches its final head: there is nothing to follow.
-  if (typeof closedAt === "number" && found?.headSeq === state.cursor) {
+  // Closed, and what is shown reaches its final head: there is nothing to follow.
+  if (typeof closedAt === "number" && found?.headSeq === pager.cursor) {
     showEnded(closedAt);
     return;
   }

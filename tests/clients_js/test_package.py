@@ -63,6 +63,9 @@ import {
   type NewSession,
   type ListedSession,
   type ReadPage,
+  type SearchHit,
+  type SearchHits,
+  type SearchKind,
   type SessionList,
 } from "history-transport-client";
 
@@ -109,6 +112,19 @@ export async function list(): Promise<string[]> {
   return [`${listed.total}`, first?.title ?? "", `${first?.lastEventAt ?? tokens}`, `${children.total}`];
 }
 
+export async function find(signal: AbortSignal): Promise<string[]> {
+  const filter = { state: "closed", since: 0, until: 1 } as const;
+  const found: SearchHits = await client.search('"rate limit" retr*', { limit: 20, ...filter, signal });
+  const more: SearchHits = await client.search("retry", { cursor: found.nextCursor ?? undefined });
+  const hit: SearchHit | undefined = found.hits[0] ?? more.hits[0];
+  if (hit === undefined) return [];
+  const kind: SearchKind = hit.kind;
+  const marked: string[] = hit.snippet.filter((_, i) => i % 2 === 1);
+  const child = hit.parent === undefined ? undefined : hit.session;
+  const at = await client.page(hit.parent ?? hit.session, { child, through: hit.seq });
+  return [kind, hit.title ?? hit.session, `${hit.rank + hit.time + at.toSeq}`, ...marked];
+}
+
 export function why(error: unknown): string | null {
   if (error instanceof SessionDeletedError) return `${error.session} ${error.incarnation ?? "?"} deleted`;
   return error instanceof ServiceError ? `${error.status} ${error.code}: ${error.message}` : null;
@@ -135,7 +151,13 @@ export async function misuse(): Promise<void> {
   const more: boolean = decodeLiveRecords({}).hasMore; // wrong
   await client.sessions({ state: "ended" }); // wrong
   const total: string = (await client.sessions()).total; // wrong
-  console.log(appended, from, missing, gone, more, total);
+  await client.search(); // wrong
+  await client.search("x", { state: "ended" }); // wrong
+  await client.search("x", { since: "yesterday" }); // wrong
+  const kind: "message" = (await client.search("x")).hits[0].kind; // wrong
+  const counted: number = (await client.search("x")).total; // wrong
+  const parent: string = (await client.search("x")).hits[0].parent; // wrong
+  console.log(appended, from, missing, gone, more, total, kind, counted, parent);
 }
 """
 

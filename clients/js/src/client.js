@@ -66,6 +66,32 @@ export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js"
  * @typedef {{state?: "open" | "closed", q?: string}} ListFilter
  */
 /**
+ * What a search passage is (§14.2): a user message, assistant text, reasoning, a tool call or its
+ * result, or a session's title.
+ * @typedef {"user" | "assistant" | "reasoning" | "tool_call" | "tool_result" | "title"} SearchKind
+ */
+/**
+ * A passage that matched a search (§14.1): its session, and that session's `parent` when it is a
+ * subagent child (its pages are read through the parent); the seq of the passage's first event (a
+ * `page` with `through: seq` holds it), its kind and that event's `time`; its `snippet`, whose strings
+ * at even positions are plain text and at odd positions what matched; its `rank` (higher first, on the
+ * store's own scale: compare it within one answer only), and the session's `title` when it has one.
+ * @typedef {{
+ *   session: string, seq: number, kind: SearchKind, time: number, snippet: string[], rank: number,
+ *   parent?: string, title?: string,
+ * }} SearchHit
+ */
+/**
+ * A page of a search (§14.1): hits best first, and the cursor of the next page (`null`: none). It
+ * holds no total: counting every match would cost as much as a page of each.
+ * @typedef {{hits: SearchHit[], nextCursor: string | null}} SearchHits
+ */
+/**
+ * What narrows a search (§14.1): only hits in `"open"` or `"closed"` sessions, and only passages whose
+ * first event's `time` is in `[since, until)`, epoch ms. Pass the same with each `cursor`.
+ * @typedef {{state?: "open" | "closed", since?: number, until?: number}} SearchFilter
+ */
+/**
  * What an append answers: the batch's first seq and the new head; `idempotent` when the
  * batch was already stored, so nothing was.
  *
@@ -316,6 +342,22 @@ export class HistoryClient {
   async subagents(sessionId, { limit, cursor, state, q, signal } = {}) {
     checkSessionId(sessionId);
     return JSON.parse(await this._get(`/v1/sessions/${sessionId}/subagents`, { limit, cursor, state, q }, signal));
+  }
+
+  /**
+   * One page of the passages of the caller's sessions, children included, that match `q`, best first
+   * (§14.1). `q` holds words, `"quoted phrases"` and `prefix*` terms, all required, read as plain text;
+   * `limit` is 1-100 (default 20). Pass `nextCursor` back as `cursor`, with the same `q` and filter.
+   * A query the service cannot search (no letter or digit, too many terms) is a `ServiceError` 400
+   * `invalid_parameter` whose message says why; a store that keeps no index (JSONL) answers 501
+   * `search_unsupported`.
+   *
+   * @param {string} q
+   * @param {{limit?: number, cursor?: string, signal?: AbortSignal} & SearchFilter} [options]
+   * @returns {Promise<SearchHits>}
+   */
+  async search(q, { limit, cursor, state, since, until, signal } = {}) {
+    return JSON.parse(await this._get("/v1/search", { q, limit, cursor, state, since, until }, signal));
   }
 
   /**

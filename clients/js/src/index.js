@@ -48,5 +48,9 @@ export { SSEDecoder } from "./sse.js";
  * @typedef {import("./client.js").SessionList} SessionList
  * @typedef {import("./client.js").ListedSession} ListedSession
  * @typedef {import("./client.js").ListFilter} ListFilter
+ * @typedef {import("./client.js").SearchHit} SearchHit
+ * @typedef {import("./client.js").SearchHits} SearchHits
+ * @typedef {import("./client.js").SearchKind} SearchKind
+ * @typedef {import("./client.js").SearchFilter} SearchFilter
  * @typedef {import("./client.js").ConnectionChange} ConnectionChange
  */

@@ -696,6 +696,51 @@ describe("sessions and session", () => {
   });
 });
 
+describe("search", () => {
+  const HITS =
+    '{"hits":[{"session":"p.c","seq":42,"kind":"tool_result","time":9,"snippet":["the ","rate limit"," is"],' +
+    '"rank":3.5,"parent":"p","title":"Fix it"}],"nextCursor":"WzIwLCJhYiJd"}';
+
+  test("search sends q and the filter as given, the cursor unchanged, and returns the hits", async () => {
+    const { fetch, seen } = fetchOf(() => json(HITS));
+    const client = new HistoryClient("http://h", { fetch, token: "t", principal: "ann" });
+    const found = await client.search('"rate limit" 50% & retry*', { limit: 5, state: "closed", since: 0, until: 10 });
+    assert.deepEqual(found, JSON.parse(HITS));
+    assert.equal(seen[0].url.pathname, "/v1/search");
+    assert.deepEqual(
+      [...seen[0].url.searchParams],
+      [["q", '"rate limit" 50% & retry*'], ["limit", "5"], ["state", "closed"], ["since", "0"], ["until", "10"]],
+    );
+    assert.equal(seen[0].headers.get("x-principal"), "ann");
+    await client.search("x", { cursor: /** @type {string} */ (found.nextCursor) });
+    assert.deepEqual([...seen[1].url.searchParams], [["q", "x"], ["cursor", "WzIwLCJhYiJd"]]);
+  });
+
+  test("a query the service refuses and a store without an index are ServiceErrors with their message", async () => {
+    const refusals = [
+      errorResponse(400, "invalid_parameter", "q holds no word to search for: give letters or digits"),
+      errorResponse(501, "search_unsupported", "this store keeps no search index"),
+    ];
+    const client = new HistoryClient("http://h", { fetch: async () => /** @type {Response} */ (refusals.shift()) });
+    for (const [status, code] of [[400, "invalid_parameter"], [501, "search_unsupported"]]) {
+      const error = await client.search("!!").catch((caught) => caught);
+      assert.ok(error instanceof ServiceError, String(error));
+      assert.deepEqual([error.status, error.code], [status, code]);
+      assert.match(error.message, status === 400 ? /no word to search for/ : /no search index/);
+    }
+  });
+
+  test("search stops when its signal aborts", async () => {
+    const stop = new AbortController();
+    /** @type {typeof globalThis.fetch} */
+    const fetch = (_input, init) =>
+      new Promise((_resolve, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal?.reason)));
+    const pending = new HistoryClient("http://h", { fetch }).search("x", { signal: stop.signal });
+    stop.abort(new Error("typed again"));
+    await assert.rejects(pending, /typed again/);
+  });
+});
+
 describe("createSession and append", () => {
   /** @param {number} status @param {unknown} body */
   const answer = (status, body) => json(JSON.stringify(body), status);
