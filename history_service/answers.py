@@ -73,6 +73,7 @@ from persistence import (
     InvalidSessionIdError,
     ProducerFencedError,
     ProducerGapError,
+    SearchQueryError,
     SearchUnsupportedError,
     SeqConflictError,
     SessionClosedError,
@@ -169,6 +170,7 @@ ERRORS: Final[Mapping[type[Exception], Answer]] = {
     SeqConflictError: Answer(409, "seq_conflict", fields=lambda exc: {"headSeq": exc.head_seq}),
     SessionClosedError: Answer(409, "session_closed", fields=lambda exc: {"headSeq": exc.head_seq}),
     InvalidSessionIdError: Answer(422, "invalid_session_id"),
+    SearchQueryError: Answer(400, "invalid_parameter"),
     SearchUnsupportedError: Answer(501, "search_unsupported"),
     # Durable Streams (§13): answered as plain text under /ds (`history_service.durable.app`), by these statuses.
     StreamError: Answer(400, "stream_invalid"),

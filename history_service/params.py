@@ -20,8 +20,7 @@ from codec import INCARNATION_PATTERN, MAX_SAFE_INTEGER
 from history_service.control import CONTROL_CLASS
 from history_service.durations import MOST_MS
 from history_service.encoding import Coding, spoken
-from persistence import MAX_MATCH
-from persistence.search import MAX_LIMIT
+from persistence import MAX_MATCH, MAX_SEARCH_LIMIT
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -56,7 +55,7 @@ MAX_LISTED: Final = 1000
 MAX_TTL_MS: Final = MOST_MS
 DEFAULT_LISTED: Final = 50
 # The most hits one search answers, and how many it answers by default.
-MAX_SEARCHED: Final = MAX_LIMIT
+MAX_SEARCHED: Final = MAX_SEARCH_LIMIT
 DEFAULT_SEARCHED: Final = 20
 MaxMessages = Annotated[int, Meta(ge=1, le=MAX_MESSAGES, description="Most counted messages (§4.3).")]
 # A listing's filter: 1 to `MAX_MATCH` characters, none of them a control character.

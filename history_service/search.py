@@ -18,8 +18,7 @@ from history_service import bodies
 from history_service.errors import InvalidParameter
 from history_service.expiry import Expiry
 from history_service.params import SearchParams
-from persistence import HistoryStore, SearchQueryError, SearchRequest, now_ms
-from persistence.search import MAX_OFFSET, parse
+from persistence import MAX_SEARCH_OFFSET, HistoryStore, SearchQueryError, SearchRequest, now_ms, parse_query
 
 __all__ = ["Search"]
 
@@ -35,7 +34,7 @@ class Search:
         """A page of the hits of ``params.q`` in ``principal``'s sessions; `InvalidParameter` for a bad query or cursor,
         `persistence.SearchUnsupportedError` from a store that keeps no index."""
         try:
-            query = parse(params.q)
+            query = parse_query(params.q)
         except SearchQueryError as exc:
             raise InvalidParameter(str(exc)) from exc
         key = _fingerprint(params)
@@ -43,7 +42,7 @@ class Search:
         request = SearchRequest(
             owner=principal,
             query=query,
-            limit=min(params.limit, MAX_OFFSET - offset),
+            limit=min(params.limit, MAX_SEARCH_OFFSET - offset),
             offset=offset,
             closed=None if params.state is None else params.state == "closed",
             since=params.since,
@@ -53,7 +52,7 @@ class Search:
         )
         found = await self.store.search(request)
         end = offset + len(found.hits)
-        more = found.more and end < MAX_OFFSET
+        more = found.more and end < MAX_SEARCH_OFFSET
         return bodies.SearchHits([bodies.SearchHit.of(hit) for hit in found.hits], _cursor(end, key) if more else None)
 
 
@@ -78,6 +77,6 @@ def _offset(cursor: str | None, key: str) -> int:
         raise forged from exc
     if not (type(decoded) is list and len(decoded) == 2 and type(decoded[0]) is int and decoded[1] == key):
         raise forged
-    if not 0 < decoded[0] < MAX_OFFSET:
+    if not 0 < decoded[0] < MAX_SEARCH_OFFSET:
         raise forged
     return int(decoded[0])

@@ -51,7 +51,14 @@ from persistence.message_index import select_cuts
 from persistence.notify import HeadListener, Notice, stream_of
 from persistence.off_loop import OFF_LOOP_BYTES
 from persistence.rules import Life, expiry, page_span
-from persistence.search import SearchHit, SearchPage, SearchRequest
+from persistence.search import (
+    MAX_LIMIT as MAX_SEARCH_LIMIT,
+    MAX_OFFSET as MAX_SEARCH_OFFSET,
+    SearchHit,
+    SearchPage,
+    SearchRequest,
+    parse as parse_query,
+)
 from persistence.sql import SqlStore
 from persistence.state import KeyedLocks, Lru
 from persistence.streams import (
@@ -96,6 +103,8 @@ __all__ = [
     "Lru",
     "matches",
     "MAX_MATCH",
+    "MAX_SEARCH_LIMIT",
+    "MAX_SEARCH_OFFSET",
     "MAX_TITLE",
     "media_type",
     "MemoryStore",
@@ -107,6 +116,7 @@ __all__ = [
     "open_store",
     "page_span",
     "PageRead",
+    "parse_query",
     "Producer",
     "ProducerClaim",
     "ProducerFencedError",

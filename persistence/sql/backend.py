@@ -56,7 +56,7 @@ class Backend(ABC):
         self.timeout = timeout
         self.origin = origin
         self.sql = Statements(engine.dialect, self.dialect)
-        self.search = SqlSearch(engine.dialect, indexed=indexed)
+        self.search = SqlSearch(engine.dialect, self.dialect, indexed=indexed)
         self.lines = lines
         self.tails = tails
         dbapi = engine.dialect.loaded_dbapi

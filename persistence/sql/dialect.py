@@ -14,8 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Final, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Delete, Select, Update
+
+from persistence.search import Query
 
 __all__ = [
     "MESSAGE_PAGE",
@@ -119,6 +122,18 @@ class Dialect(ABC):
     @abstractmethod
     def vacuum_statements(self) -> tuple[str, ...]:
         """What gives back the space deleted sessions freed, run outside any transaction (`persistence.sql.space`)."""
+
+    @abstractmethod
+    def search_terms(self, tokens: list[str]) -> str:
+        """A passage's folded tokens as its ``terms`` column is written (`persistence.sql.search`)."""
+
+    @abstractmethod
+    def search_terms_value(self, bound: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        """The ``terms`` a statement writes, from a parameter bound to `search_terms`."""
+
+    @abstractmethod
+    def search_match(self, query: Query) -> tuple[sa.FromClause, sa.ColumnElement[bool]]:
+        """Where a search reads the passages from, and what those that match ``query`` meet."""
 
 
 def busy_ms(timeout: float) -> int:

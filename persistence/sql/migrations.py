@@ -83,7 +83,7 @@ def migrate(conn: Connection, dialect: Dialect, header: Header, unpack: Unpack) 
         _upgrade_from_8(conn, dialect, unpack)
         version = "9"
     if version == "9":
-        _upgrade_from_9(conn, unpack)
+        _upgrade_from_9(conn, dialect, unpack)
         return None
     return version
 
@@ -327,11 +327,11 @@ def _upgrade_from_8(conn: Connection, dialect: Dialect, unpack: Unpack) -> None:
     _set_version(conn, "9")
 
 
-def _upgrade_from_9(conn: Connection, unpack: Unpack) -> None:
+def _upgrade_from_9(conn: Connection, dialect: Dialect, unpack: Unpack) -> None:
     """Version 10 adds the search passages and the database's full-text index over them (docs/protocol.md §14.3),
     built from every session's stored events."""
     passages_table.create(conn)
-    rebuild_all(conn, SqlSearch(conn.dialect), unpack)
+    rebuild_all(conn, SqlSearch(conn.dialect, dialect), unpack)
     _set_version(conn, "10")
 
 

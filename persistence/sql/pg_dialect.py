@@ -11,15 +11,18 @@ from __future__ import annotations
 from typing import Any, ClassVar, Final, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from persistence.notify import NOTIFY_CHANNEL, STREAM_NOTICE, notice
+from persistence.search import Query, tsquery
+from persistence.search.terms import tsvector
 from persistence.sql.dialect import Dialect, U
 from persistence.sql.pg_group import INCARNATION_OF
-from persistence.sql.schema import CodePointOrder, StoredIncarnation, metadata
+from persistence.sql.schema import CodePointOrder, StoredIncarnation, metadata, passages_table
 
 __all__ = ["TABLES", "PostgresDialect"]
 
@@ -54,6 +57,17 @@ class PostgresDialect(Dialect):
 
     def vacuum_statements(self) -> tuple[str, ...]:
         return ("VACUUM " + ", ".join(table.name for table in TABLES),)
+
+    def search_terms(self, tokens: list[str]) -> str:
+        # Built here, not by to_tsvector: PostgreSQL's parser would read `retry.py` as one token.
+        return tsvector(tokens)
+
+    def search_terms_value(self, bound: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        return sa.cast(bound, TSVECTOR)
+
+    def search_match(self, query: Query) -> tuple[sa.FromClause, sa.ColumnElement[bool]]:
+        wanted = sa.cast(sa.literal(tsquery(query)), TSQUERY)
+        return passages_table, passages_table.c.terms.op("@@")(wanted)
 
     def before_migration(self, conn: Connection) -> None:
         # An upgrade backfills and indexes whole tables: no statement bound applies to it.

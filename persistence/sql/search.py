@@ -19,14 +19,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import TSQUERY, TSVECTOR
 from sqlalchemy.engine import Connection, Dialect as SaDialect
 
 from codec import CodecError, Event, decode_storage_line, expand_row
 from persistence.base import DEFAULT_SESSION_CACHE
 from persistence.errors import CorruptLogError
-from persistence.search import Passage, SearchPage, SearchRequest, fts5, hit, joined, of_batch, tsquery
-from persistence.search.terms import extended, folded_tokens, terms, tsvector
+from persistence.search import Passage, SearchPage, SearchRequest, hit, joined, of_batch
+from persistence.search.terms import extended, folded_tokens
+from persistence.sql.dialect import Dialect
 from persistence.sql.prepared import Prepared
 from persistence.sql.schema import passages_table, records_table, sessions_table
 from persistence.sql.statements import alive
@@ -52,18 +52,18 @@ _COLUMNS: Final = ("seq", "last_seq", "time", "kind", "run", "body", "terms")
 class SqlSearch:
     """The search statements of one database, compiled once; `write` runs in an append's transaction."""
 
-    def __init__(self, dialect: SaDialect, *, indexed: bool = True, kept: int = DEFAULT_SESSION_CACHE) -> None:
+    def __init__(
+        self, dialect: SaDialect, ways: Dialect, *, indexed: bool = True, kept: int = DEFAULT_SESSION_CACHE
+    ) -> None:
         p, b = passages_table.c, sa.bindparam
+        self._ways = ways
         # Without the index (a benchmark's baseline), appends write no passages and searches are refused.
         self.indexed = indexed
         # Each session's last passage, as its text and tokens, for the writer: a block's next delta is then
         # tokenized alone, not with the whole passage again. Only the writer thread reads and writes it.
         self._open: Lru[str, tuple[str, list[str]]] = Lru(kept)
-        self._postgres = dialect.name == "postgresql"
-        self._terms: Callable[[list[str]], str] = tsvector if self._postgres else terms
         values: dict[str, sa.ColumnElement[Any]] = {name: b(f"b_{name}") for name in _COLUMNS}
-        if self._postgres:
-            values["terms"] = sa.cast(b("b_terms"), TSVECTOR)
+        values["terms"] = ways.search_terms_value(b("b_terms"))
         self._last = Prepared(
             sa.select(p.id, p.seq, p.last_seq, p.time, p.kind, p.run, p.body)
             .where(p.session_id == b("id"))
@@ -136,7 +136,7 @@ class SqlSearch:
             "b_kind": passage.kind,
             "b_run": passage.run,
             "b_body": passage.text,
-            "b_terms": self._terms(tokens),
+            "b_terms": self._ways.search_terms(tokens),
         }
 
     def query(self, request: SearchRequest) -> sa.Select[Any]:
@@ -148,15 +148,7 @@ class SqlSearch:
         principal how often others wrote a word.
         """
         p, s = passages_table.c, sessions_table.c
-        source: sa.FromClause
-        if self._postgres:
-            matched = p.terms.op("@@")(sa.cast(sa.literal(tsquery(request.query)), TSQUERY))
-            source = passages_table
-        else:
-            fts = sa.table("search_fts", sa.column("rowid"))
-            table: sa.ColumnElement[Any] = sa.literal_column("search_fts")
-            matched = table.op("MATCH")(fts5(request.query))
-            source = fts.join(passages_table, p.id == fts.c.rowid)
+        source, matched = self._ways.search_match(request.query)
         where = [matched, s.owner == request.owner, alive(request.now, request.retention_ms)]
         if request.closed is not None:
             where.append(s.closed_at.is_not(None) if request.closed else s.closed_at.is_(None))

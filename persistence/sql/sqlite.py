@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Final, TypeVar
 from urllib.parse import quote
 
 import anyio.to_thread
+import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
@@ -37,13 +38,14 @@ from persistence.base import PageRead, sole_sweeper
 from persistence.errors import StoreError
 from persistence.notice_log import LogListener, tell
 from persistence.notify import STREAM_NOTICE, HeadListener, notice
+from persistence.search import Query, fts5
 from persistence.sql.backend import Backend
 from persistence.sql.dialect import Busy, Deadline, Dialect, U, busy_ms, lock_waits
 from persistence.sql.groups import SqlGroups
 from persistence.sql.holders import Holders
 from persistence.sql.lines import Lines
 from persistence.sql.reads import KeptReaders
-from persistence.sql.schema import PROBE, CodePointOrder, StoredIncarnation
+from persistence.sql.schema import PROBE, CodePointOrder, StoredIncarnation, passages_table
 from persistence.sql.tails import Tails
 from persistence.state.flocks import FileGate, FileTurn
 
@@ -109,6 +111,19 @@ class SqliteDialect(Dialect):
     def vacuum_statements(self) -> tuple[str, ...]:
         # VACUUM rewrites the file; the checkpoint then cuts the WAL, which the rewrite went through.
         return ("VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def search_terms(self, tokens: list[str]) -> str:
+        # FTS5's unicode61 reads the folded tokens, space-separated, as they are.
+        return " ".join(tokens)
+
+    def search_terms_value(self, bound: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        return bound
+
+    def search_match(self, query: Query) -> tuple[sa.FromClause, sa.ColumnElement[bool]]:
+        # The FTS5 table's rows are the passages' rowids (`persistence.sql.schema`).
+        fts = sa.table("search_fts", sa.column("rowid"))
+        source = fts.join(passages_table, passages_table.c.id == fts.c.rowid)
+        return source, sa.literal_column("search_fts").op("MATCH")(fts5(query))
 
     def before_migration(self, conn: Connection) -> None:
         pass

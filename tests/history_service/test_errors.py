@@ -79,6 +79,8 @@ from persistence.errors import (
     ProducerFencedError,
     ProducerGapError,
     SchemaVersionError,
+    SearchQueryError,
+    SearchUnsupportedError,
     SeqConflictError,
     SessionClosedError,
     SessionExistsError,
@@ -158,6 +160,8 @@ EXAMPLES: dict[type[Exception], Exception] = {
         "batch starts at seq 9 but the session head is 4; expected 5", session_id="s", head_seq=4
     ),
     InvalidSessionIdError: InvalidSessionIdError("a session id must not be empty"),
+    SearchQueryError: SearchQueryError("q holds no word to search for: give letters or digits"),
+    SearchUnsupportedError: SearchUnsupportedError("JsonlStore keeps no search index"),
     SessionClosedError: SessionClosedError("s", head_seq=4),
     StreamError: StreamError("the stream refuses the request"),
     StreamRequestError: StreamRequestError("Stream-TTL is a whole number of seconds"),

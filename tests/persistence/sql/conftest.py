@@ -48,7 +48,7 @@ async def units(sql_url: str) -> AsyncIterator[Units]:
     dbapi = engine.dialect.loaded_dbapi
     writes = Writes(
         sql,
-        SqlSearch(engine.dialect),
+        SqlSearch(engine.dialect, dialect),
         Lines(),
         Tails(8),
         dialect,
