@@ -44,6 +44,8 @@ export class ChildLinks {
   constructor(timeline, client, self) {
     this.timeline = timeline;
     this.self = self;
+    // Links still being looked for; while any are, the timeline says so (`data-linking`), for whoever waits on them.
+    this.pending = 0;
     /** A pattern that finds any child's id in a text, or null when the session has none. @type {Promise<RegExp | null>} */
     this.pattern = listChildren(client, self).then(
       (ids) => {
@@ -62,16 +64,24 @@ export class ChildLinks {
   /** Link the items just shown (or extended) that name a child. @param {Item[]} items */
   link(items) {
     const seqs = items.map((item) => item.seq0);
-    void this.pattern.then((pattern) => {
-      if (pattern === null) return;
-      for (const seq of seqs) {
-        const node = this.timeline.nodeAt(seq);
-        if (node === undefined) continue;
-        for (const id of new Set(node.item.text.match(pattern) ?? [])) {
-          const href = `?parent=${encodeURIComponent(this.self)}&session=${encodeURIComponent(id)}`;
-          this.timeline.linkChild(node, href, id);
+    const root = this.timeline.root;
+    this.pending += 1;
+    root.dataset.linking = "true";
+    void this.pattern
+      .then((pattern) => {
+        if (pattern === null) return;
+        for (const seq of seqs) {
+          const node = this.timeline.nodeAt(seq);
+          if (node === undefined) continue;
+          for (const id of new Set(node.item.text.match(pattern) ?? [])) {
+            const href = `?parent=${encodeURIComponent(this.self)}&session=${encodeURIComponent(id)}`;
+            this.timeline.linkChild(node, href, id);
+          }
         }
-      }
-    });
+      })
+      .finally(() => {
+        this.pending -= 1;
+        if (this.pending === 0) delete root.dataset.linking;
+      });
   }
 }

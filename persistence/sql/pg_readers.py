@@ -82,9 +82,11 @@ class AsyncReaders:
                     await self._release(connection, deadline is not None and deadline.expired)
                 raise
             except BaseException:
-                # Cancelled mid-statement: the connection's state is unknown.
+                # Cancelled mid-statement: the connection's state is unknown. Closed shielded, or the
+                # cancellation would cut the close too and leave the socket open until the collector.
                 if connection is not None:
-                    await connection.close()
+                    with anyio.CancelScope(shield=True):
+                        await connection.close()
                 raise
             await self._release(connection, deadline is not None and deadline.expired)
 
@@ -95,5 +97,7 @@ class AsyncReaders:
             self._free.append(connection)
 
     async def close(self) -> None:
-        while self._free:
-            await self._free.pop().close()
+        # Shielded: a close the caller's cancellation cut would leave the kept connections open.
+        with anyio.CancelScope(shield=True):
+            while self._free:
+                await self._free.pop().close()

@@ -86,6 +86,7 @@ MOVED = """before => {
     const shown = document.getElementById('timeline').dataset;
     return shown.loading !== 'true' && (shown.from !== before || shown.hasMore !== 'true');
 }"""
+LINKED = "() => document.getElementById('timeline').dataset.linking !== 'true'"
 WIDTHS = "() => { const s = document.getElementById('scroller'); return [s.scrollWidth, s.clientWidth]; }"
 
 
@@ -189,6 +190,8 @@ def finish_log(page: Page) -> None:
     while (shown := page.evaluate("() => ({...document.getElementById('timeline').dataset})"))["hasMore"] == "true":
         page.evaluate(SCROLL_UP)
         page.wait_for_function(MOVED, arg=shown["from"], timeout=TIMEOUT_MS)
+    # Children are linked once the session's subagents are listed: after the pages, on a loaded machine.
+    page.wait_for_function(LINKED, timeout=TIMEOUT_MS)
 
 
 def open_log(page: Page, url: str, query: str) -> None:
