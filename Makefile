@@ -82,7 +82,8 @@ typecheck-js:
 SMOKE_BENCH := bench/test_fixtures.py bench/test_decode_runs.py bench/test_history_transport.py bench/test_page_path.py \
 	bench/test_follow_load.py bench/test_follow_scale.py bench/test_throughput.py bench/test_js_perf.py \
 	bench/test_viewer_perf.py bench/test_metrics_cost.py bench/test_memory_bounds.py bench/test_report.py bench/test_profile.py bench/test_hot_path.py bench/test_asgi_cost.py \
-	bench/test_lifecycle.py bench/test_durable_streams.py bench/test_capacity.py bench/test_live_wire.py
+	bench/test_lifecycle.py bench/test_durable_streams.py bench/test_capacity.py bench/test_live_wire.py \
+	bench/test_search.py
 
 # Both suites run on TEST_WORKERS pytest-xdist workers (`make unit TEST_WORKERS=0` runs them in one
 # process), which cuts CI's wall time on its two cores. Any two tests may run at once: each worker has

@@ -1,12 +1,13 @@
 """Turn a run's result lines into ``docs/benchmarks.md`` and ``docs/benchmarks.svg``.
 
 Usage: ``python -m bench.report RESULTS [--docs DIR] [--command TEXT] [--hot-path RUN ...]
-[--hot-path-before RUN] [--live-wire RUN]``, where RESULTS is a file of ``HISTORY_*_RESULT`` lines (``make bench``
-writes one per run under ``bench/results/``). Lines of other text are ignored, so a whole pytest
+[--hot-path-before RUN] [--live-wire RUN] [--search RUN]``, where RESULTS is a file of ``HISTORY_*_RESULT``
+lines (``make bench`` writes one per run under ``bench/results/``). Lines of other text are ignored, so a whole pytest
 log works too. ``--hot-path`` takes runs of ``bench/test_hot_path.py`` alone (under
 ``bench/results/hot-path/``), shown a column each in place of RESULTS' own; ``--hot-path-before``
 is a run before the change they measure, whose append profile is shown beside theirs.
-``--live-wire`` takes a run of ``bench/test_live_wire.py`` alone, shown in place of RESULTS' own.
+``--live-wire`` takes a run of ``bench/test_live_wire.py`` alone, shown in place of RESULTS' own, and
+``--search`` one of ``bench/test_search.py`` (under ``bench/results/search/``).
 """
 
 from __future__ import annotations
@@ -674,6 +675,126 @@ def _capacity_section(entry: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+SEARCH_STORES: Final = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+SEARCH_KINDS: Final = {
+    "common": "common word",
+    "rare": "rare word (one session's ticket)",
+    "phrase": "phrase",
+    "prefix": "prefix",
+    "words": "two words",
+    "cjk": "Chinese or Japanese word",
+    "none": "no hit",
+}
+
+
+def _search_section(entry: dict[str, Any]) -> list[str]:
+    """Search across sessions (`bench/test_search.py`): the index's cost per append, its size, and query latency."""
+    machine, goals, stores = entry["machine"], entry["goals"], entry["stores"]
+    ran = {key: stores[key] for key in SEARCH_STORES if stores.get(key) is not None}
+    corpus = next(iter(ran.values()))["corpus"]
+    missing = entry.get("postgresqlMissing") or "not in this run"
+    times = "once" if machine["queryRounds"] == 1 else f"{machine['queryRounds']} times"
+    lines = [
+        "## Search",
+        "",
+        "Full-text search across sessions (docs/protocol.md §14). **Appends**: the sessions of each side stream the "
+        "same talk (a user message, text and reasoning deltas of 1 to 7 characters, tool calls and results), one "
+        "event per durable append to the store itself, not through HTTP, so the service's own cost per request does "
+        f"not dilute the index's. Windows of {machine['seconds']} s alternate between a store with the index and one "
+        f"opened without it (`indexed=False`), {machine['rounds']} rounds with the order swapped each round; the "
+        "ratio is the median of the rounds' indexed / unindexed ratios. **Size and queries**: "
+        f"{corpus['sessions']:,} sessions of `bench.search` ({corpus['events']:,} events, {corpus['passages']:,} "
+        f"passages of {corpus['passageChars']:,} characters) written in batches of 512; each query {times} after "
+        f"an untimed round, {machine['limit']} hits a page, through "
+        "`HistoryStore.search` and through `GET /v1/search` on the service in a thread (the time from the request's "
+        "first byte to the answer's last). PostgreSQL's sizes and queries follow a `VACUUM ANALYZE`. Load average "
+        f"during the run: {', '.join(map(str, machine['loadAverage']))}.",
+        "",
+        f"| measure | goal | {' | '.join(SEARCH_STORES.values())} |",
+        "|---|---|" + "---|" * len(SEARCH_STORES),
+    ]
+
+    def row(name: str, goal: str, figure: Any, ok: Any = None) -> None:
+        """A row of the goals: ``figure(cells)`` per store that ran, and ``ok(cells)`` whether it met the goal
+        (``None``: no goal on that store)."""
+        cells = []
+        for key in SEARCH_STORES:
+            if key not in ran:
+                cells.append(f"not run: {missing}")
+                continue
+            met = None if ok is None else ok(key, ran[key])
+            cells.append(figure(ran[key]) + ("" if met is None else " (met)" if met else " (**missed**)"))
+        lines.append(f"| {name} | {goal} | {' | '.join(cells)} |")
+
+    floor = goals["appendIndexedOverPlain"]
+    for count in machine["streams"]:
+        key = str(count)
+        row(
+            f"durable 1-event appends/s, indexed / unindexed, {count} stream{'s' if count > 1 else ''} at once",
+            f"≥ {floor:g}",
+            lambda c, k=key: (
+                f"{c['appends']['cells'][k]['indexedOverPlain']:g} ({c['appends']['cells'][k]['indexedMedian']:,g} "
+                f"vs {c['appends']['cells'][k]['plainMedian']:,g}/s)"
+            ),
+            lambda _, c, k=key: c["appends"]["cells"][k]["indexedOverPlain"] >= floor,
+        )
+    for path, label in (("store", "`HistoryStore.search`"), ("http", "`GET /v1/search`")):
+        for figure, goal in (("p50Ms", goals["queryP50Ms"]), ("p99Ms", goals["queryP99Ms"])):
+            row(
+                f"query {figure[:3]}, the whole mix, {label}",
+                f"≤ {goal:g} ms on SQLite",
+                lambda c, p=path, f=figure: f"{c['queries'][p][f]:g} ms",
+                lambda key, c, p=path, f=figure, g=goal: c["queries"][p][f] <= g if key == "sqlite" else None,
+            )
+    row(
+        "index bytes over `history_records` bytes (with their indexes)",
+        "report",
+        lambda c: f"{c['size']['indexOverHistory']:g} ({c['size']['indexBytes']:,} / {c['size']['historyBytes']:,} B)",
+    )
+    paths = [(key, path) for key in ran for path in ("store", "http")]
+    lines += [
+        "",
+        "| kind | queries | "
+        + " | ".join(
+            f"{SEARCH_STORES[key]} {'store' if path == 'store' else 'HTTP'} p50 / p99 ms" for key, path in paths
+        )
+        + " | hits (of each query) |",
+        "|---|---|" + "---:|" * len(paths) + "---|",
+    ]
+    first = next(iter(ran.values()))["queries"]["store"]["byKind"]
+    for kind, cell in first.items():
+        by_path = [ran[key]["queries"][path]["byKind"][kind] for key, path in paths]
+        figures = " | ".join(f"{one['p50Ms']:g} / {one['p99Ms']:g}" for one in by_path)
+        said = ", ".join(f"`{q}`" for q in cell["queries"])
+        lines.append(f"| {SEARCH_KINDS.get(kind, kind)} | {said} | {figures} | {', '.join(map(str, cell['hits']))} |")
+    lines += [
+        "",
+        "| store | streams | indexed appends/s, median | unindexed, median | indexed / unindexed | indexed, each round "
+        "| unindexed, each round |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for key, cells in ran.items():
+        for count, cell in cells["appends"]["cells"].items():
+            lines.append(
+                f"| {SEARCH_STORES[key]} | {count} | {cell['indexedMedian']:,g} | {cell['plainMedian']:,g} | "
+                f"{cell['indexedOverPlain']:g} | {', '.join(f'{v:,}' for v in cell['indexedPerSec'])} | "
+                f"{', '.join(f'{v:,}' for v in cell['plainPerSec'])} |"
+            )
+    lines += [
+        "",
+        "| store | index bytes | `history_records` bytes | index bytes per MB of records | measured by | by object |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for key, cells in ran.items():
+        size = cells["size"]
+        objects = ", ".join(f"{name} {value:,}" for name, value in size["objects"].items())
+        lines.append(
+            f"| {SEARCH_STORES[key]} | {size['indexBytes']:,} | {size['historyBytes']:,} | "
+            f"{size['indexBytesPerHistoryMb']:,} | {size['method']} | {objects} |"
+        )
+    return [*lines, ""]
+
+
 def _browser_section(js: dict[str, Any] | None, viewer: dict[str, Any] | None) -> list[str]:
     """The JavaScript codec in Node, and the viewer in Chromium, against the browser goals."""
     lines = ["## In the browser", ""]
@@ -741,7 +862,7 @@ def render_markdown(
         "",
         *(
             [
-                "The hot path's and the live wire's sections come from runs of their benches alone, "
+                "The hot path's, the live wire's and search's sections come from runs of their benches alone, "
                 "newer than that run: " + ", ".join(f"`{path}`" for path in hot_path) + ".",
                 "",
             ]
@@ -782,6 +903,8 @@ def render_markdown(
         lines.extend(_capacity_section(entry))
     for entry in results.get("LIVE_WIRE", [])[-1:]:
         lines.extend(_live_wire_section(entry))
+    for entry in results.get("SEARCH", [])[-1:]:
+        lines.extend(_search_section(entry))
     js, viewer = results.get("JS_PAGE_PERF", [None])[-1], results.get("VIEWER_PERF", [None])[-1]
     if js is not None or viewer is not None:
         lines.extend(_browser_section(js, viewer))
@@ -894,6 +1017,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--live-wire", type=Path, help="a run of bench/test_live_wire.py alone, whose LIVE_WIRE line replaces RESULTS'"
     )
+    parser.add_argument(
+        "--search", type=Path, help="a run of bench/test_search.py alone, whose SEARCH line replaces RESULTS'"
+    )
     args = parser.parse_args(argv)
     results = read_results(args.results)
     runs = [read_results(path) for path in args.hot_path]
@@ -909,19 +1035,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["ASGI_COST"] = [entry for run in runs for entry in run.get("ASGI_COST", [])] or results.get(
             "ASGI_COST", []
         )
-    if args.live_wire is not None:
-        wire = read_results(args.live_wire).get("LIVE_WIRE")
-        if not wire:
-            print(f"bench.report: {args.live_wire} has no HISTORY_LIVE_WIRE_RESULT line", file=sys.stderr)
+    for path, name in ((args.live_wire, "LIVE_WIRE"), (args.search, "SEARCH")):
+        if path is None:
+            continue
+        found = read_results(path).get(name)
+        if not found:
+            print(f"bench.report: {path} has no HISTORY_{name}_RESULT line", file=sys.stderr)
             return 1
-        results["LIVE_WIRE"] = wire
+        results[name] = found
     results["HOT_PATH_BEFORE"] = [entry for run in befores for entry in run.get("HOT_PATH", [])]
     results["ASGI_COST_BEFORE"] = [entry for run in befores for entry in run.get("ASGI_COST", [])]
     if not results.get("TRANSPORT_PERF"):
         print(f"bench.report: {args.results} has no HISTORY_TRANSPORT_PERF_RESULT line", file=sys.stderr)
         return 1
     args.docs.mkdir(parents=True, exist_ok=True)
-    hot_path = [str(path) for path in [*args.hot_path, *([args.live_wire] if args.live_wire else [])]]
+    hot_path = [str(path) for path in [*args.hot_path, *(run for run in (args.live_wire, args.search) if run)]]
     markdown = render_markdown(
         results, command=args.command, source=str(args.results), hot_path=hot_path, hot_path_note=args.hot_path_note
     )

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import sqlalchemy as sa
 
 from bench.machine import emit, machine
 from bench.throughput import Workload, run, run_cell
 from codec import encode
 from history_service.scenarios import multi_turn
+from testing.postgres import new_database
 from testing.servers import free_port
 
 CONNECTIONS = 50
@@ -72,16 +72,7 @@ def store_url(store: str, tmp: Path, side: str) -> str:
     shared = os.environ.get("HISTORY_TEST_PG_URL")
     if not shared:
         raise SystemExit("--store postgresql needs HISTORY_TEST_PG_URL: run under scripts/with-postgres")
-    url = sa.make_url(shared)
-    name = f"{url.database}_side_by_side_{side}"
-    engine = sa.create_engine(shared, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    finally:
-        engine.dispose()
-    return url.set(database=name).render_as_string(hide_password=False)
+    return new_database(f"side_by_side_{side}", beside=shared)
 
 
 def main() -> None:

@@ -339,3 +339,87 @@ def test_report_renders_the_live_wire_by_form_with_its_goals(tmp_path: Path) -> 
     empty = tmp_path / "empty.txt"
     empty.write_text("noise\n")
     assert main([str(RESULTS[-1]), "--docs", str(tmp_path), "--live-wire", str(empty)]) == 1
+
+
+def search_store(ratios: dict[str, float], p50: float, p99: float) -> dict[str, Any]:
+    """A store's part of a search result line: its appends' ratio by streams, and every query's p50 and p99."""
+    kinds = {"common": ["session"], "rare": ["zephyr00001"], "none": ["quixotry"]}
+    summary = {"p50Ms": p50, "p99Ms": p99, "maxMs": p99 + 1, "samples": 60}
+    by_kind = {
+        kind: {**summary, "queries": said, "hits": [0 if kind == "none" else 20]} for kind, said in kinds.items()
+    }
+    cells = {
+        streams: {
+            "indexedPerSec": [900, 950],
+            "plainPerSec": [1000, 1000],
+            "indexedMedian": 925.0,
+            "plainMedian": 1000.0,
+            "indexedOverPlain": ratio,
+        }
+        for streams, ratio in ratios.items()
+    }
+    return {
+        "appends": {"cells": cells},
+        "corpus": {"sessions": 1000, "events": 2_400_000, "passages": 30_000, "passageChars": 25_000_000},
+        "size": {
+            "method": "dbstat",
+            "indexBytes": 60_000_000,
+            "historyBytes": 40_000_000,
+            "indexOverHistory": 1.5,
+            "indexBytesPerHistoryMb": 1_500_000,
+            "objects": {"search_passages": 50_000_000, "search_fts_data": 10_000_000, "history_records": 40_000_000},
+        },
+        "queries": {"store": {**summary, "byKind": by_kind}, "http": {**summary, "p99Ms": p99 + 5, "byKind": by_kind}},
+    }
+
+
+def search_entry(
+    streams: list[int], sqlite: dict[str, Any], postgresql: dict[str, Any] | None, missing: str | None = None
+) -> dict[str, Any]:
+    """A search result line's value, of the stores given."""
+    machine = {"seconds": 3, "rounds": 6, "streams": streams, "queryRounds": 20, "limit": 20, "loadAverage": [1, 2]}
+    return {
+        "machine": machine,
+        "goals": {"appendIndexedOverPlain": 0.9, "queryP50Ms": 20.0, "queryP99Ms": 100.0},
+        "stores": {"sqlite": sqlite, "postgresql": postgresql},
+        "postgresqlMissing": missing,
+    }
+
+
+def test_report_renders_search_with_its_goals_and_postgresql_not_run(tmp_path: Path) -> None:
+    sqlite = search_store({"1": 0.97, "50": 0.62}, 4.5, 98.0)
+    entry = search_entry([1, 50], sqlite, None, "HISTORY_TEST_PG_URL is not set")
+    run = tmp_path / "search.txt"
+    run.write_text(f"noise\nHISTORY_SEARCH_RESULT {json.dumps(entry)}\n")
+    assert main([str(RESULTS[-1]), "--docs", str(tmp_path), "--search", str(run)]) == 0
+    markdown = (tmp_path / "benchmarks.md").read_text()
+    section = markdown.split("## Search")[1].split("\n## ")[0]
+    assert f"`{run}`" in markdown.split("## Goals")[0]
+    for needle in (
+        "1,000 sessions of `bench.search` (2,400,000 events, 30,000 passages of 25,000,000 characters)",
+        "| durable 1-event appends/s, indexed / unindexed, 1 stream at once | ≥ 0.9 | 0.97 (925 vs 1,000/s) (met) "
+        "| not run: HISTORY_TEST_PG_URL is not set |",
+        "| durable 1-event appends/s, indexed / unindexed, 50 streams at once | ≥ 0.9 | 0.62 (925 vs 1,000/s) "
+        "(**missed**) |",
+        "| query p50, the whole mix, `HistoryStore.search` | ≤ 20 ms on SQLite | 4.5 ms (met) |",
+        "| query p99, the whole mix, `GET /v1/search` | ≤ 100 ms on SQLite | 103 ms (**missed**) |",
+        "| index bytes over `history_records` bytes (with their indexes) | report | 1.5 (60,000,000 / 40,000,000 B) |",
+        "| rare word (one session's ticket) | `zephyr00001` | 4.5 / 98 | 4.5 / 98 | 20 |",
+        "| no hit | `quixotry` | 4.5 / 98 | 4.5 / 98 | 0 |",
+        "| SQLite | 50 | 925 | 1,000 | 0.62 | 900, 950 | 1,000, 1,000 |",
+        "| SQLite | 60,000,000 | 40,000,000 | 1,500,000 | dbstat | search_passages 50,000,000, search_fts_data",
+    ):
+        assert needle in section, needle
+    assert "PostgreSQL store" not in section and "each query 20 times after an untimed round" in section
+    empty = tmp_path / "empty.txt"
+    empty.write_text("noise\n")
+    assert main([str(RESULTS[-1]), "--docs", str(tmp_path), "--search", str(empty)]) == 1
+
+
+def test_report_sets_postgresql_search_beside_sqlite_without_its_query_goals() -> None:
+    entry = search_entry([50], search_store({"50": 0.95}, 4.5, 30.0), search_store({"50": 0.91}, 40.0, 300.0))
+    section = render_markdown({"SEARCH": [entry]}, command="make bench", source="run.txt").split("## Search")[1]
+    assert "| query p50, the whole mix, `HistoryStore.search` | ≤ 20 ms on SQLite | 4.5 ms (met) | 40 ms |" in section
+    assert "(met) | 0.91 (925 vs 1,000/s) (met) |" in section
+    assert "| SQLite store p50 / p99 ms | SQLite HTTP p50 / p99 ms | PostgreSQL store p50 / p99 ms |" in section
+    assert "| common word | `session` | 4.5 / 30 | 4.5 / 30 | 40 / 300 | 40 / 300 | 20 |" in section

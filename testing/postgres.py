@@ -19,10 +19,12 @@ __all__ = [
     "PG_URL",
     "PG_URL_ENV",
     "create_worker_database",
+    "drop_database",
     "drop_tables",
     "drop_worker_database",
     "empty_postgres",
     "fresh_postgres_store",
+    "new_database",
     "worker_url",
 ]
 
@@ -45,12 +47,36 @@ PG_URL: Final = worker_url(SHARED_PG_URL, WORKER) if SHARED_PG_URL else None
 def _admin(action: str) -> None:
     """Run ``action`` (with ``{name}`` for the worker's database) on the shared database, outside a transaction."""
     assert SHARED_PG_URL and PG_URL
-    engine = sa.create_engine(SHARED_PG_URL, isolation_level="AUTOCOMMIT")
+    _outside_transaction(SHARED_PG_URL, action.format(name=sa.make_url(PG_URL).database))
+
+
+def _outside_transaction(url: str, statement: str) -> None:
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            conn.exec_driver_sql(action.format(name=sa.make_url(PG_URL).database))
+            conn.exec_driver_sql(statement)
     finally:
         engine.dispose()
+
+
+def new_database(suffix: str, *, beside: str | None = None) -> str:
+    """The URL of a database made anew on the server of ``beside`` (default `PG_URL`), named after that URL's
+    database with ``_suffix``: one left by an earlier run is dropped first, with any connection to it."""
+    base = beside or PG_URL
+    assert base, f"{PG_URL_ENV} is not set"
+    url = sa.make_url(base)
+    name = f"{url.database}_{suffix}"
+    drop_database(url.set(database=name).render_as_string(hide_password=False), beside=base)
+    _outside_transaction(base, f'CREATE DATABASE "{name}"')
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(url: str, *, beside: str | None = None) -> None:
+    """Drop the database of ``url`` if it is there, with any connection to it, from ``beside``'s (default
+    `PG_URL`)."""
+    base = beside or PG_URL
+    assert base, f"{PG_URL_ENV} is not set"
+    _outside_transaction(base, f'DROP DATABASE IF EXISTS "{sa.make_url(url).database}" WITH (FORCE)')
 
 
 def create_worker_database() -> None:
