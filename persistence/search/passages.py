@@ -18,6 +18,11 @@ same run of deltas and the batch starts right after it, and `continued` joins th
 passage holds at most `MAX_PASSAGE` characters, so an append to a long block rewrites a
 bounded passage: past it, a new passage starts at a token's start, and only a phrase that
 spans the cut is not found.
+
+A passage keeps its text as said, but for NUL, which PostgreSQL's text cannot hold: every
+store reads it as U+FFFD, no token either way. A passage with text but no token (``---``)
+is kept, and found by nothing: a block's first delta may hold none, and its passage still
+starts there.
 """
 
 from __future__ import annotations
@@ -88,6 +93,8 @@ def of_batch(events: Sequence[Event]) -> list[Passage]:
         for found in _passages(event):
             if not found.text:
                 continue
+            if "\x00" in found.text:
+                found = msgspec.structs.replace(found, text=found.text.replace("\x00", "\ufffd"))
             if out:
                 joined = continued(out[-1], found)
                 if joined is not None:
