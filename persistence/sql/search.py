@@ -33,6 +33,7 @@ from persistence.sql.statements import alive
 __all__ = [
     "REBUILD_ROWS",
     "SqlSearch",
+    "needs_last",
     "page",
     "rebuild_all",
     "rebuild_session",
@@ -55,7 +56,7 @@ class SqlSearch:
         # Without the index (a benchmark's baseline), appends write no passages and searches are refused.
         self.indexed = indexed
         self._postgres = dialect.name == "postgresql"
-        self._terms: Callable[[str], str] = tsvector if self._postgres else terms
+        self.terms: Callable[[str], str] = tsvector if self._postgres else terms
         values: dict[str, sa.ColumnElement[Any]] = {name: b(f"b_{name}") for name in _COLUMNS}
         if self._postgres:
             values["terms"] = sa.cast(b("b_terms"), TSVECTOR)
@@ -77,9 +78,7 @@ class SqlSearch:
         if not passages or not self.indexed:
             return
         last: Passage | None = None
-        head = passages[0]
-        if head.run is not None and head.seq == first_seq:
-            # Only a batch that starts with a delta may continue a block an earlier append began.
+        if needs_last(passages, first_seq):
             row = self._last.run(cursor, id=session_id).fetchone()
             if row is not None:
                 last = Passage(row[1], row[2], row[3], row[4], row[6], row[5])
@@ -112,7 +111,7 @@ class SqlSearch:
             "b_kind": passage.kind,
             "b_run": passage.run,
             "b_body": passage.text,
-            "b_terms": self._terms(passage.text),
+            "b_terms": self.terms(passage.text),
         }
 
     def query(self, request: SearchRequest) -> sa.Select[Any]:
@@ -150,6 +149,12 @@ class SqlSearch:
             .limit(request.limit + 1)
             .offset(request.offset)
         )
+
+
+def needs_last(passages: Sequence[Passage], first_seq: int) -> bool:
+    """Whether the passages of a batch that starts at ``first_seq`` may continue the session's last: only a batch
+    that starts with a delta may continue a block an earlier append began (`persistence.search.joined` decides)."""
+    return bool(passages) and passages[0].run is not None and passages[0].seq == first_seq
 
 
 def page(request: SearchRequest, rows: Sequence[Any]) -> SearchPage:
