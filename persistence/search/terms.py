@@ -4,8 +4,9 @@ A text's **tokens** are its runs of letters and digits, except that each charact
 script written without spaces between words (Han, Hiragana, Katakana) is a token of its
 own: no tokenizer at hand knows where a Chinese word ends, and a phrase of single
 characters finds any substring of three or more, or two, or one. A token is compared
-**folded**: case-folded, compatibility-decomposed, its combining marks dropped (``É`` and
-``e`` are one word), and cut at `MAX_TOKEN` characters.
+**folded**: case-folded and compatibility-decomposed, then case-folded again (the bold ``𝐀``
+is ``a``), its combining marks dropped (``É`` and ``e`` are one word), and cut at
+`MAX_TOKEN` characters.
 
 Every store indexes the folded tokens this module gives, not its own tokenizer's reading of
 the text: SQLite's FTS5 reads them as space-separated words (``unicode61``), PostgreSQL as
@@ -40,9 +41,14 @@ def fold(token: str) -> list[str]:
     """The folded tokens a token compares as: usually one, but a decomposition may split it (``½``)."""
     if token.isascii():
         return [token.lower()[:MAX_TOKEN]]
-    decomposed = unicodedata.normalize("NFKD", token.casefold())
+    # Compatibility caseless (Unicode's D146): folded again once decomposed, as the bold 𝐀 decomposes to A.
+    decomposed = _nfkd(_nfkd(unicodedata.normalize("NFD", token).casefold()).casefold())
     bare = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
     return [part[:MAX_TOKEN] for part in _TOKEN.findall(unicodedata.normalize("NFC", bare))]
+
+
+def _nfkd(text: str) -> str:
+    return unicodedata.normalize("NFKD", text)
 
 
 def folded_tokens(text: str) -> list[str]:
