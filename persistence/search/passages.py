@@ -19,6 +19,11 @@ passage holds at most `MAX_PASSAGE` characters, so an append to a long block rew
 bounded passage: past it, a new passage starts at a token's start, and only a phrase that
 spans the cut is not found. Every rule here depends on the events alone, never on how they
 were batched: a session's passages are the same however it was appended (`of_events`).
+
+A passage keeps its text as said (its first `MAX_EVENT_TEXT` characters an event), but for
+NUL, which PostgreSQL's text cannot hold: every store reads it as U+FFFD, no token either
+way. A passage with text but no token (``---``) is kept, and found by nothing: a block's
+first delta may hold none, and its passage still starts there.
 """
 
 from __future__ import annotations

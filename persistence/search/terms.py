@@ -4,11 +4,12 @@ A text's **tokens** are its runs of letters and digits, except that each charact
 script written without spaces between words (Han, Hiragana, Katakana) is a token of its
 own: no tokenizer at hand knows where a Chinese word ends, and a phrase of single
 characters finds any substring of three or more, or two, or one. A token is compared
-**folded**: case-folded, compatibility-decomposed, its combining marks dropped (``É`` and
-``e`` are one word), and cut at `MAX_TOKEN` characters; a character of a script without
-spaces keeps its marks (``が`` is not ``か``). A combining mark belongs to the letter before
-it, so text typed with separate accents (``e`` + U+0301) reads as its composed form does,
-and a character that is neither a letter nor a digit (``・``, ``゛``) is no token.
+**folded**: case-folded and compatibility-decomposed, then case-folded again (the bold ``𝐀``
+is ``a``), its combining marks dropped (``É`` and ``e`` are one word), and cut at
+`MAX_TOKEN` characters; a character of a script without spaces keeps its marks (``が`` is
+not ``か``). A combining mark belongs to the letter before it, so text typed with separate
+accents (``e`` + U+0301) reads as its composed form does, and a character that is neither a
+letter nor a digit (``・``, ``゛``) is no token.
 
 Every store indexes the folded tokens this module gives, not its own tokenizer's reading of
 the text: SQLite's FTS5 reads them as space-separated words (``unicode61``), PostgreSQL as
@@ -84,10 +85,14 @@ def _fold(token: str) -> tuple[str, ...]:
     if _patterns().one_unspaced.fullmatch(token):
         # Kana keep their voicing marks (が is not か); half-width forms become full-width.
         return (unicodedata.normalize("NFKC", token),)
-    # Case-folded between two decompositions: a compatibility form may fold to a letter that decomposes again.
-    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", token).casefold())
+    # Compatibility caseless (Unicode's D146): folded again once decomposed, as the bold 𝐀 decomposes to A.
+    decomposed = _nfkd(_nfkd(unicodedata.normalize("NFD", token).casefold()).casefold())
     bare = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
     return tuple(part[:MAX_TOKEN] for part in _patterns().token.findall(unicodedata.normalize("NFC", bare)))
+
+
+def _nfkd(text: str) -> str:
+    return unicodedata.normalize("NFKD", text)
 
 
 def folded_tokens(text: str) -> list[str]:

@@ -311,8 +311,9 @@ def _ddl(statement: str, dialect: str) -> Any:
 # The full-text index over ``terms``: made with the table, by the database it is made in.
 for _statement in (
     # Contentful, external: FTS5 reads a row's terms from search_passages, and the triggers tell it each change.
+    # Marks are token characters too: a few letters to Python (New Tai Lue's vowels) are marks to SQLite.
     "CREATE VIRTUAL TABLE search_fts USING fts5(terms, content='search_passages', content_rowid='id', "
-    "tokenize='unicode61 remove_diacritics 0')",
+    "tokenize='unicode61 remove_diacritics 0 categories ''L* N* Co M*''')",
     "CREATE TRIGGER search_passages_ai AFTER INSERT ON search_passages BEGIN "
     "INSERT INTO search_fts(rowid, terms) VALUES (new.id, new.terms); END",
     "CREATE TRIGGER search_passages_ad AFTER DELETE ON search_passages BEGIN "

@@ -35,6 +35,7 @@ from persistence.state import Lru
 __all__ = [
     "REBUILD_ROWS",
     "SqlSearch",
+    "needs_last",
     "page",
     "rebuild_all",
     "rebuild_session",
@@ -83,29 +84,41 @@ class SqlSearch:
             return
         last: Passage | None = None
         last_id = 0
-        head = passages[0]
-        if head.run is not None and head.seq == first_seq:
-            # Only a batch that starts with a delta may continue a block an earlier append began.
+        if needs_last(passages, first_seq):
             row = self._last.run(cursor, id=session_id).fetchone()
             if row is not None:
                 last_id, last = row[0], Passage(row[1], row[2], row[3], row[4], row[6], row[5])
         rewritten, new = joined(last, list(passages))
-        tokens: list[str] | None = None
+        first, rest = self.tokens_of(session_id, last, rewritten, new)
         if rewritten is not None:
-            assert last is not None
-            tokens = self._continued(session_id, last, rewritten)
-            self._rewrite.run(cursor, b_id=last_id, **self._row(rewritten, tokens))
+            assert first is not None
+            self._rewrite.run(cursor, b_id=last_id, **self._row(rewritten, first))
         if new:
-            rows = [(passage, folded_tokens(passage.text)) for passage in new]
-            self._insert.run_many(cursor, [{"b_session": session_id, **self._row(*row)} for row in rows])
-            rewritten, tokens = rows[-1]
-        assert rewritten is not None and tokens is not None
-        if rewritten.run is not None:
-            self._open.put(session_id, (rewritten.text, tokens))
+            rows = [
+                {"b_session": session_id, **self._row(passage, tokens)}
+                for passage, tokens in zip(new, rest, strict=True)
+            ]
+            self._insert.run_many(cursor, rows)
 
-    def _continued(self, session_id: str, last: Passage, rewritten: Passage) -> list[str]:
-        """The tokens of ``rewritten``, the session's ``last`` passage extended: from the tokens of ``last`` that
-        this writer kept (when the stored text is still the text they were read from) and the new text alone."""
+    def tokens_of(
+        self, session_id: str, last: Passage | None, rewritten: Passage | None, new: list[Passage]
+    ) -> tuple[list[str] | None, list[list[str]]]:
+        """The tokens of what `persistence.search.joined` laid out for a session: ``last`` rewritten (from the
+        tokens this writer kept of it, while the stored text is still theirs, and the new text alone), and each
+        new passage; the session's last passage is kept for its next append."""
+        first = None if rewritten is None else self._continued(session_id, last, rewritten)
+        rest = [folded_tokens(passage.text) for passage in new]
+        final, tokens = (new[-1], rest[-1]) if new else (rewritten, first)
+        if final is not None and tokens is not None and final.run is not None:
+            self._open.put(session_id, (final.text, tokens))
+        return first, rest
+
+    def terms(self, tokens: list[str]) -> str:
+        """A passage's tokens as its ``terms`` column is written, in this database."""
+        return self._ways.search_terms(tokens)
+
+    def _continued(self, session_id: str, last: Passage | None, rewritten: Passage) -> list[str]:
+        assert last is not None
         if not rewritten.text.startswith(last.text):
             return folded_tokens(rewritten.text)  # cut: a token moved to the next passage
         kept = self._open.get(session_id)
@@ -136,7 +149,7 @@ class SqlSearch:
             "b_kind": passage.kind,
             "b_run": passage.run,
             "b_body": passage.text,
-            "b_terms": self._ways.search_terms(tokens),
+            "b_terms": self.terms(tokens),
         }
 
     def query(self, request: SearchRequest) -> sa.Select[Any]:
@@ -164,6 +177,12 @@ class SqlSearch:
             .limit(request.limit + 1)
             .offset(request.offset)
         )
+
+
+def needs_last(passages: Sequence[Passage], first_seq: int) -> bool:
+    """Whether the passages of a batch that starts at ``first_seq`` may continue the session's last: only a batch
+    that starts with a delta may continue a block an earlier append began (`persistence.search.joined` decides)."""
+    return bool(passages) and passages[0].run is not None and passages[0].seq == first_seq
 
 
 def page(request: SearchRequest, rows: Sequence[Any]) -> SearchPage:

@@ -340,3 +340,38 @@ def test_the_sql_writer_keeps_the_passages_of_the_pure_rule_however_the_appends_
     assert anyio.run(written) == [
         (p.seq, p.last_seq, p.kind, p.text, " ".join(folded_tokens(p.text))) for p in expected
     ]
+
+
+async def test_awkward_text_is_kept_and_found_alike_in_every_store(searchable: HistoryStore) -> None:
+    """Digits, quotes and backslashes, a token past 64 characters, a NUL, and passages that hold no token."""
+    from persistence.memory import MemoryStore
+
+    reference = MemoryStore()
+    batches = [
+        [user(0, "build 007 took 42s")],
+        [user(1, "it's in C:\\tmp\\x 'quoted' \\\\ \\'")],
+        [user(2, "k" * 100 + " end")],
+        [user(3, "find\x00me")],
+        [user(4, "!!! ... ---")],
+        # A block whose first delta holds no token: its passage starts there all the same.
+        *streamed(5, ["```\n", "retry", "ing now"]),
+    ]
+    for each in (store := searchable, reference):
+        await appended(each, "s1", batches)
+    expected = {
+        "007": {("s1", 0, "user")},
+        "42s": {("s1", 0, "user")},
+        '"it s"': {("s1", 1, "user")},
+        "tmp": {("s1", 1, "user")},
+        "quoted": {("s1", 1, "user")},
+        "k" * 64: {("s1", 2, "user")},
+        "k" * 70: {("s1", 2, "user")},
+        '"find me"': {("s1", 3, "user")},
+        "retrying": {("s1", 5, "assistant")},
+    }
+    for q, hits in expected.items():
+        assert found(await search(store, q)) == found(await search(reference, q)) == hits, q
+    hit = (await search(store, "find")).hits[0]
+    assert hit.snippet == ["", "find", "\ufffdme"]
+    assert (await search(store, "retrying")).hits[0].snippet == ["``` ", "retrying", " now"]
+    await reference.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio.to_thread
 import psycopg
@@ -15,9 +15,13 @@ from codec import DeltaData, Event, SessionHeader, TextDelta
 from persistence.base import AppendResult
 from persistence.batch import prepare_batch
 from persistence.errors import SeqConflictError, SessionNotFoundError, StoreError
+from persistence.memory import MemoryStore
 from persistence.rules import Life, next_plan
 from persistence.sealing import SINGLES
+from persistence.search import MAX_PASSAGE, Passage
 from persistence.sql import SqlStore
+from persistence.sql.pg_passages import LAST_PASSAGES
+from persistence.sql.schema import passages_table
 from persistence.sql.writes import Append
 from testing.postgres import PG_URL, empty_postgres
 
@@ -58,11 +62,13 @@ def unit(store: SqlStore, session: str, events: Sequence[Event]) -> Append:
     return Append(store._writes, session, events, batch, next_plan([e.seq for e in events]) if batch else None)
 
 
-async def group(store: SqlStore, units: list[Any]) -> tuple[list[tuple[bool, Any]], list[str]]:
+async def group(
+    store: SqlStore, units: list[Any], cursor: type[Recording] = Recording
+) -> tuple[list[tuple[bool, Any]], list[str]]:
     """Commit ``units`` as one group on the store's writer connection; the outcomes and the statements sent."""
     connection = store._backend.groups._connection
     assert connection is not None
-    connection.cursor_factory = Recording
+    connection.cursor_factory = cursor
     Recording.sent = []
     try:
         outcomes = await anyio.to_thread.run_sync(store._backend.groups, units)
@@ -158,6 +164,10 @@ async def test_a_group_cut_after_its_statement_commits_nothing_and_the_writer_re
     assert (await store.read_stored("a", 0, 2))[-1].end == 2
 
 
+# The first line of the group's read of its sessions' last passages.
+READ_LAST: Final = LAST_PASSAGES.strip().splitlines()[0]
+
+
 def token(seq: int) -> Event:
     return Event("assistant/chunk", seq, 1_000 + seq, DeltaData(1, 1, TextDelta(0, f" t{seq}")))
 
@@ -180,7 +190,8 @@ async def test_sealing_appends_join_the_statement_and_store_what_the_unit_by_uni
         for seq in range(2, last):
             outcomes, sent = await group(store, [unit(store, s, [token(seq)]) for s in "abcd"])
             assert outcomes == [(True, AppendResult(seq, seq))] * 4
-            assert len(sent) == 1, (seq, sent)
+            # Each batch continues its block: one read of the four blocks' last passages, then the one statement.
+            assert sent == [READ_LAST, "WITH locked AS MATERIALIZED ("], (seq, sent)
             await reference.append("a", [token(seq)])
         expected = await reference.read_stored("a", 0, last)
         assert [record.members for record in expected][:2] == [1, 2 * SINGLES], "the rows never merged"
@@ -188,6 +199,95 @@ async def test_sealing_appends_join_the_statement_and_store_what_the_unit_by_uni
             assert await store.read_stored(session, 0, last) == expected
     finally:
         await reference.close()
+
+
+def said(seq: int, words: str) -> Event:
+    return Event("user/message", seq, 1_000 + seq, {"text": words})
+
+
+def streamed(seq: int, piece: str, *, index: int = 0) -> Event:
+    return Event("assistant/chunk", seq, 1_000 + seq, DeltaData(1, 1, TextDelta(index, piece)))
+
+
+# Groups of appends to a, b, c and d (after event 0): blocks begun, continued across groups (c's past a
+# passage's length, so its rewrite is cut and what follows is inserted after it), and broken off.
+PASSAGE_GROUPS: Final = [
+    {"a": [streamed(1, "The ra")], "b": [said(1, "hello world")], "c": [streamed(1, "word " * (MAX_PASSAGE // 5 - 10))], "d": []},
+    {"a": [streamed(2, "te lim")], "b": [streamed(2, "a new block")], "c": [streamed(2, "more " * 30)]},
+    {
+        "a": [streamed(3, "it is 42"), said(4, "thanks"), streamed(5, "and ag")],
+        "b": [streamed(3, " goes on")],
+        "c": [streamed(3, "still more")],
+        "d": [streamed(1, "other index", index=2)],
+    },
+    {"a": [streamed(6, "ain")], "b": [streamed(4, "elsewhere", index=1)], "d": [said(2, "done")]},
+]
+
+
+def passage_rows() -> dict[str, list[Passage]]:
+    """Every session's passages as PostgreSQL holds them, in id order."""
+    assert PG_URL
+    p = passages_table.c
+    engine = sa.create_engine(PG_URL)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(p.session_id, p.seq, p.last_seq, p.time, p.kind, p.body, p.run).order_by(p.id))
+        held: dict[str, list[Passage]] = {}
+        for row in rows:
+            held.setdefault(row[0], []).append(Passage(*row[1:]))
+    engine.dispose()
+    return held
+
+
+async def one_at_a_time(groups: list[dict[str, list[Event]]]) -> dict[str, list[Passage]]:
+    """The passages of the groups' appends made one at a time, on the memory store."""
+    reference = MemoryStore()
+    for session in "abcd":
+        await reference.create_session(SessionHeader(id=session, createdAt=0))
+        await reference.append(session, [event(0)])
+    for appends in groups:
+        for session, events in appends.items():
+            if events:
+                await reference.append(session, events)
+    passages = {session: reference._sessions[session].passages for session in "abcd"}
+    await reference.close()
+    return {session: found for session, found in passages.items() if found}
+
+
+async def test_a_groups_passages_are_those_of_its_appends_one_at_a_time_in_two_statements(store: SqlStore) -> None:
+    for appends in PASSAGE_GROUPS:
+        units = [unit(store, session, events) for session, events in appends.items() if events]
+        outcomes, sent = await group(store, units)
+        assert all(ok for ok, _ in outcomes)
+        # However many sessions: one read of the last passages (some batch starts with a delta), one statement.
+        assert sent == [READ_LAST, "WITH locked AS MATERIALIZED ("]
+    assert passage_rows() == await one_at_a_time(PASSAGE_GROUPS)
+    assert len(passage_rows()["c"]) == 2, "c's block never passed a passage's length"
+
+
+async def test_a_passage_a_reindex_replaced_before_the_statement_is_continued_all_the_same(store: SqlStore) -> None:
+    """The read takes no lock: a reindex may give a's and c's last passages new rows before the statement rewrites
+    them (c's rewrite is cut, and the statement must not insert what comes after it either)."""
+    assert PG_URL
+    await group(store, [unit(store, session, events) for session, events in PASSAGE_GROUPS[0].items() if events])
+
+    class Reindexed(Recording):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            if str(query).lstrip().startswith("WITH locked"):
+                assert PG_URL
+                with psycopg.connect(sa.make_url(PG_URL).set(drivername="postgresql").render_as_string(False)) as other:
+                    other.execute(
+                        "WITH old AS (DELETE FROM search_passages WHERE session_id IN ('a', 'c') RETURNING *)"
+                        " INSERT INTO search_passages (session_id, seq, last_seq, time, kind, run, body, terms)"
+                        " SELECT session_id, seq, last_seq, time, kind, run, body, terms FROM old ORDER BY id"
+                    )
+            return super().execute(query, params, **kwargs)
+
+    units = [unit(store, session, events) for session, events in PASSAGE_GROUPS[1].items() if events]
+    outcomes, sent = await group(store, units, Reindexed)
+    assert all(ok for ok, _ in outcomes)
+    # The read, the statement (which wrote b's passage only), then a's and c's, each read again and rewritten alone.
+    assert [line.split(" ")[0] for line in sent] == ["SELECT", "WITH", *["SELECT", "UPDATE"] * 2]
+    assert passage_rows() == await one_at_a_time(PASSAGE_GROUPS[:2])
 
 
 # The sweeper (docs/protocol.md §6.5): one at a time in the whole deployment.
