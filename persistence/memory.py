@@ -33,7 +33,7 @@ from persistence.message_index import HiddenRange, MessageEntry, MessageIndex
 from persistence.rules import Life, alive, check_life, confirm_resend, expiry, plan_batch
 from persistence.sealing import next_open_run, plan_append
 from persistence.search import Passage, SearchPage, SearchRequest, hit, joined
-from persistence.search.matching import found, tokens
+from persistence.search.matching import marks
 from persistence.streams.memory import MemoryStreams
 from persistence.synopsis import EMPTY, Synopsis, applied, matches
 
@@ -269,7 +269,7 @@ def _scan(request: SearchRequest, sessions: list[tuple[str, str | None, str | No
                 continue
             if request.until is not None and passage.time >= request.until:
                 continue
-            if found(request.query, tokens(passage.text)):
+            if marks(request.query, passage.text):
                 matched.append(((-passage.time, -order, -at), (session_id, parent, title, passage)))
     matched.sort(key=lambda entry: entry[0])
     end = request.offset + request.limit

@@ -6,7 +6,7 @@ from typing import Final
 
 from msgspec import Struct
 
-from persistence.search.matching import found, tokens
+from persistence.search.matching import marks
 from persistence.search.query import Query
 from persistence.search.snippets import snippet
 
@@ -70,5 +70,5 @@ def hit(
 ) -> SearchHit:
     """A hit on a passage whose ``text`` a store matched: its snippet marked, and ranked by how many times the
     query matched in it, by the one rule (`found`)."""
-    marks = found(request.query, tokens(text)) or []
-    return SearchHit(session_id, parent_id, title, seq, kind, time, snippet(text, marks), float(len(marks)))
+    found = marks(request.query, text) or []
+    return SearchHit(session_id, parent_id, title, seq, kind, time, snippet(text, found), float(len(found)))

@@ -132,8 +132,9 @@ class Dialect(ABC):
         """The ``terms`` a statement writes, from a parameter bound to `search_terms`."""
 
     @abstractmethod
-    def search_match(self, query: Query) -> tuple[sa.FromClause, sa.ColumnElement[bool]]:
-        """Where a search reads the passages from, and what those that match ``query`` meet."""
+    def search_match(self, query: Query) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[Any]]:
+        """Where a search reads the passages from, what those that match ``query`` meet, and the passage's id as
+        the database reads matches newest first fastest."""
 
 
 def busy_ms(timeout: float) -> int:

@@ -65,9 +65,9 @@ class PostgresDialect(Dialect):
     def search_terms_value(self, bound: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         return sa.cast(bound, TSVECTOR)
 
-    def search_match(self, query: Query) -> tuple[sa.FromClause, sa.ColumnElement[bool]]:
+    def search_match(self, query: Query) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[Any]]:
         wanted = sa.cast(sa.literal(tsquery(query)), TSQUERY)
-        return passages_table, passages_table.c.terms.op("@@")(wanted)
+        return passages_table, passages_table.c.terms.op("@@")(wanted), passages_table.c.id
 
     def before_migration(self, conn: Connection) -> None:
         # An upgrade backfills and indexes whole tables: no statement bound applies to it.

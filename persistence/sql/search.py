@@ -161,7 +161,7 @@ class SqlSearch:
         principal how often others wrote a word.
         """
         p, s = passages_table.c, sessions_table.c
-        source, matched = self._ways.search_match(request.query)
+        source, matched, newest = self._ways.search_match(request.query)
         where = [matched, s.owner == request.owner, alive(request.now, request.retention_ms)]
         if request.closed is not None:
             where.append(s.closed_at.is_not(None) if request.closed else s.closed_at.is_(None))
@@ -173,7 +173,7 @@ class SqlSearch:
             sa.select(s.id, s.parent_id, s.title, p.seq, p.kind, p.time, p.body)
             .select_from(source.join(sessions_table, s.id == p.session_id))
             .where(*where)
-            .order_by(p.time.desc(), p.id.desc())
+            .order_by(newest.desc())
             .limit(request.limit + 1)
             .offset(request.offset)
         )

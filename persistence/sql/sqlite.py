@@ -119,11 +119,13 @@ class SqliteDialect(Dialect):
     def search_terms_value(self, bound: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         return bound
 
-    def search_match(self, query: Query) -> tuple[sa.FromClause, sa.ColumnElement[bool]]:
-        # The FTS5 table's rows are the passages' rowids (`persistence.sql.schema`).
+    def search_match(self, query: Query) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[Any]]:
+        # The FTS5 table's rows are the passages' rowids (`persistence.sql.schema`). Ordered by its own rowid,
+        # FTS5 walks its matches newest first and stops at the page: 0.4 ms against 43 for the passages' id
+        # (a sort of every match), for a word in 6,564 passages.
         fts = sa.table("search_fts", sa.column("rowid"))
         source = fts.join(passages_table, passages_table.c.id == fts.c.rowid)
-        return source, sa.literal_column("search_fts").op("MATCH")(fts5(query))
+        return source, sa.literal_column("search_fts").op("MATCH")(fts5(query)), fts.c.rowid
 
     def before_migration(self, conn: Connection) -> None:
         pass

@@ -212,7 +212,12 @@ def streamed(seq: int, piece: str, *, index: int = 0) -> Event:
 # Groups of appends to a, b, c and d (after event 0): blocks begun, continued across groups (c's past a
 # passage's length, so its rewrite is cut and what follows is inserted after it), and broken off.
 PASSAGE_GROUPS: Final = [
-    {"a": [streamed(1, "The ra")], "b": [said(1, "hello world")], "c": [streamed(1, "word " * (MAX_PASSAGE // 5 - 10))], "d": []},
+    {
+        "a": [streamed(1, "The ra")],
+        "b": [said(1, "hello world")],
+        "c": [streamed(1, "word " * (MAX_PASSAGE // 5 - 10))],
+        "d": [],
+    },
     {"a": [streamed(2, "te lim")], "b": [streamed(2, "a new block")], "c": [streamed(2, "more " * 30)]},
     {
         "a": [streamed(3, "it is 42"), said(4, "thanks"), streamed(5, "and ag")],
