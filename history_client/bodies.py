@@ -106,7 +106,8 @@ class SearchHit(Struct, frozen=True, rename="camel"):
 
 
 class SearchHits(Struct, frozen=True, rename="camel"):
-    """A page of a search's hits, best first; ``next_cursor`` continues it as ``cursor=`` (``None``: no more)."""
+    """A page of a search's hits, the latest written first; ``next_cursor`` continues it as ``cursor=``
+    (``None``: no more)."""
 
     hits: list[SearchHit]
     next_cursor: str | None

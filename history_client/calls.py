@@ -181,7 +181,7 @@ class Calls:
         since: int | None = None,
         until: int | None = None,
     ) -> Call[SearchHits]:
-        """One page of the passages of the caller's sessions that match ``q``, best first (§14.1).
+        """One page of the passages of the caller's sessions that match ``q``, the latest written first (§14.1).
 
         ``q`` holds words, ``"quoted phrases"`` and ``prefix*`` terms, all required. Pass
         ``next_cursor`` back as ``cursor``, with the same query, for the next page. ``limit`` is

@@ -247,7 +247,7 @@ class SearchHit(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class SearchHits(Struct, frozen=True, forbid_unknown_fields=True):
-    """A page of a search's hits, best first; ``nextCursor`` continues it (``null``: no more)."""
+    """A page of a search's hits, the latest written first; ``nextCursor`` continues it (``null``: no more)."""
 
     hits: list[SearchHit]
     nextCursor: str | None

@@ -256,7 +256,9 @@ ROUTES: Final = (
                 summary="Search what was said and done in the caller's sessions, children included (§14)",
                 tag="sessions",
                 endpoint=endpoints.search,
-                replies=(Reply(status=200, description="A page of hits, best first.", body=bodies.SearchHits),),
+                replies=(
+                    Reply(status=200, description="A page of hits, the latest written first.", body=bodies.SearchHits),
+                ),
                 errors=("invalid_parameter", "search_unsupported", *FAILURES),
                 query=SearchParams,
             ),

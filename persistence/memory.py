@@ -80,7 +80,9 @@ class _Session:
         self.index = RecordIndex()
         self.touched = now_ms()
         self.synopsis: Synopsis = EMPTY
-        self.passages: list[Passage] = []
+        # Each passage with the number of its first write: a search reads the latest written first, as the SQL
+        # stores do by their rows' ids.
+        self.passages: list[tuple[int, Passage]] = []
 
     @property
     def info(self) -> SessionInfo:
@@ -96,6 +98,7 @@ class MemoryStore(HistoryStore):
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Session] = {}
+        self._written = 0
         self.streams = MemoryStreams()
 
     def _session(self, session_id: str, life: Life | None = None) -> _Session:
@@ -131,10 +134,12 @@ class MemoryStore(HistoryStore):
             index.add(len(index.records) - len(tail) + keep, records, batch.messages, batch.hidden)
             index.open = next_open_run(tail[:keep], records)
             session.synopsis = applied(session.synopsis, batch.synopsis)
-            rewritten, new = joined(session.passages[-1] if session.passages else None, batch.passages)
+            rewritten, new = joined(session.passages[-1][1] if session.passages else None, batch.passages)
             if rewritten is not None:
-                session.passages[-1] = rewritten
-            session.passages.extend(new)
+                session.passages[-1] = (session.passages[-1][0], rewritten)
+            for passage in new:
+                self._written += 1
+                session.passages.append((self._written, passage))
             session.touched = now_ms()
         return AppendResult.of(plan)
 
@@ -260,17 +265,19 @@ class MemoryStore(HistoryStore):
         self._sessions.clear()
 
 
-def _scan(request: SearchRequest, sessions: list[tuple[str, str | None, str | None, list[Passage]]]) -> SearchPage:
-    """The page of `MemoryStore.search` from a copy of the owner's sessions: newest first, later writes first."""
+def _scan(
+    request: SearchRequest, sessions: list[tuple[str, str | None, str | None, list[tuple[int, Passage]]]]
+) -> SearchPage:
+    """The page of `MemoryStore.search` from a copy of the owner's sessions: the latest written first."""
     matched = []
-    for order, (session_id, parent, title, passages) in enumerate(sessions):
-        for at, passage in enumerate(passages):
+    for session_id, parent, title, passages in sessions:
+        for written, passage in passages:
             if request.since is not None and passage.time < request.since:
                 continue
             if request.until is not None and passage.time >= request.until:
                 continue
             if marks(request.query, passage.text):
-                matched.append(((-passage.time, -order, -at), (session_id, parent, title, passage)))
+                matched.append((-written, (session_id, parent, title, passage)))
     matched.sort(key=lambda entry: entry[0])
     end = request.offset + request.limit
     hits = [

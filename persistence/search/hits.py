@@ -18,7 +18,7 @@ MAX_OFFSET: Final = 1000
 
 
 class SearchRequest(Struct, frozen=True, kw_only=True):
-    """A page of the hits of ``query`` in ``owner``'s live sessions, children included, newest first.
+    """A page of the hits of ``query`` in ``owner``'s live sessions, children included, latest written first.
 
     ``closed`` keeps only closed (or open) sessions; ``since`` and ``until`` keep passages whose
     first event's time is in ``[since, until)``. ``now`` and ``retention_ms`` say which sessions
@@ -39,7 +39,7 @@ class SearchRequest(Struct, frozen=True, kw_only=True):
 class SearchHit(Struct, frozen=True):
     """A passage that matched: its session (and that session's parent, for a child), the session's title, the
     seq of its first event, its kind and time, its snippet (`persistence.search.snippets`), and its rank: how
-    many times the query matched in the passage (a store orders hits newest first, not by rank)."""
+    many times the query matched in the passage (a store orders hits latest written first, not by rank)."""
 
     session_id: str
     parent_id: str | None
@@ -52,7 +52,7 @@ class SearchHit(Struct, frozen=True):
 
 
 class SearchPage(Struct, frozen=True):
-    """The hits of a page, newest first, and whether more follow."""
+    """The hits of a page, latest written first, and whether more follow."""
 
     hits: list[SearchHit]
     more: bool

@@ -153,8 +153,8 @@ class SqlSearch:
         }
 
     def query(self, request: SearchRequest) -> sa.Select[Any]:
-        """A page of the request's hits, and one more when there is one, newest first: session, parent, title, and
-        the passage (seq, kind, time, text).
+        """A page of the request's hits, and one more when there is one, the latest written first: session, parent,
+        title, and the passage (seq, kind, time, text).
 
         Newest first, never by the database's relevance: FTS5's bm25 weighs a word by how rare it
         is in the whole index, every principal's passages included, so its rank would tell one

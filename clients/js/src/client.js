@@ -74,15 +74,15 @@ export { Backoff, DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_RETRIES } from "./follow.js"
  * A passage that matched a search (§14.1): its session, and that session's `parent` when it is a
  * subagent child (its pages are read through the parent); the seq of the passage's first event (a
  * `page` with `through: seq` holds it), its kind and that event's `time`; its `snippet`, whose strings
- * at even positions are plain text and at odd positions what matched; its `rank` (higher first, on the
- * store's own scale: compare it within one answer only), and the session's `title` when it has one.
+ * at even positions are plain text and at odd positions what matched; its `rank` (how many times the
+ * query matched in the passage), and the session's `title` when it has one.
  * @typedef {{
  *   session: string, seq: number, kind: SearchKind, time: number, snippet: string[], rank: number,
  *   parent?: string, title?: string,
  * }} SearchHit
  */
 /**
- * A page of a search (§14.1): hits best first, and the cursor of the next page (`null`: none). It
+ * A page of a search (§14.1): hits the latest written first, and the cursor of the next page (`null`: none). It
  * holds no total: counting every match would cost as much as a page of each.
  * @typedef {{hits: SearchHit[], nextCursor: string | null}} SearchHits
  */
@@ -345,7 +345,7 @@ export class HistoryClient {
   }
 
   /**
-   * One page of the passages of the caller's sessions, children included, that match `q`, best first
+   * One page of the passages of the caller's sessions, children included, that match `q`, the latest written first
    * (§14.1). `q` holds words, `"quoted phrases"` and `prefix*` terms, all required, read as plain text;
    * `limit` is 1-100 (default 20). Pass `nextCursor` back as `cursor`, with the same `q` and filter.
    * A query the service cannot search (no letter or digit, too many terms) is a `ServiceError` 400

@@ -253,7 +253,7 @@ async def one_at_a_time(groups: list[dict[str, list[Event]]]) -> dict[str, list[
         for session, events in appends.items():
             if events:
                 await reference.append(session, events)
-    passages = {session: reference._sessions[session].passages for session in "abcd"}
+    passages = {session: [p for _, p in reference._sessions[session].passages] for session in "abcd"}
     await reference.close()
     return {session: found for session, found in passages.items() if found}
 
