@@ -72,6 +72,8 @@ class Dialect(ABC):
     EMPTY_BYTES: ClassVar[str]
     # The SQL that opens the writer's transaction (``None``: the driver opens one).
     BEGIN: ClassVar[str | None]
+    # Whether a block still streaming stays out of the full-text index until it ends (`persistence.sql.search`).
+    DEFERS_OPEN: ClassVar[bool]
 
     @abstractmethod
     def lock_head(self, head: Select[Any]) -> Select[Any]:

@@ -45,6 +45,7 @@ class PostgresDialect(Dialect):
 
     EMPTY_BYTES: ClassVar[str] = "''::bytea"
     BEGIN: ClassVar[str | None] = None
+    DEFERS_OPEN: ClassVar[bool] = False
 
     def __init__(self, origin: str) -> None:
         self._origin = origin

@@ -299,7 +299,15 @@ passages_table = sa.Table(
     sa.Column("run", sa.String, nullable=True),
     sa.Column("body", sa.Text, nullable=False),
     sa.Column("terms", sa.Text().with_variant(TSVECTOR(), "postgresql"), nullable=False),
+    # A block still streaming, on SQLite: kept out of search_fts until it ends, and scanned by a search meanwhile.
+    sa.Column("open", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Index("ix_search_passages_session", "session_id", "seq"),
+)
+sa.Index(
+    "ix_search_passages_open",
+    passages_table.c.session_id,
+    sqlite_where=passages_table.c.open,
+    postgresql_where=passages_table.c.open,
 )
 
 
@@ -314,13 +322,14 @@ for _statement in (
     # Marks are token characters too: a few letters to Python (New Tai Lue's vowels) are marks to SQLite.
     "CREATE VIRTUAL TABLE search_fts USING fts5(terms, content='search_passages', content_rowid='id', "
     "tokenize='unicode61 remove_diacritics 0 categories ''L* N* Co M*''')",
-    "CREATE TRIGGER search_passages_ai AFTER INSERT ON search_passages BEGIN "
+    # An open passage is in no FTS5 row: each trigger reads or writes search_fts only for one that is not.
+    "CREATE TRIGGER search_passages_ai AFTER INSERT ON search_passages WHEN NOT new.open BEGIN "
     "INSERT INTO search_fts(rowid, terms) VALUES (new.id, new.terms); END",
-    "CREATE TRIGGER search_passages_ad AFTER DELETE ON search_passages BEGIN "
+    "CREATE TRIGGER search_passages_ad AFTER DELETE ON search_passages WHEN NOT old.open BEGIN "
     "INSERT INTO search_fts(search_fts, rowid, terms) VALUES ('delete', old.id, old.terms); END",
     "CREATE TRIGGER search_passages_au AFTER UPDATE ON search_passages BEGIN "
-    "INSERT INTO search_fts(search_fts, rowid, terms) VALUES ('delete', old.id, old.terms); "
-    "INSERT INTO search_fts(rowid, terms) VALUES (new.id, new.terms); END",
+    "INSERT INTO search_fts(search_fts, rowid, terms) SELECT 'delete', old.id, old.terms WHERE NOT old.open; "
+    "INSERT INTO search_fts(rowid, terms) SELECT new.id, new.terms WHERE NOT new.open; END",
 ):
     sa.event.listen(passages_table, "after_create", _ddl(_statement, "sqlite"))
 sa.event.listen(

@@ -25,6 +25,7 @@ from codec import CodecError, Event, decode_storage_line, expand_row
 from persistence.base import DEFAULT_SESSION_CACHE
 from persistence.errors import CorruptLogError
 from persistence.search import Passage, SearchPage, SearchRequest, hit, joined, of_batch
+from persistence.search.matching import marks
 from persistence.search.terms import extended, folded_tokens
 from persistence.sql.dialect import Dialect
 from persistence.sql.prepared import Prepared
@@ -47,7 +48,7 @@ Unpack = Callable[[int, bool, bytes], bytes]
 
 # How many stored records a rebuild reads at a time, and how many sessions' ids.
 REBUILD_ROWS: Final = 1000
-_COLUMNS: Final = ("seq", "last_seq", "time", "kind", "run", "body", "terms")
+_COLUMNS: Final = ("seq", "last_seq", "time", "kind", "run", "body", "terms", "open")
 
 
 class SqlSearch:
@@ -77,10 +78,26 @@ class SqlSearch:
         first = sa.select(p.id).where(p.session_id == b("id")).order_by(p.id).limit(b("rows"))
         self.purge = Prepared(sa.delete(passages_table).where(p.session_id == b("id"), p.id.in_(first)), dialect)
         self.purge_all = Prepared(sa.delete(passages_table).where(p.session_id == b("id")), dialect)
+        # On a dialect that defers it (`Dialect.DEFERS_OPEN`), a session's block still streaming is indexed once
+        # it ends: when the session's next event is not its next delta.
+        self.defers = ways.DEFERS_OPEN
+        self._close = Prepared(
+            sa.update(passages_table).where(p.session_id == b("id"), p.open).values(open=False), dialect
+        )
 
-    def write(self, cursor: Any, session_id: str, passages: Sequence[Passage], first_seq: int) -> None:
-        """Write the passages of a batch that starts at ``first_seq``, joining the first to the session's last."""
-        if not passages or not self.indexed:
+    def write(
+        self, cursor: Any, session_id: str, passages: Sequence[Passage], first_seq: int, last_seq: int | None = None
+    ) -> None:
+        """Write the passages of the batch ``[first_seq, last_seq]``, joining the first to the session's last.
+
+        Where the dialect defers it, the batch's last passage is left open when it is a block the batch
+        ends with; one the batch does not continue is closed, and then indexed.
+        """
+        if not self.indexed:
+            return
+        if not passages:
+            if self.defers:
+                self._close.run(cursor, id=session_id)
             return
         last: Passage | None = None
         last_id = 0
@@ -90,13 +107,17 @@ class SqlSearch:
                 last_id, last = row[0], Passage(row[1], row[2], row[3], row[4], row[6], row[5])
         rewritten, new = joined(last, list(passages))
         first, rest = self.tokens_of(session_id, last, rewritten, new)
+        if rewritten is None and self.defers:
+            self._close.run(cursor, id=session_id)
+        final = new[-1] if new else rewritten
+        left_open = self.defers and final is not None and final.run is not None and final.last_seq == last_seq
         if rewritten is not None:
             assert first is not None
-            self._rewrite.run(cursor, b_id=last_id, **self._row(rewritten, first))
+            self._rewrite.run(cursor, b_id=last_id, **self._row(rewritten, first, left_open and not new))
         if new:
             rows = [
-                {"b_session": session_id, **self._row(passage, tokens)}
-                for passage, tokens in zip(new, rest, strict=True)
+                {"b_session": session_id, **self._row(passage, tokens, left_open and at == len(new) - 1)}
+                for at, (passage, tokens) in enumerate(zip(new, rest, strict=True))
             ]
             self._insert.run_many(cursor, rows)
 
@@ -141,7 +162,7 @@ class SqlSearch:
         self._open.pop(session_id)
         return len(out)
 
-    def _row(self, passage: Passage, tokens: list[str]) -> dict[str, Any]:
+    def _row(self, passage: Passage, tokens: list[str], left_open: bool = False) -> dict[str, Any]:
         return {
             "b_seq": passage.seq,
             "b_last_seq": passage.last_seq,
@@ -150,18 +171,31 @@ class SqlSearch:
             "b_run": passage.run,
             "b_body": passage.text,
             "b_terms": self.terms(tokens),
+            "b_open": left_open,
         }
 
     def query(self, request: SearchRequest) -> sa.Select[Any]:
-        """A page of the request's hits, and one more when there is one, the latest written first: session, parent,
-        title, and the passage (seq, kind, time, text).
+        """The request's indexed hits, the latest written first, to one past the page: session, parent, title, the
+        passage (seq, kind, time, text) and its id.
 
-        Newest first, never by the database's relevance: FTS5's bm25 weighs a word by how rare it
-        is in the whole index, every principal's passages included, so its rank would tell one
-        principal how often others wrote a word.
+        The latest written first, never by the database's relevance: FTS5's bm25 weighs a word by
+        how rare it is in the whole index, every principal's passages included, so its rank would
+        tell one principal how often others wrote a word. Where open passages are scanned beside
+        (`open_query`), the page is merged from both, so this reads from the first hit on.
         """
-        p, s = passages_table.c, sessions_table.c
         source, matched, newest = self._ways.search_match(request.query)
+        end = request.offset + request.limit + 1
+        query = self._hits(request, source, matched).order_by(newest.desc())
+        return query.limit(end) if self.defers else query.limit(request.limit + 1).offset(request.offset)
+
+    def open_query(self, request: SearchRequest) -> sa.Select[Any]:
+        """The request's owner's open passages, as `query` gives hits, to be matched by the scan
+        (`persistence.search.matching`): a session's block still streaming, at most one a session."""
+        p = passages_table.c
+        return self._hits(request, passages_table, p.open).order_by(p.id.desc())
+
+    def _hits(self, request: SearchRequest, source: sa.FromClause, matched: sa.ColumnElement[bool]) -> sa.Select[Any]:
+        p, s = passages_table.c, sessions_table.c
         where = [matched, s.owner == request.owner, alive(request.now, request.retention_ms)]
         if request.closed is not None:
             where.append(s.closed_at.is_not(None) if request.closed else s.closed_at.is_(None))
@@ -169,14 +203,8 @@ class SqlSearch:
             where.append(p.time >= request.since)
         if request.until is not None:
             where.append(p.time < request.until)
-        return (
-            sa.select(s.id, s.parent_id, s.title, p.seq, p.kind, p.time, p.body)
-            .select_from(source.join(sessions_table, s.id == p.session_id))
-            .where(*where)
-            .order_by(newest.desc())
-            .limit(request.limit + 1)
-            .offset(request.offset)
-        )
+        columns = (s.id, s.parent_id, s.title, p.seq, p.kind, p.time, p.body, p.id)
+        return sa.select(*columns).select_from(source.join(sessions_table, s.id == p.session_id)).where(*where)
 
 
 def needs_last(passages: Sequence[Passage], first_seq: int) -> bool:
@@ -185,8 +213,13 @@ def needs_last(passages: Sequence[Passage], first_seq: int) -> bool:
     return bool(passages) and passages[0].run is not None and passages[0].seq == first_seq
 
 
-def page(request: SearchRequest, rows: Sequence[Any]) -> SearchPage:
-    """The page of `SqlSearch.query`'s rows."""
+def page(request: SearchRequest, rows: Sequence[Any], opened: Sequence[Any] | None = None) -> SearchPage:
+    """The page of `SqlSearch.query`'s rows, and, where open passages are scanned, of those of `open_query` that
+    match, merged the latest written first."""
+    if opened is not None:
+        found = [row for row in opened if marks(request.query, row[6])]
+        merged = sorted([*rows, *found], key=lambda row: row[7], reverse=True)
+        rows = merged[request.offset :]
     hits = [hit(request, row[0], row[1], row[2], row[3], row[4], row[5], row[6]) for row in rows[: request.limit]]
     return SearchPage(hits, len(rows) > request.limit)
 

@@ -239,9 +239,11 @@ class SqlStore(HistoryStore):
 
     def _search_sync(self, request: SearchRequest) -> SearchPage:
         # The hits' snippets are built here too, in the worker thread: a page of them may cost milliseconds.
+        found = self._backend.search
         with self._backend.connections.read() as conn:
-            rows = conn.execute(self._backend.search.query(request)).all()
-        return search.page(request, rows)
+            rows = conn.execute(found.query(request)).all()
+            opened = conn.execute(found.open_query(request)).all() if found.defers else None
+        return search.page(request, rows, opened)
 
     async def reindex(self) -> int:
         """Every session's passages rebuilt from its records, each session in a write transaction of its own."""

@@ -197,7 +197,7 @@ def _insert(cursor: Any, w: Writes, session_id: str, batch: PreparedBatch, life:
             cursor,
             [{"session_id": session_id, "seq": h.at, "start": h.start, "end": h.end} for h in batch.hidden],
         )
-    w.search.write(cursor, session_id, batch.passages, batch.records[0].seq)
+    w.search.write(cursor, session_id, batch.passages, batch.records[0].seq, records[-1].end - 1)
     w.tails.remember(session_id, life, records[-1].end - 1, tail[:keep], records)
 
 

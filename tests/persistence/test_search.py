@@ -334,6 +334,15 @@ def test_the_sql_writer_keeps_the_passages_of_the_pure_rule_however_the_appends_
         with engine.connect() as conn:
             p = passages_table.c
             rows = conn.execute(sa.select(p.seq, p.last_seq, p.kind, p.body, p.terms).order_by(p.id)).all()
+            # The full-text index is sound, and holds exactly the passages that are not open (`persistence.sql.search`).
+            conn.exec_driver_sql("INSERT INTO search_fts(search_fts) VALUES ('integrity-check')")
+            states = conn.execute(sa.select(p.id, p.terms, p.open)).all()
+            assert sum(open_ for _, _, open_ in states) <= 1
+            for row_id, terms, open_ in states:
+                if terms:
+                    match = f'"{terms.split(" ")[0]}"'
+                    ids = conn.exec_driver_sql("SELECT rowid FROM search_fts WHERE search_fts MATCH ?", (match,))
+                    assert (row_id in {found for (found,) in ids}) == (not open_)
         engine.dispose()
         return [tuple(row) for row in rows]
 
