@@ -81,8 +81,9 @@ class SqlSearch:
         # On a dialect that defers it (`Dialect.DEFERS_OPEN`), a session's block still streaming is indexed once
         # it ends: when the session's next event is not its next delta.
         self.defers = ways.DEFERS_OPEN
+        self._opened = Prepared(sa.select(p.id, p.body).where(p.session_id == b("id"), p.open), dialect)
         self._close = Prepared(
-            sa.update(passages_table).where(p.session_id == b("id"), p.open).values(open=False), dialect
+            sa.update(passages_table).where(p.id == b("b_id")).values(open=False, terms=values["terms"]), dialect
         )
 
     def write(
@@ -97,7 +98,7 @@ class SqlSearch:
             return
         if not passages:
             if self.defers:
-                self._close.run(cursor, id=session_id)
+                self._closed(cursor, session_id)
             return
         last: Passage | None = None
         last_id = 0
@@ -108,7 +109,7 @@ class SqlSearch:
         rewritten, new = joined(last, list(passages))
         first, rest = self.tokens_of(session_id, last, rewritten, new)
         if rewritten is None and self.defers:
-            self._close.run(cursor, id=session_id)
+            self._closed(cursor, session_id)
         final = new[-1] if new else rewritten
         left_open = self.defers and final is not None and final.run is not None and final.last_seq == last_seq
         if rewritten is not None:
@@ -120,6 +121,14 @@ class SqlSearch:
                 for at, (passage, tokens) in enumerate(zip(new, rest, strict=True))
             ]
             self._insert.run_many(cursor, rows)
+
+    def _closed(self, cursor: Any, session_id: str) -> None:
+        """Close the session's open passage, if it has one: its terms are written, and so indexed, only now."""
+        row = self._opened.run(cursor, id=session_id).fetchone()
+        if row is not None:
+            kept = self._open.get(session_id)
+            tokens = kept[1] if kept is not None and kept[0] == row[1] else folded_tokens(row[1])
+            self._close.run(cursor, b_id=row[0], b_terms=self.terms(tokens))
 
     def tokens_of(
         self, session_id: str, last: Passage | None, rewritten: Passage | None, new: list[Passage]
@@ -170,7 +179,8 @@ class SqlSearch:
             "b_kind": passage.kind,
             "b_run": passage.run,
             "b_body": passage.text,
-            "b_terms": self.terms(tokens),
+            # An open passage's terms are written when it closes: until then nothing reads them.
+            "b_terms": self.terms([] if left_open else tokens),
             "b_open": left_open,
         }
 
