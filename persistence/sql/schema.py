@@ -303,11 +303,12 @@ passages_table = sa.Table(
     sa.Column("open", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Index("ix_search_passages_session", "session_id", "seq"),
 )
+# Said as the queries say it (``open = 1``), so SQLite sees that they may read it.
 sa.Index(
     "ix_search_passages_open",
     passages_table.c.session_id,
-    sqlite_where=passages_table.c.open,
-    postgresql_where=passages_table.c.open,
+    sqlite_where=passages_table.c.open == sa.true(),
+    postgresql_where=passages_table.c.open == sa.true(),
 )
 
 

@@ -81,7 +81,7 @@ class SqlSearch:
         # On a dialect that defers it (`Dialect.DEFERS_OPEN`), a session's block still streaming is indexed once
         # it ends: when the session's next event is not its next delta.
         self.defers = ways.DEFERS_OPEN
-        self._opened = Prepared(sa.select(p.id, p.body).where(p.session_id == b("id"), p.open), dialect)
+        self._opened = Prepared(sa.select(p.id, p.body).where(p.session_id == b("id"), p.open == sa.true()), dialect)
         self._close = Prepared(
             sa.update(passages_table).where(p.id == b("b_id")).values(open=False, terms=values["terms"]), dialect
         )
@@ -201,8 +201,8 @@ class SqlSearch:
     def open_query(self, request: SearchRequest) -> sa.Select[Any]:
         """The request's owner's open passages, as `query` gives hits, to be matched by the scan
         (`persistence.search.matching`): a session's block still streaming, at most one a session."""
-        p = passages_table.c
-        return self._hits(request, passages_table, p.open).order_by(p.id.desc())
+        # Unordered (`page` merges): ordered by id, SQLite would walk every passage rather than the open ones' index.
+        return self._hits(request, passages_table, passages_table.c.open == sa.true())
 
     def _hits(self, request: SearchRequest, source: sa.FromClause, matched: sa.ColumnElement[bool]) -> sa.Select[Any]:
         p, s = passages_table.c, sessions_table.c
