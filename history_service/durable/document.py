@@ -97,7 +97,20 @@ _SESSION_CONTENT: Final = {
             "(§13.7, our extension): a run of deltas is one chunk row.",
         }
     },
-    "text/event-stream": {"schema": {"type": "string", "description": "An SSE read (`live=sse`)."}},
+    # Before OpenAPI 3.2, an event stream's schema describes one event: its fields, its data a string.
+    "text/event-stream": {
+        "schema": {
+            "type": "object",
+            "description": "An SSE read (`live=sse`): `data` events carry the stream's values, `control` events "
+            "its next offset and cursor, as JSON.",
+            "required": ["data"],
+            "properties": {
+                "event": {"enum": ["data", "control"]},
+                "data": {"type": "string"},
+                "id": {"type": "string"},
+            },
+        }
+    },
 }
 _READ_HEADERS: Final = {
     "Stream-Next-Offset": _OFFSET,

@@ -44,7 +44,8 @@ export class ChildLinks {
   constructor(timeline, client, self) {
     this.timeline = timeline;
     this.self = self;
-    // Links still being looked for; while any are, the timeline says so (`data-linking`), for whoever waits on them.
+    // Links still being looked for; while any are, the page says so (`<html data-linking>`), for whoever waits on
+    // them. Not the timeline: a mark there would be one more change to it, outside the frame that shows events.
     this.pending = 0;
     /** A pattern that finds any child's id in a text, or null when the session has none. @type {Promise<RegExp | null>} */
     this.pattern = listChildren(client, self).then(
@@ -64,7 +65,7 @@ export class ChildLinks {
   /** Link the items just shown (or extended) that name a child. @param {Item[]} items */
   link(items) {
     const seqs = items.map((item) => item.seq0);
-    const root = this.timeline.root;
+    const root = this.timeline.root.ownerDocument.documentElement;
     this.pending += 1;
     root.dataset.linking = "true";
     void this.pattern

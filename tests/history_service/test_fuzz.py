@@ -70,6 +70,12 @@ CONFIG: Final = schemathesis.Config.from_dict(
                 "include-operation-id": "listSessions",
                 "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400"]}},
             },
+            # The same for a search's cursor; and a q with no letter or digit, or too many words, which no
+            # schema can say either (§14.1).
+            {
+                "include-operation-id": "search",
+                "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400"]}},
+            },
             # The same, under a session id the fuzzer makes up: an unknown one is 404.
             {
                 "include-operation-id": "listSubagents",

@@ -86,7 +86,7 @@ MOVED = """before => {
     const shown = document.getElementById('timeline').dataset;
     return shown.loading !== 'true' && (shown.from !== before || shown.hasMore !== 'true');
 }"""
-LINKED = "() => document.getElementById('timeline').dataset.linking !== 'true'"
+LINKED = "() => document.documentElement.dataset.linking !== 'true'"
 WIDTHS = "() => { const s = document.getElementById('scroller'); return [s.scrollWidth, s.clientWidth]; }"
 
 
