@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from codec import encode
+from codec import encode, read_header
 from persistence import HistoryStore
+from testing.corpus import CORPUS_ENV, corpus_dir
 from testing.events import plain
 from testing.golden import GOLDEN_DIR, check_golden
 from testing.seeding import SCENARIOS, SEEDED, seed
@@ -157,6 +158,12 @@ async def test_resumed_follow_frames_match_golden(live: ThreadServer, capsys: py
 
 
 def test_golden_files_are_ours() -> None:
-    """Goldens hold only our seeded data: nothing from the corpus."""
+    """Goldens hold only our seeded data: no session id of the corpus, read where it lives (HISTORY_CORPUS_DIR)."""
+    root = corpus_dir()
+    if root is None or not root.is_dir():
+        pytest.skip(f"{CORPUS_ENV} is not set to the corpus; this check reads its session ids there")
+    ids = {read_header(log.read_bytes().split(b"\n", 1)[0]).id.encode() for log in root.glob("*/session*.jsonl")}
+    assert ids
     for path in sorted(Path(GOLDEN).glob("*")):
-        assert b"33333333-3333-4333" not in path.read_bytes()
+        held = path.read_bytes()
+        assert not [found for found in ids if len(found) > 8 and b"{{" not in found and found in held], path

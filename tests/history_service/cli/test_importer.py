@@ -157,7 +157,7 @@ def test_files_that_are_not_read_are_named_and_given_by_path_are_read(tmp_path: 
     assert anyio.run(stored, url, "run-2")[1] == expected
 
 
-SHARED_CHILD = "33333333-3333-4333-8333-333333333333"
+SHARED_CHILD = "c0ffee00-5eed-4c01-8d00-000000000c01"
 
 
 def family(folder: Path, parent_id: str, child_id: str) -> None:
@@ -177,8 +177,8 @@ def family(folder: Path, parent_id: str, child_id: str) -> None:
 
 
 def test_renaming_a_child_rewrites_every_reference_its_folder_makes_to_it(tmp_path: Path) -> None:
-    family(tmp_path / "logs" / "one", "11111111-1111-4111-8111-111111111111", SHARED_CHILD)
-    family(tmp_path / "logs" / "two", "11111111-1111-4111-8111-111111111111", SHARED_CHILD)
+    family(tmp_path / "logs" / "one", "c0ffee00-5eed-4a01-8d00-00000000a001", SHARED_CHILD)
+    family(tmp_path / "logs" / "two", "c0ffee00-5eed-4a01-8d00-00000000a001", SHARED_CHILD)
     family(tmp_path / "logs" / "three", "{{sessionId}}", "{{childId}}")
     write_log(tmp_path / "logs" / "alone" / "session.jsonl", header(SHARED_CHILD), multi_turn(seed=4, turns=1))
     url = f"sqlite:///{tmp_path / 'h.db'}"

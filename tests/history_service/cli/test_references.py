@@ -12,7 +12,7 @@ from codec import Event, SessionHeader, ToolCallDelta
 from history_service.cli.references import MIN_DISTINCT, References
 from testing.events import plain, reasoning, text, tool
 
-CHILD = "33333333-3333-4333-8333-333333333333"
+CHILD = "c0ffee00-5eed-4c01-8d00-000000000c01"
 NEW = "scenario.1"
 
 
